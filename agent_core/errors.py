@@ -1,0 +1,96 @@
+"""Every error the agent core raises, under one root.
+
+    ThreadpilotError
+    ├── ConfigError            a setting is missing or malformed (names the setting)
+    ├── IllegalTransition      a run state change the transition table forbids
+    ├── RunNotFound            no run with that id in this process or store
+    ├── StopNotAllowed         the stop policy refuses this requester
+    ├── UnknownOutcome         a stored outcome word that no table knows
+    ├── StorageError           a store adapter failed (wraps the driver's error)
+    └── ModelError             the chat model endpoint failed
+        ├── RetryableModelError   429, 5xx, timeouts, stalls, dropped or truncated streams
+        │   └── RateLimited       429, with the server's Retry-After when it sent one
+        ├── ContextOverflow       the prompt no longer fits the model's context window
+        └── FatalModelError       anything a retry cannot fix (400, 401, 403, 404, 422)
+
+Foreign errors (openai, httpx, database drivers) are translated at the boundary with
+``raise ... from exc``, so callers only ever catch these.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigError",
+    "ContextOverflow",
+    "FatalModelError",
+    "IllegalTransition",
+    "ModelError",
+    "RateLimited",
+    "RetryableModelError",
+    "RunNotFound",
+    "StopNotAllowed",
+    "StorageError",
+    "ThreadpilotError",
+    "UnknownOutcome",
+]
+
+
+class ThreadpilotError(Exception):
+    """Root of every error raised on purpose by threadpilot."""
+
+
+class ConfigError(ThreadpilotError):
+    """A setting is missing or malformed. The message names the setting."""
+
+    def __init__(self, setting: str, problem: str) -> None:
+        super().__init__(f"{setting}: {problem}")
+        self.setting = setting
+        self.problem = problem
+
+
+class IllegalTransition(ThreadpilotError):
+    """A run state change that the transition table does not allow."""
+
+
+class RunNotFound(ThreadpilotError):
+    """No run with this id is known here."""
+
+
+class StopNotAllowed(ThreadpilotError):
+    """The stop policy does not let this user stop or abort this run."""
+
+
+class UnknownOutcome(ThreadpilotError):
+    """A stored outcome word that neither the canonical nor the legacy table knows."""
+
+
+class StorageError(ThreadpilotError):
+    """A store adapter failed; the driver's error is chained as the cause."""
+
+
+class ModelError(ThreadpilotError):
+    """The chat model endpoint failed."""
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class RetryableModelError(ModelError):
+    """A failure that the same request may not hit again: retry it after a backoff."""
+
+
+class RateLimited(RetryableModelError):
+    """HTTP 429. ``retry_after`` is the server's wait in seconds, when it sent one."""
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message, status=429)
+        self.retry_after = retry_after
+
+
+class ContextOverflow(ModelError):
+    """The conversation no longer fits the model's context window."""
+
+
+class FatalModelError(ModelError):
+    """A failure that retrying cannot fix: a bad request, a bad key, an unknown model."""

@@ -1,0 +1,263 @@
+"""How a run ended, in the vocabulary users see (seed 001), and the result object.
+
+Every run ends in exactly one canonical :class:`Outcome`. Older words that may sit in
+stored state (``done``, ``cancelled``, ``blocked_on_user``...) are read through
+:func:`normalize_outcome` and never shown. The terminal report always has four parts:
+Outcome, Evidence, Artifacts, Handoff (:class:`Handoff`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+from agent_core.errors import UnknownOutcome
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+    from agent_core.stop import StopReason
+
+__all__ = [
+    "ExitCode",
+    "Handoff",
+    "Outcome",
+    "RunResult",
+    "Timings",
+    "Usage",
+    "normalize_outcome",
+    "strip_softeners",
+]
+
+
+class Outcome(StrEnum):
+    """The five canonical ways a run can end."""
+
+    FINISHED = "finished"
+    """The work is done; evidence and artifacts say what was produced."""
+    BLOCKED = "blocked"
+    """A non-user prerequisite is missing (or the worker went away); resumable."""
+    FAILED = "failed"
+    """The work or its verification failed."""
+    USERINTERLUDE = "userinterlude"
+    """A person stopped or aborted the run on purpose."""
+    ASK_USER_QUESTION = "askuserQuestion"
+    """The agent needs an answer to one blocking question before it can go on."""
+
+
+class ExitCode(StrEnum):
+    """Why the loop ended, as SPEC.md section 1 labels it."""
+
+    FINAL_ANSWER = "EXIT-FINAL-ANSWER"
+    USER_STOP = "EXIT-USER-STOP"
+    USER_ABORT = "EXIT-USER-ABORT"
+    SHUTDOWN = "EXIT-SHUTDOWN"
+    TOKEN_LIMIT = "EXIT-TOKEN-LIMIT"
+    MAX_TURNS = "EXIT-MAX-TURNS"
+    MAX_RETRIES = "EXIT-MAX-RETRIES"
+    ERROR = "EXIT-ERROR"
+
+
+# Seed 001's legacy table. ``blocked_on_user`` depends on whether a question was asked.
+_LEGACY: dict[str, Outcome] = {
+    "finish": Outcome.FINISHED,
+    "complete": Outcome.FINISHED,
+    "completed": Outcome.FINISHED,
+    "done": Outcome.FINISHED,
+    "success": Outcome.FINISHED,
+    "succeeded": Outcome.FINISHED,
+    "cancelled": Outcome.USERINTERLUDE,
+    "canceled": Outcome.USERINTERLUDE,
+    "abort": Outcome.USERINTERLUDE,
+    "aborted": Outcome.USERINTERLUDE,
+    "stopped": Outcome.USERINTERLUDE,
+    "interrupted": Outcome.BLOCKED,
+    "paused": Outcome.BLOCKED,
+    "pending": Outcome.BLOCKED,
+    "error": Outcome.FAILED,
+    "errored": Outcome.FAILED,
+    "failure": Outcome.FAILED,
+}
+_CANONICAL = {o.value.lower(): o for o in Outcome}
+
+
+def normalize_outcome(value: str, *, question_asked: bool = False) -> Outcome:
+    """Map a canonical or legacy outcome word to its canonical :class:`Outcome`.
+
+    ``blocked_on_user`` becomes ``askuserQuestion`` only when question metadata shows the
+    agent asked a blocking question; otherwise it is a user wait (``userinterlude``).
+    Raises :class:`UnknownOutcome` for a word neither table knows.
+    """
+    key = value.strip().lower().replace("-", "_").replace(" ", "_")
+    if key in _CANONICAL:
+        return _CANONICAL[key]
+    if key == "blocked_on_user":
+        return Outcome.ASK_USER_QUESTION if question_asked else Outcome.USERINTERLUDE
+    if key in _LEGACY:
+        return _LEGACY[key]
+    raise UnknownOutcome(f"unknown run outcome {value!r}")
+
+
+# Closing softeners (seed 001, "forbidden terminal pattern"): optional offers that make
+# the run's state ambiguous. Matched only as whole trailing sentences.
+_SOFTENER = re.compile(
+    r"""(?isx)
+    (?:^|(?<=[.!?:\n]))\s*
+    (?:
+        (?:if\s+you(?:'d|\s+would)?\s+(?:want|like|prefer)(?:\s+to|\s+me\s+to)?\b[^\n]*)
+      | (?:would\s+you\s+like\s+(?:me\s+to|to)\b[^\n]*)
+      | (?:do\s+you\s+want\s+me\s+to\b[^\n]*)
+      | (?:shall\s+i\b[^\n]*\?)
+      | (?:should\s+i\s+(?:continue|proceed|go\s+ahead)\b[^\n]*)
+      | (?:let\s+me\s+know\s+if\b[^\n]*)
+      | (?:feel\s+free\s+to\b[^\n]*)
+      | (?:happy\s+to\s+help\s+(?:further|more)\b[^\n]*)
+    )
+    \s*$
+    """
+)
+
+
+def strip_softeners(text: str) -> str:
+    """Remove trailing optional-offer sentences ("If you want, I can ...") from ``text``.
+
+    Only the end of the text is touched, repeatedly, so an offer in the middle of an
+    answer (which is content) stays. The result never ends with a softener.
+    """
+    result = text.rstrip()
+    while True:
+        match = _SOFTENER.search(result)
+        if match is None:
+            return result
+        result = result[: match.start()].rstrip()
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.prompt_tokens + other.prompt_tokens,
+            self.completion_tokens + other.completion_tokens,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Handoff:
+    """The four-part terminal report."""
+
+    outcome: Outcome
+    evidence: str
+    artifacts: tuple[str, ...] = ()
+    next_step: str = ""
+    """Who acts next and what exactly (the "Handoff" part)."""
+    stopped_by: str | None = None
+    """Who stopped or aborted the run, if anyone did."""
+    question: str | None = None
+    """For ``askuserQuestion``: the one blocking question."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "outcome": self.outcome.value,
+            "evidence": self.evidence,
+            "artifacts": list(self.artifacts),
+            "handoff": self.next_step,
+            "stopped_by": self.stopped_by,
+            "question": self.question,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Handoff:
+        return cls(
+            outcome=normalize_outcome(str(data["outcome"])),
+            evidence=str(data.get("evidence", "")),
+            artifacts=tuple(str(a) for a in data.get("artifacts", ())),
+            next_step=str(data.get("handoff", "")),
+            stopped_by=data.get("stopped_by"),
+            question=data.get("question"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Timings:
+    started_at: datetime
+    ended_at: datetime
+    stop_requested_at: datetime | None = None
+    stop_honoured_at: datetime | None = None
+
+    @property
+    def duration_s(self) -> float:
+        return (self.ended_at - self.started_at).total_seconds()
+
+
+# Process exit statuses for the terminal runner (SPEC.md section 6).
+_PROCESS_STATUS = {
+    ExitCode.USER_ABORT: 130,
+    ExitCode.SHUTDOWN: 143,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    """Everything a caller learns when a run ends. Exactly one per run."""
+
+    run_id: str
+    outcome: Outcome
+    exit_code: ExitCode
+    handoff: Handoff
+    stop_reason: StopReason | None
+    turns: int
+    usage: Usage
+    timings: Timings
+    final_text: str = ""
+    error: str | None = None
+    children: tuple[RunResult, ...] = field(default=())
+
+    @property
+    def process_status(self) -> int:
+        """0 finished or stopped, 130 aborted, 143 shutdown, 1 failed."""
+        if self.exit_code in _PROCESS_STATUS:
+            return _PROCESS_STATUS[self.exit_code]
+        return 1 if self.outcome is Outcome.FAILED else 0
+
+    @property
+    def summary(self) -> str:
+        return self.handoff.evidence
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "outcome": self.outcome.value,
+            "stop_reason": self.stop_reason.value if self.stop_reason else None,
+            "exit_code": self.exit_code.value,
+            "summary": self.summary,
+            "handoff": self.handoff.to_dict(),
+            "final_text": self.final_text,
+            "turns": self.turns,
+            "usage": {
+                "prompt_tokens": self.usage.prompt_tokens,
+                "completion_tokens": self.usage.completion_tokens,
+                "total_tokens": self.usage.total_tokens,
+            },
+            "timings": {
+                "started_at": self.timings.started_at.isoformat(),
+                "ended_at": self.timings.ended_at.isoformat(),
+                "duration_s": round(self.timings.duration_s, 6),
+                "stop_requested_at": _iso(self.timings.stop_requested_at),
+                "stop_honoured_at": _iso(self.timings.stop_honoured_at),
+            },
+            "error": self.error,
+            "children": [c.to_dict() for c in self.children],
+        }
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value else None

@@ -1,0 +1,234 @@
+"""The interfaces the core depends on, and the records that cross them.
+
+Adapters live beside each other in :mod:`agent_core.stores` (``memory`` here; ``sqlite``
+and ``postgres`` for durable, multi-worker state) and one contract test suite runs against
+all of them. The core never imports an adapter.
+
+- :class:`ChatModel` streams one model turn (the OpenAI adapter is :mod:`agent_core.model`).
+- :class:`RunStore` keeps runs, their checkpoints (the conversation after each turn) and
+  the audit trail. Terminal state is written by compare-and-set: exactly one wins.
+- :class:`StopRequestStore` keeps stop requests so that a click landing in any worker
+  reaches the run's owner, and survives a restart (SPEC.md section 3, seed 004).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from agent_core.states import RunState
+from agent_core.stop import StopReason, utcnow
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+    from agent_core.outcomes import ExitCode, Outcome, Usage
+
+__all__ = [
+    "AuditEvent",
+    "ChatMessage",
+    "ChatModel",
+    "Checkpoint",
+    "ModelRequest",
+    "ModelResponse",
+    "RunRecord",
+    "RunStore",
+    "StopRequestRecord",
+    "StopRequestStore",
+    "TextSink",
+    "ThreadKey",
+    "ToolCall",
+    "ToolSpec",
+]
+
+ChatMessage = dict[str, Any]
+"""One message in OpenAI chat format; plain JSON so checkpoints can store it as is."""
+
+
+# -- the chat model -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """A tool as the model sees it."""
+
+    name: str
+    description: str
+    parameters: Mapping[str, Any]
+
+    def to_openai(self) -> dict[str, Any]:
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": dict(self.parameters),
+            },
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A tool call as the model emitted it; ``arguments`` is the raw JSON text."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRequest:
+    messages: Sequence[ChatMessage]
+    tools: Sequence[ToolSpec] = ()
+    tool_choice: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ModelResponse:
+    """One complete model turn, assembled from the stream."""
+
+    text: str
+    tool_calls: tuple[ToolCall, ...]
+    finish_reason: str
+    usage: Usage
+
+
+TextSink = Callable[[str], None]
+"""Receives text deltas as they stream in."""
+
+
+class ChatModel(Protocol):
+    """Streams one turn. Cancelling the awaiting task must close the HTTP stream before
+    the cancellation propagates; failures are raised as :class:`agent_core.errors.ModelError`.
+    """
+
+    async def complete(self, request: ModelRequest, on_text: TextSink) -> ModelResponse: ...
+
+
+# -- runs, checkpoints, audit ---------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadKey:
+    """Where a run lives in Slack. The terminal runner uses ``("local", "cli", run_id)``."""
+
+    team: str
+    channel: str
+    thread_ts: str
+
+    def __str__(self) -> str:
+        return f"{self.team}/{self.channel}/{self.thread_ts}"
+
+
+@dataclass(frozen=True, slots=True)
+class RunRecord:
+    """A run as stored (the ``runs`` table)."""
+
+    id: str
+    thread: ThreadKey
+    requester: str
+    task: str
+    state: RunState = RunState.QUEUED
+    parent_id: str | None = None
+    owner: str | None = None
+    """The worker id that holds the lease."""
+    lease_expires_at: datetime | None = None
+    status_ts: str | None = None
+    """The ``ts`` of the run's status message in Slack."""
+    outcome: Outcome | None = None
+    stop_reason: StopReason | None = None
+    exit_code: ExitCode | None = None
+    stopped_by: str | None = None
+    result: Mapping[str, Any] | None = None
+    """The stored :meth:`agent_core.outcomes.RunResult.to_dict`, once terminal."""
+    created_at: datetime = field(default_factory=utcnow)
+    updated_at: datetime = field(default_factory=utcnow)
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    run_id: str
+    turn: int
+    messages: tuple[ChatMessage, ...]
+    created_at: datetime = field(default_factory=utcnow)
+
+
+@dataclass(frozen=True, slots=True)
+class AuditEvent:
+    """Who did what to which run, when (the ``events`` table)."""
+
+    run_id: str
+    kind: str
+    """``stop.requested``, ``abort.requested``, ``stop.escalated``, ``run.takeover``..."""
+    actor: str
+    at: datetime = field(default_factory=utcnow)
+    detail: Mapping[str, Any] = field(default_factory=dict)
+
+
+class RunStore(Protocol):
+    async def create_run(self, run: RunRecord) -> None: ...
+
+    async def get_run(self, run_id: str) -> RunRecord | None: ...
+
+    async def set_state(
+        self,
+        run_id: str,
+        new: RunState,
+        *,
+        expected: Collection[RunState],
+        **changes: Any,
+    ) -> bool:
+        """Compare-and-set: move to ``new`` only if the current state is in ``expected``.
+
+        ``changes`` names other :class:`RunRecord` fields to write in the same statement.
+        Returns False (and writes nothing) when another writer got there first.
+        """
+        ...
+
+    async def save_checkpoint(self, checkpoint: Checkpoint) -> None: ...
+
+    async def latest_checkpoint(self, run_id: str) -> Checkpoint | None: ...
+
+    async def record_event(self, event: AuditEvent) -> None: ...
+
+    async def events_for(self, run_id: str) -> list[AuditEvent]: ...
+
+
+# -- stop requests --------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class StopRequestRecord:
+    """A stop request as stored (the ``stop_requests`` table, seed 004's fields)."""
+
+    id: str
+    run_id: str
+    thread: ThreadKey
+    kind: StopReason
+    requested_by: str
+    status: str = "requested"
+    """``requested`` until the owner honours it, then ``handled``."""
+    requested_at: datetime = field(default_factory=utcnow)
+    handled_at: datetime | None = None
+
+
+StopCallback = Callable[[StopRequestRecord], Awaitable[None]]
+
+
+class StopRequestStore(Protocol):
+    async def add_stop_request(
+        self, run_id: str, thread: ThreadKey, kind: StopReason, requested_by: str
+    ) -> StopRequestRecord:
+        """Commit a request. It is durable when this returns (before the click's ack)."""
+        ...
+
+    async def pending_stop_requests(
+        self, run_ids: Collection[str] | None = None
+    ) -> list[StopRequestRecord]:
+        """Requests still ``requested``, oldest first; all runs when ``run_ids`` is None."""
+        ...
+
+    async def mark_stop_handled(self, request_id: str) -> bool:
+        """Mark one request handled. False if it already was."""
+        ...

@@ -1,0 +1,208 @@
+"""Why a run is asked to end, and the per-run control object that carries that request.
+
+A stop is a *state*, not an event: once requested it stays requested. Three reasons exist
+(SPEC.md section 1):
+
+========== ============= ======================================== ====================
+reason      final turn?   in-flight LLM stream and tool tasks      outcome
+========== ============= ======================================== ====================
+stop        yes, one      left to finish the current step          userinterlude
+abort       no            cancelled at once, stream closed         userinterlude
+shutdown    no            cancelled at once, state checkpointed    blocked (resumable)
+========== ============= ======================================== ====================
+
+Requests only ever escalate: ``stop`` < ``shutdown`` < ``abort``. A repeated request of
+the same or a lower rank is a no-op. ``abort`` outranks ``shutdown`` because it carries a
+person's intent (do not resume this), which a restart must not undo.
+
+"Requested" and "took effect" are different moments and both are recorded: the loop calls
+:meth:`RunControl.mark_honoured` when it actually acts on the request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import TYPE_CHECKING
+
+import structlog
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+__all__ = ["RunControl", "StopReason", "StopRequest", "utcnow"]
+
+log = structlog.get_logger("agent_core.stop")
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class StopReason(StrEnum):
+    """Why a run is being ended from outside."""
+
+    STOP = "stop"
+    """Finish the current step, take one final turn with no tools, report."""
+    ABORT = "abort"
+    """Cancel now: close the LLM stream, cancel tool tasks, no final turn."""
+    SHUTDOWN = "shutdown"
+    """The process is going away: cancel now, checkpoint, leave the run resumable."""
+
+    @property
+    def cancels(self) -> bool:
+        """True when this reason cancels in-flight work instead of waiting for it."""
+        return self is not StopReason.STOP
+
+    @property
+    def rank(self) -> int:
+        return _RANK[self]
+
+
+_RANK = {StopReason.STOP: 1, StopReason.SHUTDOWN: 2, StopReason.ABORT: 3}
+
+
+@dataclass(frozen=True, slots=True)
+class StopRequest:
+    """One request to end a run: what, by whom, when, and through which channel."""
+
+    reason: StopReason
+    requested_by: str
+    requested_at: datetime = field(default_factory=utcnow)
+    source: str = "local"
+    """Where it came from: ``button``, ``native``, ``signal``, ``parent``, ``store``..."""
+
+
+class RunControl:
+    """The stop state of one run, plus the handles needed to enforce it.
+
+    Delivery inside the process is event-driven: :meth:`request_stop` sets an
+    :class:`asyncio.Event` that interruptible waits select on, and for cancelling reasons
+    it cancels the run's task directly. Nothing polls.
+
+    Child runs (sub-agents) register with :meth:`adopt`; every request reaches them with
+    the same reason.
+    """
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self._request: StopRequest | None = None
+        self._history: list[StopRequest] = []
+        self._requested = asyncio.Event()
+        self._task: asyncio.Task[object] | None = None
+        self._children: list[RunControl] = []
+        self._listeners: list[Callable[[StopRequest], None]] = []
+        self.honoured_at: datetime | None = None
+        self.cancel_issued = False
+        """True once this control has cancelled the run's task itself."""
+
+    # -- state -------------------------------------------------------------------------
+
+    @property
+    def request(self) -> StopRequest | None:
+        """The effective (highest-ranked) request so far, if any."""
+        return self._request
+
+    @property
+    def reason(self) -> StopReason | None:
+        return self._request.reason if self._request else None
+
+    @property
+    def history(self) -> tuple[StopRequest, ...]:
+        """Every request that changed the state, oldest first."""
+        return tuple(self._history)
+
+    @property
+    def stop_requested(self) -> bool:
+        return self._request is not None
+
+    @property
+    def first_requested_at(self) -> datetime | None:
+        return self._history[0].requested_at if self._history else None
+
+    @property
+    def user_stopped(self) -> bool:
+        """True if a person (not a restart) asked this run to stop or abort."""
+        return any(r.reason is not StopReason.SHUTDOWN for r in self._history)
+
+    async def wait_requested(self) -> StopRequest:
+        await self._requested.wait()
+        assert self._request is not None
+        return self._request
+
+    # -- wiring ------------------------------------------------------------------------
+
+    def attach(self, task: asyncio.Task[object]) -> None:
+        """Give the control the task to cancel on abort or shutdown."""
+        self._task = task
+        if self.reason is not None and self.reason.cancels:
+            self._cancel_task()
+
+    def adopt(self, child: RunControl) -> None:
+        """Register a child run; a request already in force reaches it at once."""
+        self._children.append(child)
+        if self._request is not None:
+            child.request_stop(self._request.reason, self._request.requested_by, source="parent")
+
+    def add_listener(self, listener: Callable[[StopRequest], None]) -> None:
+        """Call ``listener`` synchronously each time the effective request changes."""
+        self._listeners.append(listener)
+
+    # -- the one entry point -----------------------------------------------------------
+
+    def request_stop(self, reason: StopReason, requested_by: str, *, source: str = "local") -> bool:
+        """Ask the run to end. Returns True if this changed the run's stop state.
+
+        Idempotent: the same or a lower-ranked reason is a no-op. Cancelling reasons
+        cancel the run's task at once (the HTTP stream is closed by the unwinding).
+        """
+        current = self._request
+        if current is not None and reason.rank <= current.reason.rank:
+            log.info(
+                "stop.ignored",
+                run_id=self.run_id,
+                reason=reason.value,
+                requested_by=requested_by,
+                current=current.reason.value,
+            )
+            return False
+        request = StopRequest(reason=reason, requested_by=requested_by, source=source)
+        self._request = request
+        self._history.append(request)
+        self._requested.set()
+        log.info(
+            "stop.requested",
+            run_id=self.run_id,
+            reason=reason.value,
+            requested_by=requested_by,
+            source=source,
+            upgraded_from=current.reason.value if current else None,
+        )
+        for listener in list(self._listeners):
+            listener(request)
+        for child in list(self._children):
+            child.request_stop(reason, requested_by, source="parent")
+        if reason.cancels:
+            self._cancel_task()
+        return True
+
+    def mark_honoured(self) -> None:
+        """Record the moment the run actually acted on the request (first time only)."""
+        if self.honoured_at is None and self._request is not None:
+            self.honoured_at = utcnow()
+            log.info(
+                "stop.honoured",
+                run_id=self.run_id,
+                reason=self._request.reason.value,
+                requested_by=self._request.requested_by,
+            )
+
+    def _cancel_task(self) -> None:
+        task = self._task
+        if task is None or task.done():
+            return
+        self.cancel_issued = True
+        assert self._request is not None
+        task.cancel(msg=f"threadpilot:{self._request.reason.value}")
