@@ -15,12 +15,13 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from agent_core.states import RunState
 from agent_core.stop import StopReason, utcnow
 
 if TYPE_CHECKING:
+    from contextlib import AbstractAsyncContextManager
     from datetime import datetime
 
     from agent_core.outcomes import ExitCode, Outcome, Usage
@@ -30,12 +31,19 @@ __all__ = [
     "ChatMessage",
     "ChatModel",
     "Checkpoint",
+    "LeaseStore",
     "ModelRequest",
     "ModelResponse",
+    "Reconnected",
+    "RetentionStore",
     "RunRecord",
     "RunStore",
     "StopRequestRecord",
+    "StopListener",
     "StopRequestStore",
+    "StopWakeup",
+    "StopWakeups",
+    "Store",
     "TextSink",
     "ThreadKey",
     "ToolCall",
@@ -232,3 +240,92 @@ class StopRequestStore(Protocol):
     async def mark_stop_handled(self, request_id: str) -> bool:
         """Mark one request handled. False if it already was."""
         ...
+
+
+# -- leases, retention, wake-ups (SPEC.md section 3, seed 004) ------------------------
+
+
+class LeaseStore(Protocol):
+    """Which worker owns which live run, for how long (the ``owner`` and
+    ``lease_expires_at`` columns of ``runs``).
+
+    Leasing never changes a run's state: state moves by :meth:`RunStore.set_state` alone.
+    ``now`` defaults to the wall clock; tests pass it explicitly. To leave no window in
+    which a new run has no owner, create it with ``owner`` and ``lease_expires_at`` set.
+    """
+
+    async def claim_run(
+        self, run_id: str, owner: str, ttl_s: float, *, now: datetime | None = None
+    ) -> bool:
+        """Take or renew the lease on a live run for ``ttl_s`` seconds from ``now``.
+
+        Succeeds when the lease is free, expired, or already ``owner``'s. False (and
+        nothing written) for an unknown or terminal run, or one another owner still holds.
+        """
+        ...
+
+    async def release_run(self, run_id: str, owner: str) -> bool:
+        """Drop ``owner``'s lease so another worker may claim at once. False if not held."""
+        ...
+
+    async def heartbeat(self, owner: str, ttl_s: float, *, now: datetime | None = None) -> int:
+        """Extend the lease of every live run ``owner`` holds; returns how many."""
+        ...
+
+    async def expired_runs(self, now: datetime | None = None) -> list[RunRecord]:
+        """Live runs whose lease ran out at or before ``now``, oldest run first.
+
+        Runs never leased are not in the list: nobody lost them.
+        """
+        ...
+
+    async def live_runs(self, owner: str | None = None) -> list[RunRecord]:
+        """Live runs (of ``owner``, or of everyone), oldest first."""
+        ...
+
+
+class RetentionStore(Protocol):
+    async def purge(self, older_than: datetime) -> int:
+        """Delete what is no longer needed from before ``older_than``; returns rows deleted.
+
+        Goes: handled stop requests (by ``handled_at``), audit events (by ``at``), and the
+        checkpoints of runs that can never resume (terminal, except ``blocked``). Runs and
+        pending stop requests are kept.
+        """
+        ...
+
+
+StopWakeup = Callable[[str], Awaitable[None]]
+"""Called with the run id of a newly committed stop request; read the table to act."""
+
+Reconnected = Callable[[], Awaitable[None]]
+"""Called after a wake-up channel came back: anything sent meanwhile was lost, re-scan."""
+
+
+class StopListener(Protocol):
+    @property
+    def connected(self) -> bool:
+        """False while the wake-up channel is down and being re-established."""
+        ...
+
+
+@runtime_checkable
+class StopWakeups(Protocol):
+    """A store that can wake workers when a stop request is committed (PostgreSQL).
+
+    A wake-up is a hint, never the truth: the ``stop_requests`` table is. Stores without
+    this capability (SQLite, memory) are polled.
+    """
+
+    def listen_stops(
+        self, on_stop: StopWakeup, *, on_reconnect: Reconnected | None = None
+    ) -> AbstractAsyncContextManager[StopListener]:
+        """Listen while the context is open. The channel is live once entered, so a
+        scan made after entering misses nothing."""
+        ...
+
+
+class Store(RunStore, StopRequestStore, LeaseStore, RetentionStore, Protocol):
+    """Everything a worker needs from one database, as :func:`open_store` returns it."""
+
+    async def close(self) -> None: ...

@@ -1,7 +1,8 @@
-"""In-memory :class:`~agent_core.ports.RunStore` and :class:`~agent_core.ports.StopRequestStore`.
+"""In-memory :class:`~agent_core.ports.Store`: runs, stop requests, leases, retention.
 
 For the terminal runner, single-process use and tests. Nothing survives the process; the
-durable adapters (SQLite, PostgreSQL) keep the same contract.
+durable adapters (SQLite, PostgreSQL) keep the same contract, checked by one suite in
+``tests/stores``.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import uuid
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from agent_core.ports import (
@@ -18,19 +20,20 @@ from agent_core.ports import (
     StopRequestRecord,
     ThreadKey,
 )
+from agent_core.states import LIVE_STATES, TERMINAL_STATES, RunState
 from agent_core.stop import utcnow
 
 if TYPE_CHECKING:
-    from collections.abc import Collection
+    from collections.abc import Collection, Iterable
+    from datetime import datetime
 
-    from agent_core.states import RunState
     from agent_core.stop import StopReason
 
 __all__ = ["MemoryStore"]
 
 
 class MemoryStore:
-    """Both store ports in one object, guarded by one lock so CAS is atomic."""
+    """All the store ports in one object, guarded by one lock so CAS is atomic."""
 
     def __init__(self) -> None:
         self._lock = asyncio.Lock()
@@ -112,3 +115,97 @@ class MemoryStore:
                 record, status="handled", handled_at=utcnow()
             )
             return True
+
+    # -- LeaseStore --------------------------------------------------------------------
+
+    async def claim_run(
+        self, run_id: str, owner: str, ttl_s: float, *, now: datetime | None = None
+    ) -> bool:
+        now = now or utcnow()
+        async with self._lock:
+            run = self._runs.get(run_id)
+            if run is None or run.state not in LIVE_STATES or not _lease_free(run, owner, now):
+                return False
+            self._runs[run_id] = dataclasses.replace(
+                run, owner=owner, lease_expires_at=now + timedelta(seconds=ttl_s)
+            )
+            return True
+
+    async def release_run(self, run_id: str, owner: str) -> bool:
+        async with self._lock:
+            run = self._runs.get(run_id)
+            if run is None or run.owner != owner:
+                return False
+            self._runs[run_id] = dataclasses.replace(run, owner=None, lease_expires_at=None)
+            return True
+
+    async def heartbeat(self, owner: str, ttl_s: float, *, now: datetime | None = None) -> int:
+        expires = (now or utcnow()) + timedelta(seconds=ttl_s)
+        async with self._lock:
+            held = [r for r in self._runs.values() if r.owner == owner and r.state in LIVE_STATES]
+            for run in held:
+                self._runs[run.id] = dataclasses.replace(run, lease_expires_at=expires)
+            return len(held)
+
+    async def expired_runs(self, now: datetime | None = None) -> list[RunRecord]:
+        now = now or utcnow()
+        return _oldest_first(
+            r
+            for r in self._runs.values()
+            if r.state in LIVE_STATES
+            and r.lease_expires_at is not None
+            and r.lease_expires_at <= now
+        )
+
+    async def live_runs(self, owner: str | None = None) -> list[RunRecord]:
+        return _oldest_first(
+            r
+            for r in self._runs.values()
+            if r.state in LIVE_STATES and (owner is None or r.owner == owner)
+        )
+
+    # -- RetentionStore ----------------------------------------------------------------
+
+    async def purge(self, older_than: datetime) -> int:
+        async with self._lock:
+            stops = [
+                key
+                for key, r in self._stops.items()
+                if r.status == "handled" and r.handled_at is not None and r.handled_at < older_than
+            ]
+            for key in stops:
+                del self._stops[key]
+            events = 0
+            for run_id, run_events in self._events.items():
+                kept = [e for e in run_events if e.at >= older_than]
+                events += len(run_events) - len(kept)
+                self._events[run_id] = kept
+            checkpoints = [
+                run_id
+                for run_id, c in self._checkpoints.items()
+                if c.created_at < older_than and _never_resumes(self._runs.get(run_id))
+            ]
+            for run_id in checkpoints:
+                del self._checkpoints[run_id]
+            return len(stops) + events + len(checkpoints)
+
+    async def close(self) -> None:
+        """Nothing to release; here so this store is a :class:`~agent_core.ports.Store`."""
+
+
+def _lease_free(run: RunRecord, owner: str, now: datetime) -> bool:
+    return (
+        run.owner is None
+        or run.owner == owner
+        or run.lease_expires_at is None
+        or run.lease_expires_at <= now
+    )
+
+
+def _never_resumes(run: RunRecord | None) -> bool:
+    # ``blocked`` is terminal but resumable from its checkpoint (states.py), so it keeps it.
+    return run is not None and run.state in TERMINAL_STATES and run.state is not RunState.BLOCKED
+
+
+def _oldest_first(runs: Iterable[RunRecord]) -> list[RunRecord]:
+    return sorted(runs, key=lambda r: (r.created_at, r.id))

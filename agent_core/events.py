@@ -1,0 +1,165 @@
+"""Progress events a run emits while it works, and the hub that delivers them.
+
+The Slack layer renders these into the status message; the terminal runner prints them.
+Listeners are called synchronously, in order, on the run's event loop: a listener must
+be quick (record, set an event, put on a queue) and never block. A listener that raises
+is logged and dropped from nothing: the run goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import structlog
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Callable
+
+    from agent_core.outcomes import RunResult, Usage
+    from agent_core.stop import StopReason
+
+__all__ = [
+    "EventHub",
+    "Retrying",
+    "RunEvent",
+    "RunFinished",
+    "StepRestarted",
+    "StopHonoured",
+    "StopRequested",
+    "TextDelta",
+    "ToolFinished",
+    "ToolStarted",
+    "TurnFinished",
+    "TurnStarted",
+]
+
+log = structlog.get_logger("agent_core.events")
+
+
+@dataclass(frozen=True, slots=True)
+class TurnStarted:
+    run_id: str
+    turn: int
+    final: bool = False
+    """True for the forced final turn (stop, limits): only ``final_report`` is offered."""
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TextDelta:
+    run_id: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class StepRestarted:
+    """A failed model call is being retried: text streamed for it so far is void."""
+
+    run_id: str
+    turn: int
+
+
+@dataclass(frozen=True, slots=True)
+class TurnFinished:
+    run_id: str
+    turn: int
+    usage: Usage
+    """Tokens used by the whole run so far."""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolStarted:
+    run_id: str
+    call_id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolFinished:
+    run_id: str
+    call_id: str
+    name: str
+    ok: bool
+    output: str
+
+
+@dataclass(frozen=True, slots=True)
+class Retrying:
+    run_id: str
+    attempt: int
+    delay_s: float
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
+class StopRequested:
+    run_id: str
+    reason: StopReason
+    requested_by: str
+
+
+@dataclass(frozen=True, slots=True)
+class StopHonoured:
+    run_id: str
+    reason: StopReason
+
+
+@dataclass(frozen=True, slots=True)
+class RunFinished:
+    run_id: str
+    result: RunResult
+
+
+RunEvent = (
+    TurnStarted
+    | TextDelta
+    | StepRestarted
+    | TurnFinished
+    | ToolStarted
+    | ToolFinished
+    | Retrying
+    | StopRequested
+    | StopHonoured
+    | RunFinished
+)
+
+
+class EventHub:
+    """Fans a run's events out to listeners and async subscribers."""
+
+    def __init__(self) -> None:
+        self._listeners: list[Callable[[RunEvent], None]] = []
+        self._finished = False
+
+    def add_listener(self, listener: Callable[[RunEvent], None]) -> Callable[[], None]:
+        """Call ``listener`` for every later event. Returns a function that removes it."""
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener)
+
+    def emit(self, event: RunEvent) -> None:
+        if isinstance(event, RunFinished):
+            self._finished = True
+        for listener in list(self._listeners):
+            try:
+                listener(event)
+            except Exception:
+                # A broken renderer must not break the run it renders.
+                log.exception("events.listener_failed", event=type(event).__name__)
+
+    async def subscribe(self) -> AsyncIterator[RunEvent]:
+        """Yield every event from now on, ending after :class:`RunFinished`."""
+        queue: asyncio.Queue[RunEvent] = asyncio.Queue()
+        if self._finished:
+            return
+        remove = self.add_listener(queue.put_nowait)
+        try:
+            while True:
+                event = await queue.get()
+                yield event
+                if isinstance(event, RunFinished):
+                    return
+        finally:
+            remove()

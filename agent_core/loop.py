@@ -1,0 +1,567 @@
+"""The agent loop: one :class:`Run` per request, with Stop, Abort and Shutdown.
+
+A run's work happens in an inner task that the run's :class:`RunControl` can cancel.
+:meth:`Run.run` awaits it and is the one place that turns an ending — natural, forced,
+or cancelled — into exactly one :class:`RunResult` and one terminal state::
+
+    run()  ── creates ──► _drive() task ◄── cancelled by RunControl on abort/shutdown
+      │                      │
+      │                      ├─ step boundary: stop? limits? → final turn (only final_report)
+      │                      ├─ model turn (streamed; retries wait interruptibly)
+      │                      └─ tool batch (TaskGroup: cancelled together)
+      └─ Ending → RunResult → store (compare-and-set) → RunFinished event
+
+A stop never cancels anything: it is read at the step boundary. Abort and shutdown cancel
+the inner task; the model adapter closes its HTTP stream during that unwinding, so the
+run reports its end only after the connection is closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import structlog
+
+from agent_core.errors import ContextOverflow, FatalModelError, ModelError, RetryableModelError
+from agent_core.events import (
+    EventHub,
+    Retrying,
+    RunFinished,
+    StepRestarted,
+    StopHonoured,
+    StopRequested,
+    TextDelta,
+    ToolFinished,
+    ToolStarted,
+    TurnFinished,
+    TurnStarted,
+)
+from agent_core.outcomes import ExitCode, Handoff, Outcome, RunResult, Timings, Usage
+from agent_core.ports import ModelRequest, ThreadKey
+from agent_core.prompts import SYSTEM_PROMPT, FinalTurnReason, final_turn_instruction
+from agent_core.recording import RunRecorder
+from agent_core.retry import RetryPolicy
+from agent_core.steps import (
+    AskedUser,
+    Continue,
+    Ending,
+    FinalAnswer,
+    Reported,
+    Step,
+    ending_after_final_turn,
+    ending_for_step,
+    parse_ask,
+    parse_report,
+)
+from agent_core.stop import RunControl, StopReason, utcnow
+from agent_core.tools import ASK_USER, FINAL_REPORT, Tool, Toolbox, ToolOutcome, gather_tools
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from datetime import datetime
+
+    from agent_core.ports import ChatMessage, ChatModel, ModelResponse, RunStore, ToolCall
+    from agent_core.stop import StopRequest
+
+__all__ = ["Agent", "AgentConfig", "Run", "current_run"]
+
+log = structlog.get_logger("agent_core.loop")
+
+_current_run: contextvars.ContextVar[Run] = contextvars.ContextVar("threadpilot_run")
+
+
+def current_run() -> Run:
+    """The run whose tool is executing now (for tools that start child runs)."""
+    return _current_run.get()
+
+
+@dataclass(frozen=True, slots=True)
+class AgentConfig:
+    system_prompt: str = SYSTEM_PROMPT
+    max_turns: int = 20
+    """Model turns before a forced final turn (the final turn is extra)."""
+    context_window: int | None = None
+    """The model's context size in tokens; None disables the context guard."""
+    context_threshold: float = 0.9
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    final_turn_timeout_s: float | None = None
+    """After a Stop, escalate to Abort if the final turn takes longer than this."""
+
+
+class _StopDuringWait(Exception):
+    """A stop arrived while waiting to retry: go to the step boundary now."""
+
+
+class _RetriesExhausted(Exception):
+    def __init__(self, error: RetryableModelError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+class Agent:
+    """A model, its tools and limits. Makes runs; holds no per-run state."""
+
+    def __init__(
+        self,
+        model: ChatModel,
+        tools: Sequence[Tool] = (),
+        *,
+        config: AgentConfig | None = None,
+        store: RunStore | None = None,
+    ) -> None:
+        self.model = model
+        self.tools = tuple(tools)
+        self.config = config or AgentConfig()
+        self.store = store
+
+    def new_run(
+        self,
+        task: str,
+        *,
+        run_id: str | None = None,
+        requester: str = "local",
+        thread: ThreadKey | None = None,
+        history: Sequence[ChatMessage] = (),
+        parent: Run | None = None,
+    ) -> Run:
+        run_id = run_id or uuid.uuid4().hex
+        return Run(
+            self,
+            run_id,
+            task,
+            requester=requester,
+            thread=thread or ThreadKey("local", "cli", run_id),
+            history=history,
+            parent=parent,
+        )
+
+
+class Run:
+    """One agent session answering one request. Call :meth:`run` exactly once."""
+
+    def __init__(
+        self,
+        agent: Agent,
+        run_id: str,
+        task: str,
+        *,
+        requester: str,
+        thread: ThreadKey,
+        history: Sequence[ChatMessage],
+        parent: Run | None,
+    ) -> None:
+        self.id = run_id
+        self.task = task
+        self.requester = requester
+        self.thread = thread
+        self.parent = parent
+        self.agent = agent
+        self.control = RunControl(run_id)
+        self.events = EventHub()
+        self.result: RunResult | None = None
+        self._toolbox = Toolbox(agent.tools)
+        self._messages: list[ChatMessage] = [
+            {"role": "system", "content": agent.config.system_prompt},
+            *history,
+            {"role": "user", "content": task},
+        ]
+        self._turns = 0
+        self._steps_completed = 0
+        self._usage = Usage()
+        self._last_usage = Usage()
+        self._last_error: ModelError | None = None
+        self._activity = "starting"
+        self._tool_log: list[str] = []
+        self._children: list[Run] = []
+        self._started = False
+        self._log = log.bind(run_id=run_id, thread=str(thread), requester=requester)
+        self._recorder = RunRecorder(agent.store, self)
+        self.control.add_listener(self._on_stop_requested)
+        if parent is not None:
+            parent.control.adopt(self.control)
+
+    # -- public API --------------------------------------------------------------------
+
+    @property
+    def messages(self) -> list[ChatMessage]:
+        return list(self._messages)
+
+    def request_stop(self, reason: StopReason, requested_by: str, *, source: str = "local") -> bool:
+        """Ask the run to end; see :meth:`RunControl.request_stop`."""
+        return self.control.request_stop(reason, requested_by, source=source)
+
+    def child(self, task: str, *, tools: Sequence[Tool] | None = None) -> Run:
+        """A sub-agent run: it inherits every stop and abort of this run."""
+        agent = (
+            self.agent
+            if tools is None
+            else Agent(self.agent.model, tools, config=self.agent.config, store=self.agent.store)
+        )
+        child = agent.new_run(task, requester=self.requester, thread=self.thread, parent=self)
+        self._children.append(child)
+        return child
+
+    async def run(self) -> RunResult:
+        if self._started:
+            raise RuntimeError(f"run {self.id} was already started")
+        self._started = True
+        started_at = utcnow()
+        await self._recorder.started()
+        self._log.info("run.started", task=self.task[:200], parent=self.parent and self.parent.id)
+        inner = asyncio.create_task(self._drive_in_context(), name=f"run:{self.id}")
+        self.control.attach(inner)
+        try:
+            ending = await inner
+        except asyncio.CancelledError:
+            if _cancelled_from_outside():
+                # Not ours to swallow: record a terminal state (bounded), then propagate.
+                self.control.request_stop(StopReason.SHUTDOWN, "system:cancelled", source="task")
+                async with asyncio.timeout(_DRAIN_TIMEOUT_S):
+                    await asyncio.shield(self._finish(self._cancelled_ending(), started_at))
+                raise
+            if not self.control.cancel_issued:
+                raise  # cancelled by something inside the run, not by us: a bug, surface it
+            ending = self._cancelled_ending()
+        except Exception as exc:
+            # A bug or a store failure must still leave the run with a terminal state.
+            self._log.exception("run.crashed")
+            ending = Ending(
+                Outcome.FAILED,
+                ExitCode.ERROR,
+                evidence=f"threadpilot failed internally: {exc}",
+                next_step="An admin checks the logs; reply in the thread to retry.",
+                error=repr(exc),
+            )
+        return await self._finish(ending, started_at)
+
+    # -- the loop ----------------------------------------------------------------------
+
+    async def _drive_in_context(self) -> Ending:
+        _current_run.set(self)
+        return await self._drive()
+
+    async def _drive(self) -> Ending:
+        while True:
+            forced = self._at_boundary()
+            if isinstance(forced, Ending):
+                return forced
+            if forced is not None:
+                return await self._final_turn(forced)
+            try:
+                response = await self._call_model(self._request(), final=False)
+            except _StopDuringWait:
+                continue
+            except _RetriesExhausted as exc:
+                self._last_error = exc.error
+                return await self._final_turn(FinalTurnReason.MAX_RETRIES)
+            except ContextOverflow as exc:
+                return self._model_failed(exc, Outcome.BLOCKED, ExitCode.TOKEN_LIMIT)
+            except FatalModelError as exc:
+                return self._model_failed(exc, Outcome.FAILED, ExitCode.ERROR)
+            step = await self._take_step(response)
+            self._steps_completed += 1
+            await self._recorder.checkpoint(self._turns, self._messages)
+            match step:
+                case Continue():
+                    continue
+                case FinalAnswer() | Reported() | AskedUser():
+                    return ending_for_step(step)
+
+    def _at_boundary(self) -> Ending | FinalTurnReason | None:
+        """Between steps: is there a stop to honour or a limit that forces the end?"""
+        if self.control.reason is StopReason.STOP:
+            self._honour_stop()
+            if self._steps_completed == 0:
+                return Ending(
+                    Outcome.USERINTERLUDE,
+                    ExitCode.USER_STOP,
+                    evidence="Stopped before any work was done; the model was not called.",
+                    next_step="The requester decides: reply in the thread to start again.",
+                )
+            return FinalTurnReason.USER_STOP
+        if self._turns >= self.agent.config.max_turns:
+            return FinalTurnReason.MAX_TURNS
+        window = self.agent.config.context_window
+        if window and self._last_usage.total_tokens >= window * self.agent.config.context_threshold:
+            return FinalTurnReason.TOKEN_LIMIT
+        return None
+
+    def _request(self) -> ModelRequest:
+        return ModelRequest(self._messages, tools=[*self._toolbox.specs, FINAL_REPORT, ASK_USER])
+
+    async def _call_model(
+        self, request: ModelRequest, *, final: bool, attempts: int | None = None
+    ) -> ModelResponse:
+        """One model turn, retried with backoff. Stop ends a retry wait unless ``final``."""
+        policy = self.agent.config.retry
+        attempts = attempts or policy.max_attempts
+        self._turns += 1
+        self.events.emit(TurnStarted(self.id, self._turns, final=final))
+        self._log.info("turn.started", turn=self._turns, final=final)
+        attempt = 0
+        while True:
+            attempt += 1
+            self._activity = "waiting for the model's answer"
+            try:
+                response = await self.agent.model.complete(request, self._on_text)
+            except RetryableModelError as exc:
+                self._last_error = exc
+                retry_after = getattr(exc, "retry_after", None)
+                if attempt >= attempts or (retry_after or 0) > policy.max_retry_after_s:
+                    raise _RetriesExhausted(exc) from exc
+                await self._wait_to_retry(attempt, policy.delay(attempt, retry_after), exc, final)
+                continue
+            self._usage += response.usage
+            self._last_usage = response.usage
+            self.events.emit(TurnFinished(self.id, self._turns, self._usage))
+            return response
+
+    async def _wait_to_retry(
+        self, attempt: int, delay: float, error: ModelError, final: bool
+    ) -> None:
+        self._log.warning(
+            "model.retrying", attempt=attempt, delay_s=round(delay, 3), error=str(error)
+        )
+        self.events.emit(Retrying(self.id, attempt, delay, str(error)))
+        self.events.emit(StepRestarted(self.id, self._turns))
+        self._activity = "waiting to retry the model"
+        if final:
+            await asyncio.sleep(delay)
+            return
+        if self.control.reason is StopReason.STOP:
+            raise _StopDuringWait
+        try:
+            async with asyncio.timeout(delay):
+                await self.control.wait_requested()
+        except TimeoutError:
+            return
+        raise _StopDuringWait
+
+    async def _take_step(self, response: ModelResponse) -> Step:
+        calls = response.tool_calls
+        self._messages.append(_assistant_message(response))
+        if not calls:
+            return FinalAnswer(response.text)
+        for call in calls:
+            if call.name == FINAL_REPORT.name and (report := parse_report(call.arguments)):
+                self._close_calls(calls, answered=call, note="not run: the run ended")
+                return Reported(report, response.text)
+            if call.name == ASK_USER.name and (question := parse_ask(call.arguments)):
+                self._close_calls(calls, answered=call, note="not run: the run ended")
+                return AskedUser(question, response.text)
+        if self.control.reason is StopReason.STOP:
+            # The stop landed while this answer streamed: its tool calls are new work.
+            self._close_calls(calls, answered=None, note="not run: the user asked to stop")
+            return Continue()
+        outcomes = await gather_tools(
+            self._toolbox,
+            [c for c in calls if c.name not in _LOOP_TOOLS],
+            self._on_tool_start,
+            self._on_tool_done,
+        )
+        self._messages.extend(o.message() for o in outcomes)
+        for call in calls:
+            if call.name in _LOOP_TOOLS:  # a malformed final_report / ask_user
+                self._messages.append(
+                    _tool_result(
+                        call, f"error: {call.name} needs valid JSON arguments matching its schema"
+                    )
+                )
+        return Continue()
+
+    async def _final_turn(self, reason: FinalTurnReason) -> Ending:
+        """One last model turn that may only report. Its failure still ends the run."""
+        if reason is FinalTurnReason.USER_STOP:
+            await self._recorder.stopping()
+        timer = self._arm_final_turn_timeout(reason)
+        instruction = {"role": "system", "content": final_turn_instruction(reason)}
+        request = ModelRequest([*self._messages, instruction], tools=[FINAL_REPORT])
+        attempts = 1 if reason is FinalTurnReason.MAX_RETRIES else None
+        try:
+            response = await self._call_model(request, final=True, attempts=attempts)
+        except (_RetriesExhausted, ModelError) as exc:
+            error = exc.error if isinstance(exc, _RetriesExhausted) else exc
+            return ending_after_final_turn(
+                reason,
+                None,
+                "",
+                default_outcome=self._default_outcome(reason, error),
+                error=str(error),
+                fallback_evidence=self._progress_summary(error),
+            )
+        finally:
+            if timer is not None:
+                timer.cancel()
+        self._messages.extend([instruction, _assistant_message(response)])
+        report = next(
+            (
+                r
+                for c in response.tool_calls
+                if c.name == FINAL_REPORT.name
+                if (r := parse_report(c.arguments))
+            ),
+            None,
+        )
+        return ending_after_final_turn(
+            reason,
+            report,
+            response.text,
+            default_outcome=self._default_outcome(reason, self._last_error),
+            fallback_evidence=self._progress_summary(None),
+        )
+
+    # -- helpers -----------------------------------------------------------------------
+
+    def _arm_final_turn_timeout(self, reason: FinalTurnReason) -> asyncio.TimerHandle | None:
+        timeout = self.agent.config.final_turn_timeout_s
+        if reason is not FinalTurnReason.USER_STOP or timeout is None:
+            return None
+        return asyncio.get_running_loop().call_later(
+            timeout,
+            lambda: self.control.request_stop(
+                StopReason.ABORT, "system:final-turn-timeout", source="timer"
+            ),
+        )
+
+    def _default_outcome(self, reason: FinalTurnReason, error: ModelError | None) -> Outcome:
+        if reason is FinalTurnReason.MAX_RETRIES:
+            return Outcome.BLOCKED if error is not None and error.status == 429 else Outcome.FAILED
+        return Outcome.BLOCKED
+
+    def _progress_summary(self, error: ModelError | None) -> str:
+        done = "; ".join(self._tool_log[-10:]) or "no tool calls"
+        failure = f" The model endpoint failed: {error}." if error is not None else ""
+        return f"{self._turns} model turns, {len(self._tool_log)} tool calls ({done}).{failure}"
+
+    def _model_failed(self, exc: ModelError, outcome: Outcome, code: ExitCode) -> Ending:
+        self._log.error("model.failed", error=str(exc), status=exc.status)
+        return Ending(
+            outcome,
+            code,
+            evidence=f"{exc}. {self._progress_summary(None)}",
+            next_step="An admin checks the model settings (OPENAI_*); then reply "
+            "in the thread to retry.",
+            error=str(exc),
+        )
+
+    def _cancelled_ending(self) -> Ending:
+        request = self.control.request
+        assert request is not None, "cancelled without a stop request"
+        self._honour_stop()
+        during = f"during turn {self._turns} while {self._activity}"
+        if request.reason is StopReason.ABORT:
+            return Ending(
+                Outcome.USERINTERLUDE,
+                ExitCode.USER_ABORT,
+                evidence=f"Aborted {during}; the interrupted step was discarded. "
+                f"{self._progress_summary(None)}",
+                next_step="Nothing is running. Reply in the thread to start again.",
+            )
+        return Ending(
+            Outcome.BLOCKED,
+            ExitCode.SHUTDOWN,
+            evidence=f"Interrupted by a restart {during}; the conversation up to "
+            f"turn {self._steps_completed} is checkpointed.",
+            next_step="threadpilot resumes it from the checkpoint after the "
+            "restart when policy allows; otherwise reply in the thread.",
+        )
+
+    def _honour_stop(self) -> None:
+        if self.control.honoured_at is None and self.control.reason is not None:
+            self.control.mark_honoured()
+            self.events.emit(StopHonoured(self.id, self.control.reason))
+
+    async def _finish(self, ending: Ending, started_at: datetime) -> RunResult:
+        result = self._result(ending, started_at)
+        self.result = result
+        await self._recorder.finished(result)
+        self._log.info(
+            "run.finished",
+            outcome=result.outcome.value,
+            exit_code=result.exit_code.value,
+            stop_reason=result.stop_reason and result.stop_reason.value,
+            stopped_by=result.handoff.stopped_by,
+            turns=result.turns,
+        )
+        self.events.emit(RunFinished(self.id, result))
+        return result
+
+    def _result(self, ending: Ending, started_at: datetime) -> RunResult:
+        request = self.control.request
+        honoured = self.control.honoured_at is not None
+        handoff = Handoff(
+            ending.outcome,
+            ending.evidence,
+            ending.artifacts,
+            ending.next_step,
+            stopped_by=request.requested_by if request and honoured else None,
+            question=ending.question,
+        )
+        return RunResult(
+            run_id=self.id,
+            outcome=ending.outcome,
+            exit_code=ending.exit_code,
+            handoff=handoff,
+            stop_reason=request.reason if request else None,
+            turns=self._turns,
+            usage=self._usage,
+            timings=Timings(
+                started_at, utcnow(), self.control.first_requested_at, self.control.honoured_at
+            ),
+            final_text=ending.final_text,
+            error=ending.error,
+            children=tuple(c.result for c in self._children if c.result is not None),
+        )
+
+    def _on_text(self, text: str) -> None:
+        self._activity = "streaming the model's answer"
+        self.events.emit(TextDelta(self.id, text))
+
+    def _on_tool_start(self, call: ToolCall) -> None:
+        self._activity = f"running the tool {call.name}"
+        self._log.info("tool.started", tool=call.name, call_id=call.id)
+        self.events.emit(ToolStarted(self.id, call.id, call.name, call.arguments))
+
+    def _on_tool_done(self, outcome: ToolOutcome) -> None:
+        call = outcome.call
+        self._tool_log.append(f"{call.name}: {'ok' if outcome.ok else 'error'}")
+        self._log.info("tool.finished", tool=call.name, call_id=call.id, ok=outcome.ok)
+        self.events.emit(ToolFinished(self.id, call.id, call.name, outcome.ok, outcome.output))
+
+    def _on_stop_requested(self, request: StopRequest) -> None:
+        self.events.emit(StopRequested(self.id, request.reason, request.requested_by))
+        self._recorder.stop_requested(request)
+
+    def _close_calls(
+        self, calls: Sequence[ToolCall], *, answered: ToolCall | None, note: str
+    ) -> None:
+        """Answer every call of a step so the stored conversation stays valid."""
+        for call in calls:
+            self._messages.append(_tool_result(call, "recorded" if call is answered else note))
+
+
+_LOOP_TOOLS = frozenset({FINAL_REPORT.name, ASK_USER.name})
+_DRAIN_TIMEOUT_S = 5.0
+
+
+def _cancelled_from_outside() -> bool:
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
+def _assistant_message(response: ModelResponse) -> ChatMessage:
+    message: ChatMessage = {"role": "assistant", "content": response.text or None}
+    if response.tool_calls:
+        message["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in response.tool_calls
+        ]
+    return message
+
+
+def _tool_result(call: ToolCall, content: str) -> ChatMessage:
+    return {"role": "tool", "tool_call_id": call.id, "content": content}

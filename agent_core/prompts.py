@@ -1,0 +1,49 @@
+"""Every instruction the loop itself sends to the model, in one place.
+
+User text never lands in a system message: guidance from the thread is injected as a
+user message, marked as such (SPEC.md section 4).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+__all__ = ["SYSTEM_PROMPT", "FinalTurnReason", "final_turn_instruction"]
+
+SYSTEM_PROMPT = (
+    "You are threadpilot, an agent working on a request inside a Slack thread. Use the "
+    "tools you are given to do the work. When the work is done, call final_report with "
+    "the outcome, the evidence, the artifacts and the handoff (or simply answer in plain "
+    "text). If you cannot go on without an answer from the person, call ask_user with one "
+    "concrete question. Never end with optional offers such as 'If you want, I can ...'."
+)
+
+
+class FinalTurnReason(StrEnum):
+    """Why the loop forces one last turn with only ``final_report`` allowed."""
+
+    USER_STOP = "user_stop"
+    MAX_TURNS = "max_turns"
+    TOKEN_LIMIT = "token_limit"
+    MAX_RETRIES = "max_retries"
+
+
+_REPORT = (
+    "Call the final_report tool now (or answer in plain text) with: outcome; evidence "
+    "(what was done and verified so far, with concrete results); artifacts (files, links, "
+    "ids produced); handoff (who acts next and exactly what remains). Do not call any "
+    "other tool and do not start new work."
+)
+
+_WHY = {
+    FinalTurnReason.USER_STOP: "The user asked you to stop. Stop working now.",
+    FinalTurnReason.MAX_TURNS: "You have used every turn this run is allowed.",
+    FinalTurnReason.TOKEN_LIMIT: "The conversation has nearly filled the context window.",
+    FinalTurnReason.MAX_RETRIES: (
+        "The model endpoint kept failing and the retries are used up; this is the last attempt."
+    ),
+}
+
+
+def final_turn_instruction(reason: FinalTurnReason) -> str:
+    return f"{_WHY[reason]} {_REPORT}"

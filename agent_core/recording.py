@@ -1,0 +1,122 @@
+"""What a run writes to its :class:`~agent_core.ports.RunStore`, kept out of the loop.
+
+State changes go through the transition table and are written by compare-and-set; the
+terminal write can lose to another writer (a reconciler, a racing click), in which case
+the stored state stands and the loss is logged. Stop requests reach the recorder from a
+synchronous listener, so their audit events are buffered and written at the next await
+point (a checkpoint or the end): nothing is written fire-and-forget.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+import structlog
+
+from agent_core.ports import AuditEvent, Checkpoint, RunRecord
+from agent_core.states import LIVE_STATES, RunState, state_for_outcome
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from agent_core.outcomes import RunResult
+    from agent_core.ports import ChatMessage, RunStore, ThreadKey
+    from agent_core.stop import StopRequest
+
+__all__ = ["RunRecorder"]
+
+log = structlog.get_logger("agent_core.recording")
+
+
+class _RunView(Protocol):
+    id: str
+    task: str
+    requester: str
+    thread: ThreadKey
+
+    @property
+    def parent(self) -> _RunView | None: ...
+
+
+class RunRecorder:
+    def __init__(self, store: RunStore | None, run: _RunView) -> None:
+        self._store = store
+        self._run = run
+        self._pending: list[AuditEvent] = []
+
+    async def started(self) -> None:
+        store = self._store
+        if store is None:
+            return
+        run = self._run
+        if await store.get_run(run.id) is None:
+            await store.create_run(
+                RunRecord(
+                    id=run.id,
+                    thread=run.thread,
+                    requester=run.requester,
+                    task=run.task,
+                    parent_id=run.parent.id if run.parent else None,
+                )
+            )
+        moved = await store.set_state(run.id, RunState.RUNNING, expected=[RunState.QUEUED])
+        if not moved:
+            log.warning("run.start_not_recorded", run_id=run.id)
+
+    async def checkpoint(self, turn: int, messages: Sequence[ChatMessage]) -> None:
+        if self._store is None:
+            return
+        await self._store.save_checkpoint(Checkpoint(self._run.id, turn, tuple(messages)))
+        await self._flush()
+
+    async def stopping(self) -> None:
+        if self._store is None:
+            return
+        await self._store.set_state(self._run.id, RunState.STOPPING, expected=[RunState.RUNNING])
+        await self._flush()
+
+    def stop_requested(self, request: StopRequest) -> None:
+        self._pending.append(
+            AuditEvent(
+                run_id=self._run.id,
+                kind=f"{request.reason.value}.requested",
+                actor=request.requested_by,
+                at=request.requested_at,
+                detail={"source": request.source},
+            )
+        )
+
+    async def finished(self, result: RunResult) -> None:
+        if self._store is None:
+            return
+        won = await self._store.set_state(
+            self._run.id,
+            state_for_outcome(result.outcome),
+            expected=LIVE_STATES,
+            outcome=result.outcome,
+            stop_reason=result.stop_reason,
+            exit_code=result.exit_code,
+            stopped_by=result.handoff.stopped_by,
+            result=result.to_dict(),
+        )
+        if not won:
+            log.warning("run.terminal_lost", run_id=self._run.id, outcome=result.outcome.value)
+        self._pending.append(
+            AuditEvent(
+                run_id=self._run.id,
+                kind="run.finished",
+                actor="system",
+                detail={
+                    "outcome": result.outcome.value,
+                    "exit_code": result.exit_code.value,
+                    "recorded": won,
+                },
+            )
+        )
+        await self._flush()
+
+    async def _flush(self) -> None:
+        assert self._store is not None
+        pending, self._pending = self._pending, []
+        for event in pending:
+            await self._store.record_event(event)

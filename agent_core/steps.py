@@ -1,0 +1,188 @@
+"""The values a turn returns, and the :class:`Ending` the loop hands to its finaliser.
+
+The loop ``match``es on :data:`Step` instead of threading flags through branches:
+
+- :class:`Continue` — tools ran; take another turn.
+- :class:`FinalAnswer` — the model answered without tools.
+- :class:`Reported` — the model called ``final_report``.
+- :class:`AskedUser` — the model called ``ask_user``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+import pydantic
+
+from agent_core.outcomes import ExitCode, Outcome, strip_softeners
+from agent_core.prompts import FinalTurnReason
+from agent_core.tools import AskUser, FinalReport
+
+__all__ = [
+    "AskedUser",
+    "Continue",
+    "Ending",
+    "FinalAnswer",
+    "Reported",
+    "Step",
+    "ending_after_final_turn",
+    "ending_for_step",
+    "parse_ask",
+    "parse_report",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Continue:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class FinalAnswer:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Reported:
+    report: FinalReport
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class AskedUser:
+    question: str
+    text: str
+
+
+Step = Continue | FinalAnswer | Reported | AskedUser
+
+
+@dataclass(frozen=True, slots=True)
+class Ending:
+    """How the loop ended, before timings, usage and stop data are attached."""
+
+    outcome: Outcome
+    exit_code: ExitCode
+    evidence: str
+    next_step: str
+    artifacts: tuple[str, ...] = ()
+    final_text: str = ""
+    question: str | None = None
+    error: str | None = None
+
+
+def parse_report(arguments: str) -> FinalReport | None:
+    try:
+        return FinalReport.model_validate(json.loads(arguments or "{}"))
+    except (ValueError, pydantic.ValidationError):
+        return None
+
+
+def parse_ask(arguments: str) -> str | None:
+    try:
+        return AskUser.model_validate(json.loads(arguments or "{}")).question
+    except (ValueError, pydantic.ValidationError):
+        return None
+
+
+_URL = re.compile(r"https?://[^\s<>()\"']+")
+_DONE = "None: the request is answered."
+
+
+def _artifacts_in(text: str) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(m.rstrip(".,;:") for m in _URL.findall(text)))
+
+
+def ending_for_step(step: FinalAnswer | Reported | AskedUser) -> Ending:
+    """The ending of a run whose model ended it on its own."""
+    match step:
+        case FinalAnswer(text=text):
+            clean = strip_softeners(text)
+            return Ending(
+                Outcome.FINISHED,
+                ExitCode.FINAL_ANSWER,
+                evidence=clean,
+                next_step=_DONE,
+                artifacts=_artifacts_in(clean),
+                final_text=clean,
+            )
+        case Reported(report=report, text=text):
+            return _from_report(Outcome(report.outcome), ExitCode.FINAL_ANSWER, report, text)
+        case AskedUser(question=question, text=text):
+            return Ending(
+                Outcome.ASK_USER_QUESTION,
+                ExitCode.FINAL_ANSWER,
+                evidence=strip_softeners(text) or "The agent needs an answer to go on.",
+                next_step=f"The requester answers: {question}",
+                question=question,
+                final_text=strip_softeners(text),
+            )
+
+
+_EXIT_FOR = {
+    FinalTurnReason.USER_STOP: ExitCode.USER_STOP,
+    FinalTurnReason.MAX_TURNS: ExitCode.MAX_TURNS,
+    FinalTurnReason.TOKEN_LIMIT: ExitCode.TOKEN_LIMIT,
+    FinalTurnReason.MAX_RETRIES: ExitCode.MAX_RETRIES,
+}
+
+
+def ending_after_final_turn(
+    reason: FinalTurnReason,
+    report: FinalReport | None,
+    text: str,
+    *,
+    default_outcome: Outcome,
+    error: str | None = None,
+    fallback_evidence: str = "",
+) -> Ending:
+    """The ending after a forced final turn (or after the final turn itself failed).
+
+    A user stop is always ``userinterlude``: the stop was theirs, not the model's. For the
+    limits, the model's own report decides; without one, ``default_outcome`` does.
+    """
+    exit_code = _EXIT_FOR[reason]
+    if reason is FinalTurnReason.USER_STOP:
+        outcome = Outcome.USERINTERLUDE
+    else:
+        outcome = Outcome(report.outcome) if report is not None else default_outcome
+    if report is not None:
+        return _from_report(outcome, exit_code, report, text, error=error)
+    clean = strip_softeners(text)
+    return Ending(
+        outcome,
+        exit_code,
+        evidence=clean or fallback_evidence or "The run ended before it could report.",
+        next_step=_next_step_for(reason),
+        artifacts=_artifacts_in(clean),
+        final_text=clean,
+        error=error,
+    )
+
+
+def _next_step_for(reason: FinalTurnReason) -> str:
+    if reason is FinalTurnReason.USER_STOP:
+        return "The requester decides: reply in the thread to continue, or leave it stopped."
+    if reason is FinalTurnReason.MAX_RETRIES:
+        return "Retry once the model endpoint is healthy again: reply in the thread."
+    return "Reply in the thread to continue from here in a new run."
+
+
+def _from_report(
+    outcome: Outcome,
+    exit_code: ExitCode,
+    report: FinalReport,
+    text: str,
+    error: str | None = None,
+) -> Ending:
+    return Ending(
+        outcome,
+        exit_code,
+        evidence=strip_softeners(report.evidence),
+        next_step=strip_softeners(report.handoff) or _DONE,
+        artifacts=tuple(report.artifacts),
+        final_text=strip_softeners(text),
+        error=error,
+    )

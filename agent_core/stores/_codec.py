@@ -1,0 +1,283 @@
+"""Rows <-> records for the SQL adapters, so SQLite and PostgreSQL read and write alike.
+
+Values leave here in a driver-neutral form: timestamps as aware UTC datetimes, JSON as
+text, enums as their string values. Each adapter adds only what its driver needs
+(SQLite turns datetimes into text with :func:`sqlite_time`). Column names used in SQL
+are taken from the tuples below, never from callers, so building statements from them
+is safe.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Protocol
+
+from agent_core.outcomes import ExitCode, normalize_outcome
+from agent_core.ports import (
+    AuditEvent,
+    Checkpoint,
+    RunRecord,
+    StopRequestRecord,
+    ThreadKey,
+)
+from agent_core.states import RunState
+from agent_core.stop import StopReason
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+__all__ = [
+    "CHECKPOINT_COLUMNS",
+    "EVENT_COLUMNS",
+    "RUN_COLUMNS",
+    "STOP_COLUMNS",
+    "Row",
+    "checkpoint_from_row",
+    "checkpoint_values",
+    "event_from_row",
+    "event_values",
+    "from_db_time",
+    "run_changes",
+    "run_from_row",
+    "run_values",
+    "sqlite_time",
+    "stop_from_row",
+    "stop_values",
+    "to_utc",
+]
+
+RUN_COLUMNS = (
+    "id",
+    "team",
+    "channel",
+    "thread_ts",
+    "requester",
+    "task",
+    "state",
+    "parent_id",
+    "owner",
+    "lease_expires_at",
+    "status_ts",
+    "outcome",
+    "stop_reason",
+    "exit_code",
+    "stopped_by",
+    "result",
+    "created_at",
+    "updated_at",
+)
+STOP_COLUMNS = (
+    "id",
+    "run_id",
+    "team",
+    "channel",
+    "thread_ts",
+    "kind",
+    "requested_by",
+    "status",
+    "requested_at",
+    "handled_at",
+)
+CHECKPOINT_COLUMNS = ("run_id", "turn", "messages", "created_at")
+EVENT_COLUMNS = ("run_id", "kind", "actor", "at", "detail")
+
+# RunRecord fields that set_state may change besides ``state``. ``id`` names the row and
+# ``updated_at`` is the store's to set, as in MemoryStore (where both raise TypeError).
+_CHANGEABLE = frozenset(f.name for f in dataclasses.fields(RunRecord)) - {
+    "id",
+    "state",
+    "updated_at",
+}
+
+
+class Row(Protocol):
+    """What both drivers' rows offer: lookup by column name."""
+
+    def __getitem__(self, key: str, /) -> Any: ...
+
+
+# -- scalars --------------------------------------------------------------------------
+
+
+def to_utc(value: datetime) -> datetime:
+    """The same instant in UTC. Naive datetimes are refused: their zone is a guess."""
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError(f"naive datetime {value.isoformat()}: pass a timezone-aware one")
+    return value.astimezone(UTC)
+
+
+def sqlite_time(value: datetime) -> str:
+    """UTC ISO-8601 text with a fixed width, e.g. ``2025-01-02T03:04:05.000006+00:00``.
+
+    SQLite has no timestamp type. Fixed width and one offset make text order the same as
+    time order, so ``WHERE lease_expires_at <= ?`` and ``ORDER BY`` work on the text,
+    and the file stays readable with the ``sqlite3`` shell.
+    """
+    return to_utc(value).isoformat(timespec="microseconds")
+
+
+def from_db_time(value: datetime | str | None) -> datetime | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    return to_utc(value)
+
+
+def _time(value: datetime | str) -> datetime:
+    result = from_db_time(value)
+    assert result is not None
+    return result
+
+
+def _opt_time(value: datetime | None) -> datetime | None:
+    return None if value is None else to_utc(value)
+
+
+def _dump(value: Any) -> str:
+    # Compact, and ASCII escapes for control characters (json.dumps always escapes them),
+    # so a stray NUL in model output cannot break PostgreSQL's text input.
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def _opt_dump(value: Any) -> str | None:
+    return None if value is None else _dump(dict(value))
+
+
+def _opt_str(value: object) -> str | None:
+    return None if value is None else str(value)
+
+
+# -- runs -----------------------------------------------------------------------------
+
+
+def run_values(run: RunRecord) -> dict[str, Any]:
+    """Every column of ``runs`` for ``run``, in :data:`RUN_COLUMNS` order."""
+    values = {"id": run.id, "state": str(run.state), "updated_at": to_utc(run.updated_at)}
+    for name in _CHANGEABLE:
+        values.update(_run_field(name, getattr(run, name)))
+    return {column: values[column] for column in RUN_COLUMNS}
+
+
+def run_changes(changes: Mapping[str, Any]) -> dict[str, Any]:
+    """Columns for the :class:`RunRecord` fields in ``changes`` (``set_state``'s extras).
+
+    Raises TypeError for a name that is not a changeable field, like
+    :func:`dataclasses.replace` does in the memory store.
+    """
+    columns: dict[str, Any] = {}
+    for name, value in changes.items():
+        if name not in _CHANGEABLE:
+            raise TypeError(f"set_state() cannot change RunRecord field {name!r}")
+        columns.update(_run_field(name, value))
+    return columns
+
+
+def _run_field(name: str, value: Any) -> dict[str, Any]:
+    if name == "thread":
+        thread: ThreadKey = value
+        return {"team": thread.team, "channel": thread.channel, "thread_ts": thread.thread_ts}
+    if name in {"lease_expires_at", "created_at"}:
+        return {name: _opt_time(value)}
+    if name == "result":
+        return {name: _opt_dump(value)}
+    if name in {"outcome", "stop_reason", "exit_code"}:
+        return {name: _opt_str(value)}
+    return {name: value}
+
+
+def run_from_row(row: Row) -> RunRecord:
+    outcome = row["outcome"]
+    stop_reason = row["stop_reason"]
+    exit_code = row["exit_code"]
+    result = row["result"]
+    return RunRecord(
+        id=row["id"],
+        thread=ThreadKey(row["team"], row["channel"], row["thread_ts"]),
+        requester=row["requester"],
+        task=row["task"],
+        state=RunState(row["state"]),
+        parent_id=row["parent_id"],
+        owner=row["owner"],
+        lease_expires_at=from_db_time(row["lease_expires_at"]),
+        status_ts=row["status_ts"],
+        # Older rows may hold legacy outcome words (seed 001); they are read normalised.
+        outcome=None if outcome is None else normalize_outcome(outcome),
+        stop_reason=None if stop_reason is None else StopReason(stop_reason),
+        exit_code=None if exit_code is None else ExitCode(exit_code),
+        stopped_by=row["stopped_by"],
+        result=None if result is None else json.loads(result),
+        created_at=_time(row["created_at"]),
+        updated_at=_time(row["updated_at"]),
+    )
+
+
+# -- stop requests, checkpoints, events -------------------------------------------------
+
+
+def stop_values(record: StopRequestRecord) -> dict[str, Any]:
+    return {
+        "id": record.id,
+        "run_id": record.run_id,
+        "team": record.thread.team,
+        "channel": record.thread.channel,
+        "thread_ts": record.thread.thread_ts,
+        "kind": str(record.kind),
+        "requested_by": record.requested_by,
+        "status": record.status,
+        "requested_at": to_utc(record.requested_at),
+        "handled_at": _opt_time(record.handled_at),
+    }
+
+
+def stop_from_row(row: Row) -> StopRequestRecord:
+    return StopRequestRecord(
+        id=row["id"],
+        run_id=row["run_id"],
+        thread=ThreadKey(row["team"], row["channel"], row["thread_ts"]),
+        kind=StopReason(row["kind"]),
+        requested_by=row["requested_by"],
+        status=row["status"],
+        requested_at=_time(row["requested_at"]),
+        handled_at=from_db_time(row["handled_at"]),
+    )
+
+
+def checkpoint_values(checkpoint: Checkpoint) -> dict[str, Any]:
+    return {
+        "run_id": checkpoint.run_id,
+        "turn": checkpoint.turn,
+        "messages": _dump(list(checkpoint.messages)),
+        "created_at": to_utc(checkpoint.created_at),
+    }
+
+
+def checkpoint_from_row(row: Row) -> Checkpoint:
+    return Checkpoint(
+        run_id=row["run_id"],
+        turn=row["turn"],
+        messages=tuple(json.loads(row["messages"])),
+        created_at=_time(row["created_at"]),
+    )
+
+
+def event_values(event: AuditEvent) -> dict[str, Any]:
+    return {
+        "run_id": event.run_id,
+        "kind": event.kind,
+        "actor": event.actor,
+        "at": to_utc(event.at),
+        "detail": _dump(dict(event.detail)),
+    }
+
+
+def event_from_row(row: Row) -> AuditEvent:
+    return AuditEvent(
+        run_id=row["run_id"],
+        kind=row["kind"],
+        actor=row["actor"],
+        at=_time(row["at"]),
+        detail=json.loads(row["detail"]),
+    )
