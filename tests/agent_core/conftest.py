@@ -3,20 +3,21 @@ an agent pointed at it, and an event recorder that tests wait on instead of slee
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING
 
 import pytest
 
 from agent_core.loop import Agent, AgentConfig
 from agent_core.model import OpenAIChatModel
-from agent_core.stores.memory import MemoryStore
-from tests.agent_core.helpers import AgentFactory
 
 if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Sequence
+
     from llmock.pytest_plugin import LLMock
 
+    from agent_core.stores.memory import MemoryStore
     from agent_core.tools import Tool
+    from tests.agent_core.helpers import AgentFactory
 
 
 @pytest.fixture
@@ -36,7 +37,9 @@ async def make_agent(llm: LLMock) -> AsyncIterator[AgentFactory]:
         idle_timeout_s: float = 10.0,
     ) -> Agent:
         model = OpenAIChatModel(
-            model="test-model", api_key="test-key", base_url=llm.base_url(),
+            model="test-model",
+            api_key="test-key",
+            base_url=llm.base_url(),
             idle_timeout_s=idle_timeout_s,
         )
         models.append(model)
@@ -45,4 +48,3 @@ async def make_agent(llm: LLMock) -> AsyncIterator[AgentFactory]:
     yield factory
     for model in models:
         await model.aclose()
-

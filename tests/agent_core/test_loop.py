@@ -9,8 +9,8 @@ from llmock.scenarios import Reply, ToolCall
 
 from agent_core.events import ToolFinished, ToolStarted
 from agent_core.outcomes import ExitCode, Outcome
-from agent_core.stores.memory import MemoryStore
 from agent_core.states import RunState
+from agent_core.stores.memory import MemoryStore
 from agent_core.tools import tool
 from tests.agent_core.helpers import EventLog, offered_tools
 
@@ -60,9 +60,7 @@ async def test_tool_results_are_fed_back_and_usage_counted(
     assert offered_tools(llm.requests[0]) == ["lookup", "final_report", "ask_user"]
 
 
-async def test_parallel_tool_calls_run_concurrently(
-    llm: LLMock, make_agent: AgentFactory
-) -> None:
+async def test_parallel_tool_calls_run_concurrently(llm: LLMock, make_agent: AgentFactory) -> None:
     both_started = asyncio.Event()
     running = 0
 
@@ -150,12 +148,15 @@ async def test_arguments_that_do_not_fit_the_signature_are_reported(
 async def test_final_report_sets_the_outcome_and_handoff(
     llm: LLMock, make_agent: AgentFactory
 ) -> None:
-    llm.call_tool("final_report", {
-        "outcome": "blocked",
-        "evidence": "The deploy key is missing from the vault.",
-        "artifacts": ["PR #12"],
-        "handoff": "@ops adds the deploy key. Would you like me to continue?",
-    })
+    llm.call_tool(
+        "final_report",
+        {
+            "outcome": "blocked",
+            "evidence": "The deploy key is missing from the vault.",
+            "artifacts": ["PR #12"],
+            "handoff": "@ops adds the deploy key. Would you like me to continue?",
+        },
+    )
     store = MemoryStore()
     result = await make_agent(store=store).new_run("deploy").run()
 
@@ -187,4 +188,3 @@ async def test_a_bad_request_fails_without_retrying(llm: LLMock, make_agent: Age
     assert result.process_status == 1
     assert len(llm.requests) == 1
     assert "401" in (result.error or "")
-

@@ -70,13 +70,20 @@ async def test_stop_during_streaming_finishes_the_stream_then_takes_one_final_tu
         return "21C"
 
     llm.add(
-        Reply(text="Checking the forecast now.", tool_calls=(ToolCall("lookup", {"city": "Oslo"}),)),
+        Reply(
+            text="Checking the forecast now.", tool_calls=(ToolCall("lookup", {"city": "Oslo"}),)
+        ),
         stall_after(2, seconds=0.3),
     )
-    llm.call_tool("final_report", {
-        "outcome": "finished", "evidence": "Nothing was looked up yet.",
-        "artifacts": [], "handoff": "The requester decides whether to look it up.",
-    })
+    llm.call_tool(
+        "final_report",
+        {
+            "outcome": "finished",
+            "evidence": "Nothing was looked up yet.",
+            "artifacts": [],
+            "handoff": "The requester decides whether to look it up.",
+        },
+    )
     run = make_agent([lookup]).new_run("Weather in Oslo?")
     on_first(run, TextDelta, lambda: run.request_stop(StopReason.STOP, "U1", source="button"))
     result = await run.run()
@@ -245,7 +252,11 @@ async def test_abort_upgrades_a_pending_stop_and_cancels_the_final_turn(
     final_text_seen = asyncio.Event()
 
     def abort_in_final_turn(event: RunEvent) -> None:
-        if isinstance(event, TextDelta) and run.control.honoured_at and not final_text_seen.is_set():
+        if (
+            isinstance(event, TextDelta)
+            and run.control.honoured_at
+            and not final_text_seen.is_set()
+        ):
             final_text_seen.set()
             run.request_stop(StopReason.ABORT, "U1")
 
@@ -303,8 +314,11 @@ async def test_shutdown_cancels_and_leaves_a_resumable_checkpoint(
     llm.call_tool("noop")
     run = make_agent([noop], store=store).new_run("work")
     on_first(run, ToolStarted, lambda: llm.add(Reply(text=LONG_TEXT), stall_after(2)))
-    on_first(run, TextDelta, lambda: run.request_stop(
-        StopReason.SHUTDOWN, "system:sigterm", source="signal"))
+    on_first(
+        run,
+        TextDelta,
+        lambda: run.request_stop(StopReason.SHUTDOWN, "system:sigterm", source="signal"),
+    )
     result = await run.run()
 
     assert result.outcome is Outcome.BLOCKED
@@ -318,4 +332,3 @@ async def test_shutdown_cancels_and_leaves_a_resumable_checkpoint(
     assert stored is not None and stored.state is RunState.BLOCKED
     kinds = [e.kind for e in await store.events_for(run.id)]
     assert kinds == ["shutdown.requested", "run.finished"]
-

@@ -1,0 +1,140 @@
+"""``python -m agent_core run "TASK"``: the agent in a terminal, for trying it without Slack.
+
+Ctrl+C once asks for a Stop (the current step finishes, one final turn reports), twice
+for an Abort; SIGTERM is a shutdown. Exit statuses (SPEC.md section 6): 0 finished or
+stopped, 130 aborted, 143 shutdown, 1 failed, 2 bad usage or configuration.
+
+The answer streams to stdout; with ``--json`` it streams to stderr and stdout carries only
+the final JSON object, so scripts can parse it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import sys
+from typing import TYPE_CHECKING, TextIO
+
+from agent_core.builtin_tools import BUILTIN_TOOLS
+from agent_core.errors import ConfigError
+from agent_core.events import RunEvent, TextDelta, ToolStarted, TurnStarted
+from agent_core.logs import configure_logging
+from agent_core.loop import Agent, AgentConfig
+from agent_core.model import OpenAIChatModel
+from agent_core.stop import StopReason
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from agent_core.loop import Run
+    from agent_core.outcomes import RunResult
+
+__all__ = ["main"]
+
+EXIT_USAGE = 2
+STOPPING_NOTICE = "Stopping after this step; press Ctrl+C again to abort"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        model = _model_from_env()
+        configure_logging("console", os.environ.get("LOG_LEVEL", "WARNING"))
+    except (ConfigError, ValueError) as exc:
+        print(f"threadpilot: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    config = AgentConfig(max_turns=args.max_turns, final_turn_timeout_s=args.final_turn_timeout)
+    result = asyncio.run(_run(Agent(model, BUILTIN_TOOLS, config=config), args.task, args.json))
+    out = sys.stdout
+    if args.json:
+        out.write(json.dumps(result.to_dict()) + "\n")
+    else:
+        _print_handoff(result, out)
+    out.flush()
+    return result.process_status
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m agent_core")
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("run", help="run the agent on one task")
+    run.add_argument("task", help="what the agent should do")
+    run.add_argument("--json", action="store_true", help="print one JSON object at the end")
+    run.add_argument("--max-turns", type=int, default=20, metavar="N")
+    run.add_argument(
+        "--final-turn-timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="after a Stop, abort if the final turn takes longer than this",
+    )
+    return parser
+
+
+def _model_from_env() -> OpenAIChatModel:
+    key = os.environ.get("OPENAI_API_KEY", "").strip()
+    if not key:
+        raise ConfigError(
+            "OPENAI_API_KEY",
+            "not set; set it to the key of your model endpoint "
+            "(any non-empty value for a local endpoint that needs none)",
+        )
+    model = os.environ.get("OPENAI_MODEL", "").strip()
+    if not model:
+        raise ConfigError(
+            "OPENAI_MODEL",
+            "not set; set it to the model name your endpoint serves, e.g. gpt-4o-mini",
+        )
+    base_url = os.environ.get("OPENAI_BASE_URL", "").strip() or None
+    if base_url is not None and not base_url.startswith(("http://", "https://")):
+        raise ConfigError("OPENAI_BASE_URL", f"{base_url!r} is not an http(s) URL")
+    return OpenAIChatModel(model=model, api_key=key, base_url=base_url)
+
+
+async def _run(agent: Agent, task: str, as_json: bool) -> RunResult:
+    run = agent.new_run(task, requester="terminal")
+    stream = sys.stderr if as_json else sys.stdout
+    run.events.add_listener(lambda event: _show(event, stream))
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGINT, _on_interrupt, run)
+    loop.add_signal_handler(signal.SIGTERM, run.request_stop, StopReason.SHUTDOWN, "signal:SIGTERM")
+    try:
+        return await run.run()
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
+        loop.remove_signal_handler(signal.SIGTERM)
+        assert isinstance(agent.model, OpenAIChatModel)
+        await agent.model.aclose()
+
+
+def _on_interrupt(run: Run) -> None:
+    if run.control.stop_requested:
+        run.request_stop(StopReason.ABORT, "terminal", source="signal")
+        return
+    run.request_stop(StopReason.STOP, "terminal", source="signal")
+    print(f"\n{STOPPING_NOTICE}", file=sys.stderr, flush=True)
+
+
+def _show(event: RunEvent, stream: TextIO) -> None:
+    match event:
+        case TextDelta(text=text):
+            stream.write(text)
+            stream.flush()
+        case ToolStarted(name=name, arguments=arguments):
+            print(f"\n-> {name}({arguments})", file=sys.stderr, flush=True)
+        case TurnStarted(final=True):
+            print("\n-- final turn --", file=sys.stderr, flush=True)
+        case _:
+            pass
+
+
+def _print_handoff(result: RunResult, out: TextIO) -> None:
+    h = result.handoff
+    who = f" (stopped by {h.stopped_by})" if h.stopped_by else ""
+    out.write(f"\n\nOutcome: {h.outcome.value}{who} [{result.exit_code.value}]\n")
+    out.write(f"Evidence: {h.evidence}\n")
+    out.write(f"Artifacts: {', '.join(h.artifacts) or 'none'}\n")
+    out.write(f"Handoff: {h.question or h.next_step}\n")

@@ -1,0 +1,170 @@
+"""``python -m agent_core run``, driven as a subprocess with real signals (SPEC.md §6)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+from typing import TYPE_CHECKING, Any
+
+from llmock.scenarios import Reply, StreamFault, ToolCall
+
+from agent_core.cli import STOPPING_NOTICE
+from tests.agent_core.helpers import offered_tools
+
+if TYPE_CHECKING:
+    from llmock.pytest_plugin import LLMock
+
+LONG_TEXT = " ".join(f"word{i}" for i in range(40))
+
+
+class Cli:
+    """A running ``python -m agent_core run`` whose stderr can be awaited."""
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self.process = process
+        self.stderr = ""
+
+    @classmethod
+    async def start(cls, llm: LLMock, *args: str, env: dict[str, str] | None = None) -> Cli:
+        full_env = {
+            **os.environ,
+            "OPENAI_BASE_URL": llm.base_url(),
+            "OPENAI_API_KEY": "test-key",
+            "OPENAI_MODEL": "test-model",
+            "LOG_LEVEL": "WARNING",
+            **(env or {}),
+        }
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "agent_core",
+            "run",
+            *args,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=full_env,
+        )
+        return cls(process)
+
+    async def wait_for_stderr(self, needle: str) -> None:
+        assert self.process.stderr is not None
+        async with asyncio.timeout(30):
+            while needle not in self.stderr:
+                chunk = await self.process.stderr.read(4096)
+                assert chunk, f"stderr closed before {needle!r} appeared:\n{self.stderr}"
+                self.stderr += chunk.decode()
+
+    def signal(self, signum: int) -> None:
+        self.process.send_signal(signum)
+
+    async def finish(self) -> tuple[int, str]:
+        async with asyncio.timeout(30):
+            stdout, stderr = await self.process.communicate()
+        self.stderr += stderr.decode()
+        assert self.process.returncode is not None
+        return self.process.returncode, stdout.decode()
+
+    async def finish_json(self) -> tuple[int, dict[str, Any]]:
+        status, stdout = await self.finish()
+        lines = stdout.strip().splitlines()
+        assert len(lines) == 1, f"stdout should hold only the JSON object:\n{stdout}"
+        result: dict[str, Any] = json.loads(lines[0])
+        return status, result
+
+
+async def test_a_finished_run_exits_0_with_the_json_object(llm: LLMock) -> None:
+    llm.reply("Hello from the terminal.")
+    cli = await Cli.start(llm, "say hello", "--json")
+    status, result = await cli.finish_json()
+
+    assert status == 0
+    assert result["outcome"] == "finished"
+    assert result["stop_reason"] is None
+    assert result["exit_code"] == "EXIT-FINAL-ANSWER"
+    assert result["summary"] == "Hello from the terminal."
+    assert result["turns"] == 1
+    assert "Hello from the terminal." in cli.stderr  # streamed while it ran
+
+
+async def test_plain_output_streams_the_answer_then_the_handoff(llm: LLMock) -> None:
+    llm.reply("Plain answer.")
+    status, stdout = await (await Cli.start(llm, "answer plainly")).finish()
+
+    assert status == 0
+    assert stdout.startswith("Plain answer.")
+    assert "Outcome: finished [EXIT-FINAL-ANSWER]" in stdout
+    assert "Evidence: Plain answer." in stdout
+
+
+async def test_ctrl_c_once_stops_with_a_final_turn(llm: LLMock) -> None:
+    llm.add(
+        Reply(text=LONG_TEXT, tool_calls=(ToolCall("calculate", {"expression": "1+1"}),)),
+        StreamFault("stall", after_chunks=3, stall_seconds=0.5),
+    )
+    llm.reply("Stopped early; nothing was calculated.")
+    cli = await Cli.start(llm, "add numbers", "--json")
+    await cli.wait_for_stderr("word0")
+    cli.signal(signal.SIGINT)
+    await cli.wait_for_stderr(STOPPING_NOTICE)
+    status, result = await cli.finish_json()
+
+    assert status == 0
+    assert result["outcome"] == "userinterlude"
+    assert result["stop_reason"] == "stop"
+    assert result["exit_code"] == "EXIT-USER-STOP"
+    assert result["summary"] == "Stopped early; nothing was calculated."
+    assert result["handoff"]["stopped_by"] == "terminal"
+    assert offered_tools(llm.requests[-1]) == ["final_report"]
+
+
+async def test_ctrl_c_twice_aborts_and_closes_the_stream(llm: LLMock) -> None:
+    llm.add(Reply(text=LONG_TEXT), StreamFault("stall", after_chunks=3))
+    cli = await Cli.start(llm, "write a lot", "--json")
+    await cli.wait_for_stderr("word0")
+    cli.signal(signal.SIGINT)
+    await cli.wait_for_stderr(STOPPING_NOTICE)
+    cli.signal(signal.SIGINT)
+    status, result = await cli.finish_json()
+
+    assert status == 130
+    assert result["outcome"] == "userinterlude"
+    assert result["stop_reason"] == "abort"
+    assert result["exit_code"] == "EXIT-USER-ABORT"
+    (record,) = llm.requests
+    assert not record.completed
+
+
+async def test_sigterm_is_a_shutdown(llm: LLMock) -> None:
+    llm.add(Reply(text=LONG_TEXT), StreamFault("stall", after_chunks=3))
+    cli = await Cli.start(llm, "write a lot", "--json")
+    await cli.wait_for_stderr("word0")
+    cli.signal(signal.SIGTERM)
+    status, result = await cli.finish_json()
+
+    assert status == 143
+    assert result["outcome"] == "blocked"
+    assert result["stop_reason"] == "shutdown"
+    assert result["exit_code"] == "EXIT-SHUTDOWN"
+
+
+async def test_a_failed_run_exits_1(llm: LLMock) -> None:
+    llm.fail(401)
+    status, result = await (await Cli.start(llm, "hello", "--json")).finish_json()
+
+    assert status == 1
+    assert result["outcome"] == "failed"
+    assert result["exit_code"] == "EXIT-ERROR"
+
+
+async def test_missing_configuration_is_one_clear_line_and_status_2(llm: LLMock) -> None:
+    cli = await Cli.start(llm, "hello", env={"OPENAI_MODEL": ""})
+    status, stdout = await cli.finish()
+
+    assert status == 2
+    assert stdout == ""
+    (line,) = cli.stderr.strip().splitlines()
+    assert line.startswith("threadpilot: OPENAI_MODEL: not set")
+    assert llm.requests == []

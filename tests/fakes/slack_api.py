@@ -1,0 +1,345 @@
+"""`FakeSlack`: a local stand-in for Slack's Web API, Socket Mode and response URLs.
+
+Real clients talk to it over HTTP on 127.0.0.1: point `AsyncWebClient(base_url=
+slack.api_url)` (or a Bolt app built on such a client) at it. This module owns the
+HTTP side: decoding requests as Slack does, tokens, scripted faults, recording every
+call and waiting on recordings. What each method does to the workspace lives in
+`slack_state.py`; the WebSocket side in `slack_socket.py`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Self, TypeVar
+
+from aiohttp import web
+
+from tests.fakes.slack_messages import Refused
+from tests.fakes.slack_socket import FakeSocketMode
+from tests.fakes.slack_state import SlackState
+from tests.fakes.slack_workspace import DEFAULT_USER, DEFAULT_WORKSPACE, Json, Workspace
+from tests.fakes.waiting import Changes
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from types import TracebackType
+
+    from tests.fakes.slack_messages import Ephemeral, Message
+
+_T = TypeVar("_T")
+
+# Arguments whose value is JSON; form-encoded requests carry them as JSON strings.
+JSON_ARGS = frozenset({"blocks", "attachments", "chunks", "metadata", "view", "loading_messages"})
+# Slack's body for server errors it does answer in JSON.
+SERVER_ERRORS = {500: "fatal_error", 502: "bad_gateway", 503: "service_unavailable"}
+# Slack documents at most 5 posts to one response_url.
+RESPONSE_URL_USES = 5
+
+
+@dataclass(frozen=True)
+class ApiCall:
+    """One Web API request as the fake saw it, and the answer it got."""
+
+    method: str
+    args: Json
+    token: str | None
+    at: float
+    """`time.monotonic()` when the request arrived."""
+    status: int
+    error: str | None
+    http_verb: str
+    response: Json
+    """The JSON body the fake answered with (e.g. `response["ts"]` of a post)."""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == 200 and self.error is None
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A scripted failure for the next call of a method."""
+
+    status: int
+    error: str
+    retry_after: int | None
+
+
+@dataclass(frozen=True)
+class ResponseUrlPost:
+    """A post an app made to a `response_url` minted by `FakeSlack.new_response_url()`."""
+
+    hook_id: str
+    body: Json
+    at: float
+    accepted: bool
+
+
+class FakeSlack:
+    """Slack's Web API, Socket Mode and response URLs on one local aiohttp server."""
+
+    def __init__(self, workspace: Workspace = DEFAULT_WORKSPACE) -> None:
+        self.workspace = workspace
+        self.state = SlackState(workspace)
+        self._changes = Changes()
+        self.socket = FakeSocketMode(workspace, self._changes)
+        self._calls: list[ApiCall] = []
+        self._faults: dict[str, deque[Fault]] = {}
+        self._unknown: set[str] = set()
+        self._hooks: dict[str, list[ResponseUrlPost]] = {}
+        self._runner: web.AppRunner | None = None
+        self._port: int | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_route("*", "/api/{method}", self._api)
+        app.router.add_post("/response_url/{hook_id}", self._response_url)
+        app.router.add_get("/socket", self.socket.handle)
+        # A short shutdown timeout: a client left connected must not stall teardown.
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
+        self._port = int(self._runner.addresses[0][1])
+
+    async def close(self) -> None:
+        if self._runner is None:
+            return
+        await self.socket.disconnect_all()
+        await self._runner.cleanup()
+        self._runner = None
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    @property
+    def url(self) -> str:
+        if self._port is None:
+            raise RuntimeError("FakeSlack is not started")
+        return f"http://127.0.0.1:{self._port}/"
+
+    @property
+    def api_url(self) -> str:
+        """The `base_url` for slack_sdk clients: `http://127.0.0.1:PORT/api/`."""
+        return f"{self.url}api/"
+
+    # -- scripting ---------------------------------------------------------------------
+
+    def fail_next(
+        self,
+        method: str,
+        *,
+        status: int = 200,
+        error: str | None = None,
+        retry_after: int = 1,
+        times: int = 1,
+    ) -> None:
+        """Make the next `times` calls of `method` fail; faults queue up in FIFO order.
+
+        `status=429` answers like Slack's rate limiter (`Retry-After`, `ratelimited`),
+        `status>=500` a server error, and the default `status=200` with `error` an
+        `ok: false` answer such as `not_allowed_token_type`.
+        """
+        if status == 200 and error is None:
+            raise ValueError("fail_next with status 200 needs an error")
+        if status == 429:
+            error = error or "ratelimited"
+        error = error or SERVER_ERRORS.get(status, "internal_error")
+        fault = Fault(status, error, retry_after if status == 429 else None)
+        self._faults.setdefault(method, deque()).extend([fault] * times)
+
+    def make_unknown(self, method: str) -> None:
+        """From now on `method` answers `unknown_method` (a workspace without it)."""
+        self._unknown.add(method)
+
+    def seed_message(
+        self,
+        channel: str,
+        text: str,
+        *,
+        user: str = DEFAULT_USER,
+        ts: str | None = None,
+        thread_ts: str | None = None,
+        blocks: list[Json] | None = None,
+    ) -> str:
+        """Store a message a person wrote before the test; returns its ts."""
+        return self.state.seed_message(
+            channel, text, user=user, ts=ts, thread_ts=thread_ts, blocks=blocks
+        )
+
+    def new_response_url(self) -> str:
+        """A `response_url` for an interaction payload; posts to it are recorded."""
+        hook_id = str(len(self._hooks) + 1)
+        self._hooks[hook_id] = []
+        return f"{self.url}response_url/{hook_id}"
+
+    # -- reading -----------------------------------------------------------------------
+
+    def calls(self, method: str | None = None) -> list[ApiCall]:
+        return [call for call in self._calls if method is None or call.method == method]
+
+    def message(self, channel: str, ts: str) -> Message:
+        return self.state.message(channel, ts)
+
+    def messages(self, channel: str) -> list[Message]:
+        return self.state.messages(channel)
+
+    def thread(self, channel: str, thread_ts: str) -> list[Message]:
+        return self.state.thread(channel, thread_ts)
+
+    def ephemerals(self, channel: str) -> list[Ephemeral]:
+        return self.state.ephemerals(channel)
+
+    def response_url_posts(self, url: str | None = None) -> list[ResponseUrlPost]:
+        hook_ids = [url.rstrip("/").rsplit("/", 1)[-1]] if url else list(self._hooks)
+        return [post for hook_id in hook_ids for post in self._hooks.get(hook_id, [])]
+
+    # -- waiting -----------------------------------------------------------------------
+
+    async def wait_for_call(
+        self,
+        method: str,
+        predicate: Callable[[ApiCall], bool] | None = None,
+        timeout: float = 5.0,  # noqa: ASYNC109
+    ) -> ApiCall:
+        """The first call of `method` matching `predicate`, recorded before or later."""
+
+        def first_match() -> ApiCall | None:
+            matches = (c for c in self._calls if c.method == method)
+            return next((c for c in matches if predicate is None or predicate(c)), None)
+
+        return await self._changes.until(
+            first_match,
+            timeout=timeout,
+            describe=lambda: f"no matching {method} call; calls: {self._summary()}",
+        )
+
+    async def wait_until(
+        self,
+        predicate: Callable[[FakeSlack], _T],
+        timeout: float = 5.0,  # noqa: ASYNC109
+    ) -> _T:
+        """Wait until `predicate(self)` is truthy; returns its value.
+
+        Re-checked whenever the fake records something: an API call, a Socket Mode
+        connection, ack or disconnect, or a response_url post.
+        """
+        return await self._changes.until(
+            lambda: predicate(self),
+            timeout=timeout,
+            describe=lambda: f"predicate still false; calls: {self._summary()}",
+        )
+
+    def _summary(self) -> str:
+        return ", ".join(f"{c.method}->{c.error or 'ok'}" for c in self._calls) or "none"
+
+    # -- HTTP handlers -----------------------------------------------------------------
+
+    async def _api(self, request: web.Request) -> web.Response:
+        arrived = time.monotonic()
+        method = request.match_info["method"]
+        try:
+            args, token = await _read_args(request)
+            status, body, headers = self._answer(method, args, token)
+        except Refused as refused:
+            args, token = {}, None
+            status, body, headers = 200, {"ok": False, "error": refused.error}, {}
+        error = None if body.get("ok") else str(body.get("error"))
+        call = ApiCall(method, args, token, arrived, status, error, request.method, body)
+        self._calls.append(call)
+        # Record before answering: once the client's call returns, tests can see it.
+        self._changes.notify()
+        return web.json_response(body, status=status, headers=headers)
+
+    def _answer(
+        self, method: str, args: Json, token: str | None
+    ) -> tuple[int, Json, dict[str, str]]:
+        unknown = {"ok": False, "error": "unknown_method", "req_method": method}
+        if method in self._unknown:
+            return 200, unknown, {}
+        queued = self._faults.get(method)
+        if queued:
+            fault = queued.popleft()
+            headers = {"Retry-After": str(fault.retry_after)} if fault.retry_after else {}
+            return fault.status, {"ok": False, "error": fault.error}, headers
+        if not self._implements(method):
+            return 200, unknown, {}
+        try:
+            _check_token(method, token)
+            if method == "apps.connections.open":
+                ws_base = self.url.replace("http://", "ws://", 1)
+                return 200, {"ok": True, "url": self.socket.issue_url(ws_base)}, {}
+            return 200, self.state.call(method, args), {}
+        except Refused as refused:
+            return 200, {"ok": False, "error": refused.error}, {}
+
+    def _implements(self, method: str) -> bool:
+        return method == "apps.connections.open" or self.state.handles(method)
+
+    async def _response_url(self, request: web.Request) -> web.Response:
+        hook_id = request.match_info["hook_id"]
+        posts = self._hooks.get(hook_id)
+        if posts is None:
+            raise web.HTTPNotFound(text="no_such_url")
+        try:
+            body = await request.json()
+        except json.JSONDecodeError:
+            raise web.HTTPBadRequest(text="invalid_payload") from None
+        accepted = len(posts) < RESPONSE_URL_USES
+        posts.append(ResponseUrlPost(hook_id, body, time.monotonic(), accepted))
+        self._changes.notify()
+        if not accepted:
+            return web.json_response({"ok": False, "error": "used_url"}, status=404)
+        return web.json_response({"ok": True})
+
+
+async def _read_args(request: web.Request) -> tuple[Json, str | None]:
+    """Merge query, form and JSON arguments, as Slack accepts all three."""
+    args: Json = dict(request.query)
+    if request.can_read_body:
+        if request.content_type == "application/json":
+            try:
+                body = await request.json()
+            except json.JSONDecodeError as exc:
+                raise Refused("invalid_json") from exc
+            args.update(body if isinstance(body, dict) else {})
+        else:
+            form = await request.post()
+            for key, value in form.items():
+                args[key] = value if isinstance(value, str) else getattr(value, "filename", "")
+    for key in JSON_ARGS & args.keys():
+        # slack_sdk sends `blocks` & co. as JSON strings when it form-encodes a call.
+        if isinstance(args[key], str) and args[key][:1] in ("[", "{"):
+            try:
+                args[key] = json.loads(args[key])
+            except json.JSONDecodeError as exc:
+                raise Refused(f"invalid_{key}_format") from exc
+    token = args.pop("token", None)
+    authorization = request.headers.get("Authorization", "")
+    if authorization.startswith("Bearer "):
+        token = authorization.removeprefix("Bearer ")
+    return args, token if isinstance(token, str) and token else None
+
+
+def _check_token(method: str, token: str | None) -> None:
+    """App-level (`xapp-`) tokens open sockets; everything else needs a bot/user token."""
+    if token is None:
+        raise Refused("not_authed")
+    app_level = token.startswith("xapp-")
+    if app_level != (method == "apps.connections.open"):
+        raise Refused("not_allowed_token_type")
+    if not app_level and not token.startswith(("xoxb-", "xoxp-")):
+        raise Refused("invalid_auth")

@@ -1,0 +1,150 @@
+"""Messages as the fake stores them, the frozen snapshots tests read, and the checks
+Slack applies to message arguments (`text`, `blocks`, required ids).
+
+`Refused` is how a method says Slack would answer HTTP 200 with `ok: false`.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tests.fakes.slack_workspace import Json
+
+# Documented limits (SLACK_NOTES.md): text is truncated, too many blocks is refused.
+MAX_TEXT = 40_000
+MAX_MESSAGE_BLOCKS = 50
+
+
+class Refused(Exception):
+    """Slack's answer is HTTP 200 with `{"ok": false, "error": error}`."""
+
+    def __init__(self, error: str) -> None:
+        super().__init__(error)
+        self.error = error
+
+
+class StreamState(StrEnum):
+    """Where a `chat.startStream` message is; plain messages have none."""
+
+    STREAMING = "streaming"
+    STOPPED = "stopped"
+    # Slack's native stop button (agent sessions) ended it, not the app.
+    STOPPED_BY_USER = "stopped_by_user"
+
+
+@dataclass(frozen=True)
+class Revision:
+    """One version of a message: the post, and then each change to it."""
+
+    method: str
+    text: str
+    blocks: list[Json] | None
+    at: float
+
+
+@dataclass(frozen=True)
+class Message:
+    """A snapshot of a stored message. `history[0]` is the post; `updates` the rest."""
+
+    channel: str
+    ts: str
+    thread_ts: str | None
+    user: str
+    is_bot: bool
+    text: str
+    blocks: list[Json] | None
+    reactions: dict[str, tuple[str, ...]]
+    history: tuple[Revision, ...]
+    chunks: tuple[Json, ...]
+    stream: StreamState | None
+    deleted: bool
+
+    @property
+    def updates(self) -> tuple[Revision, ...]:
+        return self.history[1:]
+
+
+@dataclass(frozen=True)
+class Ephemeral:
+    """A `chat.postEphemeral` message: seen by `user` only, never stored in the channel."""
+
+    channel: str
+    user: str
+    text: str
+    blocks: list[Json] | None
+    thread_ts: str | None
+    message_ts: str
+    at: float
+
+
+@dataclass
+class StoredMessage:
+    channel: str
+    ts: str
+    user: str
+    is_bot: bool
+    text: str
+    blocks: list[Json] | None
+    thread_ts: str | None
+    history: list[Revision] = field(default_factory=list)
+    reactions: dict[str, list[str]] = field(default_factory=dict)
+    chunks: list[Json] = field(default_factory=list)
+    stream: StreamState | None = None
+    deleted: bool = False
+
+    def revise(self, method: str, text: str, blocks: list[Json] | None) -> None:
+        self.text, self.blocks = text, blocks
+        self.history.append(Revision(method, text, copy.deepcopy(blocks), time.monotonic()))
+
+    def snapshot(self) -> Message:
+        return Message(
+            channel=self.channel,
+            ts=self.ts,
+            thread_ts=self.thread_ts,
+            user=self.user,
+            is_bot=self.is_bot,
+            text=self.text,
+            blocks=copy.deepcopy(self.blocks),
+            reactions={name: tuple(users) for name, users in self.reactions.items()},
+            history=tuple(self.history),
+            chunks=tuple(copy.deepcopy(self.chunks)),
+            stream=self.stream,
+            deleted=self.deleted,
+        )
+
+
+def required_arg(args: Json, key: str, error: str) -> str:
+    value = args.get(key)
+    if not isinstance(value, str) or not value:
+        raise Refused(error)
+    return value
+
+
+def optional_arg(args: Json, key: str) -> str | None:
+    value = args.get(key)
+    return value if isinstance(value, str) and value else None
+
+
+def message_text(args: Json) -> str:
+    # Slack truncates long text rather than refusing it.
+    return str(args.get("text") or "")[:MAX_TEXT]
+
+
+def message_blocks(args: Json) -> list[Json] | None:
+    blocks: Any = args.get("blocks")
+    if blocks is None:
+        return None
+    if not isinstance(blocks, list) or not all(isinstance(b, dict) for b in blocks):
+        raise Refused("invalid_blocks_format")
+    if len(blocks) > MAX_MESSAGE_BLOCKS:
+        raise Refused("invalid_blocks")
+    return copy.deepcopy(blocks)
+
+
+def is_markdown_chunk(chunk: object) -> bool:
+    return isinstance(chunk, dict) and chunk.get("type") == "markdown_text"

@@ -1,0 +1,415 @@
+"""The fake workspace's memory and the Web API methods that read or change it.
+
+`SlackState.call(method, args)` answers as Slack would with HTTP 200: it returns the
+`ok: true` body or raises `Refused(error)` for an `ok: false` one. It knows nothing of
+HTTP, tokens or faults (that is `slack_api.py`). Tests read state through frozen
+snapshots (`Message`, `Ephemeral`), so they cannot change the fake by accident.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from typing import TYPE_CHECKING
+
+from tests.fakes.slack_messages import (
+    Ephemeral,
+    Message,
+    Refused,
+    StoredMessage,
+    StreamState,
+    is_markdown_chunk,
+    message_blocks,
+    message_text,
+    optional_arg,
+    required_arg,
+)
+from tests.fakes.slack_workspace import DEFAULT_USER, TS_CLOCK, Json, Workspace, next_ts, ts_key
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+MAX_STREAM_MARKDOWN = 12_000
+MAX_VIEW_BYTES = 250_000
+SESSION_STATUSES = frozenset({"processing", "active", "suspended", "closed"})
+
+
+class SlackState:
+    """Channels, threads, reactions, streams, views and statuses of one fake workspace."""
+
+    def __init__(self, workspace: Workspace) -> None:
+        self.workspace = workspace
+        self._messages: dict[str, dict[str, StoredMessage]] = {}
+        self._ephemerals: dict[str, list[Ephemeral]] = {}
+        self._views: dict[str, Json] = {}
+        self._session_status: dict[tuple[str, str], str] = {}
+        self._assistant_status: dict[tuple[str, str], str] = {}
+        self._handlers: dict[str, Callable[[Json], Json]] = {
+            "auth.test": self._auth_test,
+            "users.info": self._users_info,
+            "chat.postMessage": self._post_message,
+            "chat.update": self._update,
+            "chat.delete": self._delete,
+            "chat.postEphemeral": self._post_ephemeral,
+            "reactions.add": self._reactions_add,
+            "reactions.remove": self._reactions_remove,
+            "conversations.replies": self._replies,
+            "chat.startStream": self._start_stream,
+            "chat.appendStream": self._append_stream,
+            "chat.stopStream": self._stop_stream,
+            "agents.sessions.setStatus": self._session_set_status,
+            "assistant.threads.setStatus": self._assistant_set_status,
+            "views.publish": self._views_publish,
+        }
+
+    def handles(self, method: str) -> bool:
+        return method in self._handlers
+
+    def call(self, method: str, args: Json) -> Json:
+        """Apply one Web API call; raises `Refused` for an `ok: false` answer."""
+        return {"ok": True, **self._handlers[method](args)}
+
+    # -- reading, for tests ------------------------------------------------------------
+
+    def seed_message(
+        self,
+        channel: str,
+        text: str,
+        *,
+        user: str = DEFAULT_USER,
+        ts: str | None = None,
+        thread_ts: str | None = None,
+        blocks: list[Json] | None = None,
+    ) -> str:
+        """Store a message a human wrote (it arrived before the test); returns its ts."""
+        if ts is None:
+            ts = next_ts()
+        else:
+            TS_CLOCK.observe(ts)
+        self._store(channel, ts, text, blocks, thread_ts, user=user, method="seed")
+        return ts
+
+    def message(self, channel: str, ts: str) -> Message:
+        """The message at `ts` (deleted ones too); `KeyError` if it never existed."""
+        return self._messages[channel][ts].snapshot()
+
+    def messages(self, channel: str) -> list[Message]:
+        """Every live message in `channel` (thread replies included), in ts order."""
+        live = [stored for stored in self._messages.get(channel, {}).values() if not stored.deleted]
+        return [stored.snapshot() for stored in sorted(live, key=lambda s: ts_key(s.ts))]
+
+    def thread(self, channel: str, thread_ts: str) -> list[Message]:
+        """The thread's live messages, parent first, in ts order."""
+        return [stored.snapshot() for stored in self._thread(channel, thread_ts)]
+
+    def ephemerals(self, channel: str) -> list[Ephemeral]:
+        return list(self._ephemerals.get(channel, []))
+
+    def home_view(self, user_id: str) -> Json | None:
+        """The last view `views.publish` showed on `user_id`'s App Home."""
+        view = self._views.get(user_id)
+        return copy.deepcopy(view) if view is not None else None
+
+    def session_status(self, channel: str, thread_ts: str) -> str | None:
+        return self._session_status.get((channel, thread_ts))
+
+    def assistant_status(self, channel: str, thread_ts: str) -> str | None:
+        return self._assistant_status.get((channel, thread_ts))
+
+    def stop_streams_by_user(self, channel: str, thread_ts: str) -> list[str]:
+        """Press Slack's native stop button: end the thread's live streams.
+
+        Returns their timestamps, which is what `agent_session_stopped` carries in
+        `streaming_message_ts`. Like Slack, it leaves the session status alone.
+        """
+        stopped = []
+        for stored in self._thread(channel, thread_ts):
+            if stored.stream is StreamState.STREAMING:
+                stored.stream = StreamState.STOPPED_BY_USER
+                stored.revise("native stop", stored.text, stored.blocks)
+                stopped.append(stored.ts)
+        return stopped
+
+    # -- internals ---------------------------------------------------------------------
+
+    def _store(
+        self,
+        channel: str,
+        ts: str,
+        text: str,
+        blocks: list[Json] | None,
+        thread_ts: str | None,
+        *,
+        user: str,
+        method: str,
+    ) -> StoredMessage:
+        stored = StoredMessage(
+            channel=channel,
+            ts=ts,
+            user=user,
+            is_bot=user == self.workspace.bot_user_id,
+            text="",
+            blocks=None,
+            thread_ts=thread_ts if thread_ts != ts else None,
+        )
+        stored.revise(method, text, blocks)
+        self._messages.setdefault(channel, {})[ts] = stored
+        return stored
+
+    def _find(self, args: Json, ts_key_name: str = "ts") -> StoredMessage:
+        channel = required_arg(args, "channel", "channel_not_found")
+        ts = required_arg(args, ts_key_name, "message_not_found")
+        stored = self._messages.get(channel, {}).get(ts)
+        if stored is None or stored.deleted:
+            raise Refused("message_not_found")
+        return stored
+
+    def _thread(self, channel: str, thread_ts: str) -> list[StoredMessage]:
+        members = [
+            stored
+            for stored in self._messages.get(channel, {}).values()
+            if not stored.deleted and thread_ts in (stored.ts, stored.thread_ts)
+        ]
+        return sorted(members, key=lambda stored: ts_key(stored.ts))
+
+    def _to_api(self, stored: StoredMessage) -> Json:
+        """A message as Slack's API returns it (conversations.replies, chat.* answers)."""
+        body: Json = {"type": "message", "ts": stored.ts, "text": stored.text}
+        body["team"] = self.workspace.team_id
+        body["user"] = stored.user
+        if stored.is_bot:
+            body |= {"bot_id": self.workspace.bot_id, "app_id": self.workspace.app_id}
+        if stored.blocks:
+            body["blocks"] = copy.deepcopy(stored.blocks)
+        if stored.thread_ts is not None:
+            body["thread_ts"] = stored.thread_ts
+            parent = self._messages[stored.channel].get(stored.thread_ts)
+            if parent is not None:
+                body["parent_user_id"] = parent.user
+        else:
+            replies = len(self._thread(stored.channel, stored.ts)) - 1
+            if replies > 0:
+                body |= {"thread_ts": stored.ts, "reply_count": replies}
+        if stored.reactions:
+            body["reactions"] = [
+                {"name": name, "users": list(users), "count": len(users)}
+                for name, users in stored.reactions.items()
+            ]
+        return body
+
+    # -- method handlers ---------------------------------------------------------------
+
+    def _auth_test(self, args: Json) -> Json:
+        ws = self.workspace
+        return {
+            "url": f"https://{ws.team_domain}.slack.com/",
+            "team": ws.team_name,
+            "user": ws.bot_name,
+            "team_id": ws.team_id,
+            "user_id": ws.bot_user_id,
+            "bot_id": ws.bot_id,
+            "app_id": ws.app_id,
+            "is_enterprise_install": False,
+        }
+
+    def _users_info(self, args: Json) -> Json:
+        user_id = required_arg(args, "user", "user_not_found")
+        is_bot = user_id == self.workspace.bot_user_id
+        name = self.workspace.bot_name if is_bot else user_id.lower()
+        profile = {"real_name": name, "display_name": name}
+        return {
+            "user": {
+                "id": user_id,
+                "team_id": self.workspace.team_id,
+                "name": name,
+                "real_name": name,
+                "deleted": False,
+                "is_bot": is_bot,
+                "is_admin": False,
+                "tz": "Etc/UTC",
+                "profile": profile,
+            }
+        }
+
+    def _post_message(self, args: Json) -> Json:
+        channel = required_arg(args, "channel", "channel_not_found")
+        text, blocks = message_text(args), message_blocks(args)
+        if not text and not blocks:
+            raise Refused("no_text")
+        thread_ts = optional_arg(args, "thread_ts")
+        stored = self._store(
+            channel,
+            next_ts(),
+            text,
+            blocks,
+            thread_ts,
+            user=self.workspace.bot_user_id,
+            method="chat.postMessage",
+        )
+        return {"channel": channel, "ts": stored.ts, "message": self._to_api(stored)}
+
+    def _update(self, args: Json) -> Json:
+        stored = self._find(args)
+        # Like Slack: a field left out keeps its value; an empty blocks list removes them.
+        text = message_text(args) if "text" in args else stored.text
+        blocks = (message_blocks(args) or None) if "blocks" in args else stored.blocks
+        stored.revise("chat.update", text, blocks)
+        return {
+            "channel": stored.channel,
+            "ts": stored.ts,
+            "text": stored.text,
+            "message": self._to_api(stored),
+        }
+
+    def _delete(self, args: Json) -> Json:
+        stored = self._find(args)
+        stored.deleted = True
+        return {"channel": stored.channel, "ts": stored.ts}
+
+    def _post_ephemeral(self, args: Json) -> Json:
+        channel = required_arg(args, "channel", "channel_not_found")
+        user = required_arg(args, "user", "user_not_in_channel")
+        text, blocks = message_text(args), message_blocks(args)
+        if not text and not blocks:
+            raise Refused("no_text")
+        message_ts = next_ts()
+        ephemeral = Ephemeral(
+            channel,
+            user,
+            text,
+            blocks,
+            optional_arg(args, "thread_ts"),
+            message_ts,
+            time.monotonic(),
+        )
+        self._ephemerals.setdefault(channel, []).append(ephemeral)
+        return {"message_ts": message_ts}
+
+    def _reactions_add(self, args: Json) -> Json:
+        stored = self._find(args, "timestamp")
+        users = stored.reactions.setdefault(required_arg(args, "name", "invalid_name"), [])
+        if self.workspace.bot_user_id in users:
+            raise Refused("already_reacted")
+        users.append(self.workspace.bot_user_id)
+        return {}
+
+    def _reactions_remove(self, args: Json) -> Json:
+        stored = self._find(args, "timestamp")
+        name = required_arg(args, "name", "invalid_name")
+        users = stored.reactions.get(name, [])
+        if self.workspace.bot_user_id not in users:
+            raise Refused("no_reaction")
+        users.remove(self.workspace.bot_user_id)
+        if not users:
+            del stored.reactions[name]
+        return {}
+
+    def _replies(self, args: Json) -> Json:
+        channel = required_arg(args, "channel", "channel_not_found")
+        ts = required_arg(args, "ts", "thread_not_found")
+        anchor = self._messages.get(channel, {}).get(ts)
+        if anchor is None or anchor.deleted:
+            raise Refused("thread_not_found")
+        thread = self._thread(channel, anchor.thread_ts or anchor.ts)
+        start = int(args.get("cursor") or 0)
+        limit = int(args.get("limit") or 1000)
+        page = thread[start : start + limit]
+        more = start + limit < len(thread)
+        return {
+            "messages": [self._to_api(stored) for stored in page],
+            "has_more": more,
+            "response_metadata": {"next_cursor": str(start + limit) if more else ""},
+        }
+
+    def _start_stream(self, args: Json) -> Json:
+        channel = required_arg(args, "channel", "channel_not_found")
+        thread_ts = required_arg(args, "thread_ts", "invalid_arguments")
+        if not channel.startswith("D"):
+            # Streams outside DMs must name who they are for (SLACK_NOTES.md).
+            for key in ("recipient_team_id", "recipient_user_id"):
+                required_arg(args, key, f"missing_{key}")
+        text, chunks = _stream_delta(args)
+        stored = self._store(
+            channel,
+            next_ts(),
+            text,
+            None,
+            thread_ts,
+            user=self.workspace.bot_user_id,
+            method="chat.startStream",
+        )
+        stored.stream = StreamState.STREAMING
+        stored.chunks.extend(chunks)
+        return {"channel": channel, "ts": stored.ts}
+
+    def _append_stream(self, args: Json) -> Json:
+        stored = self._streaming(args)
+        text, chunks = _stream_delta(args)
+        stored.chunks.extend(chunks)
+        stored.revise("chat.appendStream", stored.text + text, stored.blocks)
+        return {"channel": stored.channel, "ts": stored.ts}
+
+    def _stop_stream(self, args: Json) -> Json:
+        stored = self._streaming(args)
+        text, chunks = _stream_delta(args)
+        blocks = message_blocks(args) if "blocks" in args else stored.blocks
+        stored.stream = StreamState.STOPPED
+        stored.chunks.extend(chunks)
+        stored.revise("chat.stopStream", stored.text + text, blocks)
+        return {"channel": stored.channel, "ts": stored.ts, "message": self._to_api(stored)}
+
+    def _streaming(self, args: Json) -> StoredMessage:
+        stored = self._find(args)
+        if stored.stream is StreamState.STOPPED_BY_USER:
+            raise Refused("stopped_by_user")
+        if stored.stream is not StreamState.STREAMING:
+            raise Refused("message_not_in_streaming_state")
+        return stored
+
+    def _session_set_status(self, args: Json) -> Json:
+        # threadpilot only uses thread sessions, which need both keys; a `channel`
+        # (instead of `channel_id`) is a bug the fake should surface.
+        channel = required_arg(args, "channel_id", "invalid_arguments")
+        thread_ts = required_arg(args, "thread_ts", "invalid_arguments")
+        status = required_arg(args, "status", "invalid_arguments")
+        if status not in SESSION_STATUSES:
+            raise Refused("invalid_arguments")
+        self._session_status[(channel, thread_ts)] = status
+        return {"status": status}
+
+    def _assistant_set_status(self, args: Json) -> Json:
+        channel = required_arg(args, "channel_id", "channel_not_found")
+        thread_ts = required_arg(args, "thread_ts", "invalid_arguments")
+        self._assistant_status[(channel, thread_ts)] = str(args.get("status", ""))
+        return {}
+
+    def _views_publish(self, args: Json) -> Json:
+        user_id = required_arg(args, "user_id", "invalid_arguments")
+        view = args.get("view")
+        if not isinstance(view, dict) or view.get("type") != "home":
+            raise Refused("invalid_arguments")
+        if len(json.dumps(view)) > MAX_VIEW_BYTES:
+            raise Refused("view_too_large")
+        previous = self._views.get(user_id)
+        if args.get("hash") and previous is not None and args["hash"] != previous["hash"]:
+            raise Refused("hash_conflict")
+        stored = {**copy.deepcopy(view), "id": f"V{next_ts().replace('.', '')}"}
+        stored["hash"] = stored["id"].lower()
+        self._views[user_id] = stored
+        return {"view": copy.deepcopy(stored)}
+
+
+def _stream_delta(args: Json) -> tuple[str, list[Json]]:
+    """The markdown a stream call adds (`markdown_text` and markdown chunks) and its chunks.
+
+    slack_sdk's `chat_stream()` helper sends `chunks`; direct calls send `markdown_text`.
+    """
+    chunks = args.get("chunks") or []
+    if not isinstance(chunks, list) or not all(isinstance(chunk, dict) for chunk in chunks):
+        raise Refused("invalid_chunks")
+    pieces = [str(args.get("markdown_text") or "")]
+    pieces += [str(chunk.get("text", "")) for chunk in chunks if is_markdown_chunk(chunk)]
+    if any(len(piece) > MAX_STREAM_MARKDOWN for piece in pieces):
+        raise Refused("msg_too_long")
+    return "".join(pieces), copy.deepcopy(chunks)
