@@ -38,8 +38,8 @@ __all__ = [
     "RetentionStore",
     "RunRecord",
     "RunStore",
-    "StopRequestRecord",
     "StopListener",
+    "StopRequestRecord",
     "StopRequestStore",
     "StopWakeup",
     "StopWakeups",
@@ -326,6 +326,9 @@ class StopWakeups(Protocol):
 
 
 class Store(RunStore, StopRequestStore, LeaseStore, RetentionStore, Protocol):
-    """Everything a worker needs from one database, as :func:`open_store` returns it."""
+    """Everything a worker needs from one database.
+
+    :func:`agent_core.stores.factory.open_store` returns one; the caller closes it.
+    """
 
     async def close(self) -> None: ...

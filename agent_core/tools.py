@@ -23,7 +23,7 @@ import json
 import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, overload
 
 import pydantic
 
@@ -67,9 +67,15 @@ class Tool:
         return value if isinstance(value, str) else json.dumps(value, default=str)
 
 
+@overload
+def tool(fn: ToolFn, /) -> Tool: ...
+@overload
 def tool(
-    fn: ToolFn | None = None, *, name: str | None = None, description: str | None = None
-) -> Any:
+    *, name: str | None = None, description: str | None = None
+) -> Callable[[ToolFn], Tool]: ...
+def tool(
+    fn: ToolFn | None = None, /, *, name: str | None = None, description: str | None = None
+) -> Tool | Callable[[ToolFn], Tool]:
     """Turn a function into a :class:`Tool`. Usable bare (``@tool``) or with arguments."""
 
     def wrap(f: ToolFn) -> Tool:

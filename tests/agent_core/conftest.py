@@ -21,12 +21,6 @@ if TYPE_CHECKING:
 
 
 @pytest.fixture
-def llm(llmock: LLMock) -> LLMock:
-    """llmock with scripted answers only: unscripted requests get plain text."""
-    return llmock.tool_mode("off")
-
-
-@pytest.fixture
 async def make_agent(llm: LLMock) -> AsyncIterator[AgentFactory]:
     models: list[OpenAIChatModel] = []
 

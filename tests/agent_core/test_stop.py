@@ -200,8 +200,8 @@ async def test_abort_during_streaming_closes_the_connection_before_reporting(
     reported_at = time.monotonic()
 
     (record,) = llm.requests
-    assert not record.completed  # the server saw the client hang up mid-stream
-    assert record.stall_waited is not None and record.stall_waited < 30
+    assert not record.completed  # the server saw the client hang up mid-stream...
+    assert record.duration < 30  # ...long before the 30 s stall would have ended
     assert record.ended_at <= reported_at
     assert result.outcome is Outcome.USERINTERLUDE
     assert result.exit_code is ExitCode.USER_ABORT

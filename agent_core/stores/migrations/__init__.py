@@ -29,9 +29,14 @@ from alembic.config import Config
 from alembic.runtime.environment import EnvironmentContext
 from alembic.runtime.migration import MigrationStep
 from alembic.script import ScriptDirectory
+from alembic.script.revision import RevisionError
+from alembic.util import CommandError
 from sqlalchemy import event, text
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
+
+from agent_core.errors import StorageError
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -54,15 +59,16 @@ _loop_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] 
 )
 
 
-async def upgrade_postgres(connect: Callable[[], Awaitable[Any]]) -> None:
-    """Bring a PostgreSQL database to head; ``connect`` returns an asyncpg connection."""
-    engine = create_async_engine(
-        "postgresql+asyncpg://", async_creator=connect, poolclass=NullPool
-    )
-    await _upgrade(engine, lock="SELECT pg_advisory_xact_lock(:key)")
+async def upgrade_postgres(connect: Callable[[], Awaitable[Any]], *, where: str) -> None:
+    """Bring a PostgreSQL database to head; ``connect`` returns an asyncpg connection.
+
+    ``where`` names the database in error messages. Raises :class:`StorageError`.
+    """
+    engine = create_async_engine("postgresql+asyncpg://", async_creator=connect, poolclass=NullPool)
+    await _upgrade(engine, lock="SELECT pg_advisory_xact_lock(:key)", where=where)
 
 
-async def upgrade_sqlite(connect: Callable[[], Awaitable[Any]]) -> None:
+async def upgrade_sqlite(connect: Callable[[], Awaitable[Any]], *, where: str) -> None:
     """Bring a SQLite file to head; ``connect`` returns an aiosqlite connection opened
     with ``isolation_level=None`` (so that SQLAlchemy's BEGIN below is the only one)."""
     engine = create_async_engine("sqlite+aiosqlite://", async_creator=connect, poolclass=NullPool)
@@ -71,7 +77,7 @@ async def upgrade_sqlite(connect: Callable[[], Awaitable[Any]]) -> None:
     def _begin_immediate(conn: Connection) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE")
 
-    await _upgrade(engine, lock=None)
+    await _upgrade(engine, lock=None, where=where)
 
 
 async def head_revision() -> str:
@@ -82,12 +88,21 @@ async def head_revision() -> str:
     return head
 
 
-async def _upgrade(engine: AsyncEngine, *, lock: str | None) -> None:
+async def _upgrade(engine: AsyncEngine, *, lock: str | None, where: str) -> None:
     try:
         # Reading and executing the revision files is file work: off the event loop.
         script = await asyncio.to_thread(_scripts)
         async with _loop_lock(), engine.begin() as conn:
             await conn.run_sync(_upgrade_to_head, script, lock)
+    except (RevisionError, CommandError) as exc:
+        raise StorageError(
+            f"the schema of {where} is at a revision this threadpilot does not know ({exc}); "
+            "it was migrated by a newer version: run that version or a later one"
+        ) from exc
+    except SQLAlchemyError as exc:
+        # ``orig`` is the driver's own error, without SQLAlchemy's wrapping text.
+        cause = getattr(exc, "orig", None) or exc
+        raise StorageError(f"could not migrate the schema of {where}: {cause}") from exc
     finally:
         await engine.dispose()
 

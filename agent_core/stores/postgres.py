@@ -1,0 +1,295 @@
+"""The PostgreSQL :class:`~agent_core.ports.Store`, for several workers on several hosts.
+
+Queries go through an asyncpg pool. Compare-and-set is one ``UPDATE ... WHERE id = $1
+AND state = ANY($2) RETURNING id``: PostgreSQL row locks make exactly one of any number
+of racing writers see the row in an expected state. A committed stop request also sends
+``NOTIFY threadpilot_stop, '<run id>'`` in the same statement, so the notification goes
+out with the commit and never without it; :meth:`PostgresStore.listen_stops` receives
+those wake-ups (see :mod:`agent_core.stores.postgres_listener`). The table stays the
+truth: a worker that missed a notification finds the request on its next poll or scan.
+
+Lease times come from the caller's clock, as in every adapter, so that all of them
+behave alike and tests can pass ``now``; hosts are expected to run NTP, and a lease TTL
+of tens of seconds dwarfs their skew.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+import asyncpg  # type: ignore[import-untyped]
+
+from agent_core.errors import StorageError
+from agent_core.ports import StopRequestRecord
+from agent_core.states import LIVE_STATES, TERMINAL_STATES, RunState
+from agent_core.stop import utcnow
+from agent_core.stores import _codec as codec
+from agent_core.stores._pg import DRIVER_ERRORS, STOP_CHANNEL, describe_dsn
+from agent_core.stores.migrations import upgrade_postgres
+from agent_core.stores.postgres_listener import PostgresStopListener
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Collection, Iterator, Mapping
+    from datetime import datetime
+
+    from agent_core.ports import (
+        AuditEvent,
+        Checkpoint,
+        Reconnected,
+        RunRecord,
+        StopWakeup,
+        ThreadKey,
+    )
+    from agent_core.stop import StopReason
+
+__all__ = ["PostgresStore"]
+
+_LIVE = sorted(LIVE_STATES)
+_NEVER_RESUMES = sorted(TERMINAL_STATES - {RunState.BLOCKED})
+
+
+def _insert_sql(table: str, values: Mapping[str, Any]) -> str:
+    marks = ", ".join(f"${i}" for i in range(1, len(values) + 1))
+    return f"INSERT INTO {table} ({', '.join(values)}) VALUES ({marks})"
+
+
+def _count(status: str) -> int:
+    """Rows affected, from a command tag such as ``UPDATE 3``."""
+    return int(status.rsplit(" ", 1)[-1])
+
+
+class PostgresStore:
+    """Runs, stop requests, checkpoints, events and leases in a PostgreSQL database."""
+
+    def __init__(self, pool: Any, dsn: str) -> None:
+        """Use :meth:`open`; this only wraps a pool it has created."""
+        self._pool = pool
+        self._dsn = dsn
+        self._where = describe_dsn(dsn)
+
+    @classmethod
+    async def open(
+        cls, dsn: str, *, min_size: int = 1, max_size: int = 10, migrate: bool = True
+    ) -> PostgresStore:
+        """Connect to ``dsn`` (``postgresql://user:password@host:port/db``), migrate."""
+        where = describe_dsn(dsn)
+        try:
+            # The pool first: its errors (refused, no such database, bad password) come
+            # straight from asyncpg, unwrapped, and make the clearest messages.
+            pool = await asyncpg.create_pool(dsn, min_size=min_size, max_size=max_size)
+        except DRIVER_ERRORS as exc:
+            raise StorageError(
+                f"cannot use PostgreSQL at {where}: {exc}; check DATABASE_URL and that "
+                "the server is running and accepts this user"
+            ) from exc
+        try:
+            if migrate:
+                await upgrade_postgres(lambda: asyncpg.connect(dsn), where=where)
+        except DRIVER_ERRORS as exc:
+            await pool.close()
+            raise StorageError(f"cannot migrate PostgreSQL at {where}: {exc}") from exc
+        except BaseException:
+            await pool.close()
+            raise
+        return cls(pool, dsn)
+
+    async def close(self) -> None:
+        await self._pool.close()
+
+    def listen_stops(
+        self, on_stop: StopWakeup, *, on_reconnect: Reconnected | None = None
+    ) -> PostgresStopListener:
+        """Wake-ups for committed stop requests, on a dedicated connection (not the pool:
+        a LISTEN must stay on one session, and must not hold a query connection)."""
+        return PostgresStopListener(self._dsn, on_stop, on_reconnect=on_reconnect)
+
+    # -- plumbing ----------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _errors(self, action: str) -> Iterator[None]:
+        try:
+            yield
+        except DRIVER_ERRORS as exc:
+            raise StorageError(f"PostgreSQL could not {action} at {self._where}: {exc}") from exc
+
+    @contextlib.asynccontextmanager
+    async def _connection(self, action: str) -> AsyncIterator[Any]:
+        with self._errors(action):
+            async with self._pool.acquire() as conn:
+                yield conn
+
+    async def _execute(self, action: str, sql: str, *params: Any) -> int:
+        async with self._connection(action) as conn:
+            return _count(await conn.execute(sql, *params))
+
+    async def _fetch(self, action: str, sql: str, *params: Any) -> list[Any]:
+        async with self._connection(action) as conn:
+            return list(await conn.fetch(sql, *params))
+
+    async def _changed(self, action: str, sql: str, *params: Any) -> bool:
+        """Run a ``... RETURNING`` write; True if it touched a row."""
+        async with self._connection(action) as conn:
+            return await conn.fetchval(sql, *params) is not None
+
+    async def _runs(self, action: str, sql: str, *params: Any) -> list[RunRecord]:
+        return [codec.run_from_row(r) for r in await self._fetch(action, sql, *params)]
+
+    # -- RunStore ----------------------------------------------------------------------
+
+    async def create_run(self, run: RunRecord) -> None:
+        values = codec.run_values(run)
+        try:
+            await self._execute("create a run", _insert_sql("runs", values), *values.values())
+        except StorageError as exc:
+            if isinstance(exc.__cause__, asyncpg.UniqueViolationError):
+                # The same error as MemoryStore's, so callers handle one.
+                raise ValueError(f"run {run.id} already exists") from exc
+            raise
+
+    async def get_run(self, run_id: str) -> RunRecord | None:
+        runs = await self._runs("read a run", "SELECT * FROM runs WHERE id = $1", run_id)
+        return runs[0] if runs else None
+
+    async def set_state(
+        self,
+        run_id: str,
+        new: RunState,
+        *,
+        expected: Collection[RunState],
+        **changes: Any,
+    ) -> bool:
+        columns = codec.run_changes(changes)
+        columns |= {"state": str(new), "updated_at": utcnow()}
+        assignments = ", ".join(f"{c} = ${i}" for i, c in enumerate(columns, start=3))
+        sql = (
+            f"UPDATE runs SET {assignments} WHERE id = $1 AND state = ANY($2::text[]) RETURNING id"
+        )
+        states = [str(s) for s in expected]
+        return await self._changed("change a run's state", sql, run_id, states, *columns.values())
+
+    async def save_checkpoint(self, checkpoint: Checkpoint) -> None:
+        values = codec.checkpoint_values(checkpoint)
+        sql = _insert_sql("checkpoints", values) + (
+            " ON CONFLICT (run_id) DO UPDATE SET turn = excluded.turn, "
+            "messages = excluded.messages, created_at = excluded.created_at"
+        )
+        await self._execute("save a checkpoint", sql, *values.values())
+
+    async def latest_checkpoint(self, run_id: str) -> Checkpoint | None:
+        sql = "SELECT * FROM checkpoints WHERE run_id = $1"
+        rows = await self._fetch("read a checkpoint", sql, run_id)
+        return codec.checkpoint_from_row(rows[0]) if rows else None
+
+    async def record_event(self, event: AuditEvent) -> None:
+        values = codec.event_values(event)
+        sql = _insert_sql("events", values)
+        await self._execute("record an audit event", sql, *values.values())
+
+    async def events_for(self, run_id: str) -> list[AuditEvent]:
+        sql = "SELECT * FROM events WHERE run_id = $1 ORDER BY id"
+        return [codec.event_from_row(r) for r in await self._fetch("read events", sql, run_id)]
+
+    # -- StopRequestStore --------------------------------------------------------------
+
+    async def add_stop_request(
+        self, run_id: str, thread: ThreadKey, kind: StopReason, requested_by: str
+    ) -> StopRequestRecord:
+        record = StopRequestRecord(
+            id=uuid.uuid4().hex, run_id=run_id, thread=thread, kind=kind, requested_by=requested_by
+        )
+        values = codec.stop_values(record)
+        # One statement is one transaction: the row and its NOTIFY commit together (a
+        # NOTIFY is only delivered at commit), in one round trip before the click's ack.
+        sql = (
+            f"WITH added AS ({_insert_sql('stop_requests', values)} RETURNING run_id) "
+            f"SELECT pg_notify('{STOP_CHANNEL}', run_id) FROM added"
+        )
+        await self._execute("commit a stop request", sql, *values.values())
+        return record
+
+    async def pending_stop_requests(
+        self, run_ids: Collection[str] | None = None
+    ) -> list[StopRequestRecord]:
+        sql = "SELECT * FROM stop_requests WHERE status = 'requested'"
+        params: list[Any] = []
+        if run_ids is not None:
+            sql += " AND run_id = ANY($1::text[])"
+            params.append(list(run_ids))
+        rows = await self._fetch("read stop requests", sql + " ORDER BY requested_at, seq", *params)
+        return [codec.stop_from_row(r) for r in rows]
+
+    async def mark_stop_handled(self, request_id: str) -> bool:
+        sql = (
+            "UPDATE stop_requests SET status = 'handled', handled_at = $2 "
+            "WHERE id = $1 AND status = 'requested' RETURNING id"
+        )
+        return await self._changed("mark a stop request handled", sql, request_id, utcnow())
+
+    # -- LeaseStore --------------------------------------------------------------------
+
+    async def claim_run(
+        self, run_id: str, owner: str, ttl_s: float, *, now: datetime | None = None
+    ) -> bool:
+        now = now or utcnow()
+        sql = (
+            "UPDATE runs SET owner = $2, lease_expires_at = $3 "
+            "WHERE id = $1 AND state = ANY($4::text[]) AND (owner IS NULL OR owner = $2 "
+            "OR lease_expires_at IS NULL OR lease_expires_at <= $5) RETURNING id"
+        )
+        expires = now + timedelta(seconds=ttl_s)
+        return await self._changed("claim a run", sql, run_id, owner, expires, _LIVE, now)
+
+    async def release_run(self, run_id: str, owner: str) -> bool:
+        sql = (
+            "UPDATE runs SET owner = NULL, lease_expires_at = NULL "
+            "WHERE id = $1 AND owner = $2 RETURNING id"
+        )
+        return await self._changed("release a run", sql, run_id, owner)
+
+    async def heartbeat(self, owner: str, ttl_s: float, *, now: datetime | None = None) -> int:
+        expires = (now or utcnow()) + timedelta(seconds=ttl_s)
+        sql = "UPDATE runs SET lease_expires_at = $2 WHERE owner = $1 AND state = ANY($3::text[])"
+        return await self._execute("extend leases", sql, owner, expires, _LIVE)
+
+    async def expired_runs(self, now: datetime | None = None) -> list[RunRecord]:
+        sql = (
+            "SELECT * FROM runs WHERE state = ANY($1::text[]) AND lease_expires_at <= $2 "
+            "ORDER BY created_at, id"
+        )
+        return await self._runs("find expired leases", sql, _LIVE, now or utcnow())
+
+    async def live_runs(self, owner: str | None = None) -> list[RunRecord]:
+        if owner is None:
+            sql = "SELECT * FROM runs WHERE state = ANY($1::text[]) ORDER BY created_at, id"
+            return await self._runs("list live runs", sql, _LIVE)
+        sql = (
+            "SELECT * FROM runs WHERE state = ANY($1::text[]) AND owner = $2 "
+            "ORDER BY created_at, id"
+        )
+        return await self._runs("list live runs", sql, _LIVE, owner)
+
+    # -- RetentionStore ----------------------------------------------------------------
+
+    async def purge(self, older_than: datetime) -> int:
+        cutoff = codec.to_utc(older_than)
+        deleted = 0
+        async with self._connection("purge old rows") as conn, conn.transaction():
+            deleted += _count(
+                await conn.execute(
+                    "DELETE FROM stop_requests WHERE status = 'handled' AND handled_at < $1",
+                    cutoff,
+                )
+            )
+            deleted += _count(await conn.execute("DELETE FROM events WHERE at < $1", cutoff))
+            deleted += _count(
+                await conn.execute(
+                    "DELETE FROM checkpoints WHERE created_at < $1 AND run_id IN "
+                    "(SELECT id FROM runs WHERE state = ANY($2::text[]))",
+                    cutoff,
+                    _NEVER_RESUMES,
+                )
+            )
+        return deleted

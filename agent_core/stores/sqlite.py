@@ -1,0 +1,346 @@
+"""The SQLite :class:`~agent_core.ports.Store`: one file, safe for several processes.
+
+The default backend (``DATABASE_URL=sqlite:///./threadpilot.db``). Every process opens
+its own connection to the file, configured so that processes cooperate:
+
+- ``journal_mode=WAL``: readers never block the writer nor the writer the readers, so a
+  worker's stop-request poll is not held up by another worker's checkpoint.
+- ``busy_timeout``: a writer that finds the file locked waits (in aiosqlite's thread,
+  never on the event loop) instead of failing at once with "database is locked".
+- ``synchronous=NORMAL``: with WAL this cannot corrupt the file, and a commit survives
+  the crash or ``kill -9`` of any process (it is in the WAL, which the OS holds); only
+  an OS crash or power cut can lose the last commits. ``FULL`` would add an fsync to
+  every click and checkpoint for that case alone.
+- every write runs in ``BEGIN IMMEDIATE``, which takes the write lock at the start.
+  A deferred transaction that reads and then writes can fail with SQLITE_BUSY without
+  waiting (SQLite's deadlock avoidance); an immediate one waits its turn.
+
+Within a process one connection serves every call, behind an :class:`asyncio.Lock` so
+that a transaction's statements are never interleaved with another task's. There are no
+wake-ups: callers poll :meth:`SqliteStore.pending_stop_requests` (SPEC.md: 250 ms).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sqlite3
+import uuid
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+import aiosqlite
+
+from agent_core.errors import StorageError
+from agent_core.ports import StopRequestRecord
+from agent_core.states import LIVE_STATES, TERMINAL_STATES, RunState
+from agent_core.stop import utcnow
+from agent_core.stores import _codec as codec
+from agent_core.stores.migrations import upgrade_sqlite
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Collection, Iterator, Mapping, Sequence
+
+    from agent_core.ports import AuditEvent, Checkpoint, RunRecord, ThreadKey
+    from agent_core.stop import StopReason
+
+__all__ = ["SqliteStore"]
+
+_LIVE = tuple(sorted(LIVE_STATES))
+_NEVER_RESUMES = tuple(sorted(TERMINAL_STATES - {RunState.BLOCKED}))
+
+
+def _param(value: Any) -> Any:
+    return codec.sqlite_time(value) if isinstance(value, datetime) else value
+
+
+def _params(values: Sequence[Any]) -> tuple[Any, ...]:
+    return tuple(_param(v) for v in values)
+
+
+def _marks(count: int) -> str:
+    return ", ".join("?" * count)
+
+
+def _insert_sql(table: str, values: Mapping[str, Any]) -> str:
+    return f"INSERT INTO {table} ({', '.join(values)}) VALUES ({_marks(len(values))})"
+
+
+class SqliteStore:
+    """Runs, stop requests, checkpoints, events and leases in one SQLite file."""
+
+    def __init__(self, conn: aiosqlite.Connection, path: str) -> None:
+        """Use :meth:`open`; this only wraps a connection it has configured."""
+        self._conn = conn
+        self._path = path
+        self._lock = asyncio.Lock()
+
+    @classmethod
+    async def open(
+        cls, path: str, *, busy_timeout_s: float = 10.0, migrate: bool = True
+    ) -> SqliteStore:
+        """Open (creating if needed) the database file at ``path`` and migrate it."""
+
+        async def connect() -> aiosqlite.Connection:
+            # isolation_level=None: the sqlite3 module issues no BEGIN of its own; we do.
+            return await aiosqlite.connect(path, isolation_level=None, timeout=busy_timeout_s)
+
+        try:
+            # Probe in a thread of our own first: when aiosqlite fails to connect it leaves
+            # its worker thread to report to the event loop later, maybe once it is gone.
+            await asyncio.to_thread(_probe, path)
+            conn = await connect()
+        except sqlite3.Error as exc:
+            raise StorageError(_cannot_open(path, exc)) from exc
+        try:
+            await _configure(conn, path, busy_timeout_s)
+            if migrate:
+                await upgrade_sqlite(connect, where=path)
+        except sqlite3.Error as exc:
+            await conn.close()
+            raise StorageError(_cannot_open(path, exc)) from exc
+        except BaseException:
+            await conn.close()
+            raise
+        return cls(conn, path)
+
+    async def close(self) -> None:
+        async with self._lock:
+            await self._conn.close()
+
+    # -- plumbing ----------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _errors(self, action: str) -> Iterator[None]:
+        try:
+            yield
+        except sqlite3.Error as exc:
+            raise StorageError(f"SQLite could not {action} in {self._path}: {exc}") from exc
+
+    @contextlib.asynccontextmanager
+    async def _write(self, action: str) -> AsyncIterator[aiosqlite.Connection]:
+        """One ``BEGIN IMMEDIATE`` transaction: commit on success, roll back otherwise."""
+        with self._errors(action):
+            async with self._lock:
+                try:
+                    await self._conn.execute("BEGIN IMMEDIATE")
+                    yield self._conn
+                except BaseException:
+                    # Also on cancellation, even one that lands while BEGIN waits for the
+                    # lock: aiosqlite runs every call queued to its thread, in order, so
+                    # the BEGIN still happens and this ROLLBACK must follow it, or the
+                    # connection would keep the file's write lock. (Without a transaction
+                    # ROLLBACK fails harmlessly.)
+                    with contextlib.suppress(sqlite3.Error):
+                        await self._conn.execute("ROLLBACK")
+                    raise
+                await self._conn.execute("COMMIT")
+
+    async def _change(self, action: str, sql: str, params: Sequence[Any]) -> int:
+        """Run one write statement in its own transaction; returns the rows it changed."""
+        async with self._write(action) as db, db.execute(sql, _params(params)) as cursor:
+            return cursor.rowcount
+
+    async def _rows(self, action: str, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        with self._errors(action):
+            async with self._lock, self._conn.execute(sql, _params(params)) as cursor:
+                return list(await cursor.fetchall())
+
+    async def _insert(self, action: str, table: str, values: Mapping[str, Any]) -> None:
+        await self._change(action, _insert_sql(table, values), list(values.values()))
+
+    # -- RunStore ----------------------------------------------------------------------
+
+    async def create_run(self, run: RunRecord) -> None:
+        values = codec.run_values(run)
+        async with self._write("create a run") as db:
+            try:
+                await db.execute(_insert_sql("runs", values), _params(list(values.values())))
+            except sqlite3.IntegrityError as exc:
+                if exc.sqlite_errorname == "SQLITE_CONSTRAINT_PRIMARYKEY":
+                    # The same error as MemoryStore's, so callers handle one.
+                    raise ValueError(f"run {run.id} already exists") from exc
+                raise
+
+    async def get_run(self, run_id: str) -> RunRecord | None:
+        rows = await self._rows("read a run", "SELECT * FROM runs WHERE id = ?", [run_id])
+        return codec.run_from_row(rows[0]) if rows else None
+
+    async def set_state(
+        self,
+        run_id: str,
+        new: RunState,
+        *,
+        expected: Collection[RunState],
+        **changes: Any,
+    ) -> bool:
+        columns = codec.run_changes(changes)
+        states = [str(s) for s in expected]
+        if not states:
+            return False
+        columns |= {"state": str(new), "updated_at": utcnow()}
+        assignments = ", ".join(f"{c} = ?" for c in columns)
+        sql = f"UPDATE runs SET {assignments} WHERE id = ? AND state IN ({_marks(len(states))})"
+        params = [*columns.values(), run_id, *states]
+        return await self._change("change a run's state", sql, params) == 1
+
+    async def save_checkpoint(self, checkpoint: Checkpoint) -> None:
+        values = codec.checkpoint_values(checkpoint)
+        sql = _insert_sql("checkpoints", values) + (
+            " ON CONFLICT (run_id) DO UPDATE SET turn = excluded.turn, "
+            "messages = excluded.messages, created_at = excluded.created_at"
+        )
+        await self._change("save a checkpoint", sql, list(values.values()))
+
+    async def latest_checkpoint(self, run_id: str) -> Checkpoint | None:
+        sql = "SELECT * FROM checkpoints WHERE run_id = ?"
+        rows = await self._rows("read a checkpoint", sql, [run_id])
+        return codec.checkpoint_from_row(rows[0]) if rows else None
+
+    async def record_event(self, event: AuditEvent) -> None:
+        await self._insert("record an audit event", "events", codec.event_values(event))
+
+    async def events_for(self, run_id: str) -> list[AuditEvent]:
+        sql = "SELECT * FROM events WHERE run_id = ? ORDER BY id"
+        rows = await self._rows("read audit events", sql, [run_id])
+        return [codec.event_from_row(r) for r in rows]
+
+    # -- StopRequestStore --------------------------------------------------------------
+
+    async def add_stop_request(
+        self, run_id: str, thread: ThreadKey, kind: StopReason, requested_by: str
+    ) -> StopRequestRecord:
+        record = StopRequestRecord(
+            id=uuid.uuid4().hex, run_id=run_id, thread=thread, kind=kind, requested_by=requested_by
+        )
+        await self._insert("commit a stop request", "stop_requests", codec.stop_values(record))
+        return record
+
+    async def pending_stop_requests(
+        self, run_ids: Collection[str] | None = None
+    ) -> list[StopRequestRecord]:
+        sql = "SELECT * FROM stop_requests WHERE status = 'requested'"
+        params: list[str] = []
+        if run_ids is not None:
+            params = list(run_ids)
+            if not params:
+                return []
+            sql += f" AND run_id IN ({_marks(len(params))})"
+        rows = await self._rows("read stop requests", sql + " ORDER BY requested_at, seq", params)
+        return [codec.stop_from_row(r) for r in rows]
+
+    async def mark_stop_handled(self, request_id: str) -> bool:
+        sql = (
+            "UPDATE stop_requests SET status = 'handled', handled_at = ? "
+            "WHERE id = ? AND status = 'requested'"
+        )
+        return await self._change("mark a stop request handled", sql, [utcnow(), request_id]) == 1
+
+    # -- LeaseStore --------------------------------------------------------------------
+
+    async def claim_run(
+        self, run_id: str, owner: str, ttl_s: float, *, now: datetime | None = None
+    ) -> bool:
+        now = now or utcnow()
+        sql = (
+            "UPDATE runs SET owner = ?, lease_expires_at = ? "
+            f"WHERE id = ? AND state IN ({_marks(len(_LIVE))}) AND (owner IS NULL "
+            "OR owner = ? OR lease_expires_at IS NULL OR lease_expires_at <= ?)"
+        )
+        expires = now + timedelta(seconds=ttl_s)
+        params = [owner, expires, run_id, *_LIVE, owner, now]
+        return await self._change("claim a run", sql, params) == 1
+
+    async def release_run(self, run_id: str, owner: str) -> bool:
+        sql = "UPDATE runs SET owner = NULL, lease_expires_at = NULL WHERE id = ? AND owner = ?"
+        return await self._change("release a run", sql, [run_id, owner]) == 1
+
+    async def heartbeat(self, owner: str, ttl_s: float, *, now: datetime | None = None) -> int:
+        expires = (now or utcnow()) + timedelta(seconds=ttl_s)
+        sql = (
+            "UPDATE runs SET lease_expires_at = ? "
+            f"WHERE owner = ? AND state IN ({_marks(len(_LIVE))})"
+        )
+        return await self._change("extend leases", sql, [expires, owner, *_LIVE])
+
+    async def expired_runs(self, now: datetime | None = None) -> list[RunRecord]:
+        sql = (
+            f"SELECT * FROM runs WHERE state IN ({_marks(len(_LIVE))}) "
+            "AND lease_expires_at <= ? ORDER BY created_at, id"
+        )
+        rows = await self._rows("find expired leases", sql, [*_LIVE, now or utcnow()])
+        return [codec.run_from_row(r) for r in rows]
+
+    async def live_runs(self, owner: str | None = None) -> list[RunRecord]:
+        sql = f"SELECT * FROM runs WHERE state IN ({_marks(len(_LIVE))})"
+        params: list[Any] = list(_LIVE)
+        if owner is not None:
+            sql += " AND owner = ?"
+            params.append(owner)
+        rows = await self._rows("list live runs", sql + " ORDER BY created_at, id", params)
+        return [codec.run_from_row(r) for r in rows]
+
+    # -- RetentionStore ----------------------------------------------------------------
+
+    async def purge(self, older_than: datetime) -> int:
+        cutoff = codec.sqlite_time(older_than)
+        statements: list[tuple[str, Sequence[Any]]] = [
+            ("DELETE FROM stop_requests WHERE status = 'handled' AND handled_at < ?", [cutoff]),
+            ("DELETE FROM events WHERE at < ?", [cutoff]),
+            (
+                "DELETE FROM checkpoints WHERE created_at < ? AND run_id IN "
+                f"(SELECT id FROM runs WHERE state IN ({_marks(len(_NEVER_RESUMES))}))",
+                [cutoff, *_NEVER_RESUMES],
+            ),
+        ]
+        deleted = 0
+        async with self._write("purge old rows") as db:
+            for sql, params in statements:
+                async with db.execute(sql, tuple(params)) as cursor:
+                    deleted += cursor.rowcount
+        return deleted
+
+
+async def _configure(conn: aiosqlite.Connection, path: str, busy_timeout_s: float) -> None:
+    conn.row_factory = aiosqlite.Row
+    await conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
+    mode = await _switch_to_wal(conn, busy_timeout_s)
+    if mode.lower() != "wal":
+        raise StorageError(
+            f"SQLite could not switch {path} to WAL mode (it is in {mode!r} mode); "
+            "keep the database on a local filesystem, or use PostgreSQL"
+        )
+    await conn.execute("PRAGMA synchronous = NORMAL")
+
+
+async def _switch_to_wal(conn: aiosqlite.Connection, busy_timeout_s: float) -> str:
+    """Set WAL mode (a no-op once the file is in it); returns the mode now in force.
+
+    Leaving rollback mode needs the file to itself, and SQLite answers SQLITE_BUSY at
+    once instead of using the busy timeout. That only happens while several workers
+    create the same new file together, so a short retry loop settles it.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + busy_timeout_s
+    delay = 0.005
+    while True:
+        try:
+            async with conn.execute("PRAGMA journal_mode = WAL") as cursor:
+                row = await cursor.fetchone()
+            return str(row[0]) if row else "unknown"
+        except sqlite3.OperationalError as exc:
+            if exc.sqlite_errorname != "SQLITE_BUSY" or loop.time() + delay > deadline:
+                raise
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 0.2)
+
+
+def _probe(path: str) -> None:
+    sqlite3.connect(path).close()
+
+
+def _cannot_open(path: str, exc: sqlite3.Error) -> str:
+    return (
+        f"SQLite could not open {path}: {exc}; check that the directory exists and is "
+        "writable, and that DATABASE_URL points at the intended file"
+    )

@@ -1,0 +1,194 @@
+"""Assembles the Slack app: Bolt, the transports, health endpoints, and orderly shutdown.
+
+Transports (SPEC.md section 2): Socket Mode when ``SLACK_APP_TOKEN`` is set, otherwise
+HTTP on ``PORT`` at ``POST /slack/events`` (signature-checked by Bolt). Both serve
+``GET /healthz`` (the process is up) and ``GET /readyz`` (503 while starting, shutting
+down, or, in Socket Mode, disconnected).
+
+Every Web API client this process makes uses ``SLACK_API_URL`` (Bolt's, the Socket Mode
+handler's, the budgets'): they are all the one :class:`AsyncWebClient` built here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+import aiohttp
+import structlog
+from aiohttp import web
+from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
+from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
+from slack_bolt.async_app import AsyncApp
+from slack_sdk.errors import SlackApiError, SlackClientError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from agent_core import BUILTIN_TOOLS, Agent, AgentConfig, ConfigError, OpenAIChatModel
+from bot.context import BotContext
+from bot.dedupe import EventDeduper
+from bot.handlers import actions, events, mentions
+from bot.supervisor import Supervisor
+from bot.surface import Workspaces
+
+if TYPE_CHECKING:
+    from agent_core import ChatModel
+    from bot.settings import Settings
+
+__all__ = ["SHUTDOWN_BUDGET_S", "ThreadpilotApp"]
+
+log = structlog.get_logger("bot.app")
+
+SHUTDOWN_BUDGET_S = 15.0
+"""Everything after SIGTERM fits in this, well inside the 20 s target (SPEC.md §5)."""
+
+
+class ThreadpilotApp:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        model: ChatModel | None = None,
+        listen_port: int | None = None,
+        listen_host: str = "0.0.0.0",
+    ) -> None:
+        self.settings = settings
+        self._model = model
+        self._listen = (listen_host, settings.PORT if listen_port is None else listen_port)
+        self._ready = False
+        self._session: aiohttp.ClientSession | None = None
+        self._runner: web.AppRunner | None = None
+        self._socket: AsyncSocketModeHandler | None = None
+        self._owned_model: OpenAIChatModel | None = None
+        self.port: int | None = None
+        self.ctx: BotContext | None = None
+
+    # -- start -------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        settings = self.settings
+        self._session = aiohttp.ClientSession()
+        client = AsyncWebClient(
+            token=settings.SLACK_BOT_TOKEN, base_url=settings.SLACK_API_URL, session=self._session
+        )
+        bot_user_id = await _who_am_i(client)
+        agent = Agent(
+            self._model or self._openai_model(),
+            BUILTIN_TOOLS,
+            config=AgentConfig(
+                max_turns=settings.MAX_TURNS, final_turn_timeout_s=settings.FINAL_TURN_TIMEOUT
+            ),
+        )
+        self.ctx = BotContext(settings, Supervisor(agent), Workspaces(client), bot_user_id)
+        bolt = self._bolt(client, self.ctx)
+        await self._serve_http(bolt)
+        if settings.socket_mode:
+            assert settings.SLACK_APP_TOKEN is not None
+            self._socket = AsyncSocketModeHandler(bolt, settings.SLACK_APP_TOKEN, web_client=client)
+            await self._socket.connect_async()  # type: ignore[no-untyped-call]
+        self._ready = True
+        log.info(
+            "app.ready",
+            transport="socket_mode" if settings.socket_mode else "http",
+            port=self.port,
+            bot_user_id=bot_user_id,
+            api_url=settings.SLACK_API_URL,
+        )
+
+    def _openai_model(self) -> OpenAIChatModel:
+        s = self.settings
+        self._owned_model = OpenAIChatModel(
+            model=s.OPENAI_MODEL, api_key=s.OPENAI_API_KEY, base_url=s.OPENAI_BASE_URL
+        )
+        return self._owned_model
+
+    def _bolt(self, client: AsyncWebClient, ctx: BotContext) -> AsyncApp:
+        socket_mode = self.settings.socket_mode
+        bolt = AsyncApp(
+            client=client,
+            # Socket Mode payloads are not signed (the xapp- token authenticates the socket).
+            signing_secret=self.settings.SLACK_SIGNING_SECRET or "unused-in-socket-mode",
+            request_verification_enabled=not socket_mode,
+            ignoring_self_events_enabled=True,
+        )
+        bolt.middleware(EventDeduper().middleware)
+        mentions.register(bolt, ctx)
+        actions.register(bolt, ctx)
+        events.register(bolt, ctx)
+        return bolt
+
+    async def _serve_http(self, bolt: AsyncApp) -> None:
+        web_app = web.Application()
+        web_app.router.add_get("/healthz", self._healthz)
+        web_app.router.add_get("/readyz", self._readyz)
+        if not self.settings.socket_mode:
+
+            async def slack_events(request: web.Request) -> web.Response:
+                if not self._ready:
+                    return web.json_response({"error": "not ready"}, status=503)
+                response = await bolt.async_dispatch(await to_bolt_request(request))
+                return await to_aiohttp_response(response)
+
+            web_app.router.add_post("/slack/events", slack_events)
+        self._runner = web.AppRunner(web_app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, *self._listen)
+        await site.start()
+        server = site._server
+        sockets = getattr(server, "sockets", None) or []
+        self.port = sockets[0].getsockname()[1] if sockets else self._listen[1]
+
+    async def _healthz(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def _readyz(self, request: web.Request) -> web.Response:
+        ready = self._ready
+        if ready and self._socket is not None:
+            ready = await self._socket.client.is_connected()
+        status = 200 if ready else 503
+        return web.json_response({"ready": ready}, status=status)
+
+    # -- stop --------------------------------------------------------------------------
+
+    async def shutdown(self, timeout_s: float = SHUTDOWN_BUDGET_S) -> None:
+        """Stop taking work, end live runs with reason ``shutdown``, flush Slack, close."""
+        self._ready = False
+        log.info("app.shutting_down")
+        async with asyncio.timeout(timeout_s + 2):
+            if self._socket is not None:
+                await _bounded(
+                    self._socket.close_async(),  # type: ignore[no-untyped-call]
+                    2.0,
+                    "socket_mode.close",
+                )
+            if self.ctx is not None:
+                await self.ctx.supervisor.shutdown(timeout_s * 0.6)
+                await _bounded(self.ctx.workspaces.close(), timeout_s * 0.25, "slack.flush")
+            if self._owned_model is not None:
+                await self._owned_model.aclose()
+            if self._runner is not None:
+                await self._runner.cleanup()
+            if self._session is not None:
+                await self._session.close()
+        log.info("app.stopped")
+
+
+async def _who_am_i(client: AsyncWebClient) -> str:
+    """The bot user id, which also proves the token works: a clear start-up error if not."""
+    try:
+        auth = await client.auth_test()
+    except SlackApiError as exc:
+        raise ConfigError(
+            "SLACK_BOT_TOKEN", f"Slack refused it ({exc.response.get('error')})"
+        ) from exc
+    except (SlackClientError, aiohttp.ClientError, OSError) as exc:
+        raise ConfigError("SLACK_API_URL", f"cannot reach Slack there ({exc})") from exc
+    return str(auth["user_id"])
+
+
+async def _bounded(work: object, timeout_s: float, what: str) -> None:
+    assert asyncio.iscoroutine(work)
+    try:
+        async with asyncio.timeout(timeout_s):
+            await work
+    except TimeoutError:
+        log.error("shutdown.step_timed_out", step=what, timeout_s=timeout_s)

@@ -1,0 +1,22 @@
+"""What every handler needs, built once at start-up and passed in (no globals)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from bot.settings import Settings
+    from bot.supervisor import Supervisor
+    from bot.surface import Workspaces
+
+__all__ = ["BotContext"]
+
+
+@dataclass(frozen=True, slots=True)
+class BotContext:
+    settings: Settings
+    supervisor: Supervisor
+    workspaces: Workspaces
+    bot_user_id: str
+    """The app's bot user, from ``auth.test``: mentions of it are stripped from tasks."""

@@ -1,0 +1,139 @@
+"""Messages that start runs: an @mention in a channel, a DM, a reply in a finished run's
+thread (SPEC.md section 2). A thread never gets a second live run."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from agent_core import ThreadKey
+from bot import messages
+from bot.errors import SlackError
+from bot.session import RunSession
+
+if TYPE_CHECKING:
+    from slack_bolt.async_app import AsyncApp
+
+    from agent_core import ChatMessage, Run
+    from bot.context import BotContext
+    from bot.surface import SlackSurface
+
+__all__ = ["history_from", "register"]
+
+log = structlog.get_logger("bot.handlers.mentions")
+
+_HISTORY_MESSAGES = 50
+_HISTORY_CHARS = 20_000
+
+
+def register(app: AsyncApp, ctx: BotContext) -> None:
+    async def on_mention(body: dict[str, Any], event: dict[str, Any]) -> None:
+        await _start(ctx, body, event)
+
+    async def on_message(body: dict[str, Any], event: dict[str, Any]) -> None:
+        if event.get("subtype") or event.get("bot_id") or event.get("user") == ctx.bot_user_id:
+            return  # edits, joins, and our own posts
+        if event.get("channel_type") == "im":
+            await _start(ctx, body, event)
+            return
+        if f"<@{ctx.bot_user_id}>" in event.get("text", ""):
+            return  # the app_mention event for the same message starts the run
+        thread_ts = event.get("thread_ts")
+        if not thread_ts:
+            return
+        thread = ThreadKey(body["team_id"], event["channel"], thread_ts)
+        live = ctx.supervisor.live_in_thread(thread)
+        if live is not None:
+            live.participants.add(event["user"])
+            return
+        if ctx.supervisor.had_run(thread):
+            await _start(ctx, body, event)
+
+    app.event("app_mention")(on_mention)
+    app.event("message")(on_message)
+
+
+async def _start(ctx: BotContext, body: dict[str, Any], event: dict[str, Any]) -> None:
+    team = body["team_id"]
+    channel = event["channel"]
+    thread_ts = event.get("thread_ts") or event["ts"]
+    thread = ThreadKey(team, channel, thread_ts)
+    user = event["user"]
+    task = _task_text(event.get("text", ""), ctx.bot_user_id)
+    surface = await ctx.workspaces.get(team)
+    with structlog.contextvars.bound_contextvars(
+        team=team, channel=channel, thread=thread_ts, user=user
+    ):
+        busy = ctx.supervisor.live_in_thread(thread)
+        if busy is not None:
+            busy.participants.add(user)
+            await _ephemeral(surface, channel, user, thread_ts, messages.THREAD_BUSY)
+            return
+        history: list[ChatMessage] = []
+        if thread_ts != event["ts"]:
+            history = await _thread_history(surface, channel, thread_ts, event["ts"], ctx)
+
+        def make_session(run: Run) -> RunSession:
+            return RunSession(
+                run, surface, channel=channel, thread_ts=thread_ts, requester=user, team_id=team
+            )
+
+        live = ctx.supervisor.start(
+            thread=thread,
+            requester=user,
+            task=task or "Hello",
+            history=history,
+            make_session=make_session,
+        )
+        if live is None:
+            log.info("run.not_started", reason="thread busy or shutting down")
+            return
+        log.info("run.accepted", run_id=live.run.id, history_messages=len(history))
+
+
+def _task_text(text: str, bot_user_id: str) -> str:
+    return re.sub(rf"<@{re.escape(bot_user_id)}(\|[^>]*)?>", "", text).strip()
+
+
+async def _thread_history(
+    surface: SlackSurface, channel: str, thread_ts: str, current_ts: str, ctx: BotContext
+) -> list[ChatMessage]:
+    try:
+        reply = await surface.budget.call(
+            "conversations.replies", channel=channel, ts=thread_ts, limit=200
+        )
+    except SlackError as exc:
+        log.warning("thread.history_unavailable", error=exc.error)
+        return []
+    return history_from(reply.get("messages", []), ctx.bot_user_id, exclude_ts=current_ts)
+
+
+def history_from(
+    slack_messages: list[dict[str, Any]], bot_user_id: str, *, exclude_ts: str
+) -> list[ChatMessage]:
+    """The thread as a chat history: our posts as the assistant, people as users."""
+    history: list[ChatMessage] = []
+    for message in slack_messages[-_HISTORY_MESSAGES:]:
+        if message.get("ts") == exclude_ts or not message.get("text"):
+            continue
+        text = _task_text(str(message["text"]), bot_user_id)
+        if message.get("bot_id") or message.get("user") == bot_user_id:
+            history.append({"role": "assistant", "content": text})
+        else:
+            history.append({"role": "user", "content": f"<@{message.get('user')}>: {text}"})
+    while sum(len(str(m["content"])) for m in history) > _HISTORY_CHARS and len(history) > 1:
+        history.pop(0)
+    return history
+
+
+async def _ephemeral(
+    surface: SlackSurface, channel: str, user: str, thread_ts: str, text: str
+) -> None:
+    try:
+        await surface.budget.call(
+            "chat.postEphemeral", channel=channel, user=user, text=text, thread_ts=thread_ts
+        )
+    except SlackError as exc:
+        log.warning("reply.failed", error=exc.error)

@@ -1,0 +1,316 @@
+"""Every piece of text threadpilot shows people in Slack, in one place (STYLE rule 9).
+
+What belongs here: status lines, button and dialog labels, outcome labels, section
+headings, ephemeral replies and notification fallbacks, as constants or small functions
+that fill in names and numbers. What does not: layout (``bot/views``), limits and
+truncation policy (``bot/views/status.py``), and anything that talks to Slack.
+
+Strings are Slack ``mrkdwn``, except the button and dialog labels (``plain_text``) and
+:data:`STREAM_RETRYING` (streamed markdown, written to read the same in both).
+Functions that take text from outside (tool names, error reasons, actor names) escape it
+with :func:`escape`, so their results can go into a block as they are. Mentions are only
+ever built by :func:`mention`, which renders non-people (``system:...``,
+``signal:...``) as "threadpilot" instead of a broken ``<@system:...>``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+from agent_core import ExitCode, Outcome, StopReason
+
+if TYPE_CHECKING:
+    from agent_core import RunResult
+
+# -- names and escaping ----------------------------------------------------------------
+
+APP_NAME = "threadpilot"
+
+# Slack user ids: U... for workspace users, W... for Enterprise Grid users.
+_USER_ID = re.compile(r"^[UW][A-Z0-9]+$")
+# Actors that are the app itself rather than a person (see agent_core/loop.py, cli.py).
+_SYSTEM_PREFIXES = ("system:", "signal:")
+# An unknown actor name is shown as text; keep it short so it cannot crowd the label.
+_MAX_ACTOR_CHARS = 80
+
+
+def escape(text: str) -> str:
+    """Escape the three characters Slack's mrkdwn treats as control characters.
+
+    Used on everything the model or a tool produced, so ``<!channel>`` or ``<@U123>`` in
+    an answer shows as text instead of pinging people, and ``a < b`` does not vanish.
+    """
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def is_person(actor: str | None) -> bool:
+    """True if ``actor`` is a Slack user id (something :func:`mention` can @-mention)."""
+    return actor is not None and _USER_ID.fullmatch(actor) is not None
+
+
+def mention(actor: str | None) -> str:
+    """How to name whoever did something: ``<@U1>``, ``threadpilot``, or their name.
+
+    ``None`` or an empty actor reads as "someone"; callers that can say nothing better
+    usually leave the name out instead.
+    """
+    if not actor:
+        return "someone"
+    if is_person(actor):
+        return f"<@{actor}>"
+    if actor.startswith(_SYSTEM_PREFIXES):
+        return APP_NAME
+    return escape(actor[:_MAX_ACTOR_CHARS])
+
+
+def _code(text: str) -> str:
+    """Inline code for a short outside name; backticks would end the span early."""
+    inner = escape(text.replace("`", "'"))
+    return f"`{inner}`"
+
+
+# -- numbers ---------------------------------------------------------------------------
+
+
+def format_elapsed(seconds: float) -> str:
+    """``mm:ss`` under an hour, ``h:mm:ss`` from then on."""
+    total = max(0, int(seconds))
+    hours, rest = divmod(total, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}:{minutes:02d}:{secs:02d}"
+    return f"{minutes:02d}:{secs:02d}"
+
+
+def format_tokens(tokens: int) -> str:
+    return "1 token" if tokens == 1 else f"{tokens:,} tokens"
+
+
+def format_turns(turns: int) -> str:
+    return "1 turn" if turns == 1 else f"{turns:,} turns"
+
+
+# -- the live status line --------------------------------------------------------------
+
+STATUS_STARTING = "Starting..."
+ACTIVITY_WAITING_FOR_MODEL = "Waiting for the model"
+ACTIVITY_WRITING_ANSWER = "Writing the answer"
+ACTIVITY_FINAL_REPORT = "Writing the final report"
+
+
+def status_turn(turn: int) -> str:
+    return f"Working: turn {turn}"
+
+
+def activity_tool(name: str) -> str:
+    return f"Running the tool {_code(name)}"
+
+
+def activity_retry(seconds: float, why: str) -> str:
+    """The model call failed in a retryable way; the run waits ``seconds`` first."""
+    reason = f": {escape(why)}" if why else ""
+    return f"Waiting to retry the model (in {max(0, round(seconds))}s{reason})"
+
+
+STREAM_RETRYING = "_(The model call failed partway and is being retried; text above may repeat.)_"
+"""Pushed into a streamed answer when a step restarts and its partial text is void."""
+
+
+def status_stopping(requested_by: str | None) -> str:
+    if not requested_by:
+        return "Stopping..."
+    return f"Stopping... (requested by {mention(requested_by)})"
+
+
+def status_aborting(requested_by: str | None = None) -> str:
+    if not requested_by:
+        return "Aborting..."
+    return f"Aborting... (requested by {mention(requested_by)})"
+
+
+STATUS_RESTARTING = "Pausing for a restart..."
+RESTART_NOTE = (
+    "threadpilot resumes this run from its last checkpoint after the restart if resuming "
+    "is enabled; otherwise reply in the thread to continue."
+)
+SHUTDOWN_NOTICE = f"Interrupted by a restart; {RESTART_NOTE}"
+"""For a run whose process shut down before it could write its own result."""
+
+WORKER_LOST = "Interrupted: the worker running this stopped."
+"""Evidence for a run whose owner's lease expired (found by the reconciler)."""
+
+
+def live_details(elapsed_s: float, tokens: int, requester: str) -> str:
+    # The requester is named because, under the default policy, only they (and admins)
+    # may press the buttons below; others in the thread can see whom to ask.
+    return (
+        f"{format_elapsed(elapsed_s)} elapsed · {format_tokens(tokens)} · "
+        f"started by {mention(requester)}"
+    )
+
+
+# -- controls --------------------------------------------------------------------------
+
+STOP_LABEL = "Stop"
+ABORT_LABEL = "Abort"
+ABORT_CONFIRM_TITLE = "Abort now?"
+ABORT_CONFIRM_TEXT = "The agent is cancelled immediately and writes no summary."
+ABORT_CONFIRM_YES = "Abort"
+ABORT_CONFIRM_NO = "Keep running"
+
+# -- the terminal report ---------------------------------------------------------------
+
+HEADING_OUTCOME = "Outcome"
+HEADING_EVIDENCE = "Evidence"
+HEADING_ARTIFACTS = "Artifacts"
+HEADING_HANDOFF = "Handoff"
+HEADING_ANSWER = "Answer"
+
+NO_EVIDENCE = "Nothing was recorded."
+NO_ARTIFACTS = "none"
+
+_DEFAULT_NEXT_STEP = {
+    Outcome.FINISHED: "Nothing is running. Reply in the thread to follow up.",
+    Outcome.BLOCKED: "Nothing is running. Reply in the thread once the blocker is resolved.",
+    Outcome.FAILED: "Nothing is running. Reply in the thread to try again.",
+    Outcome.USERINTERLUDE: "Nothing is running. Reply in the thread to start again.",
+    Outcome.ASK_USER_QUESTION: "Reply in the thread with your answer.",
+}
+
+_EXIT_NOTES = {
+    ExitCode.FINAL_ANSWER: "final answer",
+    ExitCode.USER_STOP: "stopped on request",
+    ExitCode.USER_ABORT: "aborted on request",
+    ExitCode.SHUTDOWN: "interrupted by a restart",
+    ExitCode.TOKEN_LIMIT: "context window nearly full",
+    ExitCode.MAX_TURNS: "turn limit reached",
+    ExitCode.MAX_RETRIES: "model retries used up",
+    ExitCode.ERROR: "error",
+}
+
+# Older records may lack a stop reason; the exit code still says what happened.
+_REASON_FROM_EXIT = {
+    ExitCode.USER_STOP: StopReason.STOP,
+    ExitCode.USER_ABORT: StopReason.ABORT,
+    ExitCode.SHUTDOWN: StopReason.SHUTDOWN,
+}
+
+
+def default_next_step(outcome: Outcome) -> str:
+    """The handoff when the run recorded none: who acts next, never an optional offer."""
+    return _DEFAULT_NEXT_STEP[outcome]
+
+
+def outcome_label(
+    outcome: Outcome,
+    *,
+    stop_reason: StopReason | None = None,
+    exit_code: ExitCode | None = None,
+    stopped_by: str | None = None,
+) -> str:
+    """One human label per canonical outcome, naming who stopped the run if anyone did.
+
+    Takes the parts rather than a :class:`RunResult` so a stored run record (which has
+    the same fields) can be labelled too; :func:`result_label` is the shortcut.
+    """
+    reason = stop_reason or (_REASON_FROM_EXIT.get(exit_code) if exit_code else None)
+    by = f" by {mention(stopped_by)}" if stopped_by else ""
+    if outcome is Outcome.USERINTERLUDE:
+        return f"Aborted{by}" if reason is StopReason.ABORT else f"Stopped{by}"
+    if outcome is Outcome.BLOCKED and reason is StopReason.SHUTDOWN:
+        return "Interrupted by a restart"
+    base = {
+        Outcome.FINISHED: "Finished",
+        Outcome.BLOCKED: "Blocked",
+        Outcome.FAILED: "Failed",
+        Outcome.ASK_USER_QUESTION: "Needs your answer",
+    }[outcome]
+    # A stop can be honoured and the run still end another way (the model's answer was
+    # already complete, or the final turn failed): say who asked, keep the real outcome.
+    return f"{base} (stop requested{by})" if stopped_by else base
+
+
+def result_label(result: RunResult) -> str:
+    return outcome_label(
+        result.outcome,
+        stop_reason=result.stop_reason,
+        exit_code=result.exit_code,
+        stopped_by=result.handoff.stopped_by,
+    )
+
+
+def result_details(exit_code: ExitCode, turns: int, elapsed_s: float, tokens: int) -> str:
+    """The small print under the outcome: exit code, turns, duration, tokens."""
+    return (
+        f"`{exit_code.value}` ({_EXIT_NOTES[exit_code]}) · {format_turns(turns)} · "
+        f"{format_elapsed(elapsed_s)} · {format_tokens(tokens)}"
+    )
+
+
+def bullet(item: str) -> str:
+    return f"• {item}"
+
+
+def more_artifacts(count: int) -> str:
+    return f"… and {count:,} more"
+
+
+def truncated(remaining: int) -> str:
+    """Marks text cut to fit Slack's limits; ``remaining`` is what was left out."""
+    return f"_… (truncated, {remaining:,} characters more)_"
+
+
+def heading(title: str) -> str:
+    return f"*{title}*"
+
+
+# -- notification fallbacks (the message's plain ``text``) -----------------------------
+
+
+def fallback_live(status: str, activity: str) -> str:
+    return f"{status} · {activity}" if activity else status
+
+
+def fallback_done(label: str, handoff: str) -> str:
+    return f"{HEADING_OUTCOME}: {label}. {HEADING_HANDOFF}: {handoff}"
+
+
+# -- ephemeral replies to clicks and messages ------------------------------------------
+
+RUN_ALREADY_FINISHED = "This run has already ended; the buttons no longer do anything."
+
+
+def run_already_finished(ended: RunResult | str | None = None) -> str:
+    """A click on an ended run. ``ended`` is its result, or the outcome label of a stored
+    record (:func:`outcome_label`); with neither, the reply just says it ended."""
+    label = ended if ended is None or isinstance(ended, str) else result_label(ended)
+    if not label:
+        return RUN_ALREADY_FINISHED
+    return f"This run has already ended ({label}); the buttons no longer do anything."
+
+
+ALREADY_STOPPING = "Already stopping: press Abort to cancel immediately."
+ESCALATED_TO_ABORT = "Stop pressed again while stopping: aborting now, with no summary."
+ALREADY_ABORTING = "Already aborting: the run ends in a moment."
+STOP_ACCEPTED = "Stopping: the agent finishes its current step, then writes a summary."
+ABORT_ACCEPTED = "Aborting: the agent is cancelled now and writes no summary."
+UNKNOWN_ACTION = "threadpilot does not know that button; it may be from an older version."
+RUN_NOT_FOUND = "This run is no longer tracked (it may have ended during a restart)."
+THREAD_BUSY = "A run is already working in this thread; your message was passed to it as guidance."
+
+
+def not_allowed(policy: str, requester: str) -> str:
+    """Why a click was refused, worded after ``STOP_POLICY`` (requester|participants|anyone).
+
+    Takes the policy's string value so any enum over those words can be passed in.
+    """
+    if policy == "participants":
+        return (
+            f"Only {mention(requester)}, people taking part in this thread, or an admin "
+            "can stop or abort this run."
+        )
+    if policy == "anyone":
+        # Not reachable under "anyone" unless a run-specific rule refused the click.
+        return "You can't stop or abort this run."
+    return f"Only {mention(requester)} or an admin can stop or abort this run."

@@ -1,0 +1,267 @@
+"""A run's Slack surface: its status message, its streamed answer, its agent session.
+
+The status message is posted once and then only updated in place (SPEC.md section 2):
+progress updates are coalesced by the workspace budget and may be dropped; the terminal
+update is never dropped. The answer streams with ``chat.startStream`` /
+``chat.appendStream`` / ``chat.stopStream`` where the workspace allows; where it does not,
+the answer is shown in the status message instead, through ``chat.update``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from agent_core import (
+    Outcome,
+    Retrying,
+    RunEvent,
+    StepRestarted,
+    StopRequested,
+    TextDelta,
+    ToolFinished,
+    ToolStarted,
+    TurnFinished,
+    TurnStarted,
+)
+from bot import messages
+from bot.errors import SlackError
+from bot.views.status import StatusSnapshot, render_status
+
+if TYPE_CHECKING:
+    from agent_core import Run, RunResult
+    from bot.surface import SlackSurface
+
+__all__ = ["AnswerStream", "RunSession"]
+
+log = structlog.get_logger("bot.session")
+
+_APPEND_CHARS = 10_000
+"""Below chat.appendStream's 12,000-character markdown limit, with a margin."""
+_STREAM_CLOSE_S = 5.0
+
+
+class RunSession:
+    def __init__(
+        self,
+        run: Run,
+        surface: SlackSurface,
+        *,
+        channel: str,
+        thread_ts: str,
+        requester: str,
+        team_id: str,
+    ) -> None:
+        self.run = run
+        self.surface = surface
+        self.channel = channel
+        self.thread_ts = thread_ts
+        self.status_ts: str | None = None
+        self._started = time.monotonic()
+        self._snapshot = StatusSnapshot(
+            run_id=run.id, requester=requester, phase="starting", activity=messages.STATUS_STARTING
+        )
+        self._answer: list[str] = []
+        self._stream = AnswerStream(surface, channel, thread_ts, requester, team_id)
+        run.events.add_listener(self._on_event)
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    async def open(self) -> bool:
+        """Post the status message. False (logged) if Slack would not take it."""
+        rendered = render_status(self._snapshot)
+        try:
+            self.status_ts = await self.surface.budget.post_message(
+                self.channel, text=rendered.text, blocks=rendered.blocks, thread_ts=self.thread_ts
+            )
+        except SlackError as exc:
+            log.error("status.post_failed", error=exc.error, run_id=self.run.id)
+            return False
+        await self._session_status("processing")
+        self._stream.start()
+        return True
+
+    async def close(self, result: RunResult) -> bool:
+        """Finish the answer stream and write the terminal status. True if Slack took it."""
+        await self._stream.finish()
+        snapshot = replace(
+            self._snapshot,
+            phase="done",
+            result=result,
+            elapsed_s=self._elapsed(),
+            answer="".join(self._answer),
+            answer_streamed=self._stream.ts is not None,
+        )
+        rendered = render_status(snapshot)
+        assert self.status_ts is not None
+        delivered = await self.surface.budget.update_final(
+            self.channel, self.status_ts, text=rendered.text, blocks=rendered.blocks
+        )
+        if not delivered:
+            log.error(
+                "status.final_not_delivered", run_id=self.run.id, outcome=result.outcome.value
+            )
+        waiting = result.outcome is Outcome.ASK_USER_QUESTION
+        await self._session_status("active" if waiting else "closed")
+        return delivered
+
+    async def discard(self) -> None:
+        """Stop the answer pump without flushing (the run task is being torn down)."""
+        await self._stream.cancel()
+
+    # -- progress ----------------------------------------------------------------------
+
+    def _on_event(self, event: RunEvent) -> None:
+        s = self._snapshot
+        match event:
+            case TurnStarted(turn=turn, final=final):
+                activity = (
+                    messages.ACTIVITY_FINAL_REPORT if final else messages.ACTIVITY_WAITING_FOR_MODEL
+                )
+                s = replace(
+                    s,
+                    phase="stopping" if s.phase == "stopping" else "running",
+                    turn=turn,
+                    activity=activity,
+                )
+            case TextDelta(text=text):
+                self._answer.append(text)
+                self._stream.push(text)
+                if s.activity == messages.ACTIVITY_WRITING_ANSWER and self._stream.ts:
+                    return  # nothing visible changed in the status message
+                s = replace(s, activity=messages.ACTIVITY_WRITING_ANSWER)
+            case StepRestarted():
+                self._stream.push("\n\n" + messages.STREAM_RETRYING + "\n\n")
+            case ToolStarted(name=name):
+                s = replace(s, activity=messages.activity_tool(name))
+            case ToolFinished():
+                s = replace(s, activity=messages.ACTIVITY_WAITING_FOR_MODEL)
+            case Retrying(delay_s=delay, error=error):
+                s = replace(s, activity=messages.activity_retry(delay, error))
+            case TurnFinished(usage=usage):
+                s = replace(s, tokens=usage.total_tokens)
+            case StopRequested(reason=reason, requested_by=who):
+                s = replace(s, phase="stopping", stop_reason=reason, stop_requested_by=who)
+            case _:
+                return
+        self._snapshot = s
+        self._push_progress()
+
+    def _push_progress(self) -> None:
+        if self.status_ts is None:
+            return
+        snapshot = replace(
+            self._snapshot,
+            elapsed_s=self._elapsed(),
+            answer="".join(self._answer),
+            answer_streamed=self._stream.active,
+        )
+        rendered = render_status(snapshot)
+        self.surface.budget.update_progress(
+            self.channel, self.status_ts, text=rendered.text, blocks=rendered.blocks
+        )
+
+    def _elapsed(self) -> float:
+        return time.monotonic() - self._started
+
+    async def _session_status(self, status: str) -> None:
+        await self.surface.optional_call(
+            self.surface.agent_sessions,
+            "agents.sessions.setStatus",
+            channel_id=self.channel,
+            thread_ts=self.thread_ts,
+            status=status,
+            title=self.run.task[:200],
+        )
+
+
+class AnswerStream:
+    """Streams answer text into one Slack message; one owned task pumps the buffer."""
+
+    def __init__(
+        self, surface: SlackSurface, channel: str, thread_ts: str, user: str, team: str
+    ) -> None:
+        self._surface = surface
+        self._channel = channel
+        self._thread_ts = thread_ts
+        self._recipient = {"recipient_user_id": user, "recipient_team_id": team}
+        self._buffer: list[str] = []
+        self._wake = asyncio.Event()
+        self._closing = False
+        self._failed = False
+        self._task: asyncio.Task[None] | None = None
+        self.ts: str | None = None
+
+    @property
+    def active(self) -> bool:
+        """True while text goes to the stream (not to the status message)."""
+        return not self._failed and self._surface.streaming.available
+
+    def start(self) -> None:
+        if self._surface.streaming.available:
+            self._task = asyncio.create_task(self._pump(), name="answer-stream")
+
+    def push(self, text: str) -> None:
+        if self._task is None or self._failed:
+            return
+        self._buffer.append(text)
+        self._wake.set()
+
+    async def finish(self) -> None:
+        if self._task is None:
+            return
+        self._closing = True
+        self._wake.set()
+        try:
+            async with asyncio.timeout(_STREAM_CLOSE_S):
+                await self._task
+        except TimeoutError:
+            log.warning("stream.close_timed_out")
+        if self.ts is not None:
+            await self._call("chat.stopStream", channel=self._channel, ts=self.ts)
+
+    async def cancel(self) -> None:
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+            await asyncio.wait([self._task], timeout=_STREAM_CLOSE_S)
+
+    async def _pump(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._buffer and not self._failed:
+                text = "".join(self._buffer)
+                chunk, rest = text[:_APPEND_CHARS], text[_APPEND_CHARS:]
+                self._buffer = [rest] if rest else []
+                await self._send(chunk)
+            if self._closing and not self._buffer:
+                return
+
+    async def _send(self, chunk: str) -> None:
+        if self.ts is None:
+            reply = await self._call(
+                "chat.startStream",
+                channel=self._channel,
+                thread_ts=self._thread_ts,
+                markdown_text=chunk,
+                **self._recipient,
+            )
+            if reply is None:
+                self._failed = True
+                return
+            self.ts = str(reply["ts"])
+            return
+        if (
+            await self._call(
+                "chat.appendStream", channel=self._channel, ts=self.ts, markdown_text=chunk
+            )
+            is None
+        ):
+            self._failed = True
+
+    async def _call(self, method: str, **kwargs: Any) -> dict[str, Any] | None:
+        return await self._surface.optional_call(self._surface.streaming, method, **kwargs)

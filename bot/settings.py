@@ -1,0 +1,138 @@
+"""The Slack app's settings, from the environment or ``.env`` (SPEC.md section 6).
+
+Every setting is listed, with its meaning, in ``.env.example``. A missing or malformed
+one stops start-up with a single line that names it (:func:`load_settings`).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from agent_core.errors import ConfigError
+
+__all__ = ["Settings", "StopPolicy", "load_settings"]
+
+
+class StopPolicy(StrEnum):
+    """Who may press Stop or Abort on a run (admins always may)."""
+
+    REQUESTER = "requester"
+    """Only the person who started the run."""
+    PARTICIPANTS = "participants"
+    """Anyone who has written in the run's thread."""
+    ANYONE = "anyone"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_file=".env", env_file_encoding="utf-8", extra="ignore", case_sensitive=True
+    )
+
+    SLACK_BOT_TOKEN: str = Field(description="Bot token, xoxb-...")
+    SLACK_SIGNING_SECRET: str | None = Field(
+        default=None, description="Verifies HTTP requests; not needed with Socket Mode."
+    )
+    SLACK_APP_TOKEN: str | None = Field(
+        default=None,
+        description="App-level token (xapp-...) with connections:write: turns Socket Mode on.",
+    )
+    SLACK_API_URL: str = "https://slack.com/api/"
+    OPENAI_API_KEY: str
+    OPENAI_BASE_URL: str | None = None
+    OPENAI_MODEL: str
+    DATABASE_URL: str = "sqlite:///./threadpilot.db"
+    PORT: int = Field(default=3000, ge=1, le=65535)
+    STOP_POLICY: StopPolicy = StopPolicy.REQUESTER
+    ADMIN_USER_IDS: Annotated[frozenset[str], NoDecode] = frozenset()
+    LOG_FORMAT: Literal["console", "json"] = "console"
+    LOG_LEVEL: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    MAX_TURNS: int = Field(default=20, ge=1)
+    FINAL_TURN_TIMEOUT: float | None = Field(default=None, gt=0)
+
+    @field_validator("SLACK_BOT_TOKEN")
+    @classmethod
+    def _bot_token(cls, value: str) -> str:
+        if not value.startswith("xoxb-"):
+            raise ValueError("must be a bot token starting with xoxb-")
+        return value
+
+    @field_validator("SLACK_APP_TOKEN")
+    @classmethod
+    def _app_token(cls, value: str | None) -> str | None:
+        if value in (None, ""):
+            return None
+        if not value.startswith("xapp-"):
+            raise ValueError("must be an app-level token starting with xapp-")
+        return value
+
+    @field_validator("SLACK_SIGNING_SECRET", "OPENAI_BASE_URL", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: Any) -> Any:
+        return None if value == "" else value
+
+    @field_validator("SLACK_API_URL", "OPENAI_BASE_URL")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("must be an http:// or https:// URL")
+        return value
+
+    @field_validator("SLACK_API_URL")
+    @classmethod
+    def _trailing_slash(cls, value: str) -> str:
+        # slack_sdk joins the method name straight onto the base URL.
+        return value if value.endswith("/") else value + "/"
+
+    @field_validator("ADMIN_USER_IDS", mode="before")
+    @classmethod
+    def _user_ids(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return frozenset(v.strip() for v in value.split(",") if v.strip())
+        return value
+
+    @field_validator("LOG_LEVEL", mode="before")
+    @classmethod
+    def _upper(cls, value: Any) -> Any:
+        return value.upper() if isinstance(value, str) else value
+
+    @field_validator("DATABASE_URL")
+    @classmethod
+    def _database_url(cls, value: str) -> str:
+        if not value.startswith(("sqlite:///", "postgresql://", "postgres://")):
+            raise ValueError("must start with sqlite:///, postgresql:// or postgres://")
+        return value
+
+    @model_validator(mode="after")
+    def _transport(self) -> Settings:
+        if self.SLACK_APP_TOKEN is None and not self.SLACK_SIGNING_SECRET:
+            raise ValueError(
+                "SLACK_SIGNING_SECRET: required in HTTP mode (set it, or set "
+                "SLACK_APP_TOKEN to use Socket Mode)"
+            )
+        return self
+
+    @property
+    def socket_mode(self) -> bool:
+        return self.SLACK_APP_TOKEN is not None
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Read and validate the settings; raise :class:`ConfigError` naming the first bad one."""
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        location = [str(p) for p in error["loc"]]
+        message = str(error["msg"]).removeprefix("Value error, ")
+        if location:
+            name = location[0]
+            problem = "missing" if error["type"] == "missing" else message
+            raise ConfigError(name, problem) from None
+        name, _, problem = message.partition(": ")
+        raise ConfigError(name, problem) from None

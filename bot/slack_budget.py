@@ -1,0 +1,521 @@
+"""The per-workspace budget that every Slack Web API call of threadpilot goes through.
+
+Slack limits each method per workspace and app, so there is one `SlackBudget` per team,
+shared by every run in it. Here live the rate table, the token buckets, the one worker
+task that writes status messages with ``chat.update`` (progress coalesced per message and
+served oldest-dirty-first; terminal writes ahead of all progress, and retried), and which
+failure may be sent again: a 429 means Slack did nothing, a 5xx or a timeout means nobody
+knows, so only calls that are harmless twice are resent after those. What a message says
+belongs in ``bot/views``; when to send it, to the run supervisor.
+
+A bucket refills at HEADROOM (90 %) of Slack's limit and saves a burst of 5 % of it (1 to
+3 calls), so a full bucket followed by steady use stays at or under 95 % of the limit in
+every 60-second window. Each worker process keeps its own budget; the shared 429 pause is
+what keeps several of them honest together.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import math
+import random
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+import structlog
+from slack_sdk.errors import SlackApiError
+
+from bot.errors import BudgetNotRunning, SlackRateLimited, SlackRefused, SlackUnavailable
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable, Mapping
+
+    from slack_sdk.web.async_client import AsyncWebClient
+    from slack_sdk.web.async_slack_response import AsyncSlackResponse
+
+    from bot.errors import SlackError
+
+__all__ = ["HEADROOM", "LIMITS_PER_MINUTE", "SlackBudget", "TokenBucket"]
+
+log = structlog.get_logger("bot.slack_budget")
+
+TIER_2, TIER_3, TIER_4 = 20.0, 50.0, 100.0
+# Slack's limit in calls per minute. Sources: SLACK_NOTES.md and Slack's rate-limit docs;
+# for the streaming and agent-session methods, slackapi/java-slack-sdk's tier registry
+# (MethodsRateLimits, and PR #1633 which adds agents.sessions.* as Tier 3).
+LIMITS_PER_MINUTE: dict[str, float] = {
+    "chat.update": TIER_3,  # every run's status message: the budget that matters most
+    "chat.postMessage": 60.0,  # per channel: "about 1 a second, short bursts"
+    "chat.postEphemeral": TIER_4,
+    "chat.delete": TIER_3,
+    "chat.startStream": TIER_2,
+    "chat.appendStream": TIER_4,
+    "chat.stopStream": TIER_2,
+    "reactions.add": TIER_3,
+    "reactions.remove": TIER_2,
+    "views.publish": TIER_4,
+    "agents.sessions.setStatus": TIER_3,
+    "assistant.threads.setStatus": TIER_3,  # Slack: "like chat.postMessage"; 3 is safe
+    "conversations.replies": TIER_3,
+    "users.info": TIER_4,
+    "auth.test": TIER_4,
+}
+UNLISTED_LIMIT = TIER_2  # the cautious guess for a method missing above
+HEADROOM, BURST_SHARE, MAX_BURST = 0.9, 0.05, 3
+
+# These have entry points of their own: progress must be coalesced and finals put first
+# by the worker, and a post must never be resent blindly.
+DEDICATED = {"chat.update": "update_progress/update_final", "chat.postMessage": "post_message"}
+# Methods that are harmless twice, with the error a resend gets when the first attempt had
+# landed after all (that counts as success). `call` resends these after a 429 and after a
+# 5xx or timeout; the others raise, as only the caller knows whether a late or duplicated
+# ephemeral or stream chunk is still wanted.
+RETRY_SAFE: dict[str, str | None] = {
+    "reactions.add": "already_reacted",
+    "reactions.remove": "no_reaction",
+    "chat.delete": "message_not_found",
+    "chat.stopStream": "message_not_in_streaming_state",
+    "views.publish": None,
+    "agents.sessions.setStatus": None,
+    "assistant.threads.setStatus": None,
+    "conversations.replies": None,
+    "users.info": None,
+    "auth.test": None,
+}
+
+REQUEST_TIMEOUT_S = 10.0
+DEFAULT_RETRY_AFTER_S = 1.0  # slack_sdk's default too, for a 429 without the header
+FINAL_ATTEMPTS, CALL_ATTEMPTS = 5, 3
+BACKOFF_BASE_S, BACKOFF_CAP_S = 0.25, 4.0
+WORKER_STOP_TIMEOUT_S = 2.0
+FINALIZED_MEMORY = 10_000  # messages whose final is known, so late progress is dropped
+
+_Key = tuple[str, str]  # (channel, ts) of a message
+
+
+class TokenBucket:
+    """When the next call may go: ``rate`` per second, up to ``capacity`` saved up.
+
+    ``pause()`` is how a 429 reaches everyone sharing the bucket: nothing goes until
+    Retry-After has passed, then one call (the retry), then the steady rate; never a burst
+    into a limiter that has just refused us.
+    """
+
+    def __init__(self, per_minute: float, clock: Callable[[], float] = time.monotonic) -> None:
+        if per_minute <= 0:
+            raise ValueError(f"a rate limit must be positive, got {per_minute}/min")
+        self.rate = HEADROOM * per_minute / 60.0
+        self.capacity = float(max(1, min(MAX_BURST, int(per_minute * BURST_SHARE))))
+        self._clock = clock
+        self._tokens, self._updated = self.capacity, clock()
+        self._paused_until = -math.inf
+        self._turns = asyncio.Lock()  # FIFO: concurrent callers are served in arrival order
+
+    def wait_s(self) -> float:
+        """Seconds until a call may go; 0 means now."""
+        now = self._clock()
+        if now < self._paused_until:
+            return self._paused_until - now
+        since = max(self._updated, self._paused_until)
+        if now > since:
+            self._tokens = min(self.capacity, self._tokens + (now - since) * self.rate)
+            self._updated = now
+        return max(0.0, (1.0 - self._tokens) / self.rate)
+
+    def take(self) -> None:
+        self._tokens -= 1.0
+
+    def pause(self, seconds: float) -> None:
+        now = self._clock()
+        self._paused_until = max(self._paused_until, now + seconds)
+        self._tokens, self._updated = 1.0, now
+
+    async def acquire(self) -> None:
+        """Wait for a token and take it."""
+        async with self._turns:
+            # Not polling: each sleep is the computed refill time, re-checked because a
+            # 429 may have paused the bucket meanwhile.
+            while (delay := self.wait_s()) > 0:  # noqa: ASYNC110
+                await asyncio.sleep(delay)
+            self.take()
+
+
+@dataclass(eq=False)
+class _Progress:
+    channel: str
+    ts: str
+    text: str
+    blocks: list[dict[str, Any]]
+
+    @property
+    def key(self) -> _Key:
+        return (self.channel, self.ts)
+
+    def args(self) -> dict[str, Any]:
+        return {"channel": self.channel, "ts": self.ts, "text": self.text, "blocks": self.blocks}
+
+
+@dataclass(eq=False)
+class _Final(_Progress):
+    waiters: list[asyncio.Future[bool]] = field(default_factory=list)
+    attempts: int = 0
+    not_before: float = 0.0  # clock time of the next attempt (backoff after a 5xx)
+
+    def settle(self, delivered: bool) -> None:
+        for waiter in self.waiters:
+            if not waiter.done():
+                waiter.set_result(delivered)
+
+
+class SlackBudget:
+    """Slack Web API calls for one workspace, kept within Slack's rate limits.
+
+    ``tiers`` overrides Slack's limit (calls per minute) for some methods; the budget still
+    stays HEADROOM below it. ``clock`` is the time source of the buckets and backoffs.
+    Blocks are sent as they are when their turn comes: do not mutate them after handing over.
+    """
+
+    def __init__(
+        self,
+        client: AsyncWebClient,
+        *,
+        team_id: str,
+        tiers: Mapping[str, float] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        # slack_sdk's retry handlers would resend behind the budget's back (its default
+        # resends after a connection reset, which can post a message twice), so calls go
+        # through a copy of the client without them: every retry is decided here.
+        self._client = copy.copy(client)
+        self._client.retry_handlers = []
+        self.team_id = team_id
+        self._limits = {**LIMITS_PER_MINUTE, **(tiers or {})}
+        self._clock = clock
+        self._buckets: dict[str, TokenBucket] = {}
+        self._progress: OrderedDict[_Key, _Progress] = OrderedDict()  # oldest dirty first
+        self._finals: OrderedDict[_Key, _Final] = OrderedDict()
+        self._in_flight: _Final | None = None
+        self._finalized: OrderedDict[_Key, None] = OrderedDict()
+        self._wake = asyncio.Event()
+        self._worker: asyncio.Task[None] | None = None
+        self._closing = self._closed = False
+        self._log = log.bind(team_id=team_id)
+
+    async def start(self) -> None:
+        """Start the worker that writes status messages."""
+        if self._worker is not None:
+            raise RuntimeError("SlackBudget.start() was already called")
+        self._worker = asyncio.create_task(self._work(), name=f"slack-budget:{self.team_id}")
+        self._worker.add_done_callback(self._on_worker_done)
+
+    async def close(self, *, flush_timeout_s: float = 5.0) -> None:
+        """Write pending finals (for at most ``flush_timeout_s``), then stop the worker.
+
+        Pending progress is dropped; finals still unwritten resolve False and are logged.
+        """
+        if self._worker is None or self._closed:
+            self._closed = True
+            return
+        self._closing = True
+        self._progress.clear()
+        try:
+            async with asyncio.timeout(flush_timeout_s):
+                while waiters := self._final_waiters():
+                    await asyncio.wait(waiters)
+        except TimeoutError:
+            self._log.error("slack_budget.flush_timeout", pending=len(self._final_waiters()))
+        finally:
+            self._closed = True
+            self._worker.cancel()
+            # asyncio.wait neither raises the worker's CancelledError here nor hides ours.
+            done, _ = await asyncio.wait({self._worker}, timeout=WORKER_STOP_TIMEOUT_S)
+            if not done:
+                self._log.error("slack_budget.worker_stop_timeout")
+            self._give_up_all("the budget closed first")
+
+    # -- status messages ---------------------------------------------------------------
+
+    def update_progress(
+        self, channel: str, ts: str, *, text: str, blocks: list[dict[str, Any]]
+    ) -> None:
+        """Queue a progress update of a message; only its latest pending one is sent."""
+        key = (channel, ts)
+        if self._closing or key in self._finalized:
+            reason = "closing" if self._closing else "final written"
+            self._log.debug("slack_budget.progress_dropped", channel=channel, ts=ts, reason=reason)
+            return
+        if (pending := self._progress.get(key)) is not None:
+            # Latest wins, and the message keeps its place in line (oldest dirty first).
+            pending.text, pending.blocks = text, blocks
+            self._log.debug("slack_budget.progress_coalesced", channel=channel, ts=ts)
+            return
+        self._progress[key] = _Progress(channel, ts, text, blocks)
+        self._wake.set()
+
+    async def update_final(
+        self, channel: str, ts: str, *, text: str, blocks: list[dict[str, Any]]
+    ) -> bool:
+        """Write a message's terminal state ahead of all progress; True once Slack has it.
+
+        Resent after 429s and 5xx/timeouts (chat.update is idempotent), FINAL_ATTEMPTS in
+        all; False when given up (logged), for a reconciler to retry later. Cancelling the
+        caller does not withdraw the write.
+        """
+        if self._worker is None:
+            raise BudgetNotRunning(self.team_id)
+        if self._closed or self._worker.done():
+            self._give_up(_Final(channel, ts, text, blocks), "the budget is closed")
+            return False
+        key = (channel, ts)
+        if self._progress.pop(key, None) is not None:
+            self._log.debug("slack_budget.progress_superseded", channel=channel, ts=ts)
+        self._finalized[key] = None
+        self._finalized.move_to_end(key)
+        if len(self._finalized) > FINALIZED_MEMORY:
+            self._finalized.popitem(last=False)
+        if (job := self._finals.get(key)) is None:
+            job = self._finals[key] = _Final(channel, ts, text, blocks)
+        else:  # an earlier final for this message is still queued: this one replaces it
+            job.text, job.blocks = text, blocks
+        waiter = asyncio.get_running_loop().create_future()
+        job.waiters.append(waiter)
+        self._wake.set()
+        # Shielded, so a cancelled caller leaves the future (and the write) alone.
+        return await asyncio.shield(waiter)
+
+    # -- other calls -------------------------------------------------------------------
+
+    async def post_message(
+        self,
+        channel: str,
+        *,
+        text: str,
+        blocks: list[dict[str, Any]] | None = None,
+        thread_ts: str | None = None,
+    ) -> str:
+        """Post a message once the channel's budget allows; returns its ts.
+
+        Resent only after a 429 (Slack did not post it). A 5xx, timeout or lost connection
+        raises SlackUnavailable: it may have been posted, so a resend could duplicate it.
+        """
+        self._require_running()
+        bucket = self._bucket("chat.postMessage", channel)
+        args: dict[str, Any] = {"channel": channel, "text": text}
+        args |= {"blocks": blocks} if blocks is not None else {}
+        args |= {"thread_ts": thread_ts} if thread_ts is not None else {}
+        for attempt in range(1, CALL_ATTEMPTS + 1):
+            await bucket.acquire()
+            try:
+                response = await self._send(bucket, "chat.postMessage", args)
+            except SlackRateLimited:
+                if attempt == CALL_ATTEMPTS:
+                    raise
+                continue  # the bucket is paused for Retry-After: acquire() waits it out
+            return str(response["ts"])
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    async def call(self, method: str, **kwargs: Any) -> dict[str, Any]:
+        """Any other Web API method, once its budget allows; returns Slack's JSON answer.
+
+        Methods in RETRY_SAFE are resent after a 429 or a 5xx/timeout; the others raise
+        SlackRateLimited or SlackUnavailable. Slack's ``ok: false`` raises SlackRefused.
+        """
+        self._require_running()
+        if method in DEDICATED:
+            raise ValueError(f"send {method} with SlackBudget.{DEDICATED[method]}")
+        bucket = self._bucket(method)
+        for attempt in range(1, CALL_ATTEMPTS + 1):
+            await bucket.acquire()
+            last = method not in RETRY_SAFE or attempt == CALL_ATTEMPTS
+            try:
+                return await self._send(bucket, method, kwargs)
+            except SlackRateLimited:
+                if last:
+                    raise
+            except SlackUnavailable:
+                if last:
+                    raise
+                await asyncio.sleep(_backoff_s(attempt))
+            except SlackRefused as exc:
+                if attempt > 1 and exc.error == RETRY_SAFE.get(method):
+                    return {"ok": True}  # an earlier attempt had landed after all
+                raise
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    # -- the worker --------------------------------------------------------------------
+
+    async def _work(self) -> None:
+        bucket = self._bucket("chat.update")
+        while True:
+            await self._wait_for_work()
+            await bucket.acquire()
+            # Chosen only now, token in hand: a final that came in meanwhile goes first,
+            # and progress carries its latest text.
+            job = self._next_write()
+            if isinstance(job, _Final):
+                await self._write_final(bucket, job)
+            elif job is not None:
+                await self._write_progress(bucket, job)
+
+    async def _wait_for_work(self) -> None:
+        while (ready_in := self._ready_in()) != 0.0:
+            self._wake.clear()
+            try:
+                async with asyncio.timeout(ready_in):  # None: until new work comes in
+                    await self._wake.wait()
+            except TimeoutError:
+                pass  # a final's backoff is over
+
+    def _ready_in(self) -> float | None:
+        """Seconds until a queued write may go: 0 now, None when nothing is queued."""
+        if self._progress:
+            return 0.0
+        if not self._finals:
+            return None
+        return max(0.0, min(job.not_before for job in self._finals.values()) - self._clock())
+
+    def _next_write(self) -> _Progress | None:
+        now = self._clock()
+        for key, job in self._finals.items():
+            if job.not_before <= now:
+                del self._finals[key]
+                return job
+        return self._progress.popitem(last=False)[1] if self._progress else None
+
+    async def _write_progress(self, bucket: TokenBucket, job: _Progress) -> None:
+        try:
+            await self._send(bucket, "chat.update", job.args())
+        except (SlackRateLimited, SlackUnavailable):
+            # Still the latest state unless something newer came in meanwhile. It goes to
+            # the back of the line, so one failing message cannot hold up the others.
+            if not (self._closing or job.key in self._progress or job.key in self._finalized):
+                self._progress[job.key] = job
+        except SlackRefused as exc:
+            self._log.warning(
+                "slack_budget.progress_refused", channel=job.channel, ts=job.ts, error=exc.error
+            )
+        except Exception:  # a bug here must not stop the workspace's other status messages
+            self._log.exception("slack_budget.progress_failed", channel=job.channel, ts=job.ts)
+
+    async def _write_final(self, bucket: TokenBucket, job: _Final) -> None:
+        job.attempts += 1
+        self._in_flight = job  # where close() finds it if the worker is cancelled mid-call
+        retry_in: float | None = None
+        try:
+            await self._send(bucket, "chat.update", job.args())
+        except SlackRateLimited as exc:
+            retry_in, error = 0.0, exc.error  # the bucket's pause is the wait
+        except SlackUnavailable as exc:
+            retry_in, error = _backoff_s(job.attempts), exc.error
+        except SlackRefused as exc:
+            error = exc.error
+        except Exception as exc:  # a bug here must not stop the workspace's other finals
+            self._log.exception("slack_budget.final_failed", channel=job.channel, ts=job.ts)
+            error = repr(exc)
+        else:
+            error = ""
+        self._in_flight = None
+        if not error:
+            job.settle(True)
+        elif retry_in is None or job.attempts >= FINAL_ATTEMPTS:
+            self._give_up(job, error)
+        elif (newer := self._finals.get(job.key)) is not None:
+            newer.waiters.extend(job.waiters)  # its text is the one that will stand
+        else:
+            job.not_before = self._clock() + retry_in
+            self._finals[job.key] = job
+            self._finals.move_to_end(job.key, last=False)  # it was first in line
+
+    def _final_waiters(self) -> list[asyncio.Future[bool]]:
+        jobs = [*self._finals.values(), *([self._in_flight] if self._in_flight else [])]
+        return [waiter for job in jobs for waiter in job.waiters if not waiter.done()]
+
+    def _give_up(self, job: _Final, error: str) -> None:
+        self._log.error(
+            "slack_budget.final_gave_up",
+            channel=job.channel,
+            ts=job.ts,
+            error=error,
+            attempts=job.attempts,
+        )
+        job.settle(False)
+
+    def _give_up_all(self, reason: str) -> None:
+        jobs = [*self._finals.values(), *([self._in_flight] if self._in_flight else [])]
+        self._finals.clear()
+        self._in_flight = None
+        for job in jobs:
+            self._give_up(job, reason)
+
+    def _on_worker_done(self, task: asyncio.Task[None]) -> None:
+        # The worker only ends by cancellation (close); anything else is a bug, reported
+        # now, and the finals waiting on it are released rather than left hanging.
+        if not task.cancelled():
+            self._log.error("slack_budget.worker_crashed", exc_info=task.exception())
+            self._give_up_all("the budget's worker crashed")
+
+    # -- one HTTP call -----------------------------------------------------------------
+
+    def _require_running(self) -> None:
+        if self._worker is None or self._closed:
+            raise BudgetNotRunning(self.team_id)
+
+    def _bucket(self, method: str, channel: str | None = None) -> TokenBucket:
+        name = f"{method}@{channel}" if channel else method
+        if (bucket := self._buckets.get(name)) is None:
+            limit = self._limits.get(method, UNLISTED_LIMIT)
+            bucket = self._buckets[name] = TokenBucket(limit, self._clock)
+        return bucket
+
+    async def _send(self, bucket: TokenBucket, method: str, args: dict[str, Any]) -> dict[str, Any]:
+        """One HTTP request, never retried; slack_sdk's and aiohttp's errors translated."""
+        try:
+            async with asyncio.timeout(REQUEST_TIMEOUT_S):
+                response = await self._dispatch(method, args)
+        except SlackApiError as exc:
+            raise self._translate(bucket, method, exc) from exc
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise SlackUnavailable(method, f"{type(exc).__name__}: {exc}") from exc
+        if not isinstance(response.data, dict):
+            raise SlackUnavailable(method, "the answer was not JSON", status=response.status_code)
+        return response.data
+
+    def _dispatch(self, method: str, args: dict[str, Any]) -> Awaitable[AsyncSlackResponse]:
+        # slack_sdk's typed method knows how Slack wants each method's arguments (JSON or
+        # form, what to serialise); api_call with a JSON body covers methods it lacks.
+        typed = getattr(self._client, method.replace(".", "_"), None)
+        if typed is None:
+            return self._client.api_call(method, json=args)
+        response: Awaitable[AsyncSlackResponse] = typed(**args)
+        return response
+
+    def _translate(self, bucket: TokenBucket, method: str, exc: SlackApiError) -> SlackError:
+        response = exc.response
+        status = int(response.status_code)
+        data = response.data if isinstance(response.data, dict) else {}
+        error = str(data.get("error") or f"http_{status}")
+        if status == 429 or error == "ratelimited":
+            retry_after = _retry_after_s(response.headers)
+            bucket.pause(retry_after)
+            self._log.warning("slack_budget.rate_limited", method=method, retry_after_s=retry_after)
+            return SlackRateLimited(method, retry_after=retry_after)
+        if status >= 500:
+            return SlackUnavailable(method, error, status=status)
+        return SlackRefused(method, error, status=status)
+
+
+def _retry_after_s(headers: Any) -> float:
+    # aiohttp's headers are case-insensitive; a missing or odd value gets slack_sdk's default.
+    try:
+        return max(0.0, float(headers.get("Retry-After", DEFAULT_RETRY_AFTER_S)))
+    except (AttributeError, TypeError, ValueError):
+        return DEFAULT_RETRY_AFTER_S
+
+
+def _backoff_s(attempt: int) -> float:
+    """Exponential backoff with jitter, so workers that failed together retry apart."""
+    return min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2.0 ** (attempt - 1)) * random.uniform(0.5, 1.0)

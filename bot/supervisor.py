@@ -1,0 +1,157 @@
+"""The supervisor owns every live run of this process and shuts them down.
+
+A thread has at most one live run (SPEC.md section 2): :meth:`Supervisor.start` checks and
+claims the thread without an ``await`` in between, so two deliveries of the same mention
+racing each other cannot both start a run. Every run task is created and held here (no
+fire-and-forget); :meth:`Supervisor.shutdown` ends them with reason ``shutdown`` and
+waits, bounded, for their Slack messages to say so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import structlog
+
+from agent_core import StopReason
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from agent_core import Agent, ChatMessage, Run, RunResult, ThreadKey
+    from bot.session import RunSession
+
+__all__ = ["LiveRun", "Supervisor"]
+
+log = structlog.get_logger("bot.supervisor")
+
+_FINISHED_KEPT = 2000
+
+
+@dataclass(eq=False)
+class LiveRun:
+    run: Run
+    session: RunSession
+    requester: str
+    participants: set[str] = field(default_factory=set)
+    stop_clicks: dict[str, float] = field(default_factory=dict)
+    """When each user last pressed Stop (monotonic), to tell a double click from escalation."""
+    task: asyncio.Task[None] | None = None
+
+
+class Supervisor:
+    def __init__(self, agent: Agent) -> None:
+        self.agent = agent
+        self._live: dict[str, LiveRun] = {}
+        self._by_thread: dict[ThreadKey, str] = {}
+        self._finished: OrderedDict[str, RunResult] = OrderedDict()
+        self._threads_with_runs: OrderedDict[ThreadKey, None] = OrderedDict()
+        self._accepting = True
+
+    # -- lookups -----------------------------------------------------------------------
+
+    def get(self, run_id: str) -> LiveRun | None:
+        return self._live.get(run_id)
+
+    def live_in_thread(self, thread: ThreadKey) -> LiveRun | None:
+        run_id = self._by_thread.get(thread)
+        return self._live.get(run_id) if run_id else None
+
+    def finished(self, run_id: str) -> RunResult | None:
+        return self._finished.get(run_id)
+
+    def had_run(self, thread: ThreadKey) -> bool:
+        """True if a run ended in ``thread`` (a reply there continues the conversation)."""
+        return thread in self._threads_with_runs
+
+    @property
+    def live_runs(self) -> list[LiveRun]:
+        return list(self._live.values())
+
+    @property
+    def accepting(self) -> bool:
+        return self._accepting
+
+    # -- starting and ending -----------------------------------------------------------
+
+    def start(
+        self,
+        *,
+        thread: ThreadKey,
+        requester: str,
+        task: str,
+        history: Sequence[ChatMessage],
+        make_session: Callable[[Run], RunSession],
+    ) -> LiveRun | None:
+        """Start a run in ``thread``; None if the thread already has one or we are closing."""
+        if not self._accepting or thread in self._by_thread:
+            return None
+        run = self.agent.new_run(task, requester=requester, thread=thread, history=history)
+        live = LiveRun(run, make_session(run), requester, participants={requester})
+        self._live[run.id] = live
+        self._by_thread[thread] = run.id
+        live.task = asyncio.create_task(self._drive(live), name=f"session:{run.id}")
+        return live
+
+    async def _drive(self, live: LiveRun) -> None:
+        run = live.run
+        bound = structlog.contextvars.bound_contextvars(
+            run_id=run.id,
+            team=run.thread.team,
+            channel=run.thread.channel,
+            thread=run.thread.thread_ts,
+            user=live.requester,
+        )
+        with bound:
+            try:
+                if await live.session.open():
+                    result = await run.run()
+                    # The thread is free as soon as the run has ended: a reply that arrives
+                    # while the last Slack writes are in flight starts the next run.
+                    self._release_thread(run)
+                    self._remember(run, result)
+                    await live.session.close(result)
+            except Exception:
+                log.exception("session.failed")
+            finally:
+                await live.session.discard()
+                self._live.pop(run.id, None)
+                self._release_thread(run)
+
+    def _release_thread(self, run: Run) -> None:
+        if self._by_thread.get(run.thread) == run.id:
+            del self._by_thread[run.thread]
+
+    def _remember(self, run: Run, result: RunResult) -> None:
+        self._finished[result.run_id] = result
+        self._threads_with_runs[run.thread] = None
+        while len(self._finished) > _FINISHED_KEPT:
+            self._finished.popitem(last=False)
+        while len(self._threads_with_runs) > _FINISHED_KEPT:
+            self._threads_with_runs.popitem(last=False)
+
+    async def shutdown(self, timeout_s: float) -> None:
+        """End every live run with reason ``shutdown`` and wait for them, bounded."""
+        self._accepting = False
+        live = list(self._live.values())
+        log.info("supervisor.shutting_down", live_runs=len(live))
+        for entry in live:
+            if entry.run.result is None:  # else it only has its Slack message left to write
+                entry.run.request_stop(StopReason.SHUTDOWN, "system:shutdown", source="signal")
+        tasks = [e.task for e in live if e.task is not None]
+        if not tasks:
+            return
+        deadline = time.monotonic() + timeout_s
+        done, pending = await asyncio.wait(tasks, timeout=timeout_s)
+        for task in pending:
+            task.cancel()
+        if pending:
+            log.error("supervisor.runs_did_not_end", count=len(pending))
+            await asyncio.wait(pending, timeout=max(0.1, deadline - time.monotonic()))
+        for task in done:
+            if not task.cancelled() and task.exception() is not None:
+                log.error("supervisor.run_task_failed", error=repr(task.exception()))

@@ -1,0 +1,406 @@
+"""The run's status message as Block Kit: pure functions from a snapshot to a message.
+
+One status message per run, updated in place (SPEC.md section 2). By phase:
+
+=========== ============================================== ===================
+phase        shows                                          buttons
+=========== ============================================== ===================
+starting     "Starting...", elapsed, tokens                 Stop, Abort
+running      "Working: turn n", activity, elapsed, tokens   Stop, Abort
+stopping     "Stopping... (requested by @U)"                Abort only
+             "Aborting..." / restart notice                 none
+done         Outcome, Evidence, Artifacts, Handoff          none
+=========== ============================================== ===================
+
+The answer streamed so far is appended below a divider when the caller has no streaming
+surface for it (the ``chat.update`` fallback).
+
+Everything here is about fitting Slack's limits without ever losing the handoff. Each
+handoff part has its own fixed budget, so the four parts always fit; the answer gets
+whatever is left of the whole message's budget and is cut first, with a visible marker.
+Text from the model is escaped (``&``, ``<``, ``>``); mentions come only from
+:mod:`bot.messages`. Wording lives in :mod:`bot.messages`, never here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from agent_core import StopReason, strip_softeners
+from bot import messages as m
+
+if TYPE_CHECKING:
+    from agent_core import RunResult
+
+__all__ = [
+    "ACTION_ABORT",
+    "ACTION_STOP",
+    "BLOCKS_TEXT_BUDGET",
+    "CONTROLS_BLOCK_ID",
+    "SECTION_TEXT_LIMIT",
+    "TEXT_LIMIT",
+    "Phase",
+    "RenderedMessage",
+    "StatusSnapshot",
+    "fit",
+    "render_status",
+]
+
+ACTION_STOP = "threadpilot_stop"
+ACTION_ABORT = "threadpilot_abort"
+CONTROLS_BLOCK_ID = "threadpilot_controls"
+"""Stable across updates, so a click's ``block_id`` is the same whichever render it hit."""
+
+# -- limits ----------------------------------------------------------------------------
+# Slack's documented limits are 3,000 characters per section and 50 blocks, but
+# `msg_blocks_too_long` is reported well below the sum of those (around 12-13k
+# characters of block text in total: slackapi/bolt-js#2509 and #2867). So the whole
+# message's block text has a budget of its own, with a margin for JSON overhead.
+# Lengths are counted in UTF-16 code units, the larger of the two ways the limit may be
+# counted, so emoji-heavy text cannot slip past.
+SECTION_TEXT_LIMIT = 2_900
+BLOCKS_TEXT_BUDGET = 10_000
+TEXT_LIMIT = 3_000
+"""The notification fallback (`text`); Slack truncates at 40,000 but only a line shows."""
+
+# Fixed budgets for the handoff parts. Their sum (plus headings and the small print)
+# stays far below BLOCKS_TEXT_BUDGET, which is what guarantees they survive.
+_STATUS_BUDGET = 1_000
+_EVIDENCE_BUDGET = 2_400
+_ARTIFACTS_BUDGET = 1_500
+_ARTIFACT_ITEM_BUDGET = 300
+_QUESTION_BUDGET = 1_000
+_HANDOFF_BUDGET = 1_500
+_MIN_ANSWER_BUDGET = 200
+"""Below this, an answer excerpt is too short to help and is left out."""
+_FENCE = "```"
+_CLOSE_FENCE = "\n```"
+_REOPEN_FENCE = "```\n"
+
+Phase = Literal["starting", "running", "stopping", "done"]
+Block = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class StatusSnapshot:
+    """What the status message should show now; built by the supervisor from run events."""
+
+    run_id: str
+    requester: str
+    """The Slack user id of whoever asked for the run."""
+    phase: Phase
+    turn: int = 0
+    activity: str = ""
+    """An already-worded line from :mod:`bot.messages`, e.g. ``activity_tool("search")``."""
+    elapsed_s: float = 0.0
+    tokens: int = 0
+    stop_reason: StopReason | None = None
+    """The pending request while ``stopping``."""
+    stop_requested_by: str | None = None
+    answer: str = ""
+    """The answer streamed so far, for the ``chat.update`` fallback (may be long)."""
+    result: RunResult | None = None
+    """Set when ``phase == "done"``."""
+    answer_streamed: bool = False
+    """True when the answer already has its own streamed message: then neither
+    ``answer`` nor ``result.final_text`` is repeated here."""
+
+    def __post_init__(self) -> None:
+        if self.phase == "done" and self.result is None:
+            raise ValueError(f"run {self.run_id}: a 'done' status needs the RunResult")
+
+
+@dataclass(frozen=True, slots=True)
+class RenderedMessage:
+    """Arguments for ``chat.postMessage`` / ``chat.update``: blocks plus fallback text."""
+
+    text: str
+    blocks: list[Block]
+
+    def as_kwargs(self) -> dict[str, Any]:
+        return {"text": self.text, "blocks": self.blocks}
+
+
+def render_status(snapshot: StatusSnapshot) -> RenderedMessage:
+    """The status message for ``snapshot``, within Slack's limits whatever its size."""
+    if snapshot.result is not None and snapshot.phase == "done":
+        return _render_done(snapshot, snapshot.result)
+    return _render_live(snapshot)
+
+
+# -- live phases -----------------------------------------------------------------------
+
+
+def _render_live(snapshot: StatusSnapshot) -> RenderedMessage:
+    status, note, buttons = _live_state(snapshot)
+    if note == status:  # e.g. activity=STATUS_STARTING while starting: say it once
+        note = ""
+    lines = m.heading(status) + (f"\n{note}" if note else "")
+    blocks = [
+        _section(_clip(lines, _STATUS_BUDGET)),
+        _context(m.live_details(snapshot.elapsed_s, snapshot.tokens, snapshot.requester)),
+    ]
+    if buttons:
+        blocks.append({"type": "actions", "block_id": CONTROLS_BLOCK_ID, "elements": buttons})
+    if not snapshot.answer_streamed:
+        blocks += _answer_blocks(snapshot.answer, _remaining(blocks), heading=None)
+    text = _clip(m.fallback_live(status, note), TEXT_LIMIT)
+    return RenderedMessage(text=text, blocks=blocks)
+
+
+def _live_state(snapshot: StatusSnapshot) -> tuple[str, str, list[Block]]:
+    """(status line, second line, buttons) for a run that has not ended."""
+    run_id = snapshot.run_id
+    if snapshot.phase == "stopping":
+        if snapshot.stop_reason is StopReason.ABORT:
+            return m.status_aborting(snapshot.stop_requested_by), "", []
+        if snapshot.stop_reason is StopReason.SHUTDOWN:
+            return m.STATUS_RESTARTING, m.RESTART_NOTE, []
+        # A graceful stop can still be escalated, so Abort stays; Stop would be a no-op.
+        status = m.status_stopping(snapshot.stop_requested_by)
+        return status, snapshot.activity, [_abort_button(run_id)]
+    status = m.STATUS_STARTING if snapshot.phase == "starting" else m.status_turn(snapshot.turn)
+    return status, snapshot.activity, [_stop_button(run_id), _abort_button(run_id)]
+
+
+def _stop_button(run_id: str) -> Block:
+    # Default style on purpose: Stop is the safe choice, it should not shout.
+    return {
+        "type": "button",
+        "action_id": ACTION_STOP,
+        "text": _plain(m.STOP_LABEL),
+        "value": run_id,
+    }
+
+
+def _abort_button(run_id: str) -> Block:
+    return {
+        "type": "button",
+        "action_id": ACTION_ABORT,
+        "text": _plain(m.ABORT_LABEL),
+        "value": run_id,
+        "style": "danger",
+        "confirm": {
+            "title": _plain(m.ABORT_CONFIRM_TITLE),
+            "text": _plain(m.ABORT_CONFIRM_TEXT),
+            "confirm": _plain(m.ABORT_CONFIRM_YES),
+            "deny": _plain(m.ABORT_CONFIRM_NO),
+            "style": "danger",
+        },
+    }
+
+
+# -- the terminal report ---------------------------------------------------------------
+
+
+def _render_done(snapshot: StatusSnapshot, result: RunResult) -> RenderedMessage:
+    handoff = result.handoff
+    label = m.result_label(result)
+    evidence = fit(handoff.evidence, _EVIDENCE_BUDGET) if handoff.evidence.strip() else ""
+    next_step = _handoff_text(result)
+    blocks = [
+        _section(_part(m.HEADING_OUTCOME, label)),
+        _context(
+            m.result_details(
+                result.exit_code,
+                result.turns,
+                result.timings.duration_s,
+                result.usage.total_tokens,
+            )
+        ),
+        _section(_part(m.HEADING_EVIDENCE, evidence or m.NO_EVIDENCE)),
+        _section(_part(m.HEADING_ARTIFACTS, _artifacts_text(handoff.artifacts))),
+        _section(_part(m.HEADING_HANDOFF, next_step)),
+    ]
+    if not snapshot.answer_streamed:
+        # The streamed text may still carry a closing softener; the result's never does.
+        answer = strip_softeners(snapshot.answer or result.final_text)
+        if answer.strip() != handoff.evidence.strip():
+            blocks += _answer_blocks(answer, _remaining(blocks), heading=m.HEADING_ANSWER)
+    text = _clip(m.fallback_done(label, next_step), TEXT_LIMIT)
+    return RenderedMessage(text=text, blocks=blocks)
+
+
+def _part(title: str, body: str) -> str:
+    return f"{m.heading(title)}\n{body}"
+
+
+def _handoff_text(result: RunResult) -> str:
+    """Who acts next: the blocking question first (askuserQuestion), then the next step."""
+    handoff = result.handoff
+    raw_question = (handoff.question or "").strip()
+    raw_next = handoff.next_step.strip()
+    question = fit(raw_question, _QUESTION_BUDGET) if raw_question else ""
+    if raw_next and raw_next != raw_question:
+        next_step = fit(raw_next, _HANDOFF_BUDGET - _units(question) - 1)
+    else:
+        next_step = m.default_next_step(result.outcome)
+    return "\n".join(part for part in (question, next_step) if part)
+
+
+def _artifacts_text(artifacts: tuple[str, ...]) -> str:
+    """One bullet per artifact until the budget runs out, then "... and N more"."""
+    items = [a for a in (" ".join(a.split()) for a in artifacts) if a]
+    if not items:
+        return m.NO_ARTIFACTS
+    reserve = _units(m.more_artifacts(len(items))) + 1
+    lines: list[str] = []
+    used = 0
+    for index, item in enumerate(items):
+        line = m.bullet(fit(item, _ARTIFACT_ITEM_BUDGET, sep=" "))
+        last = index == len(items) - 1
+        if used + _units(line) + 1 > _ARTIFACTS_BUDGET - (0 if last else reserve):
+            lines.append(m.more_artifacts(len(items) - index))
+            break
+        lines.append(line)
+        used += _units(line) + 1
+    return "\n".join(lines)
+
+
+# -- the answer ------------------------------------------------------------------------
+
+
+def _answer_blocks(answer: str, budget: int, *, heading: str | None) -> list[Block]:
+    """The answer under a divider, cut to ``budget`` and split into sections."""
+    if not answer.strip():
+        return []
+    prefix = f"{m.heading(heading)}\n" if heading else ""
+    # Each section may need a fence closed and reopened (8 units): reserve for as many
+    # sections as soft cuts (at worst three quarters full) can produce.
+    sections = budget // (SECTION_TEXT_LIMIT * 3 // 4) + 1
+    room = budget - _units(prefix) - sections * (len(_CLOSE_FENCE) + len(_REOPEN_FENCE))
+    if room < _MIN_ANSWER_BUDGET:
+        return []
+    pieces = _split(fit(answer.strip(), room), SECTION_TEXT_LIMIT - len(prefix))
+    return [{"type": "divider"}] + [
+        _section(prefix + piece if i == 0 else piece) for i, piece in enumerate(pieces)
+    ]
+
+
+def _split(text: str, size: int) -> list[str]:
+    """Split escaped mrkdwn into pieces of at most ``size`` units, at line breaks when
+    possible, closing a code fence at the end of a piece and reopening it in the next."""
+    pieces: list[str] = []
+    reopen = False
+    while text:
+        head = _REOPEN_FENCE if reopen else ""
+        room = size - len(head) - len(_CLOSE_FENCE)
+        if _units(text) <= room:
+            piece, text = text, ""
+        else:
+            cut = _soft_cut(text, _prefix_chars(text, room, escaped=True))
+            piece, text = text[:cut].rstrip(), text[cut:].lstrip("\n")
+        piece = head + piece
+        reopen = piece.count(_FENCE) % 2 == 1
+        if reopen:
+            piece += _CLOSE_FENCE
+        if piece.strip():
+            pieces.append(piece)
+    return pieces
+
+
+# -- fitting text ----------------------------------------------------------------------
+
+
+def fit(raw: str, budget: int, *, sep: str = "\n") -> str:
+    """Escape model text for mrkdwn and cut it to ``budget`` units, with a marker.
+
+    The marker says how many characters of ``raw`` were left out. A code fence left open
+    by the cut is closed, so the marker is not swallowed into the code block.
+    """
+    escaped = m.escape(raw)
+    if _units(escaped) <= budget:
+        return escaped
+    marker_room = _units(sep + m.truncated(len(raw)))  # the longest the marker can be
+    room = max(0, budget - marker_room - len(_CLOSE_FENCE))
+    cut = _soft_cut(raw, _prefix_chars(raw, room, escaped=False))
+    head = raw[:cut].rstrip()
+    body = m.escape(head)
+    if body.count(_FENCE) % 2 == 1:
+        body += _CLOSE_FENCE
+    return f"{body}{sep}{m.truncated(len(raw) - len(head))}"
+
+
+def _clip(mrkdwn: str, budget: int) -> str:
+    """Cut text that is already mrkdwn (ours, escaped where needed) without escaping."""
+    if _units(mrkdwn) <= budget:
+        return mrkdwn
+    cut = _prefix_chars(mrkdwn, budget - 1, escaped=True)
+    # Never end inside an entity such as "&amp;": that would show a stray "&am".
+    amp = mrkdwn.rfind("&", max(0, cut - 4), cut)
+    if amp != -1 and ";" not in mrkdwn[amp:cut]:
+        cut = amp
+    return mrkdwn[:cut] + "…"
+
+
+def _prefix_chars(text: str, room: int, *, escaped: bool) -> int:
+    """How many leading characters of ``text`` fit in ``room`` units (after escaping
+    them, unless they are ``escaped`` already)."""
+    used = 0
+    for index, char in enumerate(text):
+        used += _char_units(char, escaped=escaped)
+        if used > room:
+            return index
+    return len(text)
+
+
+def _soft_cut(text: str, limit: int) -> int:
+    """Move a cut at ``limit`` back to a line break or space in the last quarter, and
+    never into the middle of an entity."""
+    if limit >= len(text):
+        return limit
+    floor = limit - limit // 4
+    for sep in ("\n", " "):
+        at = text.rfind(sep, floor, limit)
+        if at > 0:
+            return at
+    amp = text.rfind("&", max(0, limit - 4), limit)
+    if amp != -1 and ";" not in text[amp:limit]:
+        return amp
+    return limit
+
+
+def _char_units(char: str, *, escaped: bool) -> int:
+    units = 2 if ord(char) > 0xFFFF else 1
+    if not escaped:
+        if char == "&":
+            return 5
+        if char in "<>":
+            return 4
+    return units
+
+
+def _units(text: str) -> int:
+    """Length in UTF-16 code units."""
+    # surrogatepass: a lone surrogate (possible in decoded JSON) must not crash a render.
+    return len(text.encode("utf-16-le", "surrogatepass")) // 2
+
+
+# -- blocks ----------------------------------------------------------------------------
+
+
+def _remaining(blocks: list[Block]) -> int:
+    return BLOCKS_TEXT_BUDGET - sum(_units(t) for t in _texts(blocks))
+
+
+def _texts(value: Any) -> list[str]:
+    """Every ``text`` string inside ``value`` (blocks, elements, text objects)."""
+    if isinstance(value, list):
+        return [t for item in value for t in _texts(item)]
+    if isinstance(value, dict):
+        found = [value["text"]] if isinstance(value.get("text"), str) else []
+        return found + [t for v in value.values() if not isinstance(v, str) for t in _texts(v)]
+    return []
+
+
+def _section(mrkdwn: str) -> Block:
+    return {"type": "section", "text": {"type": "mrkdwn", "text": mrkdwn}}
+
+
+def _context(mrkdwn: str) -> Block:
+    return {"type": "context", "elements": [{"type": "mrkdwn", "text": mrkdwn}]}
+
+
+def _plain(text: str) -> dict[str, Any]:
+    return {"type": "plain_text", "text": text}

@@ -1,0 +1,66 @@
+"""Fixtures for the Slack app: the fake Slack, and the real app wired to it and to llmock."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+import aiohttp
+import pytest
+
+from bot.app import ThreadpilotApp
+from bot.settings import Settings
+from tests.bot.harness import SECRET, Bot
+from tests.fakes.slack_api import FakeSlack
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+    from pathlib import Path
+
+    from llmock.pytest_plugin import LLMock
+
+
+class BotFactory(Protocol):
+    async def __call__(self, **settings: Any) -> Bot: ...
+
+
+@pytest.fixture
+async def slack() -> AsyncIterator[FakeSlack]:
+    async with FakeSlack() as fake:
+        yield fake
+
+
+def bot_settings(slack: FakeSlack, llm: LLMock, tmp_path: Path, **overrides: Any) -> Settings:
+    values: dict[str, Any] = {
+        "SLACK_BOT_TOKEN": "xoxb-test-token",
+        "SLACK_SIGNING_SECRET": SECRET,
+        "SLACK_API_URL": slack.api_url,
+        "OPENAI_API_KEY": "test-key",
+        "OPENAI_BASE_URL": llm.base_url(),
+        "OPENAI_MODEL": "test-model",
+        "DATABASE_URL": f"sqlite:///{tmp_path}/threadpilot.db",
+        "LOG_LEVEL": "DEBUG",
+        **overrides,
+    }
+    return Settings(_env_file=None, **values)  # type: ignore[call-arg]
+
+
+@pytest.fixture
+async def make_bot(slack: FakeSlack, llm: LLMock, tmp_path: Path) -> AsyncIterator[BotFactory]:
+    started: list[ThreadpilotApp] = []
+    async with aiohttp.ClientSession() as http:
+
+        async def factory(**overrides: Any) -> Bot:
+            settings = bot_settings(slack, llm, tmp_path, **overrides)
+            app = ThreadpilotApp(settings, listen_port=0, listen_host="127.0.0.1")
+            started.append(app)
+            await app.start()
+            return Bot(app, slack, http)
+
+        yield factory
+        for app in started:
+            await app.shutdown()
+
+
+@pytest.fixture
+async def bot(make_bot: BotFactory) -> Bot:
+    return await make_bot()

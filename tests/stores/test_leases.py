@@ -1,0 +1,149 @@
+"""LeaseStore and RetentionStore contract: claim, heartbeat, expiry, release, purge.
+
+Every time is passed explicitly (``now=``), so nothing waits for a lease to run out.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from agent_core.ports import AuditEvent, Checkpoint, RunRecord, ThreadKey
+from agent_core.states import LIVE_STATES, RunState
+from agent_core.stop import StopReason, utcnow
+
+if TYPE_CHECKING:
+    from agent_core.ports import Store
+    from tests.stores.conftest import Backend
+
+THREAD = ThreadKey("T1", "C1", "1700000000.000100")
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def a_run(run_id: str, **fields: Any) -> RunRecord:
+    run = RunRecord(id=run_id, thread=THREAD, requester="U1", task="t", created_at=T0)
+    return dataclasses.replace(run, **fields)
+
+
+async def ids(runs: Any) -> list[str]:
+    return [r.id for r in await runs]
+
+
+async def test_claim_takes_a_free_lease_and_keeps_others_out(backend: Backend) -> None:
+    a, b = await backend.open(), await backend.open()
+    await a.create_run(a_run("run-1"))
+
+    assert await a.claim_run("run-1", "worker-a", 30, now=at(0))
+    assert not await b.claim_run("run-1", "worker-b", 30, now=at(10))
+    assert await a.claim_run("run-1", "worker-a", 30, now=at(10))  # renewing its own
+
+    got = await b.get_run("run-1")
+    assert got is not None
+    assert (got.owner, got.lease_expires_at, got.state) == ("worker-a", at(40), RunState.QUEUED)
+
+
+async def test_an_expired_lease_is_found_and_can_be_taken_over(backend: Backend) -> None:
+    a, b = await backend.open(), await backend.open()
+    await a.create_run(a_run("run-1", state=RunState.RUNNING))
+    await a.create_run(a_run("run-2", state=RunState.RUNNING, created_at=at(1)))
+    await a.create_run(a_run("never-leased"))
+    assert await a.claim_run("run-1", "worker-a", 30, now=at(0))
+    assert await a.claim_run("run-2", "worker-a", 60, now=at(0))
+
+    assert await ids(b.expired_runs(now=at(29))) == []
+    assert await ids(b.expired_runs(now=at(30))) == ["run-1"]  # expiry is inclusive
+    assert await ids(b.expired_runs(now=at(61))) == ["run-1", "run-2"]
+
+    assert await b.claim_run("run-1", "worker-b", 30, now=at(31))
+    assert not await a.claim_run("run-1", "worker-a", 30, now=at(32))
+    assert await ids(b.expired_runs(now=at(32))) == []
+
+
+async def test_heartbeat_extends_every_live_lease_of_its_owner(backend: Backend) -> None:
+    store = await backend.open()
+    for run_id in ("run-1", "run-2", "run-3", "theirs"):
+        await store.create_run(a_run(run_id, state=RunState.RUNNING))
+    for run_id in ("run-1", "run-2", "run-3"):
+        assert await store.claim_run(run_id, "worker-a", 30, now=at(0))
+    assert await store.claim_run("theirs", "worker-b", 30, now=at(0))
+    assert await store.set_state("run-3", RunState.FINISHED, expected=LIVE_STATES)
+
+    assert await store.heartbeat("worker-a", 30, now=at(20)) == 2
+    assert await store.heartbeat("worker-c", 30, now=at(20)) == 0
+
+    assert await ids(store.expired_runs(now=at(45))) == ["theirs"]
+    assert await ids(store.expired_runs(now=at(50))) == ["run-1", "run-2", "theirs"]
+
+
+async def test_terminal_and_unknown_runs_cannot_be_claimed(store: Store) -> None:
+    await store.create_run(a_run("done", state=RunState.FINISHED))
+    await store.create_run(a_run("blocked", state=RunState.BLOCKED, owner="gone"))
+
+    assert not await store.claim_run("done", "worker-a", 30, now=at(0))
+    assert not await store.claim_run("blocked", "worker-a", 30, now=at(0))
+    assert not await store.claim_run("missing", "worker-a", 30, now=at(0))
+    assert await ids(store.expired_runs(now=at(100))) == []
+
+
+async def test_release_frees_the_lease_for_anyone(store: Store) -> None:
+    await store.create_run(a_run("run-1", state=RunState.RUNNING))
+    assert await store.claim_run("run-1", "worker-a", 30, now=at(0))
+
+    assert not await store.release_run("run-1", "worker-b")
+    assert await store.release_run("run-1", "worker-a")
+    assert not await store.release_run("run-1", "worker-a")
+
+    got = await store.get_run("run-1")
+    assert got is not None
+    assert (got.owner, got.lease_expires_at) == (None, None)
+    assert await store.claim_run("run-1", "worker-b", 30, now=at(1))
+
+
+async def test_live_runs_lists_live_runs_oldest_first(store: Store) -> None:
+    await store.create_run(a_run("b-newer", created_at=at(2), owner="worker-a"))
+    await store.create_run(a_run("a-older", state=RunState.RUNNING, owner="worker-b"))
+    await store.create_run(a_run("stopping", state=RunState.STOPPING, created_at=at(1)))
+    await store.create_run(a_run("done", state=RunState.FAILED, owner="worker-a"))
+
+    assert await ids(store.live_runs()) == ["a-older", "stopping", "b-newer"]
+    assert await ids(store.live_runs(owner="worker-a")) == ["b-newer"]
+    assert await ids(store.live_runs(owner="nobody")) == []
+
+
+async def test_purge_deletes_only_what_is_old_and_done(backend: Backend) -> None:
+    store = await backend.open()
+    now = utcnow()
+    old, recent = now - timedelta(days=30), now - timedelta(minutes=1)
+    for run_id, state in [
+        ("finished", RunState.FINISHED),
+        ("blocked", RunState.BLOCKED),
+        ("running", RunState.RUNNING),
+    ]:
+        await store.create_run(a_run(run_id, state=state))
+        await store.save_checkpoint(Checkpoint(run_id, 1, (), created_at=old))
+    await store.create_run(a_run("finished-recently", state=RunState.FINISHED))
+    await store.save_checkpoint(Checkpoint("finished-recently", 1, (), created_at=recent))
+    handled = await store.add_stop_request("running", THREAD, StopReason.STOP, "U1")
+    assert await store.mark_stop_handled(handled.id)
+    pending = await store.add_stop_request("running", THREAD, StopReason.ABORT, "U1")
+    await store.record_event(AuditEvent("running", "stop.requested", "U1", at=old))
+    await store.record_event(AuditEvent("running", "abort.requested", "U1", at=recent))
+
+    assert await store.purge(older_than=now - timedelta(days=1)) == 2  # old event, checkpoint
+    # A cut-off in the future takes the handled request (handled "now") as well.
+    assert await store.purge(older_than=now + timedelta(hours=1)) == 3
+
+    other = await backend.open()
+    assert await other.latest_checkpoint("finished") is None
+    assert await other.latest_checkpoint("finished-recently") is None
+    assert await other.latest_checkpoint("blocked") is not None  # resumable
+    assert await other.latest_checkpoint("running") is not None
+    assert await other.pending_stop_requests() == [pending]
+    assert await other.events_for("running") == []
+    assert await other.get_run("finished") is not None  # runs are never purged
+    assert await other.purge(older_than=now + timedelta(hours=1)) == 0
