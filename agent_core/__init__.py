@@ -4,6 +4,7 @@ The Slack app imports the core only through the names below. Adapters for the po
 (``agent_core.stores.*``, :class:`OpenAIChatModel`) are imported from their modules.
 """
 
+from agent_core.agent import Agent, AgentConfig
 from agent_core.builtin_tools import BUILTIN_TOOLS
 from agent_core.errors import (
     ConfigError,
@@ -34,7 +35,7 @@ from agent_core.events import (
     TurnStarted,
 )
 from agent_core.logs import configure_logging
-from agent_core.loop import Agent, AgentConfig, Run, current_run
+from agent_core.loop import Run, current_run
 from agent_core.model import OpenAIChatModel
 from agent_core.outcomes import (
     ExitCode,

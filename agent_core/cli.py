@@ -18,11 +18,11 @@ import signal
 import sys
 from typing import TYPE_CHECKING, TextIO
 
+from agent_core.agent import Agent, AgentConfig
 from agent_core.builtin_tools import BUILTIN_TOOLS
 from agent_core.errors import ConfigError
 from agent_core.events import RunEvent, TextDelta, ToolStarted, TurnStarted
 from agent_core.logs import configure_logging
-from agent_core.loop import Agent, AgentConfig
 from agent_core.model import OpenAIChatModel
 from agent_core.stop import StopReason
 

@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import uuid
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import structlog
@@ -40,11 +38,10 @@ from agent_core.events import (
     TurnFinished,
     TurnStarted,
 )
-from agent_core.outcomes import ExitCode, Handoff, Outcome, RunResult, Timings, Usage
+from agent_core.outcomes import ExitCode, Handoff, Outcome, RunResult, Timings
 from agent_core.ports import ModelRequest, ThreadKey
-from agent_core.prompts import SYSTEM_PROMPT, FinalTurnReason, final_turn_instruction
+from agent_core.prompts import FinalTurnReason, final_turn_instruction
 from agent_core.recording import RunRecorder
-from agent_core.retry import RetryPolicy
 from agent_core.steps import (
     AskedUser,
     Continue,
@@ -52,22 +49,29 @@ from agent_core.steps import (
     FinalAnswer,
     Reported,
     Step,
+    assistant_message,
+    cancelled_ending,
+    default_outcome,
     ending_after_final_turn,
     ending_for_step,
+    model_failed_ending,
     parse_ask,
     parse_report,
+    tool_result,
 )
 from agent_core.stop import RunControl, StopReason, utcnow
+from agent_core.tally import RunTally
 from agent_core.tools import ASK_USER, FINAL_REPORT, Tool, Toolbox, ToolOutcome, gather_tools
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from datetime import datetime
 
-    from agent_core.ports import ChatMessage, ChatModel, ModelResponse, RunStore, ToolCall
+    from agent_core.agent import Agent
+    from agent_core.ports import ChatMessage, ModelResponse, ThreadKey, ToolCall
     from agent_core.stop import StopRequest
 
-__all__ = ["Agent", "AgentConfig", "Run", "current_run"]
+__all__ = ["Run", "current_run"]
 
 log = structlog.get_logger("agent_core.loop")
 
@@ -79,19 +83,6 @@ def current_run() -> Run:
     return _current_run.get()
 
 
-@dataclass(frozen=True, slots=True)
-class AgentConfig:
-    system_prompt: str = SYSTEM_PROMPT
-    max_turns: int = 20
-    """Model turns before a forced final turn (the final turn is extra)."""
-    context_window: int | None = None
-    """The model's context size in tokens; None disables the context guard."""
-    context_threshold: float = 0.9
-    retry: RetryPolicy = field(default_factory=RetryPolicy)
-    final_turn_timeout_s: float | None = None
-    """After a Stop, escalate to Abort if the final turn takes longer than this."""
-
-
 class _StopDuringWait(Exception):
     """A stop arrived while waiting to retry: go to the step boundary now."""
 
@@ -100,44 +91,6 @@ class _RetriesExhausted(Exception):
     def __init__(self, error: RetryableModelError) -> None:
         super().__init__(str(error))
         self.error = error
-
-
-class Agent:
-    """A model, its tools and limits. Makes runs; holds no per-run state."""
-
-    def __init__(
-        self,
-        model: ChatModel,
-        tools: Sequence[Tool] = (),
-        *,
-        config: AgentConfig | None = None,
-        store: RunStore | None = None,
-    ) -> None:
-        self.model = model
-        self.tools = tuple(tools)
-        self.config = config or AgentConfig()
-        self.store = store
-
-    def new_run(
-        self,
-        task: str,
-        *,
-        run_id: str | None = None,
-        requester: str = "local",
-        thread: ThreadKey | None = None,
-        history: Sequence[ChatMessage] = (),
-        parent: Run | None = None,
-    ) -> Run:
-        run_id = run_id or uuid.uuid4().hex
-        return Run(
-            self,
-            run_id,
-            task,
-            requester=requester,
-            thread=thread or ThreadKey("local", "cli", run_id),
-            history=history,
-            parent=parent,
-        )
 
 
 class Run:
@@ -169,13 +122,7 @@ class Run:
             *history,
             {"role": "user", "content": task},
         ]
-        self._turns = 0
-        self._steps_completed = 0
-        self._usage = Usage()
-        self._last_usage = Usage()
-        self._last_error: ModelError | None = None
-        self._activity = "starting"
-        self._tool_log: list[str] = []
+        self._tally = RunTally()
         self._children: list[Run] = []
         self._started = False
         self._log = log.bind(run_id=run_id, thread=str(thread), requester=requester)
@@ -196,11 +143,7 @@ class Run:
 
     def child(self, task: str, *, tools: Sequence[Tool] | None = None) -> Run:
         """A sub-agent run: it inherits every stop and abort of this run."""
-        agent = (
-            self.agent
-            if tools is None
-            else Agent(self.agent.model, tools, config=self.agent.config, store=self.agent.store)
-        )
+        agent = self.agent if tools is None else self.agent.with_tools(tools)
         child = agent.new_run(task, requester=self.requester, thread=self.thread, parent=self)
         self._children.append(child)
         return child
@@ -256,15 +199,15 @@ class Run:
             except _StopDuringWait:
                 continue
             except _RetriesExhausted as exc:
-                self._last_error = exc.error
+                self._tally.last_error = exc.error
                 return await self._final_turn(FinalTurnReason.MAX_RETRIES)
             except ContextOverflow as exc:
-                return self._model_failed(exc, Outcome.BLOCKED, ExitCode.TOKEN_LIMIT)
+                return model_failed_ending(exc, Outcome.BLOCKED, ExitCode.TOKEN_LIMIT, self._tally)
             except FatalModelError as exc:
-                return self._model_failed(exc, Outcome.FAILED, ExitCode.ERROR)
+                return model_failed_ending(exc, Outcome.FAILED, ExitCode.ERROR, self._tally)
             step = await self._take_step(response)
-            self._steps_completed += 1
-            await self._recorder.checkpoint(self._turns, self._messages)
+            self._tally.steps_completed += 1
+            await self._recorder.checkpoint(self._tally.turns, self._messages)
             match step:
                 case Continue():
                     continue
@@ -275,7 +218,7 @@ class Run:
         """Between steps: is there a stop to honour or a limit that forces the end?"""
         if self.control.reason is StopReason.STOP:
             self._honour_stop()
-            if self._steps_completed == 0:
+            if self._tally.steps_completed == 0:
                 return Ending(
                     Outcome.USERINTERLUDE,
                     ExitCode.USER_STOP,
@@ -283,10 +226,13 @@ class Run:
                     next_step="The requester decides: reply in the thread to start again.",
                 )
             return FinalTurnReason.USER_STOP
-        if self._turns >= self.agent.config.max_turns:
+        if self._tally.turns >= self.agent.config.max_turns:
             return FinalTurnReason.MAX_TURNS
         window = self.agent.config.context_window
-        if window and self._last_usage.total_tokens >= window * self.agent.config.context_threshold:
+        if (
+            window
+            and self._tally.last_usage.total_tokens >= window * self.agent.config.context_threshold
+        ):
             return FinalTurnReason.TOKEN_LIMIT
         return None
 
@@ -299,25 +245,24 @@ class Run:
         """One model turn, retried with backoff. Stop ends a retry wait unless ``final``."""
         policy = self.agent.config.retry
         attempts = attempts or policy.max_attempts
-        self._turns += 1
-        self.events.emit(TurnStarted(self.id, self._turns, final=final))
-        self._log.info("turn.started", turn=self._turns, final=final)
+        self._tally.turns += 1
+        self.events.emit(TurnStarted(self.id, self._tally.turns, final=final))
+        self._log.info("turn.started", turn=self._tally.turns, final=final)
         attempt = 0
         while True:
             attempt += 1
-            self._activity = "waiting for the model's answer"
+            self._tally.activity = "waiting for the model's answer"
             try:
                 response = await self.agent.model.complete(request, self._on_text)
             except RetryableModelError as exc:
-                self._last_error = exc
+                self._tally.last_error = exc
                 retry_after = getattr(exc, "retry_after", None)
                 if attempt >= attempts or (retry_after or 0) > policy.max_retry_after_s:
                     raise _RetriesExhausted(exc) from exc
                 await self._wait_to_retry(attempt, policy.delay(attempt, retry_after), exc, final)
                 continue
-            self._usage += response.usage
-            self._last_usage = response.usage
-            self.events.emit(TurnFinished(self.id, self._turns, self._usage))
+            self._tally.answered(response.usage)
+            self.events.emit(TurnFinished(self.id, self._tally.turns, self._tally.usage))
             return response
 
     async def _wait_to_retry(
@@ -327,8 +272,8 @@ class Run:
             "model.retrying", attempt=attempt, delay_s=round(delay, 3), error=str(error)
         )
         self.events.emit(Retrying(self.id, attempt, delay, str(error)))
-        self.events.emit(StepRestarted(self.id, self._turns))
-        self._activity = "waiting to retry the model"
+        self.events.emit(StepRestarted(self.id, self._tally.turns))
+        self._tally.activity = "waiting to retry the model"
         if final:
             await asyncio.sleep(delay)
             return
@@ -343,7 +288,7 @@ class Run:
 
     async def _take_step(self, response: ModelResponse) -> Step:
         calls = response.tool_calls
-        self._messages.append(_assistant_message(response))
+        self._messages.append(assistant_message(response))
         if not calls:
             return FinalAnswer(response.text)
         for call in calls:
@@ -367,7 +312,7 @@ class Run:
         for call in calls:
             if call.name in _LOOP_TOOLS:  # a malformed final_report / ask_user
                 self._messages.append(
-                    _tool_result(
+                    tool_result(
                         call, f"error: {call.name} needs valid JSON arguments matching its schema"
                     )
                 )
@@ -389,14 +334,14 @@ class Run:
                 reason,
                 None,
                 "",
-                default_outcome=self._default_outcome(reason, error),
+                default_outcome=default_outcome(reason, error),
                 error=str(error),
-                fallback_evidence=self._progress_summary(error),
+                fallback_evidence=self._tally.progress_summary(error),
             )
         finally:
             if timer is not None:
                 timer.cancel()
-        self._messages.extend([instruction, _assistant_message(response)])
+        self._messages.extend([instruction, assistant_message(response)])
         report = next(
             (
                 r
@@ -410,8 +355,8 @@ class Run:
             reason,
             report,
             response.text,
-            default_outcome=self._default_outcome(reason, self._last_error),
-            fallback_evidence=self._progress_summary(None),
+            default_outcome=default_outcome(reason, self._tally.last_error),
+            fallback_evidence=self._tally.progress_summary(None),
         )
 
     # -- helpers -----------------------------------------------------------------------
@@ -427,48 +372,11 @@ class Run:
             ),
         )
 
-    def _default_outcome(self, reason: FinalTurnReason, error: ModelError | None) -> Outcome:
-        if reason is FinalTurnReason.MAX_RETRIES:
-            return Outcome.BLOCKED if error is not None and error.status == 429 else Outcome.FAILED
-        return Outcome.BLOCKED
-
-    def _progress_summary(self, error: ModelError | None) -> str:
-        done = "; ".join(self._tool_log[-10:]) or "no tool calls"
-        failure = f" The model endpoint failed: {error}." if error is not None else ""
-        return f"{self._turns} model turns, {len(self._tool_log)} tool calls ({done}).{failure}"
-
-    def _model_failed(self, exc: ModelError, outcome: Outcome, code: ExitCode) -> Ending:
-        self._log.error("model.failed", error=str(exc), status=exc.status)
-        return Ending(
-            outcome,
-            code,
-            evidence=f"{exc}. {self._progress_summary(None)}",
-            next_step="An admin checks the model settings (OPENAI_*); then reply "
-            "in the thread to retry.",
-            error=str(exc),
-        )
-
     def _cancelled_ending(self) -> Ending:
         request = self.control.request
         assert request is not None, "cancelled without a stop request"
         self._honour_stop()
-        during = f"during turn {self._turns} while {self._activity}"
-        if request.reason is StopReason.ABORT:
-            return Ending(
-                Outcome.USERINTERLUDE,
-                ExitCode.USER_ABORT,
-                evidence=f"Aborted {during}; the interrupted step was discarded. "
-                f"{self._progress_summary(None)}",
-                next_step="Nothing is running. Reply in the thread to start again.",
-            )
-        return Ending(
-            Outcome.BLOCKED,
-            ExitCode.SHUTDOWN,
-            evidence=f"Interrupted by a restart {during}; the conversation up to "
-            f"turn {self._steps_completed} is checkpointed.",
-            next_step="threadpilot resumes it from the checkpoint after the "
-            "restart when policy allows; otherwise reply in the thread.",
-        )
+        return cancelled_ending(request.reason, self._tally)
 
     def _honour_stop(self) -> None:
         if self.control.honoured_at is None and self.control.reason is not None:
@@ -507,8 +415,8 @@ class Run:
             exit_code=ending.exit_code,
             handoff=handoff,
             stop_reason=request.reason if request else None,
-            turns=self._turns,
-            usage=self._usage,
+            turns=self._tally.turns,
+            usage=self._tally.usage,
             timings=Timings(
                 started_at, utcnow(), self.control.first_requested_at, self.control.honoured_at
             ),
@@ -518,17 +426,17 @@ class Run:
         )
 
     def _on_text(self, text: str) -> None:
-        self._activity = "streaming the model's answer"
+        self._tally.activity = "streaming the model's answer"
         self.events.emit(TextDelta(self.id, text))
 
     def _on_tool_start(self, call: ToolCall) -> None:
-        self._activity = f"running the tool {call.name}"
+        self._tally.activity = f"running the tool {call.name}"
         self._log.info("tool.started", tool=call.name, call_id=call.id)
         self.events.emit(ToolStarted(self.id, call.id, call.name, call.arguments))
 
     def _on_tool_done(self, outcome: ToolOutcome) -> None:
         call = outcome.call
-        self._tool_log.append(f"{call.name}: {'ok' if outcome.ok else 'error'}")
+        self._tally.tool_log.append(f"{call.name}: {'ok' if outcome.ok else 'error'}")
         self._log.info("tool.finished", tool=call.name, call_id=call.id, ok=outcome.ok)
         self.events.emit(ToolFinished(self.id, call.id, call.name, outcome.ok, outcome.output))
 
@@ -541,7 +449,7 @@ class Run:
     ) -> None:
         """Answer every call of a step so the stored conversation stays valid."""
         for call in calls:
-            self._messages.append(_tool_result(call, "recorded" if call is answered else note))
+            self._messages.append(tool_result(call, "recorded" if call is answered else note))
 
 
 _LOOP_TOOLS = frozenset({FINAL_REPORT.name, ASK_USER.name})
@@ -551,17 +459,3 @@ _DRAIN_TIMEOUT_S = 5.0
 def _cancelled_from_outside() -> bool:
     task = asyncio.current_task()
     return task is not None and task.cancelling() > 0
-
-
-def _assistant_message(response: ModelResponse) -> ChatMessage:
-    message: ChatMessage = {"role": "assistant", "content": response.text or None}
-    if response.tool_calls:
-        message["tool_calls"] = [
-            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-            for c in response.tool_calls
-        ]
-    return message
-
-
-def _tool_result(call: ToolCall, content: str) -> ChatMessage:
-    return {"role": "tool", "tool_call_id": call.id, "content": content}

@@ -13,12 +13,19 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pydantic
 
 from agent_core.outcomes import ExitCode, Outcome, strip_softeners
 from agent_core.prompts import FinalTurnReason
+from agent_core.stop import StopReason
 from agent_core.tools import AskUser, FinalReport
+
+if TYPE_CHECKING:
+    from agent_core.errors import ModelError
+    from agent_core.ports import ChatMessage, ModelResponse, ToolCall
+    from agent_core.tally import RunTally
 
 __all__ = [
     "AskedUser",
@@ -27,10 +34,15 @@ __all__ = [
     "FinalAnswer",
     "Reported",
     "Step",
+    "assistant_message",
+    "cancelled_ending",
+    "default_outcome",
     "ending_after_final_turn",
     "ending_for_step",
+    "model_failed_ending",
     "parse_ask",
     "parse_report",
+    "tool_result",
 ]
 
 
@@ -186,3 +198,62 @@ def _from_report(
         final_text=strip_softeners(text),
         error=error,
     )
+
+
+def default_outcome(reason: FinalTurnReason, error: ModelError | None) -> Outcome:
+    """The outcome of a forced final turn when the model filed no report."""
+    if reason is FinalTurnReason.MAX_RETRIES:
+        rate_limited = error is not None and error.status == 429
+        return Outcome.BLOCKED if rate_limited else Outcome.FAILED
+    return Outcome.BLOCKED
+
+
+def model_failed_ending(
+    error: ModelError, outcome: Outcome, code: ExitCode, tally: RunTally
+) -> Ending:
+    return Ending(
+        outcome,
+        code,
+        evidence=f"{error}. {tally.progress_summary()}",
+        next_step="An admin checks the model settings (OPENAI_*); then reply in the thread "
+        "to retry.",
+        error=str(error),
+    )
+
+
+def cancelled_ending(reason: StopReason, tally: RunTally) -> Ending:
+    """The ending of a run whose task was cancelled by an abort or a shutdown."""
+    during = f"during turn {tally.turns} while {tally.activity}"
+    if reason is StopReason.ABORT:
+        return Ending(
+            Outcome.USERINTERLUDE,
+            ExitCode.USER_ABORT,
+            evidence=f"Aborted {during}; the interrupted step was discarded. "
+            f"{tally.progress_summary()}",
+            next_step="Nothing is running. Reply in the thread to start again.",
+        )
+    return Ending(
+        Outcome.BLOCKED,
+        ExitCode.SHUTDOWN,
+        evidence=f"Interrupted by a restart {during}; the conversation up to turn "
+        f"{tally.steps_completed} is checkpointed.",
+        next_step="threadpilot resumes it from the checkpoint after the restart when policy "
+        "allows; otherwise reply in the thread.",
+    )
+
+
+# -- the transcript -------------------------------------------------------------------
+
+
+def assistant_message(response: ModelResponse) -> ChatMessage:
+    message: ChatMessage = {"role": "assistant", "content": response.text or None}
+    if response.tool_calls:
+        message["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in response.tool_calls
+        ]
+    return message
+
+
+def tool_result(call: ToolCall, content: str) -> ChatMessage:
+    return {"role": "tool", "tool_call_id": call.id, "content": content}

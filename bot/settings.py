@@ -29,7 +29,11 @@ class StopPolicy(StrEnum):
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
-        env_file=".env", env_file_encoding="utf-8", extra="ignore", case_sensitive=True
+        env_file=".env",
+        env_file_encoding="utf-8",
+        extra="ignore",
+        case_sensitive=True,
+        env_ignore_empty=True,  # an empty line in .env means "use the default"
     )
 
     SLACK_BOT_TOKEN: str = Field(description="Bot token, xoxb-...")

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from agent_core.loop import Agent, AgentConfig
+from agent_core.agent import Agent, AgentConfig
 from agent_core.model import OpenAIChatModel
 
 if TYPE_CHECKING:

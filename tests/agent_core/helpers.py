@@ -10,8 +10,9 @@ if TYPE_CHECKING:
 
     from llmock.journal import RequestRecord
 
+    from agent_core.agent import Agent, AgentConfig
     from agent_core.events import RunEvent
-    from agent_core.loop import Agent, AgentConfig, Run
+    from agent_core.loop import Run
     from agent_core.stores.memory import MemoryStore
     from agent_core.tools import Tool
 

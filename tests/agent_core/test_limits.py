@@ -6,8 +6,8 @@ from typing import TYPE_CHECKING
 
 from llmock.scenarios import Reply, StreamFault
 
+from agent_core.agent import AgentConfig
 from agent_core.events import Retrying, StepRestarted
-from agent_core.loop import AgentConfig
 from agent_core.outcomes import ExitCode, Outcome
 from agent_core.retry import RetryPolicy
 from agent_core.tools import tool

@@ -1,0 +1,76 @@
+"""An :class:`Agent` is a model, its tools and its limits. It makes runs and holds no
+per-run state; everything about one run lives in :class:`agent_core.loop.Run`."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from agent_core.loop import Run
+from agent_core.ports import ThreadKey
+from agent_core.prompts import SYSTEM_PROMPT
+from agent_core.retry import RetryPolicy
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from agent_core.ports import ChatMessage, ChatModel, RunStore
+    from agent_core.tools import Tool
+
+__all__ = ["Agent", "AgentConfig"]
+
+
+@dataclass(frozen=True, slots=True)
+class AgentConfig:
+    system_prompt: str = SYSTEM_PROMPT
+    max_turns: int = 20
+    """Model turns before a forced final turn (the final turn is extra)."""
+    context_window: int | None = None
+    """The model's context size in tokens; None disables the context guard."""
+    context_threshold: float = 0.9
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    final_turn_timeout_s: float | None = None
+    """After a Stop, escalate to Abort if the final turn takes longer than this."""
+
+
+class Agent:
+    """A model, its tools and limits. Makes runs; holds no per-run state."""
+
+    def __init__(
+        self,
+        model: ChatModel,
+        tools: Sequence[Tool] = (),
+        *,
+        config: AgentConfig | None = None,
+        store: RunStore | None = None,
+    ) -> None:
+        self.model = model
+        self.tools = tuple(tools)
+        self.config = config or AgentConfig()
+        self.store = store
+
+    def with_tools(self, tools: Sequence[Tool]) -> Agent:
+        """The same model, limits and store with other tools (for sub-agents)."""
+        return Agent(self.model, tools, config=self.config, store=self.store)
+
+    def new_run(
+        self,
+        task: str,
+        *,
+        run_id: str | None = None,
+        requester: str = "local",
+        thread: ThreadKey | None = None,
+        history: Sequence[ChatMessage] = (),
+        parent: Run | None = None,
+    ) -> Run:
+        run_id = run_id or uuid.uuid4().hex
+        return Run(
+            self,
+            run_id,
+            task,
+            requester=requester,
+            thread=thread or ThreadKey("local", "cli", run_id),
+            history=history,
+            parent=parent,
+        )
