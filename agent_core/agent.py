@@ -15,7 +15,7 @@ from agent_core.retry import RetryPolicy
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from agent_core.ports import ChatMessage, ChatModel, RunStore
+    from agent_core.ports import ChatMessage, ChatModel, Checkpoint, RunStore
     from agent_core.tools import Tool
 
 __all__ = ["Agent", "AgentConfig"]
@@ -63,7 +63,9 @@ class Agent:
         thread: ThreadKey | None = None,
         history: Sequence[ChatMessage] = (),
         parent: Run | None = None,
+        restore: Checkpoint | None = None,
     ) -> Run:
+        """A new run; with ``restore``, one that resumes from that checkpoint."""
         run_id = run_id or uuid.uuid4().hex
         return Run(
             self,
@@ -73,4 +75,5 @@ class Agent:
             thread=thread or ThreadKey("local", "cli", run_id),
             history=history,
             parent=parent,
+            restore=restore,
         )

@@ -40,7 +40,7 @@ from agent_core.events import (
 )
 from agent_core.outcomes import ExitCode, Handoff, Outcome, RunResult, Timings
 from agent_core.ports import ModelRequest, ThreadKey
-from agent_core.prompts import FinalTurnReason, final_turn_instruction
+from agent_core.prompts import RESUMED_NOTE, FinalTurnReason, final_turn_instruction
 from agent_core.recording import RunRecorder
 from agent_core.steps import (
     AskedUser,
@@ -68,7 +68,7 @@ if TYPE_CHECKING:
     from datetime import datetime
 
     from agent_core.agent import Agent
-    from agent_core.ports import ChatMessage, ModelResponse, ThreadKey, ToolCall
+    from agent_core.ports import ChatMessage, Checkpoint, ModelResponse, ThreadKey, ToolCall
     from agent_core.stop import StopRequest
 
 __all__ = ["Run", "current_run"]
@@ -106,6 +106,7 @@ class Run:
         thread: ThreadKey,
         history: Sequence[ChatMessage],
         parent: Run | None,
+        restore: Checkpoint | None = None,
     ) -> None:
         self.id = run_id
         self.task = task
@@ -123,6 +124,11 @@ class Run:
             {"role": "user", "content": task},
         ]
         self._tally = RunTally()
+        if restore is not None:
+            # Resumed after an interruption: the conversation continues from the last
+            # completed turn, and the model is told what happened in between.
+            self._messages = [*restore.messages, {"role": "system", "content": RESUMED_NOTE}]
+            self._tally.turns = self._tally.steps_completed = restore.turn
         self._children: list[Run] = []
         self._started = False
         self._log = log.bind(run_id=run_id, thread=str(thread), requester=requester)

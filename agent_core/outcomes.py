@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from datetime import datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from agent_core.errors import UnknownOutcome
+from agent_core.stop import StopReason
 
 if TYPE_CHECKING:
-    from datetime import datetime
-
-    from agent_core.stop import StopReason
+    from collections.abc import Mapping
 
 __all__ = [
     "ExitCode",
@@ -232,6 +232,32 @@ class RunResult:
     def summary(self) -> str:
         return self.handoff.evidence
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RunResult:
+        """Rebuild a result stored with :meth:`to_dict` (legacy outcome words allowed)."""
+        timings = data.get("timings") or {}
+        usage = data.get("usage") or {}
+        reason = data.get("stop_reason")
+        handoff = Handoff.from_dict(data["handoff"])
+        return cls(
+            run_id=str(data["run_id"]),
+            outcome=normalize_outcome(str(data["outcome"]), question_asked=bool(handoff.question)),
+            exit_code=ExitCode(data["exit_code"]),
+            handoff=handoff,
+            stop_reason=StopReason(reason) if reason else None,
+            turns=int(data.get("turns", 0)),
+            usage=Usage(int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0))),
+            timings=Timings(
+                started_at=_parse_time(timings["started_at"]),
+                ended_at=_parse_time(timings["ended_at"]),
+                stop_requested_at=_parse_optional_time(timings.get("stop_requested_at")),
+                stop_honoured_at=_parse_optional_time(timings.get("stop_honoured_at")),
+            ),
+            final_text=str(data.get("final_text", "")),
+            error=data.get("error"),
+            children=tuple(cls.from_dict(c) for c in data.get("children", ())),
+        )
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "run_id": self.run_id,
@@ -261,3 +287,11 @@ class RunResult:
 
 def _iso(value: datetime | None) -> str | None:
     return value.isoformat() if value else None
+
+
+def _parse_time(value: str) -> datetime:
+    return datetime.fromisoformat(value)
+
+
+def _parse_optional_time(value: str | None) -> datetime | None:
+    return _parse_time(value) if value else None

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-__all__ = ["SYSTEM_PROMPT", "FinalTurnReason", "final_turn_instruction"]
+__all__ = ["RESUMED_NOTE", "SYSTEM_PROMPT", "FinalTurnReason", "final_turn_instruction"]
 
 SYSTEM_PROMPT = (
     "You are threadpilot, an agent working on a request inside a Slack thread. Use the "
@@ -16,6 +16,12 @@ SYSTEM_PROMPT = (
     "the outcome, the evidence, the artifacts and the handoff (or simply answer in plain "
     "text). If you cannot go on without an answer from the person, call ask_user with one "
     "concrete question. Never end with optional offers such as 'If you want, I can ...'."
+)
+
+RESUMED_NOTE = (
+    "This run was interrupted (the worker running it restarted) and has been resumed from "
+    "the last completed turn. Anything after that turn was lost: check before you assume a "
+    "step you were in the middle of took effect, then continue the work."
 )
 
 

@@ -155,8 +155,13 @@ class _Progress:
     def key(self) -> _Key:
         return (self.channel, self.ts)
 
+    @property
+    def where(self) -> dict[str, str]:
+        """The message, as log fields."""
+        return {"channel": self.channel, "ts": self.ts}
+
     def args(self) -> dict[str, Any]:
-        return {"channel": self.channel, "ts": self.ts, "text": self.text, "blocks": self.blocks}
+        return {**self.where, "text": self.text, "blocks": self.blocks}
 
 
 @dataclass(eq=False)
@@ -217,11 +222,13 @@ class SlackBudget:
 
         Pending progress is dropped; finals still unwritten resolve False and are logged.
         """
-        if self._worker is None or self._closed:
-            self._closed = True
-            return
+        if self._closing:
+            return  # closed, or another close() is flushing
         self._closing = True
         self._progress.clear()
+        if self._worker is None:
+            self._closed = True
+            return
         try:
             async with asyncio.timeout(flush_timeout_s):
                 while waiters := self._final_waiters():
@@ -395,11 +402,9 @@ class SlackBudget:
             if not (self._closing or job.key in self._progress or job.key in self._finalized):
                 self._progress[job.key] = job
         except SlackRefused as exc:
-            self._log.warning(
-                "slack_budget.progress_refused", channel=job.channel, ts=job.ts, error=exc.error
-            )
+            self._log.warning("slack_budget.progress_refused", **job.where, error=exc.error)
         except Exception:  # a bug here must not stop the workspace's other status messages
-            self._log.exception("slack_budget.progress_failed", channel=job.channel, ts=job.ts)
+            self._log.exception("slack_budget.progress_failed", **job.where)
 
     async def _write_final(self, bucket: TokenBucket, job: _Final) -> None:
         job.attempts += 1
@@ -414,7 +419,7 @@ class SlackBudget:
         except SlackRefused as exc:
             error = exc.error
         except Exception as exc:  # a bug here must not stop the workspace's other finals
-            self._log.exception("slack_budget.final_failed", channel=job.channel, ts=job.ts)
+            self._log.exception("slack_budget.final_failed", **job.where)
             error = repr(exc)
         else:
             error = ""
@@ -435,13 +440,8 @@ class SlackBudget:
         return [waiter for job in jobs for waiter in job.waiters if not waiter.done()]
 
     def _give_up(self, job: _Final, error: str) -> None:
-        self._log.error(
-            "slack_budget.final_gave_up",
-            channel=job.channel,
-            ts=job.ts,
-            error=error,
-            attempts=job.attempts,
-        )
+        where, attempts = job.where, job.attempts
+        self._log.error("slack_budget.final_gave_up", **where, error=error, attempts=attempts)
         job.settle(False)
 
     def _give_up_all(self, reason: str) -> None:

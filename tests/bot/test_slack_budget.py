@@ -259,15 +259,17 @@ async def test_a_final_slack_refuses_is_given_up_and_logged(
 async def test_a_cancelled_caller_does_not_withdraw_its_final(
     slack: FakeSlack, client: AsyncWebClient
 ) -> None:
-    async with running(client, {"chat.update": 300.0}) as budget:
-        await drain(budget, slack, 300.0)
-        ts = status_message(slack)
-        caller = asyncio.create_task(budget.update_final(CHANNEL, ts, text="done", blocks=[]))
-        await asyncio.sleep(0)  # one loop turn: the caller queues its write
-        caller.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await caller
-        await slack.wait_for_call("chat.update", lambda call: call.args["ts"] == ts)
+    # As at shutdown: the run is cancelled while its final waits, then the budget closes.
+    budget = SlackBudget(client, team_id=TEAM, tiers={"chat.update": 300.0})
+    await budget.start()
+    await drain(budget, slack, 300.0)
+    ts = status_message(slack)
+    caller = asyncio.create_task(budget.update_final(CHANNEL, ts, text="done", blocks=[]))
+    await asyncio.sleep(0)  # one loop turn: the caller queues its write
+    caller.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await caller
+    await budget.close()
     assert updates(slack, ts) == ["done"]
 
 
