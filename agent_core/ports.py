@@ -9,6 +9,8 @@ all of them. The core never imports an adapter.
   the audit trail. Terminal state is written by compare-and-set: exactly one wins.
 - :class:`StopRequestStore` keeps stop requests so that a click landing in any worker
   reaches the run's owner, and survives a restart (SPEC.md section 3, seed 004).
+- :class:`RunQueries` finds runs by what they became, and writes fields without moving
+  state: what the reconciler needs to repost final messages and resume runs.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ __all__ = [
     "ModelResponse",
     "Reconnected",
     "RetentionStore",
+    "RunQueries",
     "RunRecord",
     "RunStore",
     "StopListener",
@@ -152,6 +155,8 @@ class RunRecord:
     """The stored :meth:`agent_core.outcomes.RunResult.to_dict`, once terminal."""
     created_at: datetime = field(default_factory=utcnow)
     updated_at: datetime = field(default_factory=utcnow)
+    final_posted_at: datetime | None = None
+    """When Slack accepted the run's terminal message; None until then (or never posted)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -325,7 +330,45 @@ class StopWakeups(Protocol):
         ...
 
 
-class Store(RunStore, StopRequestStore, LeaseStore, RetentionStore, Protocol):
+class RunQueries(Protocol):
+    """Reading runs by what they became, and writing fields that are not their state."""
+
+    async def find_runs(
+        self,
+        *,
+        states: Collection[RunState] | None = None,
+        stop_reason: StopReason | None = None,
+        exit_code: ExitCode | None = None,
+        final_posted: bool | None = None,
+        thread: ThreadKey | None = None,
+        owner: str | None = None,
+        limit: int = 100,
+    ) -> list[RunRecord]:
+        """Runs matching every filter given (None: any), oldest ``created_at`` first
+        (ties by id), at most ``limit`` of them.
+
+        ``states`` empty matches nothing; ``final_posted=False`` means ``final_posted_at``
+        is NULL, True that it is set. A negative ``limit`` raises ValueError.
+        """
+        ...
+
+    async def update_run(self, run_id: str, **changes: Any) -> bool:
+        """Write :class:`RunRecord` fields other than ``state`` (``status_ts``,
+        ``final_posted_at``, ``owner``...), whatever the run's state; bumps ``updated_at``.
+
+        Checked and encoded like :meth:`RunStore.set_state`'s ``changes``: TypeError for
+        ``state`` (moving it takes a compare-and-set), ``id``, ``updated_at`` or an unknown
+        name, raised before the store is touched. False if there is no such run; with
+        no ``changes`` nothing is written and the answer only says whether it exists.
+        """
+        ...
+
+    async def stop_requests_for(self, run_id: str) -> list[StopRequestRecord]:
+        """Every stop request of the run, handled or not, oldest first (until purged)."""
+        ...
+
+
+class Store(RunStore, RunQueries, StopRequestStore, LeaseStore, RetentionStore, Protocol):
     """Everything a worker needs from one database.
 
     :func:`agent_core.stores.factory.open_store` returns one; the caller closes it.

@@ -9,15 +9,17 @@ point (a checkpoint or the end): nothing is written fire-and-forget.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+import functools
+from typing import TYPE_CHECKING, ParamSpec, Protocol
 
 import structlog
 
+from agent_core.errors import StorageError
 from agent_core.ports import AuditEvent, Checkpoint, RunRecord
 from agent_core.states import LIVE_STATES, RunState, state_for_outcome
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Awaitable, Callable, Sequence
 
     from agent_core.outcomes import RunResult
     from agent_core.ports import ChatMessage, RunStore, ThreadKey
@@ -26,6 +28,8 @@ if TYPE_CHECKING:
 __all__ = ["RunRecorder"]
 
 log = structlog.get_logger("agent_core.recording")
+
+P = ParamSpec("P")
 
 
 class _RunView(Protocol):
@@ -38,12 +42,27 @@ class _RunView(Protocol):
     def parent(self) -> _RunView | None: ...
 
 
+def _tolerant(method: Callable[P, Awaitable[None]]) -> Callable[P, Awaitable[None]]:
+    """A database failure is logged, not raised: a run outlives a store outage, and its
+    result still reaches the person who asked (the store catches up via reconciling)."""
+
+    @functools.wraps(method)
+    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> None:
+        try:
+            await method(*args, **kwargs)
+        except StorageError:
+            log.exception("run.store_write_failed", step=method.__name__)
+
+    return wrapper
+
+
 class RunRecorder:
     def __init__(self, store: RunStore | None, run: _RunView) -> None:
         self._store = store
         self._run = run
         self._pending: list[AuditEvent] = []
 
+    @_tolerant
     async def started(self) -> None:
         store = self._store
         if store is None:
@@ -63,12 +82,14 @@ class RunRecorder:
         if not moved:
             log.warning("run.start_not_recorded", run_id=run.id)
 
+    @_tolerant
     async def checkpoint(self, turn: int, messages: Sequence[ChatMessage]) -> None:
         if self._store is None:
             return
         await self._store.save_checkpoint(Checkpoint(self._run.id, turn, tuple(messages)))
         await self._flush()
 
+    @_tolerant
     async def stopping(self) -> None:
         if self._store is None:
             return
@@ -79,13 +100,14 @@ class RunRecorder:
         self._pending.append(
             AuditEvent(
                 run_id=self._run.id,
-                kind=f"{request.reason.value}.requested",
+                kind=f"{request.reason.value}.received",
                 actor=request.requested_by,
                 at=request.requested_at,
                 detail={"source": request.source},
             )
         )
 
+    @_tolerant
     async def finished(self, result: RunResult) -> None:
         if self._store is None:
             return

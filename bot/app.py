@@ -23,15 +23,26 @@ from slack_bolt.async_app import AsyncApp
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from agent_core import BUILTIN_TOOLS, Agent, AgentConfig, ConfigError, OpenAIChatModel
+from agent_core import (
+    BUILTIN_TOOLS,
+    Agent,
+    AgentConfig,
+    ConfigError,
+    OpenAIChatModel,
+    StorageError,
+)
+from agent_core.stores.factory import open_store
 from bot.context import BotContext
 from bot.dedupe import EventDeduper
 from bot.handlers import actions, events, mentions
+from bot.session import RunSession
 from bot.supervisor import Supervisor
 from bot.surface import Workspaces
+from bot.worker import Worker, default_worker_id
 
 if TYPE_CHECKING:
-    from agent_core import ChatModel
+    from agent_core import ChatModel, Checkpoint, Run, RunRecord
+    from agent_core.ports import Store
     from bot.settings import Settings
 
 __all__ = ["SHUTDOWN_BUDGET_S", "ThreadpilotApp"]
@@ -59,6 +70,8 @@ class ThreadpilotApp:
         self._runner: web.AppRunner | None = None
         self._socket: AsyncSocketModeHandler | None = None
         self._owned_model: OpenAIChatModel | None = None
+        self._store: Store | None = None
+        self._worker: Worker | None = None
         self.port: int | None = None
         self.ctx: BotContext | None = None
 
@@ -71,14 +84,33 @@ class ThreadpilotApp:
             token=settings.SLACK_BOT_TOKEN, base_url=settings.SLACK_API_URL, session=self._session
         )
         bot_user_id = await _who_am_i(client)
+        self._store = await _open_store(settings.DATABASE_URL)
+        worker_id = settings.WORKER_ID or default_worker_id()
         agent = Agent(
             self._model or self._openai_model(),
             BUILTIN_TOOLS,
             config=AgentConfig(
                 max_turns=settings.MAX_TURNS, final_turn_timeout_s=settings.FINAL_TURN_TIMEOUT
             ),
+            store=self._store,
         )
-        self.ctx = BotContext(settings, Supervisor(agent), Workspaces(client), bot_user_id)
+        supervisor = Supervisor(
+            agent, self._store, worker_id=worker_id, lease_ttl_s=settings.LEASE_TTL
+        )
+        workspaces = Workspaces(client)
+        self._worker = Worker(
+            self._store,
+            supervisor,
+            workspaces,
+            settings,
+            resume=self._resume,
+            worker_id=worker_id,
+        )
+        supervisor.stop_scan = self._worker.watcher.scan
+        supervisor.run_ended = self._worker.watcher.run_ended
+        self.ctx = BotContext(
+            settings, supervisor, workspaces, bot_user_id, self._store, self._worker
+        )
         bolt = self._bolt(client, self.ctx)
         await self._serve_http(bolt)
         if settings.socket_mode:
@@ -93,6 +125,24 @@ class ThreadpilotApp:
             bot_user_id=bot_user_id,
             api_url=settings.SLACK_API_URL,
         )
+
+    async def _resume(self, record: RunRecord, checkpoint: Checkpoint | None) -> None:
+        """Continue an interrupted run here, in its existing status message."""
+        assert self.ctx is not None
+        surface = await self.ctx.workspaces.get(record.thread.team)
+
+        def make_session(run: Run) -> RunSession:
+            return RunSession(
+                run,
+                surface,
+                channel=record.thread.channel,
+                thread_ts=record.thread.thread_ts,
+                requester=record.requester,
+                team_id=record.thread.team,
+                status_ts=record.status_ts,
+            )
+
+        self.ctx.supervisor.resume(record, checkpoint, make_session)
 
     def _openai_model(self) -> OpenAIChatModel:
         s = self.settings
@@ -162,7 +212,10 @@ class ThreadpilotApp:
                 )
             if self.ctx is not None:
                 await self.ctx.supervisor.shutdown(timeout_s * 0.6)
+                await self.ctx.worker.close()
                 await _bounded(self.ctx.workspaces.close(), timeout_s * 0.25, "slack.flush")
+            if self._store is not None:
+                await self._store.close()
             if self._owned_model is not None:
                 await self._owned_model.aclose()
             if self._runner is not None:
@@ -183,6 +236,14 @@ async def _who_am_i(client: AsyncWebClient) -> str:
     except (SlackClientError, aiohttp.ClientError, OSError) as exc:
         raise ConfigError("SLACK_API_URL", f"cannot reach Slack there ({exc})") from exc
     return str(auth["user_id"])
+
+
+async def _open_store(database_url: str) -> Store:
+    """The database, migrated; a start-up error naming DATABASE_URL if it cannot be used."""
+    try:
+        return await open_store(database_url)
+    except StorageError as exc:
+        raise ConfigError("DATABASE_URL", f"cannot open the database ({exc})") from exc
 
 
 async def _bounded(work: object, timeout_s: float, what: str) -> None:

@@ -6,9 +6,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from agent_core.ports import Store
     from bot.settings import Settings
     from bot.supervisor import Supervisor
     from bot.surface import Workspaces
+    from bot.worker import Worker
 
 __all__ = ["BotContext"]
 
@@ -20,3 +22,5 @@ class BotContext:
     workspaces: Workspaces
     bot_user_id: str
     """The app's bot user, from ``auth.test``: mentions of it are stripped from tasks."""
+    store: Store
+    worker: Worker

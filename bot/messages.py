@@ -295,6 +295,10 @@ ESCALATED_TO_ABORT = "Stop pressed again while stopping: aborting now, with no s
 ALREADY_ABORTING = "Already aborting: the run ends in a moment."
 STOP_ACCEPTED = "Stopping: the agent finishes its current step, then writes a summary."
 ABORT_ACCEPTED = "Aborting: the agent is cancelled now and writes no summary."
+STOP_NOT_RECORDED = (
+    "Your click could not be recorded (threadpilot's database did not answer). "
+    "Nothing changed: please press the button again."
+)
 UNKNOWN_ACTION = "threadpilot does not know that button; it may be from an older version."
 RUN_NOT_FOUND = "This run is no longer tracked (it may have ended during a restart)."
 THREAD_BUSY = "A run is already working in this thread; your message was passed to it as guidance."

@@ -55,15 +55,20 @@ class RunSession:
         thread_ts: str,
         requester: str,
         team_id: str,
+        status_ts: str | None = None,
     ) -> None:
         self.run = run
         self.surface = surface
         self.channel = channel
         self.thread_ts = thread_ts
-        self.status_ts: str | None = None
+        self.status_ts = status_ts
+        """Set when resuming: the run keeps the status message it already has."""
         self._started = time.monotonic()
         self._snapshot = StatusSnapshot(
-            run_id=run.id, requester=requester, phase="starting", activity=messages.STATUS_STARTING
+            run_id=run.id,
+            requester=requester,
+            phase="starting",
+            activity=messages.STATUS_RESTARTING if status_ts else messages.STATUS_STARTING,
         )
         self._answer: list[str] = []
         self._stream = AnswerStream(surface, channel, thread_ts, requester, team_id)
@@ -72,7 +77,15 @@ class RunSession:
     # -- lifecycle ---------------------------------------------------------------------
 
     async def open(self) -> bool:
-        """Post the status message. False (logged) if Slack would not take it."""
+        """Post the status message (or, resuming, take over the existing one).
+
+        False (logged) if Slack would not take it.
+        """
+        if self.status_ts is not None:
+            self._push_progress()
+            await self._session_status("processing")
+            self._stream.start()
+            return True
         rendered = render_status(self._snapshot)
         try:
             self.status_ts = await self.surface.budget.post_message(

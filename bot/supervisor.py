@@ -13,16 +13,19 @@ import asyncio
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from agent_core import StopReason
+from agent_core import LIVE_STATES, Outcome, RunRecord, RunState, StopReason, StorageError
+from agent_core.stop import utcnow
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Awaitable, Callable, Sequence
 
-    from agent_core import Agent, ChatMessage, Run, RunResult, ThreadKey
+    from agent_core import Agent, ChatMessage, Checkpoint, Run, RunResult, ThreadKey
+    from agent_core.ports import Store
     from bot.session import RunSession
 
 __all__ = ["LiveRun", "Supervisor"]
@@ -44,8 +47,15 @@ class LiveRun:
 
 
 class Supervisor:
-    def __init__(self, agent: Agent) -> None:
+    def __init__(self, agent: Agent, store: Store, *, worker_id: str, lease_ttl_s: float) -> None:
         self.agent = agent
+        self.store = store
+        self.worker_id = worker_id
+        self.lease_ttl_s = lease_ttl_s
+        self.stop_scan: Callable[[list[str]], Awaitable[int]] | None = None
+        """Delivers stop requests committed before the run started (set by the worker)."""
+        self.run_ended: Callable[[str], Awaitable[None]] | None = None
+        """Marks a finished run's stop requests handled (set by the worker)."""
         self._live: dict[str, LiveRun] = {}
         self._by_thread: dict[ThreadKey, str] = {}
         self._finished: OrderedDict[str, RunResult] = OrderedDict()
@@ -91,13 +101,36 @@ class Supervisor:
         if not self._accepting or thread in self._by_thread:
             return None
         run = self.agent.new_run(task, requester=requester, thread=thread, history=history)
+        return self._launch(run, requester, make_session, resumed=False)
+
+    def resume(
+        self,
+        record: RunRecord,
+        checkpoint: Checkpoint | None,
+        make_session: Callable[[Run], RunSession],
+    ) -> LiveRun | None:
+        """Continue a stored run from its checkpoint, in its existing status message."""
+        if not self._accepting or record.thread in self._by_thread:
+            return None
+        run = self.agent.new_run(
+            record.task,
+            run_id=record.id,
+            requester=record.requester,
+            thread=record.thread,
+            restore=checkpoint,
+        )
+        return self._launch(run, record.requester, make_session, resumed=True)
+
+    def _launch(
+        self, run: Run, requester: str, make_session: Callable[[Run], RunSession], *, resumed: bool
+    ) -> LiveRun:
         live = LiveRun(run, make_session(run), requester, participants={requester})
         self._live[run.id] = live
-        self._by_thread[thread] = run.id
-        live.task = asyncio.create_task(self._drive(live), name=f"session:{run.id}")
+        self._by_thread[run.thread] = run.id
+        live.task = asyncio.create_task(self._drive(live, resumed), name=f"session:{run.id}")
         return live
 
-    async def _drive(self, live: LiveRun) -> None:
+    async def _drive(self, live: LiveRun, resumed: bool) -> None:
         run = live.run
         bound = structlog.contextvars.bound_contextvars(
             run_id=run.id,
@@ -108,19 +141,58 @@ class Supervisor:
         )
         with bound:
             try:
-                if await live.session.open():
-                    result = await run.run()
-                    # The thread is free as soon as the run has ended: a reply that arrives
-                    # while the last Slack writes are in flight starts the next run.
-                    self._release_thread(run)
-                    self._remember(run, result)
-                    await live.session.close(result)
+                if not resumed:
+                    await self._register(run, live.requester)
+                if not await live.session.open():
+                    await self._abandon(run)
+                    return
+                await self._record(run.id, status_ts=live.session.status_ts)
+                if self.stop_scan is not None:
+                    await self.stop_scan([run.id])  # a stop that came before we started
+                result = await run.run()
+                # The thread is free as soon as the run has ended: a reply that arrives
+                # while the last Slack writes are in flight starts the next run.
+                self._release_thread(run)
+                self._remember(run, result)
+                if await live.session.close(result):
+                    await self._record(run.id, final_posted_at=utcnow())
             except Exception:
                 log.exception("session.failed")
             finally:
                 await live.session.discard()
+                if self.run_ended is not None:
+                    await _quietly(self.run_ended(run.id), "run_ended")
                 self._live.pop(run.id, None)
                 self._release_thread(run)
+
+    async def _register(self, run: Run, requester: str) -> None:
+        """Store the run, already leased to this worker: it is never without an owner."""
+        record = RunRecord(
+            id=run.id,
+            thread=run.thread,
+            requester=requester,
+            task=run.task,
+            owner=self.worker_id,
+            lease_expires_at=utcnow() + timedelta(seconds=self.lease_ttl_s),
+        )
+        await _quietly(self.store.create_run(record), "create_run")
+
+    async def _record(self, run_id: str, **fields: Any) -> None:
+        await _quietly(self.store.update_run(run_id, **fields), "update_run")
+
+    async def _abandon(self, run: Run) -> None:
+        """The status message could not be posted: the run never starts, and says why."""
+        await _quietly(
+            self.store.set_state(
+                run.id,
+                RunState.FAILED,
+                expected=LIVE_STATES,
+                outcome=Outcome.FAILED,
+                owner=None,
+                lease_expires_at=None,
+            ),
+            "abandon",
+        )
 
     def _release_thread(self, run: Run) -> None:
         if self._by_thread.get(run.thread) == run.id:
@@ -155,3 +227,11 @@ class Supervisor:
         for task in done:
             if not task.cancelled() and task.exception() is not None:
                 log.error("supervisor.run_task_failed", error=repr(task.exception()))
+
+
+async def _quietly(work: Awaitable[object], what: str) -> None:
+    """Run a database write whose failure must not stop the run: log it and go on."""
+    try:
+        await work
+    except (StorageError, ValueError):
+        log.exception("store.write_failed", step=what)

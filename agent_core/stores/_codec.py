@@ -1,5 +1,9 @@
 """Rows <-> records for the SQL adapters, so SQLite and PostgreSQL read and write alike.
 
+The checks on what callers pass (which fields ``set_state`` and ``update_run`` may write,
+``find_runs``' filters) live here too, and the memory store applies them as well, so
+every adapter refuses the same calls.
+
 Values leave here in a driver-neutral form: timestamps as aware UTC datetimes, JSON as
 text, enums as their string values. Each adapter adds only what its driver needs
 (SQLite turns datetimes into text with :func:`sqlite_time`). Column names used in SQL
@@ -11,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -26,7 +31,7 @@ from agent_core.states import RunState
 from agent_core.stop import StopReason
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Collection, Mapping
 
 __all__ = [
     "CHECKPOINT_COLUMNS",
@@ -34,6 +39,7 @@ __all__ = [
     "RUN_COLUMNS",
     "STOP_COLUMNS",
     "Row",
+    "RunQuery",
     "checkpoint_from_row",
     "checkpoint_values",
     "event_from_row",
@@ -41,6 +47,8 @@ __all__ = [
     "from_db_time",
     "run_changes",
     "run_from_row",
+    "run_query",
+    "run_updates",
     "run_values",
     "sqlite_time",
     "stop_from_row",
@@ -67,6 +75,7 @@ RUN_COLUMNS = (
     "result",
     "created_at",
     "updated_at",
+    "final_posted_at",
 )
 STOP_COLUMNS = (
     "id",
@@ -83,8 +92,8 @@ STOP_COLUMNS = (
 CHECKPOINT_COLUMNS = ("run_id", "turn", "messages", "created_at")
 EVENT_COLUMNS = ("run_id", "kind", "actor", "at", "detail")
 
-# RunRecord fields that set_state may change besides ``state``. ``id`` names the row and
-# ``updated_at`` is the store's to set, as in MemoryStore (where both raise TypeError).
+# RunRecord fields that set_state and update_run may change. ``id`` names the row,
+# ``updated_at`` is the store's to set, and ``state`` moves by set_state's ``new`` alone.
 _CHANGEABLE = frozenset(f.name for f in dataclasses.fields(RunRecord)) - {
     "id",
     "state",
@@ -161,25 +170,35 @@ def run_values(run: RunRecord) -> dict[str, Any]:
     return {column: values[column] for column in RUN_COLUMNS}
 
 
-def run_changes(changes: Mapping[str, Any]) -> dict[str, Any]:
+def run_changes(changes: Mapping[str, Any], *, caller: str = "set_state()") -> dict[str, Any]:
     """Columns for the :class:`RunRecord` fields in ``changes`` (``set_state``'s extras).
 
-    Raises TypeError for a name that is not a changeable field, like
-    :func:`dataclasses.replace` does in the memory store.
+    Raises TypeError for a name that is not a changeable field (``id``, ``state``,
+    ``updated_at`` or unknown), and ValueError for a naive datetime.
     """
     columns: dict[str, Any] = {}
     for name, value in changes.items():
         if name not in _CHANGEABLE:
-            raise TypeError(f"set_state() cannot change RunRecord field {name!r}")
+            raise TypeError(f"{caller} cannot change RunRecord field {name!r}")
         columns.update(_run_field(name, value))
     return columns
+
+
+def run_updates(changes: Mapping[str, Any]) -> dict[str, Any]:
+    """Columns for ``update_run``: :func:`run_changes`, with a pointed word for ``state``."""
+    if "state" in changes:
+        raise TypeError(
+            "update_run() cannot change a run's state: use set_state(), whose "
+            "compare-and-set keeps two writers from both moving it"
+        )
+    return run_changes(changes, caller="update_run()")
 
 
 def _run_field(name: str, value: Any) -> dict[str, Any]:
     if name == "thread":
         thread: ThreadKey = value
         return {"team": thread.team, "channel": thread.channel, "thread_ts": thread.thread_ts}
-    if name in {"lease_expires_at", "created_at"}:
+    if name in {"lease_expires_at", "created_at", "final_posted_at"}:
         return {name: _opt_time(value)}
     if name == "result":
         return {name: _opt_dump(value)}
@@ -211,7 +230,50 @@ def run_from_row(row: Row) -> RunRecord:
         result=None if result is None else json.loads(result),
         created_at=_time(row["created_at"]),
         updated_at=_time(row["updated_at"]),
+        final_posted_at=from_db_time(row["final_posted_at"]),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class RunQuery:
+    """``find_runs``' filters, checked and encoded; each adapter writes its own SQL."""
+
+    states: tuple[str, ...] | None
+    """State values to match, sorted (None: any state)."""
+    equal: dict[str, Any]
+    """Column -> the value it must equal."""
+    final_posted: bool | None
+    limit: int
+
+    @property
+    def matches_nothing(self) -> bool:
+        return self.limit == 0 or self.states == ()
+
+
+def run_query(
+    *,
+    states: Collection[RunState] | None,
+    stop_reason: StopReason | None,
+    exit_code: ExitCode | None,
+    final_posted: bool | None,
+    thread: ThreadKey | None,
+    owner: str | None,
+    limit: int,
+) -> RunQuery:
+    """Check ``find_runs``' arguments (ValueError for a negative ``limit``) and encode them."""
+    if limit < 0:
+        raise ValueError(f"find_runs() limit must be 0 or more, not {limit}")
+    equal: dict[str, Any] = {}
+    if stop_reason is not None:
+        equal["stop_reason"] = str(stop_reason)
+    if exit_code is not None:
+        equal["exit_code"] = str(exit_code)
+    if thread is not None:
+        equal |= _run_field("thread", thread)
+    if owner is not None:
+        equal["owner"] = owner
+    wanted = None if states is None else tuple(sorted({str(s) for s in states}))
+    return RunQuery(wanted, equal, final_posted, limit)
 
 
 # -- stop requests, checkpoints, events -------------------------------------------------

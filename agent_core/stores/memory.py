@@ -22,11 +22,13 @@ from agent_core.ports import (
 )
 from agent_core.states import LIVE_STATES, TERMINAL_STATES, RunState
 from agent_core.stop import utcnow
+from agent_core.stores import _codec as codec
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Iterable
     from datetime import datetime
 
+    from agent_core.outcomes import ExitCode
     from agent_core.stop import StopReason
 
 __all__ = ["MemoryStore"]
@@ -61,6 +63,7 @@ class MemoryStore:
         expected: Collection[RunState],
         **changes: Any,
     ) -> bool:
+        codec.run_changes(changes)  # the SQL stores' checks, so every store refuses alike
         async with self._lock:
             run = self._runs.get(run_id)
             if run is None or run.state not in expected:
@@ -79,6 +82,58 @@ class MemoryStore:
 
     async def events_for(self, run_id: str) -> list[AuditEvent]:
         return list(self._events.get(run_id, ()))
+
+    # -- RunQueries --------------------------------------------------------------------
+
+    async def find_runs(
+        self,
+        *,
+        states: Collection[RunState] | None = None,
+        stop_reason: StopReason | None = None,
+        exit_code: ExitCode | None = None,
+        final_posted: bool | None = None,
+        thread: ThreadKey | None = None,
+        owner: str | None = None,
+        limit: int = 100,
+    ) -> list[RunRecord]:
+        query = codec.run_query(
+            states=states,
+            stop_reason=stop_reason,
+            exit_code=exit_code,
+            final_posted=final_posted,
+            thread=thread,
+            owner=owner,
+            limit=limit,
+        )
+        if query.matches_nothing:
+            return []
+        found = _oldest_first(
+            r
+            for r in self._runs.values()
+            if (query.states is None or r.state in query.states)
+            and (stop_reason is None or r.stop_reason == stop_reason)
+            and (exit_code is None or r.exit_code == exit_code)
+            and (final_posted is None or (r.final_posted_at is not None) == final_posted)
+            and (thread is None or r.thread == thread)
+            and (owner is None or r.owner == owner)
+        )
+        return found[:limit]
+
+    async def update_run(self, run_id: str, **changes: Any) -> bool:
+        codec.run_updates(changes)
+        async with self._lock:
+            run = self._runs.get(run_id)
+            if run is None:
+                return False
+            if changes:
+                self._runs[run_id] = dataclasses.replace(run, updated_at=utcnow(), **changes)
+            return True
+
+    async def stop_requests_for(self, run_id: str) -> list[StopRequestRecord]:
+        return sorted(
+            (r for r in self._stops.values() if r.run_id == run_id),
+            key=lambda r: r.requested_at,
+        )
 
     # -- StopRequestStore --------------------------------------------------------------
 

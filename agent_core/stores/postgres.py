@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Collection, Iterator, Mapping
     from datetime import datetime
 
+    from agent_core.outcomes import ExitCode
     from agent_core.ports import (
         AuditEvent,
         Checkpoint,
@@ -191,6 +192,63 @@ class PostgresStore:
     async def events_for(self, run_id: str) -> list[AuditEvent]:
         sql = "SELECT * FROM events WHERE run_id = $1 ORDER BY id"
         return [codec.event_from_row(r) for r in await self._fetch("read events", sql, run_id)]
+
+    # -- RunQueries --------------------------------------------------------------------
+
+    async def find_runs(
+        self,
+        *,
+        states: Collection[RunState] | None = None,
+        stop_reason: StopReason | None = None,
+        exit_code: ExitCode | None = None,
+        final_posted: bool | None = None,
+        thread: ThreadKey | None = None,
+        owner: str | None = None,
+        limit: int = 100,
+    ) -> list[RunRecord]:
+        query = codec.run_query(
+            states=states,
+            stop_reason=stop_reason,
+            exit_code=exit_code,
+            final_posted=final_posted,
+            thread=thread,
+            owner=owner,
+            limit=limit,
+        )
+        if query.matches_nothing:
+            return []
+        where: list[str] = []
+        params: list[Any] = []
+        if query.states is not None:
+            params.append(list(query.states))
+            where.append(f"state = ANY(${len(params)}::text[])")
+        for column, value in query.equal.items():
+            params.append(value)
+            where.append(f"{column} = ${len(params)}")
+        if query.final_posted is not None:
+            where.append(f"final_posted_at IS {'NOT ' if query.final_posted else ''}NULL")
+        sql = "SELECT * FROM runs"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        # COLLATE "C": ties break by code point, as in SQLite and the memory store,
+        # whatever the database's collation.
+        params.append(query.limit)
+        sql += f' ORDER BY created_at, id COLLATE "C" LIMIT ${len(params)}'
+        return await self._runs("find runs", sql, *params)
+
+    async def update_run(self, run_id: str, **changes: Any) -> bool:
+        columns = codec.run_updates(changes)
+        if not columns:
+            return await self.get_run(run_id) is not None
+        columns["updated_at"] = utcnow()
+        assignments = ", ".join(f"{c} = ${i}" for i, c in enumerate(columns, start=2))
+        sql = f"UPDATE runs SET {assignments} WHERE id = $1 RETURNING id"
+        return await self._changed("update a run", sql, run_id, *columns.values())
+
+    async def stop_requests_for(self, run_id: str) -> list[StopRequestRecord]:
+        sql = "SELECT * FROM stop_requests WHERE run_id = $1 ORDER BY requested_at, seq"
+        rows = await self._fetch("read a run's stop requests", sql, run_id)
+        return [codec.stop_from_row(r) for r in rows]
 
     # -- StopRequestStore --------------------------------------------------------------
 

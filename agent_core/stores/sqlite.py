@@ -41,6 +41,7 @@ from agent_core.stores.migrations import upgrade_sqlite
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Collection, Iterator, Mapping, Sequence
 
+    from agent_core.outcomes import ExitCode
     from agent_core.ports import AuditEvent, Checkpoint, RunRecord, ThreadKey
     from agent_core.stop import StopReason
 
@@ -204,6 +205,61 @@ class SqliteStore:
         sql = "SELECT * FROM events WHERE run_id = ? ORDER BY id"
         rows = await self._rows("read audit events", sql, [run_id])
         return [codec.event_from_row(r) for r in rows]
+
+    # -- RunQueries --------------------------------------------------------------------
+
+    async def find_runs(
+        self,
+        *,
+        states: Collection[RunState] | None = None,
+        stop_reason: StopReason | None = None,
+        exit_code: ExitCode | None = None,
+        final_posted: bool | None = None,
+        thread: ThreadKey | None = None,
+        owner: str | None = None,
+        limit: int = 100,
+    ) -> list[RunRecord]:
+        query = codec.run_query(
+            states=states,
+            stop_reason=stop_reason,
+            exit_code=exit_code,
+            final_posted=final_posted,
+            thread=thread,
+            owner=owner,
+            limit=limit,
+        )
+        if query.matches_nothing:
+            return []
+        where: list[str] = []
+        params: list[Any] = []
+        if query.states is not None:
+            where.append(f"state IN ({_marks(len(query.states))})")
+            params += query.states
+        for column, value in query.equal.items():
+            where.append(f"{column} = ?")
+            params.append(value)
+        if query.final_posted is not None:
+            where.append(f"final_posted_at IS {'NOT ' if query.final_posted else ''}NULL")
+        sql = "SELECT * FROM runs"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY created_at, id LIMIT ?"
+        rows = await self._rows("find runs", sql, [*params, query.limit])
+        return [codec.run_from_row(r) for r in rows]
+
+    async def update_run(self, run_id: str, **changes: Any) -> bool:
+        columns = codec.run_updates(changes)
+        if not columns:
+            return await self.get_run(run_id) is not None
+        columns["updated_at"] = utcnow()
+        assignments = ", ".join(f"{c} = ?" for c in columns)
+        sql = f"UPDATE runs SET {assignments} WHERE id = ?"
+        return await self._change("update a run", sql, [*columns.values(), run_id]) == 1
+
+    async def stop_requests_for(self, run_id: str) -> list[StopRequestRecord]:
+        sql = "SELECT * FROM stop_requests WHERE run_id = ? ORDER BY requested_at, seq"
+        rows = await self._rows("read a run's stop requests", sql, [run_id])
+        return [codec.stop_from_row(r) for r in rows]
 
     # -- StopRequestStore --------------------------------------------------------------
 

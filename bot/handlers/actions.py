@@ -14,15 +14,17 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from agent_core import StopReason
+from agent_core import AuditEvent, RunResult, RunState, StopReason, StorageError
+from agent_core.stop import utcnow
 from bot import messages
 from bot.errors import SlackError
-from bot.handlers.clicks import Click, Verdict, decide
+from bot.handlers.clicks import Click, RunView, Verdict, decide, decide_for
 from bot.views.status import ACTION_ABORT, ACTION_STOP
 
 if TYPE_CHECKING:
     from slack_bolt.async_app import AsyncAck, AsyncApp
 
+    from agent_core import RunRecord, ThreadKey
     from bot.context import BotContext
     from bot.supervisor import LiveRun
 
@@ -53,18 +55,101 @@ def register(app: AsyncApp, ctx: BotContext) -> None:
 async def _click(ctx: BotContext, ack: AsyncAck, body: dict[str, Any], action: StopReason) -> None:
     user = body["user"]["id"]
     run_id = str((body.get("actions") or [{}])[0].get("value") or "")
-    live = ctx.supervisor.get(run_id)
-    finished = ctx.supervisor.finished(run_id)
     click = Click(user=user, action=action, at=time.monotonic())
-    verdict = decide(click, live, finished, ctx.settings)
     with structlog.contextvars.bound_contextvars(run_id=run_id, user=user):
-        if live is not None and verdict.changes_state:
-            _apply(live, click, verdict)
+        live = ctx.supervisor.get(run_id)
+        orphan: RunRecord | None = None
+        record: RunRecord | None = None
+        if live is not None:
+            verdict = decide(click, live, None, ctx.settings)
+            result = live.run.result
+            committed = True
+            if verdict.changes_state:
+                # Durable before the ack (SPEC.md section 3); applied here at once too.
+                committed = await _commit(ctx, run_id, live.run.thread, verdict, user)
+                _apply(live, click, verdict)
+        else:
+            record = await _stored(ctx, run_id)
+            verdict, result = await _decide_remote(ctx, click, record)
+            committed = True
+            if verdict.changes_state and record is not None:
+                committed = await _commit(ctx, run_id, record.thread, verdict, user)
+                orphan = record if committed and _owner_gone(record) else None
         await ack()
-        log.info("click.handled", action=action.value, verdict=verdict.value)
-        reply = _reply(verdict, live, finished, ctx)
+        log.info(
+            "click.handled", action=action.value, verdict=verdict.value, local=live is not None
+        )
+        if orphan is not None:
+            # Its worker is gone: end it here, from the database, and say so in the thread.
+            await ctx.worker.reconciler.end_orphan(orphan)
+        requester = live.requester if live is not None else (record.requester if record else "")
+        reply = _reply(verdict, requester, result, ctx) if committed else messages.STOP_NOT_RECORDED
         if reply is not None:
             await _ephemeral(ctx, body, reply)
+
+
+async def _stored(ctx: BotContext, run_id: str) -> RunRecord | None:
+    if not run_id:
+        return None
+    try:
+        return await ctx.store.get_run(run_id)
+    except StorageError:
+        log.exception("click.lookup_failed")
+        return None
+
+
+async def _decide_remote(
+    ctx: BotContext, click: Click, record: RunRecord | None
+) -> tuple[Verdict, RunResult | None]:
+    """Decide a click on a run another worker owns, from what the database says."""
+    if record is None:
+        return Verdict.NOT_FOUND, None
+    if record.state.is_terminal:
+        result = RunResult.from_dict(record.result) if record.result else None
+        return Verdict.FINISHED, result
+    pending = await ctx.store.pending_stop_requests([record.id])
+    reasons = [r.kind for r in pending]
+    if record.state is RunState.STOPPING:
+        reasons.append(StopReason.STOP)
+    users_stops = [
+        r.requested_at
+        for r in pending
+        if r.kind is StopReason.STOP and r.requested_by == click.user
+    ]
+    view = RunView(
+        requester=record.requester,
+        finished=False,
+        pending=max(reasons, key=lambda r: r.rank, default=None),
+        since_users_stop_s=(utcnow() - max(users_stops)).total_seconds() if users_stops else None,
+    )
+    return decide_for(click, view, ctx.settings), None
+
+
+async def _commit(
+    ctx: BotContext, run_id: str, thread: ThreadKey, verdict: Verdict, user: str
+) -> bool:
+    """Commit the stop request and its audit event. False if the database refused."""
+    kind = verdict.requests
+    assert kind is not None
+    event = "stop.escalated" if verdict is Verdict.ESCALATE else f"{kind.value}.requested"
+    try:
+        request = await ctx.store.add_stop_request(run_id, thread, kind, user)
+        await ctx.store.record_event(
+            AuditEvent(
+                run_id=run_id,
+                kind=event,
+                actor=user,
+                detail={"request_id": request.id, "worker": ctx.worker.id, "source": "button"},
+            )
+        )
+    except StorageError:
+        log.exception("click.commit_failed", kind=kind.value)
+        return False
+    return True
+
+
+def _owner_gone(record: RunRecord) -> bool:
+    return record.lease_expires_at is None or record.lease_expires_at <= utcnow()
 
 
 def _apply(live: LiveRun, click: Click, verdict: Verdict) -> None:
@@ -76,7 +161,9 @@ def _apply(live: LiveRun, click: Click, verdict: Verdict) -> None:
         live.run.request_stop(StopReason.ABORT, click.user, source=source)
 
 
-def _reply(verdict: Verdict, live: LiveRun | None, finished: Any, ctx: BotContext) -> str | None:
+def _reply(
+    verdict: Verdict, requester: str, finished: RunResult | None, ctx: BotContext
+) -> str | None:
     match verdict:
         case Verdict.STOP | Verdict.ABORT:
             return None  # the status message itself shows the change
@@ -87,11 +174,9 @@ def _reply(verdict: Verdict, live: LiveRun | None, finished: Any, ctx: BotContex
         case Verdict.ALREADY_ABORTING:
             return messages.ALREADY_ABORTING
         case Verdict.NOT_ALLOWED:
-            assert live is not None
-            return messages.not_allowed(ctx.settings.STOP_POLICY.value, live.requester)
+            return messages.not_allowed(ctx.settings.STOP_POLICY.value, requester)
         case Verdict.FINISHED:
-            result = finished if finished is not None else (live.run.result if live else None)
-            return messages.run_already_finished(result)
+            return messages.run_already_finished(finished)
         case Verdict.NOT_FOUND:
             return messages.RUN_NOT_FOUND
 

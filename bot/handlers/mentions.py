@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from agent_core import ThreadKey
+from agent_core import LIVE_STATES, StorageError, ThreadKey
 from bot import messages
 from bot.errors import SlackError
 from bot.session import RunSession
@@ -69,6 +69,7 @@ async def _start(ctx: BotContext, body: dict[str, Any], event: dict[str, Any]) -
         busy = ctx.supervisor.live_in_thread(thread)
         if busy is not None:
             busy.participants.add(user)
+        if busy is not None or await _live_elsewhere(ctx, thread):
             await _ephemeral(surface, channel, user, thread_ts, messages.THREAD_BUSY)
             return
         history: list[ChatMessage] = []
@@ -91,6 +92,15 @@ async def _start(ctx: BotContext, body: dict[str, Any], event: dict[str, Any]) -
             log.info("run.not_started", reason="thread busy or shutting down")
             return
         log.info("run.accepted", run_id=live.run.id, history_messages=len(history))
+
+
+async def _live_elsewhere(ctx: BotContext, thread: ThreadKey) -> bool:
+    """True if another worker owns a live run in ``thread`` (one live run per thread)."""
+    try:
+        return bool(await ctx.store.find_runs(states=LIVE_STATES, thread=thread, limit=1))
+    except StorageError:
+        log.exception("thread.lookup_failed")
+        return False
 
 
 def _task_text(text: str, bot_user_id: str) -> str:

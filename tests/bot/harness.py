@@ -10,20 +10,34 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from llmock.scenarios import Reply, StreamFault, ToolCall
+
 from bot.views.status import ACTION_ABORT, ACTION_STOP
 from tests.fakes import slack_requests
-from tests.fakes.slack_workspace import DEFAULT_USER
+from tests.fakes.slack_workspace import DEFAULT_CHANNEL, DEFAULT_USER
 
 if TYPE_CHECKING:
     import aiohttp
 
     from bot.app import ThreadpilotApp
+    from bot.supervisor import LiveRun
     from tests.fakes.slack_api import FakeSlack
     from tests.fakes.slack_messages import Message
     from tests.fakes.slack_workspace import Json
 
 SECRET = "test-signing-secret"
 WAIT_S = 15.0
+LONG_TEXT = " ".join(f"word{i}" for i in range(60))
+
+
+def stalled_answer(seconds: float = 30.0, *, with_tool: bool = True) -> tuple[Reply, StreamFault]:
+    """A model answer that streams three chunks, then stalls for ``seconds``, then goes
+    on (to a ``current_time`` tool call, unless ``with_tool`` is False)."""
+    calls = (ToolCall("current_time", {}),) if with_tool else ()
+    return (
+        Reply(text=LONG_TEXT, tool_calls=calls),
+        StreamFault("stall", after_chunks=3, stall_seconds=seconds),
+    )
 
 
 def buttons(message: Message) -> list[str]:
@@ -54,6 +68,15 @@ def block_text(message: Message) -> str:
     return "\n".join(parts)
 
 
+def run_id_of(message: Message) -> str:
+    """The run id a status message carries in its buttons' ``value``."""
+    for block in message.blocks or []:
+        for element in block.get("elements", []):
+            if isinstance(element, dict) and element.get("type") == "button":
+                return str(element["value"])
+    raise LookupError(f"message {message.ts} has no buttons: {message.blocks}")
+
+
 def is_final(message: Message) -> bool:
     return not buttons(message) and "Evidence" in block_text(message)
 
@@ -78,6 +101,12 @@ class Bot:
 
     async def event(self, envelope: Json, **options: Any) -> int:
         """Deliver an event; a user's message is first stored in the fake, as in Slack."""
+        self.seed_event(envelope)
+        response = await self.post(slack_requests.event_request(envelope, SECRET, **options))
+        return response.status
+
+    def seed_event(self, envelope: Json) -> None:
+        """Store the message an event is about in the fake (once), as Slack has it."""
         event = envelope["event"]
         if event.get("type") in ("message", "app_mention") and event["ts"] not in self._seeded:
             self._seeded.add(event["ts"])
@@ -88,8 +117,17 @@ class Bot:
                 ts=event["ts"],
                 thread_ts=event.get("thread_ts"),
             )
-        response = await self.post(slack_requests.event_request(envelope, SECRET, **options))
-        return response.status
+
+    async def socket_event(self, envelope: Json) -> str:
+        """Deliver an event over Socket Mode; returns the envelope id to wait for its ack."""
+        self.seed_event(envelope)
+        return await self.slack.socket.send_envelope("events_api", envelope)
+
+    async def get(self, path: str) -> int:
+        """GET one of the app's own endpoints (``/healthz``, ``/readyz``); the status."""
+        async with self.http.get(f"{self.url}{path}") as response:
+            await response.read()
+            return response.status
 
     async def mention(self, text: str, **options: Any) -> tuple[str, Message]:
         """@mention the app; return the thread ts and the status message it posted."""
@@ -118,6 +156,20 @@ class Bot:
         response = await self.post(slack_requests.interaction_request(payload, SECRET))
         return response.status
 
+    async def click_version(
+        self, version: Message, action_id: str, *, user: str = DEFAULT_USER, **options: Any
+    ) -> int:
+        """Press a button on this exact version of a message, as a client still showing
+        an older render would (``options``: ``forged``/``stale`` signatures)."""
+        payload = slack_requests.click_button(version, action_id, user=user)
+        response = await self.post(slack_requests.interaction_request(payload, SECRET, **options))
+        return response.status
+
+    def live_run(self, message: Message) -> LiveRun | None:
+        """The supervisor's entry for the run a status message belongs to (None once ended)."""
+        assert self.app.ctx is not None
+        return self.app.ctx.supervisor.get(run_id_of(message))
+
     async def until(self, message: Message, predicate: Any) -> Message:
         """Wait until the stored version of ``message`` satisfies ``predicate``."""
 
@@ -135,5 +187,28 @@ class Bot:
     def ephemerals_for(self, user: str, channel: str) -> list[str]:
         return [e.text for e in self.slack.ephemerals(channel) if e.user == user]
 
+    async def ephemerals(
+        self, user: str, count: int = 1, channel: str = DEFAULT_CHANNEL
+    ) -> list[str]:
+        """Wait until ``user`` has at least ``count`` ephemeral replies; all of them."""
 
-__all__ = ["ACTION_ABORT", "ACTION_STOP", "SECRET", "Bot", "block_text", "buttons", "is_final"]
+        def enough(slack: FakeSlack) -> list[str] | None:
+            found = self.ephemerals_for(user, channel)
+            return found if len(found) >= count else None
+
+        found = await self.slack.wait_until(enough, timeout=WAIT_S)
+        assert found is not None
+        return found
+
+
+__all__ = [
+    "ACTION_ABORT",
+    "ACTION_STOP",
+    "SECRET",
+    "Bot",
+    "block_text",
+    "buttons",
+    "is_final",
+    "run_id_of",
+    "stalled_answer",
+]

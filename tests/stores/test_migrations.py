@@ -1,26 +1,77 @@
-"""Schema migrations: applied on open, idempotent, and safe when workers start together."""
+"""Schema migrations: applied on open, idempotent, safe when workers start together, and
+able to upgrade a database that an older version created."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import uuid
-from typing import TYPE_CHECKING
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 
+import aiosqlite
 import asyncpg  # type: ignore[import-untyped]
 import pytest
 
+from agent_core.outcomes import ExitCode, Outcome
 from agent_core.ports import RunRecord, ThreadKey
+from agent_core.states import TERMINAL_STATES, RunState
 from agent_core.stores.factory import open_store
-from agent_core.stores.migrations import VERSION_TABLE, head_revision
+from agent_core.stores.migrations import (
+    VERSION_TABLE,
+    head_revision,
+    upgrade_postgres,
+    upgrade_sqlite,
+)
+from agent_core.stores.postgres import PostgresStore
+from agent_core.stores.sqlite import SqliteStore
 from tests.stores.conftest import admin_execute, database_url
 
 if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
     from pathlib import Path
 
     from agent_core.ports import Store
 
 TABLES = {"runs", "stop_requests", "checkpoints", "events", VERSION_TABLE}
+T0 = datetime(2026, 3, 1, 12, 0, 0, 123456, tzinfo=UTC)
+T0_SQLITE = "2026-03-01T12:00:00.123456+00:00"  # how r0001 code wrote T0 into SQLite
+
+# A finished run as r0001 code stored it: every column that revision has, no other.
+R0001_ROW: dict[str, Any] = {
+    "id": "old-run",
+    "team": "T1",
+    "channel": "C1",
+    "thread_ts": "1700000000.000100",
+    "requester": "U1",
+    "task": "written before r0002",
+    "state": "finished",
+    "parent_id": None,
+    "owner": None,
+    "lease_expires_at": None,
+    "status_ts": "1700000000.000200",
+    "outcome": "finished",
+    "stop_reason": None,
+    "exit_code": "EXIT-FINAL-ANSWER",
+    "stopped_by": None,
+    "result": '{"turns":2}',
+    "created_at": T0,
+    "updated_at": T0,
+}
+R0001_RUN = RunRecord(
+    id="old-run",
+    thread=ThreadKey("T1", "C1", "1700000000.000100"),
+    requester="U1",
+    task="written before r0002",
+    state=RunState.FINISHED,
+    status_ts="1700000000.000200",
+    outcome=Outcome.FINISHED,
+    exit_code=ExitCode.FINAL_ANSWER,
+    result={"turns": 2},
+    created_at=T0,
+    updated_at=T0,
+)
 
 
 async def test_sqlite_open_twice_keeps_data_and_one_version(tmp_path: Path) -> None:
@@ -64,11 +115,7 @@ async def test_sqlite_workers_starting_together_migrate_once(tmp_path: Path) -> 
 
 @pytest.mark.postgres
 async def test_postgres_workers_starting_together_migrate_once(pg_url: str) -> None:
-    # A database of its own: the session's shared one is migrated already.
-    name = f"threadpilot_test_{uuid.uuid4().hex[:12]}"
-    await admin_execute(f'CREATE DATABASE "{name}"')
-    try:
-        url = database_url(name)
+    async with _fresh_postgres() as url:
         stores = await asyncio.gather(*(open_store(url) for _ in range(4)))
         await _close(stores)
         again = await open_store(url.replace("postgresql://", "postgres://"))
@@ -84,10 +131,88 @@ async def test_postgres_workers_starting_together_migrate_once(pg_url: str) -> N
             await conn.close()
         assert [v["version_num"] for v in versions] == [await head_revision()]
         assert {t["tablename"] for t in tables} >= TABLES
-    finally:
-        await admin_execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 async def _close(stores: list[Store]) -> None:
     for store in stores:
         await store.close()
+
+
+# -- upgrading a database an older version made -----------------------------------------
+
+
+async def test_sqlite_upgrades_a_database_made_at_r0001(tmp_path: Path) -> None:
+    path = str(tmp_path / "old.db")
+    await upgrade_sqlite(
+        lambda: aiosqlite.connect(path, isolation_level=None), where=path, to="r0001"
+    )
+    row = {k: T0_SQLITE if isinstance(v, datetime) else v for k, v in R0001_ROW.items()}
+    async with aiosqlite.connect(path) as conn:
+        columns = {r[1] for r in await conn.execute_fetchall("PRAGMA table_info(runs)")}
+        assert "final_posted_at" not in columns  # really the r0001 schema
+        marks = ", ".join("?" * len(row))
+        await conn.execute(
+            f"INSERT INTO runs ({', '.join(row)}) VALUES ({marks})", list(row.values())
+        )
+        await conn.commit()
+
+    store = await SqliteStore.open(path)
+    try:
+        await _check_upgraded(store)
+    finally:
+        await store.close()
+    versions, names, _ = await asyncio.to_thread(_inspect_sqlite, tmp_path / "old.db")
+    assert versions == [await head_revision()]
+    assert "ix_runs_state_final_posted" in names
+
+
+@pytest.mark.postgres
+async def test_postgres_upgrades_a_database_made_at_r0001(pg_url: str) -> None:
+    async with _fresh_postgres() as url:
+        await upgrade_postgres(lambda: asyncpg.connect(url), where=url, to="r0001")
+        conn = await asyncpg.connect(url)
+        try:
+            columns = await conn.fetch(
+                "SELECT column_name FROM information_schema.columns WHERE table_name = 'runs'"
+            )
+            assert "final_posted_at" not in {c["column_name"] for c in columns}
+            marks = ", ".join(f"${i}" for i in range(1, len(R0001_ROW) + 1))
+            sql = f"INSERT INTO runs ({', '.join(R0001_ROW)}) VALUES ({marks})"
+            await conn.execute(sql, *R0001_ROW.values())
+        finally:
+            await conn.close()
+
+        store = await PostgresStore.open(url)
+        try:
+            await _check_upgraded(store)
+        finally:
+            await store.close()
+        conn = await asyncpg.connect(url)
+        try:
+            indexes = await conn.fetch("SELECT indexname FROM pg_indexes WHERE tablename = 'runs'")
+        finally:
+            await conn.close()
+        assert "ix_runs_state_final_posted" in {i["indexname"] for i in indexes}
+
+
+async def _check_upgraded(store: Store) -> None:
+    """The old row reads back whole, as not posted, and takes the new column's writes."""
+    assert await store.get_run("old-run") == R0001_RUN
+    unposted = await store.find_runs(states=TERMINAL_STATES, final_posted=False)
+    assert unposted == [R0001_RUN]
+    assert await store.update_run("old-run", final_posted_at=T0)
+    assert await store.find_runs(final_posted=False) == []
+    got = await store.get_run("old-run")
+    assert got is not None
+    assert (got.state, got.final_posted_at) == (RunState.FINISHED, T0)
+
+
+@contextlib.asynccontextmanager
+async def _fresh_postgres() -> AsyncIterator[str]:
+    """A database of its own (the session's shared one is migrated already)."""
+    name = f"threadpilot_test_{uuid.uuid4().hex[:12]}"
+    await admin_execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield database_url(name)
+    finally:
+        await admin_execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

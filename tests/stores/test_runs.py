@@ -46,6 +46,7 @@ async def test_create_and_get_round_trips_every_field(store: Store) -> None:
         result={"outcome": "userinterlude", "turns": 3, "nested": {"list": [1, 2.5, None]}},
         created_at=T0,
         updated_at=T0 + timedelta(seconds=1),
+        final_posted_at=datetime(2026, 3, 1, 7, 0, 2, 7, tzinfo=timezone(timedelta(hours=-5))),
     )
     await store.create_run(run)
 
@@ -108,6 +109,9 @@ async def test_set_state_can_change_the_thread_and_refuses_unknown_fields(store:
 
     with pytest.raises(TypeError):
         await store.set_state("run-1", RunState.RUNNING, expected=LIVE_STATES, colour="red")
+    with pytest.raises(TypeError):  # the row's name, not a field to change
+        await store.set_state("run-1", RunState.RUNNING, expected=LIVE_STATES, id="run-2")
+    assert await store.get_run("run-2") is None
 
 
 async def test_blocked_run_can_be_queued_again(store: Store) -> None:

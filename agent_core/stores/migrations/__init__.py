@@ -59,25 +59,32 @@ _loop_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] 
 )
 
 
-async def upgrade_postgres(connect: Callable[[], Awaitable[Any]], *, where: str) -> None:
+async def upgrade_postgres(
+    connect: Callable[[], Awaitable[Any]], *, where: str, to: str = "heads"
+) -> None:
     """Bring a PostgreSQL database to head; ``connect`` returns an asyncpg connection.
 
-    ``where`` names the database in error messages. Raises :class:`StorageError`.
+    ``where`` names the database in error messages. ``to`` stops at an older revision,
+    for tests that need a database as an earlier version left it; it never downgrades.
+    Raises :class:`StorageError`.
     """
     engine = create_async_engine("postgresql+asyncpg://", async_creator=connect, poolclass=NullPool)
-    await _upgrade(engine, lock="SELECT pg_advisory_xact_lock(:key)", where=where)
+    await _upgrade(engine, lock="SELECT pg_advisory_xact_lock(:key)", where=where, to=to)
 
 
-async def upgrade_sqlite(connect: Callable[[], Awaitable[Any]], *, where: str) -> None:
-    """Bring a SQLite file to head; ``connect`` returns an aiosqlite connection opened
-    with ``isolation_level=None`` (so that SQLAlchemy's BEGIN below is the only one)."""
+async def upgrade_sqlite(
+    connect: Callable[[], Awaitable[Any]], *, where: str, to: str = "heads"
+) -> None:
+    """Bring a SQLite file to head (or to revision ``to``, as in :func:`upgrade_postgres`);
+    ``connect`` returns an aiosqlite connection opened with ``isolation_level=None`` (so
+    that SQLAlchemy's BEGIN below is the only one)."""
     engine = create_async_engine("sqlite+aiosqlite://", async_creator=connect, poolclass=NullPool)
 
     @event.listens_for(engine.sync_engine, "begin")
     def _begin_immediate(conn: Connection) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE")
 
-    await _upgrade(engine, lock=None, where=where)
+    await _upgrade(engine, lock=None, where=where, to=to)
 
 
 async def head_revision() -> str:
@@ -88,12 +95,12 @@ async def head_revision() -> str:
     return head
 
 
-async def _upgrade(engine: AsyncEngine, *, lock: str | None, where: str) -> None:
+async def _upgrade(engine: AsyncEngine, *, lock: str | None, where: str, to: str) -> None:
     try:
         # Reading and executing the revision files is file work: off the event loop.
         script = await asyncio.to_thread(_scripts)
         async with _loop_lock(), engine.begin() as conn:
-            await conn.run_sync(_upgrade_to_head, script, lock)
+            await conn.run_sync(_upgrade_to, script, lock, to)
     except (RevisionError, CommandError) as exc:
         raise StorageError(
             f"the schema of {where} is at a revision this threadpilot does not know ({exc}); "
@@ -122,12 +129,12 @@ def _scripts() -> ScriptDirectory:
     return script
 
 
-def _upgrade_to_head(conn: Connection, script: ScriptDirectory, lock: str | None) -> None:
+def _upgrade_to(conn: Connection, script: ScriptDirectory, lock: str | None, to: str) -> None:
     if lock is not None:
         conn.execute(text(lock), {"key": _PG_LOCK_KEY})
 
     def steps(heads: tuple[str, ...], _context: MigrationContext) -> list[RevisionStep]:
-        pending = script.iterate_revisions("heads", heads, implicit_base=True)
+        pending = script.iterate_revisions(to, heads, implicit_base=True)
         return [
             MigrationStep.upgrade_from_script(script.revision_map, revision)
             for revision in reversed(list(pending))

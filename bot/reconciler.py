@@ -1,0 +1,272 @@
+"""Gives every run whose worker went away exactly one ending, and resumes what may resume.
+
+Runs on start-up and then periodically, in every worker (SPEC.md section 3):
+
+1. **Orphans.** A live run whose lease expired lost its worker (``kill -9``, a crash, a
+   lost host). It is ended by compare-and-set, so exactly one worker does it:
+   ``blocked`` ("interrupted: the worker running this stopped"), or ``userinterlude`` if
+   a person had asked to stop or abort it (their intent wins; seed 003: never resume a
+   user stop). Its Slack message is rewritten to say so.
+2. **Resume.** A run interrupted by a shutdown or a lost worker, with no user stop, is
+   resumed from its last checkpoint when ``AUTO_RESUME_ON_RESTART`` allows, at most
+   ``resume_limit`` times (a run that keeps killing its worker is not retried forever).
+3. **Undelivered finals.** A terminal run whose Slack message was never accepted (Slack
+   was down) gets it re-rendered from the stored run and written again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+import structlog
+
+from agent_core import (
+    LIVE_STATES,
+    TERMINAL_STATES,
+    AuditEvent,
+    ExitCode,
+    Handoff,
+    Outcome,
+    RunResult,
+    RunState,
+    StopReason,
+    Timings,
+    Usage,
+)
+from agent_core.stop import utcnow
+from bot import messages
+from bot.views.status import StatusSnapshot, render_status
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+    from datetime import datetime
+
+    from agent_core.ports import Checkpoint, RunRecord, StopRequestRecord, Store
+    from bot.surface import Workspaces
+
+__all__ = ["Reconciler", "orphan_result"]
+
+log = structlog.get_logger("bot.reconciler")
+
+FINAL_GRACE_S = 30.0
+"""A terminal run's owner gets this long to post its own final message before we do."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReconcileReport:
+    orphans_ended: int = 0
+    resumed: int = 0
+    finals_reposted: int = 0
+
+
+class Reconciler:
+    def __init__(
+        self,
+        store: Store,
+        workspaces: Workspaces,
+        *,
+        worker_id: str,
+        lease_ttl_s: float,
+        auto_resume: bool,
+        resume: Callable[[RunRecord, Checkpoint | None], Awaitable[None]],
+        is_local: Callable[[str], bool],
+        resume_limit: int = 3,
+    ) -> None:
+        self._store = store
+        self._workspaces = workspaces
+        self._worker_id = worker_id
+        self._ttl = lease_ttl_s
+        self._auto_resume = auto_resume
+        self._resume = resume
+        self._is_local = is_local
+        self._resume_limit = resume_limit
+
+    async def run_once(self, now: datetime | None = None) -> ReconcileReport:
+        now = now or utcnow()
+        ended = resumed = 0
+        for record in await self._store.expired_runs(now):
+            if self._is_local(record.id):
+                continue  # ours and alive: the next heartbeat renews it
+            if await self.end_orphan(record, now=now):
+                ended += 1
+        candidates = await self._store.find_runs(
+            states=[RunState.BLOCKED], stop_reason=StopReason.SHUTDOWN
+        )
+        for record in candidates:
+            if await self._try_resume(record, now):
+                resumed += 1
+        reposted = await self._repost_finals(now)
+        if ended or resumed or reposted:
+            log.info(
+                "reconcile.done", orphans_ended=ended, resumed=resumed, finals_reposted=reposted
+            )
+        return ReconcileReport(ended, resumed, reposted)
+
+    async def end_orphan(self, record: RunRecord, *, now: datetime | None = None) -> bool:
+        """End a live run whose owner is gone. True if this call is the one that ended it."""
+        now = now or utcnow()
+        stops = await self._store.stop_requests_for(record.id)
+        checkpoint = await self._store.latest_checkpoint(record.id)
+        result = orphan_result(record, stops, checkpoint, now)
+        won = await self._store.set_state(
+            record.id,
+            RunState(result.outcome.value),
+            expected=LIVE_STATES,
+            outcome=result.outcome,
+            stop_reason=result.stop_reason,
+            exit_code=result.exit_code,
+            stopped_by=result.handoff.stopped_by,
+            result=result.to_dict(),
+            owner=None,
+            lease_expires_at=None,
+        )
+        if not won:
+            return False
+        for request in stops:
+            if request.status == "requested":
+                await self._store.mark_stop_handled(request.id)
+        await self._store.record_event(
+            AuditEvent(
+                run_id=record.id,
+                kind="run.takeover",
+                actor=self._worker_id,
+                at=now,
+                detail={"previous_owner": record.owner, "outcome": result.outcome.value},
+            )
+        )
+        log.warning(
+            "run.orphan_ended",
+            run_id=record.id,
+            previous_owner=record.owner,
+            outcome=result.outcome.value,
+        )
+        fresh = await self._store.get_run(record.id)
+        if fresh is not None:
+            await self.post_final(fresh, now)
+        return True
+
+    async def post_final(self, record: RunRecord, now: datetime | None = None) -> bool:
+        """Render the stored run's terminal message and write it to its status message."""
+        if record.result is None or record.status_ts is None:
+            return False
+        result = RunResult.from_dict(record.result)
+        rendered = render_status(
+            StatusSnapshot(
+                run_id=record.id,
+                requester=record.requester,
+                phase="done",
+                result=result,
+            )
+        )
+        surface = await self._workspaces.get(record.thread.team)
+        delivered = await surface.budget.update_final(
+            record.thread.channel, record.status_ts, text=rendered.text, blocks=rendered.blocks
+        )
+        if delivered:
+            await self._store.update_run(record.id, final_posted_at=now or utcnow())
+        return delivered
+
+    async def _try_resume(self, record: RunRecord, now: datetime) -> bool:
+        if not self._auto_resume or record.exit_code is not ExitCode.SHUTDOWN:
+            return False
+        if any(
+            r.kind is not StopReason.SHUTDOWN
+            for r in await self._store.stop_requests_for(record.id)
+        ):
+            return False  # a person asked it to stop: never resumed
+        earlier = [e for e in await self._store.events_for(record.id) if e.kind == "run.resumed"]
+        if len(earlier) >= self._resume_limit:
+            return False
+        won = await self._store.set_state(
+            record.id,
+            RunState.QUEUED,
+            expected=[RunState.BLOCKED],
+            owner=self._worker_id,
+            lease_expires_at=now + timedelta(seconds=self._ttl),
+            outcome=None,
+            stop_reason=None,
+            exit_code=None,
+            stopped_by=None,
+            result=None,
+            final_posted_at=None,
+        )
+        if not won:
+            return False
+        checkpoint = await self._store.latest_checkpoint(record.id)
+        await self._store.record_event(
+            AuditEvent(
+                run_id=record.id,
+                kind="run.resumed",
+                actor=self._worker_id,
+                at=now,
+                detail={
+                    "from_turn": checkpoint.turn if checkpoint else 0,
+                    "attempt": len(earlier) + 1,
+                },
+            )
+        )
+        log.info("run.resumed", run_id=record.id, from_turn=checkpoint.turn if checkpoint else 0)
+        await self._resume(record, checkpoint)
+        return True
+
+    async def _repost_finals(self, now: datetime) -> int:
+        reposted = 0
+        cutoff = now - timedelta(seconds=FINAL_GRACE_S)
+        for record in await self._store.find_runs(states=TERMINAL_STATES, final_posted=False):
+            if record.updated_at > cutoff or self._is_local(record.id):
+                continue
+            if (
+                record.state is RunState.BLOCKED
+                and record.exit_code is ExitCode.SHUTDOWN
+                and self._auto_resume
+            ):
+                continue  # about to be resumed; its message is rewritten then
+            if await self.post_final(record, now):
+                reposted += 1
+        return reposted
+
+
+def orphan_result(
+    record: RunRecord,
+    stops: list[StopRequestRecord],
+    checkpoint: Checkpoint | None,
+    now: datetime,
+) -> RunResult:
+    """The ending of a run whose worker went away, from what the database knows."""
+    turns = checkpoint.turn if checkpoint else 0
+    person = max(
+        (r for r in stops if r.kind is not StopReason.SHUTDOWN),
+        key=lambda r: (r.kind.rank, r.requested_at),
+        default=None,
+    )
+    if person is not None:
+        abort = person.kind is StopReason.ABORT
+        handoff = Handoff(
+            Outcome.USERINTERLUDE,
+            evidence=f"{messages.WORKER_LOST} It had completed {turns} turns; no final "
+            "summary could be written.",
+            next_step="Nothing is running. Reply in the thread to start again.",
+            stopped_by=person.requested_by,
+        )
+        code = ExitCode.USER_ABORT if abort else ExitCode.USER_STOP
+        reason: StopReason = person.kind
+    else:
+        handoff = Handoff(
+            Outcome.BLOCKED,
+            evidence=f"{messages.WORKER_LOST} Progress up to turn {turns} is checkpointed.",
+            next_step="threadpilot resumes it from the checkpoint when auto-resume allows; "
+            "otherwise reply in the thread to continue.",
+        )
+        code, reason = ExitCode.SHUTDOWN, StopReason.SHUTDOWN
+    return RunResult(
+        run_id=record.id,
+        outcome=handoff.outcome,
+        exit_code=code,
+        handoff=handoff,
+        stop_reason=reason,
+        turns=turns,
+        usage=Usage(),
+        timings=Timings(record.created_at, now, person.requested_at if person else None, None),
+    )

@@ -1,0 +1,115 @@
+"""Delivers stop requests committed by any worker to the runs this worker owns.
+
+Slack hands each click to one of the app's connections at random, so with several
+workers a Stop usually lands in a process that does not own the run (SLACK_NOTES.md).
+That worker commits the request to ``stop_requests`` (SPEC.md section 3); this watcher,
+in the owner, notices it and calls ``run.request_stop`` locally:
+
+- PostgreSQL: ``LISTEN`` wakes the watcher at once; a slower poll is the backstop and a
+  full re-scan runs after every reconnect (a NOTIFY sent while disconnected is lost).
+- SQLite (and memory): polled, every ``poll_s`` (250 ms by default).
+
+The table is the truth; a wake-up is only a hint. Requests are marked handled when the
+run they target has ended (see :meth:`StopWatcher.run_ended`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import TYPE_CHECKING
+
+import structlog
+
+from agent_core.ports import StopWakeups
+
+if TYPE_CHECKING:
+    from agent_core.ports import StopRequestRecord, Store
+    from bot.supervisor import Supervisor
+
+__all__ = ["StopWatcher"]
+
+log = structlog.get_logger("bot.stop_watch")
+
+POLL_BACKSTOP_S = 2.0
+"""With LISTEN/NOTIFY, the table is still scanned this often in case a wake-up was lost."""
+
+
+class StopWatcher:
+    def __init__(self, store: Store, supervisor: Supervisor, *, poll_s: float = 0.25) -> None:
+        self._store = store
+        self._supervisor = supervisor
+        self._poll_s = poll_s
+        self._delivered: set[str] = set()
+        self._listening = contextlib.AsyncExitStack()
+        self._task: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
+
+    async def start(self) -> None:
+        interval = self._poll_s
+        if isinstance(self._store, StopWakeups):
+            await self._listening.enter_async_context(
+                self._store.listen_stops(self._on_wakeup, on_reconnect=self._on_reconnect)
+            )
+            interval = POLL_BACKSTOP_S
+        await self.scan()  # anything committed before we listened
+        self._task = asyncio.create_task(self._poll(interval), name="stop-watch")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.wait([self._task], timeout=2.0)
+            self._task = None
+        await self._listening.aclose()
+
+    async def scan(self, run_ids: list[str] | None = None) -> int:
+        """Deliver every pending request for the given (default: all local) runs."""
+        wanted = run_ids if run_ids is not None else [r.run.id for r in self._supervisor.live_runs]
+        if not wanted:
+            return 0
+        pending = await self._store.pending_stop_requests(wanted)
+        return sum(self._deliver(request) for request in pending)
+
+    async def run_ended(self, run_id: str) -> None:
+        """Mark every request for a finished run handled: it was honoured, or moot."""
+        for request in await self._store.pending_stop_requests([run_id]):
+            await self._store.mark_stop_handled(request.id)
+            self._delivered.discard(request.id)
+
+    def _deliver(self, request: StopRequestRecord) -> bool:
+        live = self._supervisor.get(request.run_id)
+        if live is None or request.id in self._delivered:
+            return False
+        self._delivered.add(request.id)
+        changed = live.run.request_stop(request.kind, request.requested_by, source="store")
+        log.info(
+            "stop.delivered",
+            run_id=request.run_id,
+            request_id=request.id,
+            kind=request.kind.value,
+            requested_by=request.requested_by,
+            changed=changed,
+        )
+        return True
+
+    async def _on_wakeup(self, run_id: str) -> None:
+        if self._supervisor.get(run_id) is not None:
+            await self.scan([run_id])
+
+    async def _on_reconnect(self) -> None:
+        log.info("stop_watch.rescan_after_reconnect")
+        await self.scan()
+
+    async def _poll(self, interval: float) -> None:
+        while True:
+            try:
+                async with asyncio.timeout(interval):
+                    await self._wake.wait()
+            except TimeoutError:
+                pass
+            self._wake.clear()
+            try:
+                await self.scan()
+            except Exception:
+                # A database hiccup must not end the watcher: the next poll retries.
+                log.exception("stop_watch.scan_failed")

@@ -1,0 +1,105 @@
+"""This process's durable side: its worker id, its leases, the stop watcher, the
+reconciler and the purge (SPEC.md section 3). One :class:`Worker` per process, owned by
+the app; every background task it starts is its own and ends in :meth:`Worker.close`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import uuid
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+import structlog
+
+from agent_core.stop import utcnow
+from bot.reconciler import Reconciler
+from bot.stop_watch import StopWatcher
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from agent_core.ports import Checkpoint, RunRecord, Store
+    from bot.settings import Settings
+    from bot.supervisor import Supervisor
+    from bot.surface import Workspaces
+
+__all__ = ["Worker", "default_worker_id"]
+
+log = structlog.get_logger("bot.worker")
+
+RECONCILE_EVERY_S = 10.0
+PURGE_EVERY_S = 3600.0
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+class Worker:
+    def __init__(
+        self,
+        store: Store,
+        supervisor: Supervisor,
+        workspaces: Workspaces,
+        settings: Settings,
+        *,
+        resume: Callable[[RunRecord, Checkpoint | None], Awaitable[None]],
+        worker_id: str,
+    ) -> None:
+        self.id = worker_id
+        self.store = store
+        self._settings = settings
+        self.watcher = StopWatcher(store, supervisor, poll_s=settings.STOP_POLL_INTERVAL)
+        self.reconciler = Reconciler(
+            store,
+            workspaces,
+            worker_id=worker_id,
+            lease_ttl_s=settings.LEASE_TTL,
+            auto_resume=settings.AUTO_RESUME_ON_RESTART,
+            resume=resume,
+            is_local=lambda run_id: supervisor.get(run_id) is not None,
+        )
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        await self.watcher.start()
+        await self._reconcile()  # orphans from before this start, at once
+        self._task = asyncio.create_task(self._housekeeping(), name="worker-housekeeping")
+        log.info("worker.started", worker_id=self.id, lease_ttl_s=self._settings.LEASE_TTL)
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.wait([self._task], timeout=2.0)
+            self._task = None
+        await self.watcher.close()
+
+    async def _housekeeping(self) -> None:
+        beat = self._settings.LEASE_TTL / 3
+        since_reconcile = since_purge = 0.0
+        while True:
+            await asyncio.sleep(beat)
+            since_reconcile += beat
+            since_purge += beat
+            try:
+                await self.store.heartbeat(self.id, self._settings.LEASE_TTL)
+                if since_reconcile >= min(RECONCILE_EVERY_S, self._settings.LEASE_TTL):
+                    since_reconcile = 0.0
+                    await self._reconcile()
+                if since_purge >= PURGE_EVERY_S:
+                    since_purge = 0.0
+                    cutoff = utcnow() - timedelta(days=self._settings.RETENTION_DAYS)
+                    purged = await self.store.purge(cutoff)
+                    log.info("worker.purged", rows=purged)
+            except Exception:
+                # The database may be briefly unreachable: keep beating, log each miss.
+                log.exception("worker.housekeeping_failed")
+
+    async def _reconcile(self) -> None:
+        try:
+            await self.reconciler.run_once()
+        except Exception:
+            log.exception("worker.reconcile_failed")
