@@ -215,14 +215,10 @@ class Reconciler:
         reposted = 0
         cutoff = now - timedelta(seconds=FINAL_GRACE_S)
         for record in await self._store.find_runs(states=TERMINAL_STATES, final_posted=False):
+            # Resumable runs were resumed earlier in this pass; what is left here can no
+            # longer resume (limit reached, or a person stopped it) and needs its message.
             if record.updated_at > cutoff or self._is_local(record.id):
                 continue
-            if (
-                record.state is RunState.BLOCKED
-                and record.exit_code is ExitCode.SHUTDOWN
-                and self._auto_resume
-            ):
-                continue  # about to be resumed; its message is rewritten then
             if await self.post_final(record, now):
                 reposted += 1
         return reposted
