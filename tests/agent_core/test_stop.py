@@ -190,19 +190,20 @@ async def test_stop_before_the_first_step_never_calls_the_model(
     assert result.handoff.stopped_by == "U1"
 
 
-async def test_abort_during_streaming_closes_the_connection_before_reporting(
+async def test_abort_during_streaming_closes_the_connection(
     llm: LLMock, make_agent: AgentFactory
 ) -> None:
     llm.add(Reply(text=LONG_TEXT), stall_after(3))
     run = make_agent().new_run("write an essay")
     on_first(run, TextDelta, lambda: run.request_stop(StopReason.ABORT, "U2", source="button"))
     result = await run.run()
-    reported_at = time.monotonic()
 
+    # The server notices the hang-up on its own thread, a moment after the client closed,
+    # so its clock is no judge of "closed before reporting": bench/abort_close measures
+    # that ordering and its latency. Here: the stream was abandoned mid-way.
     (record,) = llm.requests
     assert not record.completed  # the server saw the client hang up mid-stream...
     assert record.duration < 30  # ...long before the 30 s stall would have ended
-    assert record.ended_at <= reported_at
     assert result.outcome is Outcome.USERINTERLUDE
     assert result.exit_code is ExitCode.USER_ABORT
     assert result.stop_reason is StopReason.ABORT
@@ -331,4 +332,4 @@ async def test_shutdown_cancels_and_leaves_a_resumable_checkpoint(
     stored = await store.get_run(run.id)
     assert stored is not None and stored.state is RunState.BLOCKED
     kinds = [e.kind for e in await store.events_for(run.id)]
-    assert kinds == ["shutdown.requested", "run.finished"]
+    assert kinds == ["shutdown.received", "run.finished"]
