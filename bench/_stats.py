@@ -1,0 +1,128 @@
+"""Percentiles and the results table every benchmark prints.
+
+Percentiles use the nearest-rank method on the raw samples (no interpolation): the p99
+of 200 samples is the 198th smallest, a value that was actually observed.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import platform
+import sys
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+__all__ = ["Figure", "Row", "machine_line", "percentile", "print_figures", "print_table"]
+
+
+def percentile(samples: list[float], pct: float) -> float:
+    if not samples:
+        return math.nan
+    ordered = sorted(samples)
+    rank = max(1, math.ceil(pct / 100.0 * len(ordered)))
+    return ordered[rank - 1]
+
+
+@dataclass(frozen=True)
+class Row:
+    """One measured figure beside its SPEC target (``limit`` in the unit of the samples)."""
+
+    what: str
+    samples: list[float]
+    unit: str
+    """``ms`` or ``KB``; samples are already in this unit."""
+    limit: float | None = None
+    """Target for the judged statistic; None prints the row for information only."""
+    judged: str = "p99"
+    """Which statistic the target applies to: ``p99`` or ``max`` or ``mean``."""
+
+    def stat(self, name: str) -> float:
+        if name == "mean":
+            return sum(self.samples) / len(self.samples) if self.samples else math.nan
+        if name == "max":
+            return max(self.samples) if self.samples else math.nan
+        return percentile(self.samples, float(name.removeprefix("p")))
+
+    @property
+    def verdict(self) -> str:
+        if self.limit is None:
+            return "info"
+        value = self.stat(self.judged)
+        return "PASS" if value < self.limit else "MISS"
+
+
+def _fmt(value: float) -> str:
+    if math.isnan(value):
+        return "-"
+    return f"{value:.3f}" if abs(value) < 10 else f"{value:.1f}"
+
+
+def print_table(title: str, rows: Sequence[Row], notes: Sequence[str] = ()) -> None:
+    """Print ``rows`` as an aligned table, then ``notes`` (one per line)."""
+    header = ("measure", "n", "p50", "p99", "max", "target", "verdict")
+    lines: list[tuple[str, ...]] = [header]
+    for row in rows:
+        target = "-" if row.limit is None else f"{row.judged} < {row.limit:g} {row.unit}"
+        lines.append(
+            (
+                f"{row.what} [{row.unit}]",
+                str(len(row.samples)),
+                _fmt(row.stat("p50")),
+                _fmt(row.stat("p99")),
+                _fmt(row.stat("max")),
+                target,
+                row.verdict,
+            )
+        )
+    _print_lines(title, lines, notes)
+
+
+def _print_lines(title: str, lines: list[tuple[str, ...]], notes: Sequence[str]) -> None:
+    widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
+    print(f"\n== {title} ==")
+    for index, line in enumerate(lines):
+        cells = [c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(line, widths))]
+        print("  ".join(cells).rstrip())
+        if index == 0:
+            print("  ".join("-" * w for w in widths))
+    for note in notes:
+        print(f"note: {note}")
+    sys.stdout.flush()
+
+
+def machine_line() -> str:
+    """What the figures were measured on: they mean little without it."""
+    return (
+        f"{os.cpu_count()} CPUs, Python {platform.python_version()} "
+        f"({platform.python_implementation()}), {platform.system()} {platform.release()}"
+    )
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A single measured value (not a distribution) beside its target."""
+
+    what: str
+    value: float
+    unit: str
+    runs: int
+    limit: float | None = None
+
+    @property
+    def verdict(self) -> str:
+        if self.limit is None:
+            return "info"
+        return "PASS" if self.value < self.limit else "MISS"
+
+
+def print_figures(title: str, figures: Sequence[Figure], notes: Sequence[str] = ()) -> None:
+    header = ("measure", "runs", "value", "target", "verdict")
+    lines: list[tuple[str, ...]] = [header]
+    for f in figures:
+        target = "-" if f.limit is None else f"< {f.limit:g} {f.unit}"
+        lines.append((f.what, str(f.runs), f"{f.value:.1f} {f.unit}", target, f.verdict))
+    _print_lines(title, lines, notes)
