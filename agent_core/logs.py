@@ -1,8 +1,10 @@
 """structlog set-up shared by the terminal runner and the Slack app.
 
 Logs go to stderr (stdout belongs to the answer and to ``--json``), as readable console
-lines or one JSON object per line. Context bound with :func:`structlog.contextvars` (run
-id, team, channel, thread, user) appears on every line logged within that context.
+lines or one JSON object per line. Libraries that log through the standard library
+(slack_bolt, aiohttp, asyncpg) are rendered the same way, so a JSON log stays JSON.
+Context bound with :mod:`structlog.contextvars` (run id, team, channel, thread, user)
+appears on every line logged within that context, whichever logger wrote it.
 """
 
 from __future__ import annotations
@@ -16,6 +18,12 @@ import structlog
 __all__ = ["LogFormat", "configure_logging"]
 
 LogFormat = Literal["console", "json"]
+
+_SHARED: list[structlog.typing.Processor] = [
+    structlog.contextvars.merge_contextvars,
+    structlog.processors.add_log_level,
+    structlog.processors.TimeStamper(fmt="iso", utc=True),
+]
 
 
 def configure_logging(
@@ -31,15 +39,25 @@ def configure_logging(
     )
     structlog.configure(
         processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.format_exc_info,
-            renderer,
+            *_SHARED,
+            structlog.processors.StackInfoRenderer(),
+            structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.PrintLoggerFactory(stream or sys.stderr),
+        logger_factory=structlog.stdlib.LoggerFactory(),
         cache_logger_on_first_use=False,
     )
-    # Libraries that use the standard library (aiohttp, slack_bolt) follow the same level.
-    logging.basicConfig(level=numeric, stream=stream or sys.stderr, format="%(name)s %(message)s")
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=[*_SHARED, structlog.stdlib.add_logger_name],
+            processors=[
+                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                structlog.processors.format_exc_info,
+                renderer,
+            ],
+        )
+    )
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(numeric)
