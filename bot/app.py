@@ -111,6 +111,9 @@ class ThreadpilotApp:
         self.ctx = BotContext(
             settings, supervisor, workspaces, bot_user_id, self._store, self._worker
         )
+        # Leases, the stop watcher and the reconciler run before we take any work: a run
+        # started here must be heartbeated, and a click landing elsewhere must reach it.
+        await self._worker.start()
         bolt = self._bolt(client, self.ctx)
         await self._serve_http(bolt)
         if settings.socket_mode:

@@ -168,6 +168,7 @@ HEADING_HANDOFF = "Handoff"
 HEADING_ANSWER = "Answer"
 
 NO_EVIDENCE = "Nothing was recorded."
+EVIDENCE_IS_THE_ANSWER = "The answer below."
 NO_ARTIFACTS = "none"
 
 _DEFAULT_NEXT_STEP = {
@@ -301,7 +302,10 @@ STOP_NOT_RECORDED = (
 )
 UNKNOWN_ACTION = "threadpilot does not know that button; it may be from an older version."
 RUN_NOT_FOUND = "This run is no longer tracked (it may have ended during a restart)."
-THREAD_BUSY = "A run is already working in this thread; your message was passed to it as guidance."
+THREAD_BUSY = (
+    "A run is already working in this thread. Wait for it to finish (or stop it), then "
+    "mention me again."
+)
 
 
 def not_allowed(policy: str, requester: str) -> str:

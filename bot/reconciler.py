@@ -12,6 +12,8 @@ Runs on start-up and then periodically, in every worker (SPEC.md section 3):
    ``resume_limit`` times (a run that keeps killing its worker is not retried forever).
 3. **Undelivered finals.** A terminal run whose Slack message was never accepted (Slack
    was down) gets it re-rendered from the stored run and written again.
+4. **Moot stop requests.** A request still pending for a run that has ended is marked
+   handled (pending requests are never purged).
 """
 
 from __future__ import annotations
@@ -83,10 +85,20 @@ class Reconciler:
         self._is_local = is_local
         self._resume_limit = resume_limit
 
-    async def run_once(self, now: datetime | None = None) -> ReconcileReport:
+    async def run_once(
+        self, now: datetime | None = None, *, starting: bool = False
+    ) -> ReconcileReport:
         now = now or utcnow()
         ended = resumed = 0
-        for record in await self._store.expired_runs(now):
+        orphans = await self._store.expired_runs(now)
+        if starting:
+            # Live runs leased to our worker id before we started belong to a previous
+            # process with the same WORKER_ID (restarted after kill -9 or a crash). Their
+            # leases may not have expired yet, and our heartbeat would renew them forever.
+            expired = {r.id for r in orphans}
+            mine = await self._store.live_runs(owner=self._worker_id)
+            orphans += [r for r in mine if r.id not in expired]
+        for record in orphans:
             if self._is_local(record.id):
                 continue  # ours and alive: the next heartbeat renews it
             if await self.end_orphan(record, now=now):
@@ -98,6 +110,8 @@ class Reconciler:
             if await self._try_resume(record, now):
                 resumed += 1
         reposted = await self._repost_finals(now)
+        if settled := await self._settle_moot_requests():
+            log.info("reconcile.requests_settled", count=settled)
         if ended or resumed or reposted:
             log.info(
                 "reconcile.done", orphans_ended=ended, resumed=resumed, finals_reposted=reposted
@@ -210,6 +224,22 @@ class Reconciler:
         log.info("run.resumed", run_id=record.id, from_turn=checkpoint.turn if checkpoint else 0)
         await self._resume(record, checkpoint)
         return True
+
+    async def _settle_moot_requests(self) -> int:
+        """Mark handled the pending stop requests of runs that have ended elsewhere.
+
+        The owner marks its run's requests when the run ends, but a click committed just
+        after that (the clicking worker read the run while it was still live), or an owner
+        killed between its terminal write and that marking, leaves one pending for good.
+        """
+        settled = 0
+        for request in await self._store.pending_stop_requests():
+            if self._is_local(request.run_id):
+                continue  # its owner marks it when the run ends
+            record = await self._store.get_run(request.run_id)
+            if record is not None and record.state.is_terminal:
+                settled += await self._store.mark_stop_handled(request.id)
+        return settled
 
     async def _repost_finals(self, now: datetime) -> int:
         reposted = 0

@@ -99,15 +99,19 @@ class RunSession:
         return True
 
     async def close(self, result: RunResult) -> bool:
-        """Finish the answer stream and write the terminal status. True if Slack took it."""
-        await self._stream.finish()
+        """Write the terminal status, then close the answer stream. True if Slack took it.
+
+        The terminal status goes first: closing a stream is rate-limited harder than
+        ``chat.update``, and at shutdown every run's final must land within the budget.
+        """
+        await self._stream.drain()
         snapshot = replace(
             self._snapshot,
             phase="done",
             result=result,
             elapsed_s=self._elapsed(),
             answer="".join(self._answer),
-            answer_streamed=self._stream.ts is not None,
+            answer_streamed=self._stream.complete,
         )
         rendered = render_status(snapshot)
         assert self.status_ts is not None
@@ -118,6 +122,7 @@ class RunSession:
             log.error(
                 "status.final_not_delivered", run_id=self.run.id, outcome=result.outcome.value
             )
+        await self._stream.stop()
         waiting = result.outcome is Outcome.ASK_USER_QUESTION
         await self._session_status("active" if waiting else "closed")
         return delivered
@@ -214,6 +219,11 @@ class AnswerStream:
         """True while text goes to the stream (not to the status message)."""
         return not self._failed and self._surface.streaming.available
 
+    @property
+    def complete(self) -> bool:
+        """True if the whole answer reached the streamed message (none fell back)."""
+        return self.ts is not None and not self._failed
+
     def start(self) -> None:
         if self._surface.streaming.available:
             self._task = asyncio.create_task(self._pump(), name="answer-stream")
@@ -224,7 +234,8 @@ class AnswerStream:
         self._buffer.append(text)
         self._wake.set()
 
-    async def finish(self) -> None:
+    async def drain(self) -> None:
+        """Send what is buffered and end the pump (bounded)."""
         if self._task is None:
             return
         self._closing = True
@@ -234,8 +245,27 @@ class AnswerStream:
                 await self._task
         except TimeoutError:
             log.warning("stream.close_timed_out")
-        if self.ts is not None:
-            await self._call("chat.stopStream", channel=self._channel, ts=self.ts)
+            await self.cancel()
+
+    async def stop(self) -> None:
+        """Close a started stream, even if streaming was switched off since (bounded).
+
+        Never left "streaming" in Slack: a refused append does not excuse the stop.
+        """
+        if self.ts is None:
+            return
+        try:
+            async with asyncio.timeout(_STREAM_CLOSE_S):
+                await self._surface.budget.call(
+                    "chat.stopStream", channel=self._channel, ts=self.ts
+                )
+        except (SlackError, TimeoutError) as exc:
+            log.warning("stream.stop_failed", error=str(exc))
+
+    async def finish(self) -> None:
+        """Drain, then stop: the whole close, for callers with nothing in between."""
+        await self.drain()
+        await self.stop()
 
     async def cancel(self) -> None:
         if self._task is not None and not self._task.done():
@@ -251,7 +281,9 @@ class AnswerStream:
                 chunk, rest = text[:_APPEND_CHARS], text[_APPEND_CHARS:]
                 self._buffer = [rest] if rest else []
                 await self._send(chunk)
-            if self._closing and not self._buffer:
+            # A failed stream sends nothing more: text buffered before the failure must not
+            # keep finish() waiting out its timeout.
+            if self._closing and (self._failed or not self._buffer):
                 return
 
     async def _send(self, chunk: str) -> None:

@@ -66,7 +66,7 @@ class Worker:
 
     async def start(self) -> None:
         await self.watcher.start()
-        await self._reconcile()  # orphans from before this start, at once
+        await self._reconcile(starting=True)  # orphans from before this start, at once
         self._task = asyncio.create_task(self._housekeeping(), name="worker-housekeeping")
         log.info("worker.started", worker_id=self.id, lease_ttl_s=self._settings.LEASE_TTL)
 
@@ -98,8 +98,8 @@ class Worker:
                 # The database may be briefly unreachable: keep beating, log each miss.
                 log.exception("worker.housekeeping_failed")
 
-    async def _reconcile(self) -> None:
+    async def _reconcile(self, *, starting: bool = False) -> None:
         try:
-            await self.reconciler.run_once()
+            await self.reconciler.run_once(starting=starting)
         except Exception:
             log.exception("worker.reconcile_failed")

@@ -8,6 +8,7 @@ run's session re-renders it without buttons that no longer apply.
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 from typing import TYPE_CHECKING, Any
@@ -22,6 +23,8 @@ from bot.handlers.clicks import Click, RunView, Verdict, decide, decide_for
 from bot.views.status import ACTION_ABORT, ACTION_STOP
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable
+
     from slack_bolt.async_app import AsyncAck, AsyncApp
 
     from agent_core import RunRecord, ThreadKey
@@ -31,6 +34,9 @@ if TYPE_CHECKING:
 __all__ = ["register"]
 
 log = structlog.get_logger("bot.handlers.actions")
+
+ACK_BUDGET_S = 2.0
+"""Database work before a click's ack gets this long; Slack wants the ack within 3 s."""
 
 
 def register(app: AsyncApp, ctx: BotContext) -> None:
@@ -58,44 +64,46 @@ async def _click(ctx: BotContext, ack: AsyncAck, body: dict[str, Any], action: S
     click = Click(user=user, action=action, at=time.monotonic())
     with structlog.contextvars.bound_contextvars(run_id=run_id, user=user):
         live = ctx.supervisor.get(run_id)
-        orphan: RunRecord | None = None
         record: RunRecord | None = None
+        recorded = True
         if live is not None:
             verdict = decide(click, live, None, ctx.settings)
             result = live.run.result
-            committed = True
             if verdict.changes_state:
-                # Durable before the ack (SPEC.md section 3); applied here at once too.
-                committed = await _commit(ctx, run_id, live.run.thread, verdict, user)
+                # Applied here at once; committed too, for the audit trail and restarts.
                 _apply(live, click, verdict)
+                await _within_budget(_commit(ctx, run_id, live.run.thread, verdict, user))
         else:
-            record = await _stored(ctx, run_id)
-            verdict, result = await _decide_remote(ctx, click, record)
-            committed = True
-            if verdict.changes_state and record is not None:
-                committed = await _commit(ctx, run_id, record.thread, verdict, user)
-                orphan = record if committed and _owner_gone(record) else None
+            try:
+                async with asyncio.timeout(ACK_BUDGET_S):
+                    record = await ctx.store.get_run(run_id) if run_id else None
+                    verdict, result = await _decide_remote(ctx, click, record)
+                    if verdict.changes_state and record is not None:
+                        # Durable before the ack (SPEC.md section 3): the owner picks it up.
+                        await _commit(ctx, run_id, record.thread, verdict, user)
+            except (StorageError, TimeoutError):
+                log.exception("click.not_recorded")
+                verdict, result, recorded = Verdict.NOT_FOUND, None, False
         await ack()
         log.info(
             "click.handled", action=action.value, verdict=verdict.value, local=live is not None
         )
-        if orphan is not None:
+        if recorded and record is not None and verdict.changes_state and _owner_gone(record):
             # Its worker is gone: end it here, from the database, and say so in the thread.
-            await ctx.worker.reconciler.end_orphan(orphan)
+            await ctx.worker.reconciler.end_orphan(record)
         requester = live.requester if live is not None else (record.requester if record else "")
-        reply = _reply(verdict, requester, result, ctx) if committed else messages.STOP_NOT_RECORDED
+        reply = _reply(verdict, requester, result, ctx) if recorded else messages.STOP_NOT_RECORDED
         if reply is not None:
             await _ephemeral(ctx, body, reply)
 
 
-async def _stored(ctx: BotContext, run_id: str) -> RunRecord | None:
-    if not run_id:
-        return None
+async def _within_budget(work: Awaitable[None]) -> None:
+    """A write that must not delay the ack past Slack's 3 seconds: bounded, logged."""
     try:
-        return await ctx.store.get_run(run_id)
-    except StorageError:
-        log.exception("click.lookup_failed")
-        return None
+        async with asyncio.timeout(ACK_BUDGET_S):
+            await work
+    except (StorageError, TimeoutError):
+        log.exception("click.audit_not_recorded")
 
 
 async def _decide_remote(
@@ -127,25 +135,20 @@ async def _decide_remote(
 
 async def _commit(
     ctx: BotContext, run_id: str, thread: ThreadKey, verdict: Verdict, user: str
-) -> bool:
-    """Commit the stop request and its audit event. False if the database refused."""
+) -> None:
+    """Commit the stop request and its audit event (raises StorageError if refused)."""
     kind = verdict.requests
     assert kind is not None
     event = "stop.escalated" if verdict is Verdict.ESCALATE else f"{kind.value}.requested"
-    try:
-        request = await ctx.store.add_stop_request(run_id, thread, kind, user)
-        await ctx.store.record_event(
-            AuditEvent(
-                run_id=run_id,
-                kind=event,
-                actor=user,
-                detail={"request_id": request.id, "worker": ctx.worker.id, "source": "button"},
-            )
+    request = await ctx.store.add_stop_request(run_id, thread, kind, user)
+    await ctx.store.record_event(
+        AuditEvent(
+            run_id=run_id,
+            kind=event,
+            actor=user,
+            detail={"request_id": request.id, "worker": ctx.worker.id, "source": "button"},
         )
-    except StorageError:
-        log.exception("click.commit_failed", kind=kind.value)
-        return False
-    return True
+    )
 
 
 def _owner_gone(record: RunRecord) -> bool:

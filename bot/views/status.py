@@ -198,6 +198,14 @@ def _render_done(snapshot: StatusSnapshot, result: RunResult) -> RenderedMessage
     handoff = result.handoff
     label = m.result_label(result)
     evidence = fit(handoff.evidence, _EVIDENCE_BUDGET) if handoff.evidence.strip() else ""
+    # The streamed text may still carry a closing softener; the result's never does.
+    answer = (
+        "" if snapshot.answer_streamed else strip_softeners(snapshot.answer or result.final_text)
+    )
+    same = answer.strip() == handoff.evidence.strip()
+    if same and evidence != fit(handoff.evidence, BLOCKS_TEXT_BUDGET * 10):
+        # A long answer that is its own evidence: shown once, below, with all the room.
+        evidence = m.EVIDENCE_IS_THE_ANSWER
     next_step = _handoff_text(result)
     blocks = [
         _section(_part(m.HEADING_OUTCOME, label)),
@@ -213,11 +221,8 @@ def _render_done(snapshot: StatusSnapshot, result: RunResult) -> RenderedMessage
         _section(_part(m.HEADING_ARTIFACTS, _artifacts_text(handoff.artifacts))),
         _section(_part(m.HEADING_HANDOFF, next_step)),
     ]
-    if not snapshot.answer_streamed:
-        # The streamed text may still carry a closing softener; the result's never does.
-        answer = strip_softeners(snapshot.answer or result.final_text)
-        if answer.strip() != handoff.evidence.strip():
-            blocks += _answer_blocks(answer, _remaining(blocks), heading=m.HEADING_ANSWER)
+    if answer.strip() and (not same or evidence == m.EVIDENCE_IS_THE_ANSWER):
+        blocks += _answer_blocks(answer, _remaining(blocks), heading=m.HEADING_ANSWER)
     text = _clip(m.fallback_done(label, next_step), TEXT_LIMIT)
     return RenderedMessage(text=text, blocks=blocks)
 

@@ -28,14 +28,22 @@ if TYPE_CHECKING:
 SECRET = "test-signing-secret"
 WAIT_S = 15.0
 LONG_TEXT = " ".join(f"word{i}" for i in range(60))
+SHORT_TEXT = "Let me check the time for you, one moment."
+"""Long enough to stall mid-stream, short enough for few appends (see stalled_answer)."""
 
 
-def stalled_answer(seconds: float = 30.0, *, with_tool: bool = True) -> tuple[Reply, StreamFault]:
+def stalled_answer(
+    seconds: float = 30.0, *, with_tool: bool = True, text: str = LONG_TEXT
+) -> tuple[Reply, StreamFault]:
     """A model answer that streams three chunks, then stalls for ``seconds``, then goes
-    on (to a ``current_time`` tool call, unless ``with_tool`` is False)."""
+    on (to a ``current_time`` tool call, unless ``with_tool`` is False).
+
+    A short ``text`` keeps the streamed appends within the workspace's burst, so the
+    run's terminal write is not held up behind them.
+    """
     calls = (ToolCall("current_time", {}),) if with_tool else ()
     return (
-        Reply(text=LONG_TEXT, tool_calls=calls),
+        Reply(text=text, tool_calls=calls),
         StreamFault("stall", after_chunks=3, stall_seconds=seconds),
     )
 
@@ -183,6 +191,19 @@ class Bot:
 
     async def final(self, message: Message) -> Message:
         return await self.until(message, is_final)
+
+    async def settled(self, message: Message) -> Message:
+        """The status message once its run's session is done with Slack: the terminal
+        write, then ``agents.sessions.setStatus`` "closed" (the session's last call)."""
+        assert message.thread_ts is not None
+        await self.slack.wait_for_call(
+            "agents.sessions.setStatus",
+            lambda c: (
+                c.args.get("thread_ts") == message.thread_ts and c.args.get("status") == "closed"
+            ),
+            timeout=WAIT_S,
+        )
+        return self.slack.message(message.channel, message.ts)
 
     def ephemerals_for(self, user: str, channel: str) -> list[str]:
         return [e.text for e in self.slack.ephemerals(channel) if e.user == user]

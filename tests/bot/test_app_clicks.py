@@ -1,0 +1,309 @@
+"""Clicks that must change nothing, and the rules that decide what a click does.
+
+SPEC.md section 2: every click is acknowledged; clicks on finished runs, duplicate
+clicks and clicks by people the stop policy does not allow get an ephemeral reply and
+change nothing. Section 1: a second Stop on a stopping run escalates to Abort, unless it
+is the same person's double click (``DOUBLE_CLICK_S``).
+
+End-to-end tests press buttons on status messages the app really rendered (the fake
+refuses to click a button that was not there); a "stale" click presses a button on an
+older version of the message, as a client that has not re-rendered yet would.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, cast
+
+import pytest
+
+from agent_core import Agent, StopReason, ThreadKey
+from agent_core.testing import ScriptedChatModel
+from bot import messages
+from bot.handlers.clicks import DOUBLE_CLICK_S, Click, Verdict, decide
+from bot.settings import Settings, StopPolicy
+from bot.supervisor import LiveRun
+from tests.agent_core.helpers import offered_tools
+from tests.bot.harness import (
+    ACTION_ABORT,
+    ACTION_STOP,
+    SECRET,
+    SHORT_TEXT,
+    WAIT_S,
+    block_text,
+    stalled_answer,
+)
+from tests.fakes import slack_requests
+from tests.fakes.slack_workspace import DEFAULT_CHANNEL, DEFAULT_USER
+
+if TYPE_CHECKING:
+    from llmock.pytest_plugin import LLMock
+
+    from agent_core import Run
+    from bot.session import RunSession
+    from tests.bot.conftest import BotFactory
+    from tests.bot.harness import Bot
+
+OTHER = "U0TPOTHER01"
+"""Someone in the channel who did not start the run and is no admin."""
+ADMIN = "U0TPADMIN01"
+REQUESTER_ONLY = messages.not_allowed(StopPolicy.REQUESTER.value, DEFAULT_USER)
+
+
+# -- end to end --------------------------------------------------------------------------
+
+
+async def test_clicks_on_a_finished_run_only_get_an_ephemeral(bot: Bot, llm: LLMock) -> None:
+    llm.reply("All done: nothing left to do.")
+    _, running = await bot.mention("a quick one")  # this version still shows Stop and Abort
+    final = await bot.settled(running)
+    updates_before = len(bot.slack.calls("chat.update"))
+    model_requests = len(llm.requests)
+
+    assert await bot.click_version(running, ACTION_STOP) == 200
+    assert await bot.click_version(running, ACTION_ABORT) == 200
+
+    replies = await bot.ephemerals(DEFAULT_USER, count=2)
+    assert len(replies) == 2
+    for reply in replies:
+        assert "already ended" in reply
+        assert "Finished" in reply  # says how it ended
+    assert bot.slack.message(final.channel, final.ts).history == final.history
+    assert len(bot.slack.calls("chat.update")) == updates_before
+    assert len(llm.requests) == model_requests
+
+
+async def test_a_second_stop_from_an_older_render_is_a_double_click(bot: Bot, llm: LLMock) -> None:
+    llm.add(*stalled_answer(0.3, text=SHORT_TEXT))
+    llm.reply("Stopped early: the time was not checked.")
+    _, running = await bot.mention("check the time")
+    await bot.slack.wait_for_call("chat.startStream", timeout=WAIT_S)
+
+    assert await bot.click(running, ACTION_STOP) == 200
+    # The same person again, from the render that still had Stop (their client had not
+    # caught up with "Stopping..."): a double click, not a request to abort.
+    assert await bot.click_version(running, ACTION_STOP) == 200
+
+    assert await bot.ephemerals(DEFAULT_USER) == [messages.ALREADY_STOPPING]
+    final = await bot.final(running)
+    assert f"Stopped by <@{DEFAULT_USER}>" in block_text(final)
+    assert "Stopped early: the time was not checked." in block_text(final)
+    assert llm.requests[0].completed  # not aborted: the step in flight finished
+    assert offered_tools(llm.requests[-1]) == ["final_report"]
+
+
+async def test_stop_again_after_the_double_click_window_escalates_to_abort(
+    bot: Bot, llm: LLMock
+) -> None:
+    llm.add(*stalled_answer())
+    _, running = await bot.mention("write a lot")
+    await bot.slack.wait_for_call("chat.startStream", timeout=WAIT_S)
+    assert await bot.click(running, ACTION_STOP) == 200
+    live = bot.live_run(running)
+    assert live is not None and live.run.control.reason is StopReason.STOP
+    # As if the first press were DOUBLE_CLICK_S ago, without waiting that long.
+    live.stop_clicks[DEFAULT_USER] -= DOUBLE_CLICK_S
+
+    assert await bot.click_version(running, ACTION_STOP) == 200
+
+    assert await bot.ephemerals(DEFAULT_USER) == [messages.ESCALATED_TO_ABORT]
+    final = await bot.final(running)
+    assert f"Aborted by <@{DEFAULT_USER}>" in block_text(final)
+    (record,) = llm.requests
+    assert not record.completed  # the stalled stream was closed, not waited for
+
+
+async def test_clicks_by_someone_the_policy_does_not_allow_change_nothing(
+    bot: Bot, llm: LLMock
+) -> None:
+    llm.add(*stalled_answer(0.3, with_tool=False, text=SHORT_TEXT))
+    thread_ts, running = await bot.mention("write a lot")
+    await bot.slack.wait_for_call("chat.startStream", timeout=WAIT_S)
+
+    assert await bot.click(running, ACTION_STOP, user=OTHER) == 200
+    assert await bot.click(running, ACTION_ABORT, user=OTHER) == 200
+
+    assert await bot.ephemerals(OTHER, count=2) == [REQUESTER_ONLY, REQUESTER_ONLY]
+    assert f"<@{DEFAULT_USER}>" in REQUESTER_ONLY  # names who can
+    final = await bot.final(running)
+    text = block_text(final)
+    assert "Finished" in text
+    assert "stop requested" not in text
+    streamed = [m for m in bot.slack.thread(running.channel, thread_ts) if m.stream]
+    assert SHORT_TEXT in streamed[-1].text  # the whole answer
+    assert [r.completed for r in llm.requests] == [True]
+    assert bot.ephemerals_for(DEFAULT_USER, running.channel) == []
+
+
+@pytest.mark.parametrize(
+    ("settings", "clicker"),
+    [({"ADMIN_USER_IDS": f"U0TPSOMEONE, {ADMIN}"}, ADMIN), ({"STOP_POLICY": "anyone"}, OTHER)],
+    ids=["admin", "policy-anyone"],
+)
+async def test_admins_and_anyone_under_the_anyone_policy_may_stop(
+    make_bot: BotFactory, llm: LLMock, settings: dict[str, Any], clicker: str
+) -> None:
+    bot = await make_bot(**settings)
+    llm.add(*stalled_answer(0.3, text=SHORT_TEXT))
+    llm.reply("Stopped as asked.")
+    _, running = await bot.mention("check the time")
+    await bot.slack.wait_for_call("chat.startStream", timeout=WAIT_S)
+
+    assert await bot.click(running, ACTION_STOP, user=clicker) == 200
+
+    final = await bot.final(running)
+    assert f"Stopped by <@{clicker}>" in block_text(final)
+    assert offered_tools(llm.requests[-1]) == ["final_report"]
+    assert bot.ephemerals_for(clicker, running.channel) == []
+
+
+async def test_an_unknown_button_gets_an_ephemeral_and_a_200(bot: Bot) -> None:
+    message_ts = bot.slack.seed_message(DEFAULT_CHANNEL, "an old message with a button")
+    payload = slack_requests.button_click(
+        action_id="threadpilot_retry_v0",  # e.g. from a version that had such a button
+        value="0123456789abcdef",
+        message_ts=message_ts,
+    )
+
+    response = await bot.post(slack_requests.interaction_request(payload, SECRET))
+
+    assert response.status == 200
+    assert await bot.ephemerals(DEFAULT_USER) == [messages.UNKNOWN_ACTION]
+    assert bot.slack.calls("chat.update") == []
+
+
+# -- decide(): every verdict -------------------------------------------------------------
+
+REQUESTER = "U0TPREQ0001"
+PARTICIPANT = "U0TPPART001"
+
+
+def settings(policy: StopPolicy = StopPolicy.REQUESTER) -> Settings:
+    return Settings(  # type: ignore[call-arg]
+        _env_file=None,
+        SLACK_BOT_TOKEN="xoxb-unit",
+        SLACK_SIGNING_SECRET="unit-secret",
+        OPENAI_API_KEY="unit-key",
+        OPENAI_MODEL="unit-model",
+        STOP_POLICY=policy,
+        ADMIN_USER_IDS=frozenset({ADMIN}),
+    )
+
+
+def new_run(model: ScriptedChatModel | None = None) -> Run:
+    agent = Agent(model or ScriptedChatModel())
+    return agent.new_run("task", requester=REQUESTER, thread=ThreadKey("T1", "C1", "1.0"))
+
+
+def live_run(run: Run | None = None) -> LiveRun:
+    # decide() never touches the session; a LiveRun just has to carry one.
+    session = cast("RunSession", None)
+    return LiveRun(run or new_run(), session, REQUESTER, participants={REQUESTER, PARTICIPANT})
+
+
+def click(action: StopReason = StopReason.STOP, user: str = REQUESTER, at: float = 100.0) -> Click:
+    return Click(user=user, action=action, at=at)
+
+
+@pytest.mark.parametrize("action", [StopReason.STOP, StopReason.ABORT])
+def test_decide_the_first_press_does_what_it_says(action: StopReason) -> None:
+    expected = Verdict.STOP if action is StopReason.STOP else Verdict.ABORT
+    assert decide(click(action), live_run(), None, settings()) is expected
+    assert expected.changes_state
+
+
+def test_decide_a_second_stop_inside_the_window_is_a_duplicate() -> None:
+    live = live_run()
+    live.run.request_stop(StopReason.STOP, REQUESTER)
+    live.stop_clicks[REQUESTER] = 100.0
+
+    verdict = decide(click(at=100.0 + DOUBLE_CLICK_S - 0.01), live, None, settings())
+
+    assert verdict is Verdict.DUPLICATE
+    assert not verdict.changes_state
+
+
+def test_decide_a_second_stop_after_the_window_escalates() -> None:
+    live = live_run()
+    live.run.request_stop(StopReason.STOP, REQUESTER)
+    live.stop_clicks[REQUESTER] = 100.0
+
+    verdict = decide(click(at=100.0 + DOUBLE_CLICK_S), live, None, settings())
+
+    assert verdict is Verdict.ESCALATE
+    assert verdict.changes_state
+
+
+def test_decide_stop_on_a_stopping_run_by_someone_else_escalates() -> None:
+    # The window is per person: an admin's Stop on a run its requester stopped is no
+    # double click of theirs.
+    live = live_run()
+    live.run.request_stop(StopReason.STOP, REQUESTER)
+    live.stop_clicks[REQUESTER] = 100.0
+
+    assert decide(click(user=ADMIN, at=100.5), live, None, settings()) is Verdict.ESCALATE
+
+
+def test_decide_abort_on_a_stopping_run_aborts() -> None:
+    live = live_run()
+    live.run.request_stop(StopReason.STOP, REQUESTER)
+    live.stop_clicks[REQUESTER] = 100.0
+
+    assert decide(click(StopReason.ABORT, at=100.1), live, None, settings()) is Verdict.ABORT
+
+
+@pytest.mark.parametrize("pending", [StopReason.ABORT, StopReason.SHUTDOWN])
+@pytest.mark.parametrize("action", [StopReason.STOP, StopReason.ABORT])
+def test_decide_anything_on_an_aborting_run_is_already_aborting(
+    pending: StopReason, action: StopReason
+) -> None:
+    live = live_run()
+    live.run.request_stop(pending, REQUESTER)
+
+    verdict = decide(click(action), live, None, settings())
+
+    assert verdict is Verdict.ALREADY_ABORTING
+    assert not verdict.changes_state
+
+
+@pytest.mark.parametrize(
+    ("policy", "user", "expected"),
+    [
+        (StopPolicy.REQUESTER, OTHER, Verdict.NOT_ALLOWED),
+        (StopPolicy.REQUESTER, PARTICIPANT, Verdict.NOT_ALLOWED),
+        (StopPolicy.REQUESTER, ADMIN, Verdict.STOP),
+        (StopPolicy.PARTICIPANTS, PARTICIPANT, Verdict.STOP),
+        (StopPolicy.PARTICIPANTS, OTHER, Verdict.NOT_ALLOWED),
+        (StopPolicy.ANYONE, OTHER, Verdict.STOP),
+    ],
+)
+def test_decide_follows_the_stop_policy(policy: StopPolicy, user: str, expected: Verdict) -> None:
+    verdict = decide(click(user=user), live_run(), None, settings(policy))
+
+    assert verdict is expected
+
+
+def test_decide_not_allowed_comes_before_the_run_state() -> None:
+    # Someone who may not stop learns that, not whether the run is already stopping.
+    live = live_run()
+    live.run.request_stop(StopReason.ABORT, REQUESTER)
+
+    verdict = decide(click(user=OTHER), live, None, settings())
+
+    assert verdict is Verdict.NOT_ALLOWED
+    assert not verdict.changes_state
+
+
+async def test_decide_a_run_that_has_ended_is_finished() -> None:
+    run = new_run(ScriptedChatModel(default_text="Done."))
+    result = await run.run()
+
+    assert decide(click(), live_run(run), None, settings()) is Verdict.FINISHED  # still tracked
+    assert decide(click(), None, result, settings()) is Verdict.FINISHED  # remembered
+    assert not Verdict.FINISHED.changes_state
+
+
+def test_decide_an_unknown_run_is_not_found() -> None:
+    verdict = decide(click(StopReason.ABORT), None, None, settings())
+
+    assert verdict is Verdict.NOT_FOUND
+    assert not verdict.changes_state

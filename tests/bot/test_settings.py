@@ -1,0 +1,208 @@
+"""Settings (SPEC.md section 6): a missing or malformed one stops ``python -m bot`` with
+exit status 2 and one line that names it; the values that are accepted are normalised.
+
+The refusals run the real command, each in a clean environment and an empty working
+directory (so no ``.env`` is read). They start together, so the whole set costs about
+one interpreter start-up.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from agent_core import ConfigError
+from bot.settings import Settings, StopPolicy, load_settings
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+REPO = Path(__file__).resolve().parents[2]
+VALID = {
+    "SLACK_BOT_TOKEN": "xoxb-settings-test",
+    "SLACK_SIGNING_SECRET": "settings-test-secret",
+    "OPENAI_API_KEY": "settings-test-key",
+    "OPENAI_MODEL": "settings-test-model",
+}
+USER_TOKEN = "xoxp-1234-user-token-do-not-echo"
+
+
+@dataclass(frozen=True)
+class Case:
+    setting: str
+    """The setting the one line must name."""
+    env: dict[str, str | None]
+    """Changes to VALID; None removes the variable."""
+
+
+CASES = {
+    "missing bot token": Case("SLACK_BOT_TOKEN", {"SLACK_BOT_TOKEN": None}),
+    "user token": Case("SLACK_BOT_TOKEN", {"SLACK_BOT_TOKEN": USER_TOKEN}),
+    "port not a number": Case("PORT", {"PORT": "eighty"}),
+    "bad stop policy": Case("STOP_POLICY", {"STOP_POLICY": "everyone"}),
+    "http mode without signing secret": Case(
+        "SLACK_SIGNING_SECRET", {"SLACK_SIGNING_SECRET": None}
+    ),
+}
+"""Run as the real command (each costs an interpreter start-up)."""
+
+MORE_CASES = {
+    "empty bot token": Case("SLACK_BOT_TOKEN", {"SLACK_BOT_TOKEN": ""}),
+    "port out of range": Case("PORT", {"PORT": "70000"}),
+    "app token that is not xapp": Case("SLACK_APP_TOKEN", {"SLACK_APP_TOKEN": "xoxb-not-app"}),
+    "api url not http": Case("SLACK_API_URL", {"SLACK_API_URL": "slack.com/api"}),
+    "unknown database": Case("DATABASE_URL", {"DATABASE_URL": "mysql://localhost/tp"}),
+    "log level": Case("LOG_LEVEL", {"LOG_LEVEL": "LOUD"}),
+}
+"""Checked in-process through load_settings(), whose error is the line main() prints."""
+
+
+@dataclass(frozen=True)
+class Exit:
+    status: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture(scope="module")
+def exits(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Exit]]:
+    """Run ``python -m bot`` once per case, all at once."""
+    processes: dict[str, subprocess.Popen[str]] = {}
+    for name, case in CASES.items():
+        env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(REPO), **VALID}
+        for key, value in case.env.items():
+            if value is None:
+                env.pop(key, None)
+            else:
+                env[key] = value
+        processes[name] = subprocess.Popen(
+            [sys.executable, "-m", "bot"],
+            cwd=tmp_path_factory.mktemp("cwd"),
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    try:
+        results = {}
+        for name, process in processes.items():
+            stdout, stderr = process.communicate(timeout=30)
+            results[name] = Exit(process.returncode, stdout, stderr)
+        yield results
+    finally:
+        for process in processes.values():
+            if process.poll() is None:
+                process.kill()
+                process.communicate()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(CASES))
+def test_a_bad_setting_stops_start_up_with_one_line_naming_it(
+    exits: dict[str, Exit], name: str
+) -> None:
+    result = exits[name]
+    setting = CASES[name].setting
+
+    assert result.status == 2, result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(f"threadpilot: {setting}: "), lines[0]
+    assert result.stdout == ""
+    assert USER_TOKEN not in result.stderr  # a rejected secret is not echoed
+
+
+# -- what is accepted ----------------------------------------------------------------------
+
+
+@pytest.fixture
+def environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> pytest.MonkeyPatch:
+    """A clean environment with the required settings, outside any ``.env``."""
+    monkeypatch.chdir(tmp_path)
+    for name in Settings.model_fields:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in VALID.items():
+        monkeypatch.setenv(name, value)
+    return monkeypatch
+
+
+def test_admin_user_ids_are_a_comma_separated_list(environment: pytest.MonkeyPatch) -> None:
+    environment.setenv("ADMIN_USER_IDS", "U1, U2,,  W3 ")
+
+    assert load_settings().ADMIN_USER_IDS == frozenset({"U1", "U2", "W3"})
+
+
+def test_slack_api_url_gets_its_trailing_slash(environment: pytest.MonkeyPatch) -> None:
+    environment.setenv("SLACK_API_URL", "https://slack-gov.com/api")
+
+    assert load_settings().SLACK_API_URL == "https://slack-gov.com/api/"
+
+
+def test_defaults(environment: pytest.MonkeyPatch) -> None:
+    settings = load_settings()
+
+    assert settings.SLACK_API_URL == "https://slack.com/api/"
+    assert settings.PORT == 3000
+    assert settings.STOP_POLICY is StopPolicy.REQUESTER
+    assert settings.ADMIN_USER_IDS == frozenset()
+    assert not settings.socket_mode
+
+
+def test_an_app_token_turns_socket_mode_on_and_the_secret_becomes_optional(
+    environment: pytest.MonkeyPatch,
+) -> None:
+    environment.delenv("SLACK_SIGNING_SECRET")
+    environment.setenv("SLACK_APP_TOKEN", "xapp-1-test")
+
+    settings = load_settings()
+
+    assert settings.socket_mode
+    assert settings.SLACK_SIGNING_SECRET is None
+
+
+def test_empty_values_mean_the_default(environment: pytest.MonkeyPatch) -> None:
+    # As in a .env copied from .env.example, where optional settings are left empty.
+    for name in ("SLACK_APP_TOKEN", "SLACK_API_URL", "PORT", "ADMIN_USER_IDS", "STOP_POLICY"):
+        environment.setenv(name, "")
+
+    settings = load_settings()
+
+    assert settings.SLACK_API_URL == "https://slack.com/api/"
+    assert settings.PORT == 3000
+    assert not settings.socket_mode
+
+
+def test_a_dotenv_file_in_the_working_directory_is_read(
+    environment: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    environment.delenv("OPENAI_MODEL")
+    (tmp_path / ".env").write_text("OPENAI_MODEL=from-dotenv\nPORT=8080\n")
+    environment.setenv("PORT", "9090")  # the environment wins over the file
+
+    settings = load_settings()
+
+    assert settings.OPENAI_MODEL == "from-dotenv"
+    assert settings.PORT == 9090
+
+
+@pytest.mark.parametrize("name", list(CASES | MORE_CASES))
+def test_load_settings_names_the_bad_setting(environment: pytest.MonkeyPatch, name: str) -> None:
+    case = (CASES | MORE_CASES)[name]
+    for key, value in case.env.items():
+        if value is None:
+            environment.delenv(key, raising=False)
+        else:
+            environment.setenv(key, value)
+
+    with pytest.raises(ConfigError) as raised:
+        load_settings()
+
+    assert raised.value.setting == case.setting
+    assert str(raised.value).startswith(f"{case.setting}: ")
+    assert "\n" not in str(raised.value)
