@@ -1,25 +1,22 @@
 """The per-workspace budget that every Slack Web API call of threadpilot goes through.
 
 Slack limits each method per workspace and app, so there is one `SlackBudget` per team,
-shared by every run in it. Here live the rate table, the token buckets, the one worker
-task that writes status messages with ``chat.update`` (progress coalesced per message and
-served oldest-dirty-first; terminal writes ahead of all progress, and retried), and which
-failure may be sent again: a 429 means Slack did nothing, a 5xx or a timeout means nobody
-knows, so only calls that are harmless twice are resent after those. What a message says
-belongs in ``bot/views``; when to send it, to the run supervisor.
+shared by every run in it (the rate table and token buckets are in
+:mod:`bot.slack_limits`). Here live the one worker task that writes status messages with
+``chat.update`` (progress coalesced per message and served oldest-dirty-first; terminal
+writes ahead of all progress, and retried), and which failure may be sent again: a 429
+means Slack did nothing, a 5xx or a timeout means nobody knows, so only calls that are
+harmless twice are resent after those. What a message says belongs in ``bot/views``; when
+to send it, to the run supervisor.
 
-A bucket refills at HEADROOM (90 %) of Slack's limit and saves a burst of 5 % of it (1 to
-3 calls), so a full bucket followed by steady use stays at or under 95 % of the limit in
-every 60-second window. Each worker process keeps its own budget; the shared 429 pause is
-what keeps several of them honest together.
+Each worker process keeps its own budget; the shared 429 pause is what keeps several of
+them honest together.
 """
 
 from __future__ import annotations
 
 import asyncio
 import copy
-import math
-import random
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -30,6 +27,14 @@ import structlog
 from slack_sdk.errors import SlackApiError
 
 from bot.errors import BudgetNotRunning, SlackRateLimited, SlackRefused, SlackUnavailable
+from bot.slack_limits import (
+    HEADROOM,
+    LIMITS_PER_MINUTE,
+    UNLISTED_LIMIT,
+    TokenBucket,
+    backoff_s,
+    retry_after_s,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping
@@ -43,29 +48,6 @@ __all__ = ["HEADROOM", "LIMITS_PER_MINUTE", "SlackBudget", "TokenBucket"]
 
 log = structlog.get_logger("bot.slack_budget")
 
-TIER_2, TIER_3, TIER_4 = 20.0, 50.0, 100.0
-# Slack's limit in calls per minute. Sources: SLACK_NOTES.md and Slack's rate-limit docs;
-# for the streaming and agent-session methods, slackapi/java-slack-sdk's tier registry
-# (MethodsRateLimits, and PR #1633 which adds agents.sessions.* as Tier 3).
-LIMITS_PER_MINUTE: dict[str, float] = {
-    "chat.update": TIER_3,  # every run's status message: the budget that matters most
-    "chat.postMessage": 60.0,  # per channel: "about 1 a second, short bursts"
-    "chat.postEphemeral": TIER_4,
-    "chat.delete": TIER_3,
-    "chat.startStream": TIER_2,
-    "chat.appendStream": TIER_4,
-    "chat.stopStream": TIER_2,
-    "reactions.add": TIER_3,
-    "reactions.remove": TIER_2,
-    "views.publish": TIER_4,
-    "agents.sessions.setStatus": TIER_3,
-    "assistant.threads.setStatus": TIER_3,  # Slack: "like chat.postMessage"; 3 is safe
-    "conversations.replies": TIER_3,
-    "users.info": TIER_4,
-    "auth.test": TIER_4,
-}
-UNLISTED_LIMIT = TIER_2  # the cautious guess for a method missing above
-HEADROOM, BURST_SHARE, MAX_BURST = 0.9, 0.05, 3
 
 # These have entry points of their own: progress must be coalesced and finals put first
 # by the worker, and a post must never be resent blindly.
@@ -88,60 +70,11 @@ RETRY_SAFE: dict[str, str | None] = {
 }
 
 REQUEST_TIMEOUT_S = 10.0
-DEFAULT_RETRY_AFTER_S = 1.0  # slack_sdk's default too, for a 429 without the header
 FINAL_ATTEMPTS, CALL_ATTEMPTS = 5, 3
-BACKOFF_BASE_S, BACKOFF_CAP_S = 0.25, 4.0
 WORKER_STOP_TIMEOUT_S = 2.0
 FINALIZED_MEMORY = 10_000  # messages whose final is known, so late progress is dropped
 
 _Key = tuple[str, str]  # (channel, ts) of a message
-
-
-class TokenBucket:
-    """When the next call may go: ``rate`` per second, up to ``capacity`` saved up.
-
-    ``pause()`` is how a 429 reaches everyone sharing the bucket: nothing goes until
-    Retry-After has passed, then one call (the retry), then the steady rate; never a burst
-    into a limiter that has just refused us.
-    """
-
-    def __init__(self, per_minute: float, clock: Callable[[], float] = time.monotonic) -> None:
-        if per_minute <= 0:
-            raise ValueError(f"a rate limit must be positive, got {per_minute}/min")
-        self.rate = HEADROOM * per_minute / 60.0
-        self.capacity = float(max(1, min(MAX_BURST, int(per_minute * BURST_SHARE))))
-        self._clock = clock
-        self._tokens, self._updated = self.capacity, clock()
-        self._paused_until = -math.inf
-        self._turns = asyncio.Lock()  # FIFO: concurrent callers are served in arrival order
-
-    def wait_s(self) -> float:
-        """Seconds until a call may go; 0 means now."""
-        now = self._clock()
-        if now < self._paused_until:
-            return self._paused_until - now
-        since = max(self._updated, self._paused_until)
-        if now > since:
-            self._tokens = min(self.capacity, self._tokens + (now - since) * self.rate)
-            self._updated = now
-        return max(0.0, (1.0 - self._tokens) / self.rate)
-
-    def take(self) -> None:
-        self._tokens -= 1.0
-
-    def pause(self, seconds: float) -> None:
-        now = self._clock()
-        self._paused_until = max(self._paused_until, now + seconds)
-        self._tokens, self._updated = 1.0, now
-
-    async def acquire(self) -> None:
-        """Wait for a token and take it."""
-        async with self._turns:
-            # Not polling: each sleep is the computed refill time, re-checked because a
-            # 429 may have paused the bucket meanwhile.
-            while (delay := self.wait_s()) > 0:  # noqa: ASYNC110
-                await asyncio.sleep(delay)
-            self.take()
 
 
 @dataclass(eq=False)
@@ -346,7 +279,7 @@ class SlackBudget:
             except SlackUnavailable:
                 if last:
                     raise
-                await asyncio.sleep(_backoff_s(attempt))
+                await asyncio.sleep(backoff_s(attempt))
             except SlackRefused as exc:
                 if attempt > 1 and exc.error == RETRY_SAFE.get(method):
                     return {"ok": True}  # an earlier attempt had landed after all
@@ -415,7 +348,7 @@ class SlackBudget:
         except SlackRateLimited as exc:
             retry_in, error = 0.0, exc.error  # the bucket's pause is the wait
         except SlackUnavailable as exc:
-            retry_in, error = _backoff_s(job.attempts), exc.error
+            retry_in, error = backoff_s(job.attempts), exc.error
         except SlackRefused as exc:
             error = exc.error
         except Exception as exc:  # a bug here must not stop the workspace's other finals
@@ -499,23 +432,10 @@ class SlackBudget:
         data = response.data if isinstance(response.data, dict) else {}
         error = str(data.get("error") or f"http_{status}")
         if status == 429 or error == "ratelimited":
-            retry_after = _retry_after_s(response.headers)
+            retry_after = retry_after_s(response.headers)
             bucket.pause(retry_after)
             self._log.warning("slack_budget.rate_limited", method=method, retry_after_s=retry_after)
             return SlackRateLimited(method, retry_after=retry_after)
         if status >= 500:
             return SlackUnavailable(method, error, status=status)
         return SlackRefused(method, error, status=status)
-
-
-def _retry_after_s(headers: Any) -> float:
-    # aiohttp's headers are case-insensitive; a missing or odd value gets slack_sdk's default.
-    try:
-        return max(0.0, float(headers.get("Retry-After", DEFAULT_RETRY_AFTER_S)))
-    except (AttributeError, TypeError, ValueError):
-        return DEFAULT_RETRY_AFTER_S
-
-
-def _backoff_s(attempt: int) -> float:
-    """Exponential backoff with jitter, so workers that failed together retry apart."""
-    return min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2.0 ** (attempt - 1)) * random.uniform(0.5, 1.0)
