@@ -61,6 +61,8 @@ class RunRecorder:
         self._store = store
         self._run = run
         self._pending: list[AuditEvent] = []
+        self._owner: str | None = None
+        """The worker that held the run when it started here (None: unowned, e.g. CLI)."""
 
     @_tolerant
     async def started(self) -> None:
@@ -68,7 +70,10 @@ class RunRecorder:
         if store is None:
             return
         run = self._run
-        if await store.get_run(run.id) is None:
+        existing = await store.get_run(run.id)
+        if existing is not None:
+            self._owner = existing.owner
+        if existing is None:
             await store.create_run(
                 RunRecord(
                     id=run.id,
@@ -84,7 +89,7 @@ class RunRecorder:
 
     @_tolerant
     async def checkpoint(self, turn: int, messages: Sequence[ChatMessage]) -> None:
-        if self._store is None:
+        if self._store is None or await self._taken_over():
             return
         await self._store.save_checkpoint(Checkpoint(self._run.id, turn, tuple(messages)))
         await self._flush()
@@ -111,6 +116,8 @@ class RunRecorder:
     async def finished(self, result: RunResult) -> None:
         if self._store is None:
             return
+        if await self._taken_over():
+            return
         won = await self._store.set_state(
             self._run.id,
             state_for_outcome(result.outcome),
@@ -136,6 +143,18 @@ class RunRecorder:
             )
         )
         await self._flush()
+
+    async def _taken_over(self) -> bool:
+        """True if another worker took the run over while this one was away (a stall
+        longer than the lease): then its state and checkpoints are not written over."""
+        assert self._store is not None
+        if self._owner is None:
+            return False
+        current = await self._store.get_run(self._run.id)
+        if current is None or current.owner == self._owner:
+            return False
+        log.warning("run.ownership_lost", run_id=self._run.id, owner=current.owner)
+        return True
 
     async def _flush(self) -> None:
         assert self._store is not None

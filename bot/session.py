@@ -127,6 +127,10 @@ class RunSession:
         await self._session_status("active" if waiting else "closed")
         return delivered
 
+    async def abandon(self) -> None:
+        """Leave the Slack message to the run's new owner: only close our stream."""
+        await self._stream.finish()
+
     async def discard(self) -> None:
         """Stop the answer pump without flushing (the run task is being torn down)."""
         await self._stream.cancel()

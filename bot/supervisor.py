@@ -44,6 +44,10 @@ class LiveRun:
     stop_clicks: dict[str, float] = field(default_factory=dict)
     """When each user last pressed Stop (monotonic), to tell a double click from escalation."""
     task: asyncio.Task[None] | None = None
+    registered: bool = False
+    """True once the database holds the run with this worker as its owner."""
+    lost: bool = False
+    """True if another worker took the run over (our lease lapsed): we write nothing more."""
 
 
 class Supervisor:
@@ -141,8 +145,7 @@ class Supervisor:
         )
         with bound:
             try:
-                if not resumed:
-                    await self._register(run, live.requester)
+                live.registered = resumed or await self._register(run, live.requester)
                 if not await live.session.open():
                     await self._abandon(run)
                     return
@@ -154,7 +157,11 @@ class Supervisor:
                 # while the last Slack writes are in flight starts the next run.
                 self._release_thread(run)
                 self._remember(run, result)
-                if await live.session.close(result):
+                if live.lost or not await self._still_ours(run.id):
+                    # Its new owner writes the Slack message; ours would contradict it.
+                    log.warning("run.ownership_lost", outcome=result.outcome.value)
+                    await live.session.abandon()
+                elif await live.session.close(result):
                     await self._record(run.id, final_posted_at=utcnow())
             except Exception:
                 log.exception("session.failed")
@@ -165,7 +172,28 @@ class Supervisor:
                 self._live.pop(run.id, None)
                 self._release_thread(run)
 
-    async def _register(self, run: Run, requester: str) -> None:
+    def lost_ownership(self, owned: set[str]) -> None:
+        """Abort, quietly, every registered run the database no longer says we own."""
+        for live in list(self._live.values()):
+            if (
+                live.registered
+                and not live.lost
+                and live.run.id not in owned
+                and live.run.result is None
+            ):
+                live.lost = True
+                log.error("run.lease_lost", run_id=live.run.id, worker=self.worker_id)
+                live.run.request_stop(StopReason.ABORT, "system:lease-lost", source="lease")
+
+    async def _still_ours(self, run_id: str) -> bool:
+        try:
+            record = await self.store.get_run(run_id)
+        except StorageError:
+            log.exception("store.read_failed", step="still_ours")
+            return True  # cannot tell: the usual path, a correct final, is the safer bet
+        return record is None or record.owner in (self.worker_id, None)
+
+    async def _register(self, run: Run, requester: str) -> bool:
         """Store the run, already leased to this worker: it is never without an owner."""
         record = RunRecord(
             id=run.id,
@@ -175,7 +203,7 @@ class Supervisor:
             owner=self.worker_id,
             lease_expires_at=utcnow() + timedelta(seconds=self.lease_ttl_s),
         )
-        await _quietly(self.store.create_run(record), "create_run")
+        return await _quietly(self.store.create_run(record), "create_run")
 
     async def _record(self, run_id: str, **fields: Any) -> None:
         await _quietly(self.store.update_run(run_id, **fields), "update_run")
@@ -229,9 +257,11 @@ class Supervisor:
                 log.error("supervisor.run_task_failed", error=repr(task.exception()))
 
 
-async def _quietly(work: Awaitable[object], what: str) -> None:
+async def _quietly(work: Awaitable[object], what: str) -> bool:
     """Run a database write whose failure must not stop the run: log it and go on."""
     try:
         await work
     except (StorageError, ValueError):
         log.exception("store.write_failed", step=what)
+        return False
+    return True

@@ -51,6 +51,7 @@ class Worker:
     ) -> None:
         self.id = worker_id
         self.store = store
+        self._supervisor = supervisor
         self._settings = settings
         self.watcher = StopWatcher(store, supervisor, poll_s=settings.STOP_POLL_INTERVAL)
         self.reconciler = Reconciler(
@@ -86,6 +87,8 @@ class Worker:
             since_purge += beat
             try:
                 await self.store.heartbeat(self.id, self._settings.LEASE_TTL)
+                owned = {r.id for r in await self.store.live_runs(owner=self.id)}
+                self._supervisor.lost_ownership(owned)
                 if since_reconcile >= min(RECONCILE_EVERY_S, self._settings.LEASE_TTL):
                     since_reconcile = 0.0
                     await self._reconcile()
