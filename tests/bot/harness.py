@@ -14,6 +14,7 @@ from llmock.scenarios import Reply, StreamFault, ToolCall
 
 from bot.views.status import ACTION_ABORT, ACTION_STOP
 from tests.fakes import slack_requests
+from tests.fakes.slack_blocks import blocks_text
 from tests.fakes.slack_workspace import DEFAULT_CHANNEL, DEFAULT_USER
 
 if TYPE_CHECKING:
@@ -60,20 +61,7 @@ def buttons(message: Message) -> list[str]:
 
 def block_text(message: Message) -> str:
     """All the text a person sees in a message's blocks, joined."""
-    parts: list[str] = []
-
-    def walk(node: Any) -> None:
-        if isinstance(node, dict):
-            if node.get("type") in ("mrkdwn", "plain_text") and "text" in node:
-                parts.append(str(node["text"]))
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, list):
-            for item in node:
-                walk(item)
-
-    walk(message.blocks or [])
-    return "\n".join(parts)
+    return blocks_text(message.blocks)
 
 
 def run_id_of(message: Message) -> str:

@@ -7,31 +7,15 @@ how many times a terminal report was written.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from tests.fakes.slack_blocks import blocks_text
 
 if TYPE_CHECKING:
     from tests.fakes.slack_messages import Message, Revision
     from tests.fakes.slack_workspace import Json
 
 __all__ = ["blocks_text", "final_revisions", "has_buttons", "is_final_revision", "revision_text"]
-
-
-def blocks_text(blocks: list[Json] | None) -> str:
-    """All the text a person sees in these blocks, joined."""
-    parts: list[str] = []
-
-    def walk(node: Any) -> None:
-        if isinstance(node, dict):
-            if node.get("type") in ("mrkdwn", "plain_text") and "text" in node:
-                parts.append(str(node["text"]))
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, list):
-            for item in node:
-                walk(item)
-
-    walk(blocks or [])
-    return "\n".join(parts)
 
 
 def revision_text(revision: Revision) -> str:
