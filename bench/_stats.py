@@ -9,14 +9,24 @@ from __future__ import annotations
 import math
 import os
 import platform
+import subprocess
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-__all__ = ["Figure", "Row", "machine_line", "percentile", "print_figures", "print_table"]
+__all__ = [
+    "Figure",
+    "Row",
+    "machine_line",
+    "percentile",
+    "print_figures",
+    "print_table",
+    "revision_line",
+]
 
 
 def percentile(samples: list[float], pct: float) -> float:
@@ -85,7 +95,10 @@ def _print_lines(title: str, lines: list[tuple[str, ...]], notes: Sequence[str])
     widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
     print(f"\n== {title} ==")
     for index, line in enumerate(lines):
-        cells = [c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(line, widths))]
+        cells = [
+            c.ljust(w) if i == 0 else c.rjust(w)
+            for i, (c, w) in enumerate(zip(line, widths, strict=True))
+        ]
         print("  ".join(cells).rstrip())
         if index == 0:
             print("  ".join("-" * w for w in widths))
@@ -100,6 +113,24 @@ def machine_line() -> str:
         f"{os.cpu_count()} CPUs, Python {platform.python_version()} "
         f"({platform.python_implementation()}), {platform.system()} {platform.release()}"
     )
+
+
+def revision_line() -> str:
+    """Which code was measured: the commit, and whether the product code had local edits."""
+    repo = Path(__file__).resolve().parents[1]
+
+    def git(*args: str) -> str:
+        try:
+            done = subprocess.run(
+                ["git", *args], cwd=repo, capture_output=True, text=True, timeout=10, check=True
+            )
+        except (OSError, subprocess.SubprocessError):
+            return ""
+        return done.stdout.strip()
+
+    commit = git("rev-parse", "--short", "HEAD") or "unknown commit"
+    edited = git("status", "--porcelain", "--", "agent_core", "bot")
+    return f"code: {commit}" + (" + uncommitted edits in agent_core/ or bot/" if edited else "")
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,8 @@ log = structlog.get_logger("bot.session")
 _APPEND_CHARS = 10_000
 """Below chat.appendStream's 12,000-character markdown limit, with a margin."""
 _STREAM_CLOSE_S = 5.0
+RENDER_EVERY_S = 0.25
+"""Progress re-renders of one status message are at least this far apart."""
 
 
 class RunSession:
@@ -64,6 +66,8 @@ class RunSession:
         self.status_ts = status_ts
         """Set when resuming: the run keeps the status message it already has."""
         self._started = time.monotonic()
+        self._last_render = -RENDER_EVERY_S
+        self._render_timer: asyncio.TimerHandle | None = None
         self._snapshot = StatusSnapshot(
             run_id=run.id,
             requester=requester,
@@ -104,6 +108,7 @@ class RunSession:
         The terminal status goes first: closing a stream is rate-limited harder than
         ``chat.update``, and at shutdown every run's final must land within the budget.
         """
+        self._cancel_render()
         await self._stream.drain()
         snapshot = replace(
             self._snapshot,
@@ -129,10 +134,12 @@ class RunSession:
 
     async def abandon(self) -> None:
         """Leave the Slack message to the run's new owner: only close our stream."""
+        self._cancel_render()
         await self._stream.finish()
 
     async def discard(self) -> None:
         """Stop the answer pump without flushing (the run task is being torn down)."""
+        self._cancel_render()
         await self._stream.cancel()
 
     # -- progress ----------------------------------------------------------------------
@@ -167,15 +174,39 @@ class RunSession:
             case TurnFinished(usage=usage):
                 s = replace(s, tokens=usage.total_tokens)
             case StopRequested(reason=reason, requested_by=who):
-                s = replace(s, phase="stopping", stop_reason=reason, stop_requested_by=who)
+                # The buttons must change now: Stop disappears, Abort stays.
+                self._snapshot = replace(
+                    s, phase="stopping", stop_reason=reason, stop_requested_by=who
+                )
+                self._push_progress(urgent=True)
+                return
             case _:
                 return
         self._snapshot = s
         self._push_progress()
 
-    def _push_progress(self) -> None:
+    def _push_progress(self, *, urgent: bool = False) -> None:
+        """Re-render the status message, at most every RENDER_EVERY_S (a trailing render
+        catches the last change). Rendering on every text delta cost more CPU than the
+        rest of a streaming run; ``urgent`` (a stop request) renders at once."""
         if self.status_ts is None:
             return
+        wait = self._last_render + RENDER_EVERY_S - time.monotonic()
+        if urgent or wait <= 0:
+            self._render_now()
+        elif self._render_timer is None:
+            self._render_timer = asyncio.get_running_loop().call_later(wait, self._render_now)
+
+    def _cancel_render(self) -> None:
+        if self._render_timer is not None:
+            self._render_timer.cancel()
+            self._render_timer = None
+
+    def _render_now(self) -> None:
+        self._cancel_render()
+        if self.status_ts is None:
+            return
+        self._last_render = time.monotonic()
         snapshot = replace(
             self._snapshot,
             elapsed_s=self._elapsed(),

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
     from slack_bolt.async_app import AsyncAck, AsyncApp
 
-    from agent_core import RunRecord, ThreadKey
+    from agent_core import RunRecord, StopRequestRecord, ThreadKey
     from bot.context import BotContext
     from bot.supervisor import LiveRun
 
@@ -65,14 +65,16 @@ async def _click(ctx: BotContext, ack: AsyncAck, body: dict[str, Any], action: S
     with structlog.contextvars.bound_contextvars(run_id=run_id, user=user):
         live = ctx.supervisor.get(run_id)
         record: RunRecord | None = None
+        request: StopRequestRecord | None = None
         recorded = True
         if live is not None:
             verdict = decide(click, live, None, ctx.settings)
             result = live.run.result
             if verdict.changes_state:
-                # Applied here at once; committed too, for the audit trail and restarts.
+                # Applied here at once, and made durable before the ack: if this worker
+                # died right after, the reconciler must still see that a person stopped it.
                 _apply(live, click, verdict)
-                await _within_budget(_commit(ctx, run_id, live.run.thread, verdict, user))
+                request = await _within_budget(_commit(ctx, run_id, live.run.thread, verdict, user))
         else:
             try:
                 async with asyncio.timeout(ACK_BUDGET_S):
@@ -80,11 +82,13 @@ async def _click(ctx: BotContext, ack: AsyncAck, body: dict[str, Any], action: S
                     verdict, result = await _decide_remote(ctx, click, record)
                     if verdict.changes_state and record is not None:
                         # Durable before the ack (SPEC.md section 3): the owner picks it up.
-                        await _commit(ctx, run_id, record.thread, verdict, user)
+                        request = await _commit(ctx, run_id, record.thread, verdict, user)
             except (StorageError, TimeoutError):
                 log.exception("click.not_recorded")
                 verdict, result, recorded = Verdict.NOT_FOUND, None, False
         await ack()
+        if request is not None:
+            await _audit(ctx, request, verdict)
         log.info(
             "click.handled", action=action.value, verdict=verdict.value, local=live is not None
         )
@@ -97,13 +101,14 @@ async def _click(ctx: BotContext, ack: AsyncAck, body: dict[str, Any], action: S
             await _ephemeral(ctx, body, reply)
 
 
-async def _within_budget(work: Awaitable[None]) -> None:
+async def _within_budget(work: Awaitable[StopRequestRecord]) -> StopRequestRecord | None:
     """A write that must not delay the ack past Slack's 3 seconds: bounded, logged."""
     try:
         async with asyncio.timeout(ACK_BUDGET_S):
-            await work
+            return await work
     except (StorageError, TimeoutError):
-        log.exception("click.audit_not_recorded")
+        log.exception("click.not_recorded")
+        return None
 
 
 async def _decide_remote(
@@ -135,20 +140,29 @@ async def _decide_remote(
 
 async def _commit(
     ctx: BotContext, run_id: str, thread: ThreadKey, verdict: Verdict, user: str
-) -> None:
-    """Commit the stop request and its audit event (raises StorageError if refused)."""
+) -> StopRequestRecord:
+    """Commit the stop request: durable when this returns (raises StorageError if not)."""
     kind = verdict.requests
     assert kind is not None
-    event = "stop.escalated" if verdict is Verdict.ESCALATE else f"{kind.value}.requested"
-    request = await ctx.store.add_stop_request(run_id, thread, kind, user)
-    await ctx.store.record_event(
-        AuditEvent(
-            run_id=run_id,
-            kind=event,
-            actor=user,
-            detail={"request_id": request.id, "worker": ctx.worker.id, "source": "button"},
+    return await ctx.store.add_stop_request(run_id, thread, kind, user)
+
+
+async def _audit(ctx: BotContext, request: StopRequestRecord, verdict: Verdict) -> None:
+    """The audit event, written after the ack: the stop request itself is the record that
+    has to be durable first; this says who did what, and may trail it."""
+    kind = "stop.escalated" if verdict is Verdict.ESCALATE else f"{request.kind.value}.requested"
+    try:
+        await ctx.store.record_event(
+            AuditEvent(
+                run_id=request.run_id,
+                kind=kind,
+                actor=request.requested_by,
+                at=request.requested_at,
+                detail={"request_id": request.id, "worker": ctx.worker.id, "source": "button"},
+            )
         )
-    )
+    except StorageError:
+        log.exception("click.audit_not_recorded")
 
 
 def _owner_gone(record: RunRecord) -> bool:

@@ -1,0 +1,110 @@
+"""llmock, the OpenAI-compatible test server: in a thread of this process, or in its own.
+
+In a thread (:func:`llmock_server`), its journal times (``RequestRecord.started_at`` /
+``ended_at``) come from ``time.monotonic()`` in the server thread: the same clock as the
+benchmark's own ``time.monotonic()``, so server-observed moments can be subtracted from
+client ones. The price is that the server shares this process's GIL.
+
+In a process of its own (:func:`llmock_process`, ``bench/_llmock_serve.py``), it neither
+shares the GIL nor counts towards this process's memory, but its journal is out of reach.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import replace
+from typing import TYPE_CHECKING, Literal
+
+from llmock.scenarios import Reply, StreamFault
+from llmock.simulation import MockResponseSettings
+from llmock.testing import LLMockServer
+
+from agent_core import OpenAIChatModel
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Iterator
+
+    from llmock.journal import RequestRecord
+
+__all__ = [
+    "LONG_TEXT",
+    "Placement",
+    "llmock_process",
+    "llmock_server",
+    "openai_model",
+    "paced_llmock",
+    "serving_process",
+    "settled_records",
+]
+
+LONG_TEXT = " ".join(f"word{i}" for i in range(400))
+"""An answer long enough to stream for a while (one chunk per word)."""
+
+Placement = Literal["thread", "process"]
+
+
+@contextmanager
+def llmock_server() -> Iterator[LLMockServer]:
+    # tool_mode "off": unscripted requests get plain text; scripts decide tool calls.
+    with LLMockServer(responses=MockResponseSettings(tool_mode="off")) as server:
+        yield server
+
+
+def openai_model(server: LLMockServer) -> OpenAIChatModel:
+    return OpenAIChatModel(model="bench-model", api_key="bench-key", base_url=server.base_url())
+
+
+async def settled_records(server: LLMockServer, *, wait_s: float = 5.0) -> list[RequestRecord]:
+    """The journal once no request is in flight (waited for in a thread, not on the loop)."""
+    return await asyncio.to_thread(server.state.journal.records, wait=wait_s)
+
+
+@asynccontextmanager
+async def llmock_process(*options: str) -> AsyncIterator[str]:
+    """Start ``bench._llmock_serve`` with ``options``; yields its OpenAI base URL."""
+    async with serving_process("bench._llmock_serve", *options) as port:
+        yield f"http://127.0.0.1:{port}/v1"
+
+
+@asynccontextmanager
+async def serving_process(module: str, *options: str) -> AsyncIterator[str]:
+    """Run ``python -m module``; yield the first line it prints; stop it by closing stdin."""
+    server = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", module, *options, stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    assert server.stdin is not None and server.stdout is not None
+    try:
+        async with asyncio.timeout(30):
+            line = (await server.stdout.readline()).decode().strip()
+        if not line:
+            raise RuntimeError(f"{module} exited before it was ready")
+        yield line
+    finally:
+        server.stdin.close()
+        async with asyncio.timeout(15):
+            await server.wait()
+
+
+@asynccontextmanager
+async def paced_llmock(
+    placement: Placement, *, chunk_ms: int, words: int, stall_s: float = 0.0
+) -> AsyncIterator[str]:
+    """llmock answering every request with ``words`` words, one chunk every ``chunk_ms``;
+    with ``stall_s``, every answer stalls that long after its first word instead."""
+    if placement == "process":
+        options = ("--chunk-ms", str(chunk_ms), "--words", str(words), "--stall", str(stall_s))
+        async with llmock_process(*options) as base_url:
+            yield base_url
+        return
+    with llmock_server() as server:
+        text = " ".join(f"word{i}" for i in range(words))
+        server.state.scenarios.add(Reply(text=text, times=None))
+        if stall_s:
+            stall = StreamFault("stall", after_chunks=2, stall_seconds=stall_s, times=None)
+            server.state.scenarios.add(stall)
+        chaos = server.state.stream_chaos
+        server.state.stream_chaos = replace(chaos, chunk_delay_ms=chunk_ms).validated()
+        yield server.base_url()
