@@ -226,9 +226,6 @@ class StopRequestRecord:
     handled_at: datetime | None = None
 
 
-StopCallback = Callable[[StopRequestRecord], Awaitable[None]]
-
-
 class StopRequestStore(Protocol):
     async def add_stop_request(
         self, run_id: str, thread: ThreadKey, kind: StopReason, requested_by: str

@@ -188,3 +188,27 @@ async def test_a_bad_request_fails_without_retrying(llm: LLMock, make_agent: Age
     assert result.process_status == 1
     assert len(llm.requests) == 1
     assert "401" in (result.error or "")
+
+
+async def test_the_event_stream_yields_every_event_and_ends_with_the_result(
+    llm: LLMock, make_agent: AgentFactory
+) -> None:
+    from agent_core.events import RunFinished, TextDelta, TurnStarted
+
+    llm.reply("streamed words")
+    run = make_agent().new_run("say it")
+    received: list[object] = []
+
+    async def consume() -> None:
+        async for event in run.events.subscribe():
+            received.append(event)
+
+    consumer = asyncio.create_task(consume())
+    await asyncio.sleep(0)  # one loop turn: the subscriber registers before the run starts
+    result = await run.run()
+    async with asyncio.timeout(5):
+        await consumer  # ends by itself after RunFinished
+
+    assert isinstance(received[0], TurnStarted)
+    assert "".join(e.text for e in received if isinstance(e, TextDelta)) == "streamed words"
+    assert received[-1] == RunFinished(run.id, result)
