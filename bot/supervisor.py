@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -24,15 +23,13 @@ from agent_core.stop import utcnow
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Sequence
 
-    from agent_core import Agent, ChatMessage, Checkpoint, Run, RunResult, ThreadKey
+    from agent_core import Agent, ChatMessage, Checkpoint, Run, ThreadKey
     from agent_core.ports import Store
     from bot.session import RunSession
 
 __all__ = ["LiveRun", "Supervisor"]
 
 log = structlog.get_logger("bot.supervisor")
-
-_FINISHED_KEPT = 2000
 
 
 @dataclass(eq=False)
@@ -62,8 +59,6 @@ class Supervisor:
         """Marks a finished run's stop requests handled (set by the worker)."""
         self._live: dict[str, LiveRun] = {}
         self._by_thread: dict[ThreadKey, str] = {}
-        self._finished: OrderedDict[str, RunResult] = OrderedDict()
-        self._threads_with_runs: OrderedDict[ThreadKey, None] = OrderedDict()
         self._accepting = True
 
     # -- lookups -----------------------------------------------------------------------
@@ -75,12 +70,17 @@ class Supervisor:
         run_id = self._by_thread.get(thread)
         return self._live.get(run_id) if run_id else None
 
-    def finished(self, run_id: str) -> RunResult | None:
-        return self._finished.get(run_id)
+    async def had_run(self, thread: ThreadKey) -> bool:
+        """True if any worker ever ran in ``thread`` (a reply there continues it).
 
-    def had_run(self, thread: ThreadKey) -> bool:
-        """True if a run ended in ``thread`` (a reply there continues the conversation)."""
-        return thread in self._threads_with_runs
+        Asked of the database, not of this process: the run may have lived in another
+        worker, or before a restart.
+        """
+        try:
+            return bool(await self.store.find_runs(thread=thread, limit=1))
+        except StorageError:
+            log.exception("store.read_failed", step="had_run")
+            return False
 
     @property
     def live_runs(self) -> list[LiveRun]:
@@ -156,7 +156,6 @@ class Supervisor:
                 # The thread is free as soon as the run has ended: a reply that arrives
                 # while the last Slack writes are in flight starts the next run.
                 self._release_thread(run)
-                self._remember(run, result)
                 if live.lost or not await self._still_ours(run.id):
                     # Its new owner writes the Slack message; ours would contradict it.
                     log.warning("run.ownership_lost", outcome=result.outcome.value)
@@ -225,14 +224,6 @@ class Supervisor:
     def _release_thread(self, run: Run) -> None:
         if self._by_thread.get(run.thread) == run.id:
             del self._by_thread[run.thread]
-
-    def _remember(self, run: Run, result: RunResult) -> None:
-        self._finished[result.run_id] = result
-        self._threads_with_runs[run.thread] = None
-        while len(self._finished) > _FINISHED_KEPT:
-            self._finished.popitem(last=False)
-        while len(self._threads_with_runs) > _FINISHED_KEPT:
-            self._threads_with_runs.popitem(last=False)
 
     async def shutdown(self, timeout_s: float) -> None:
         """End every live run with reason ``shutdown`` and wait for them, bounded."""

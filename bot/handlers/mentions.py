@@ -48,7 +48,7 @@ def register(app: AsyncApp, ctx: BotContext) -> None:
         if live is not None:
             live.participants.add(event["user"])
             return
-        if ctx.supervisor.had_run(thread):
+        if await ctx.supervisor.had_run(thread):
             await _start(ctx, body, event)
 
     app.event("app_mention")(on_mention)

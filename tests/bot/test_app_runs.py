@@ -180,3 +180,28 @@ async def test_a_dm_starts_a_run(bot: Bot, llm: LLMock) -> None:
     final = await bot.final(status)
     assert "Finished" in block_text(final)
     assert llm.requests[0].body["messages"][-1]["content"] == "hi there"
+
+
+async def test_a_reply_continues_a_thread_whose_run_lived_in_another_worker(
+    make_bot: BotFactory, llm: LLMock
+) -> None:
+    worker_a = await make_bot()
+    worker_b = await make_bot()  # same database, same Slack: a second worker process
+    llm.reply("First answer, from worker A.")
+    thread_ts, status = await worker_a.mention("is the deploy green?")
+    await worker_a.final(status)
+
+    llm.reply("Second answer, from worker B.")
+    assert await worker_b.event(slack_requests.thread_reply("and staging?", thread_ts=thread_ts))
+    await worker_b.slack.wait_until(
+        lambda s: len([c for c in s.calls("chat.postMessage") if c.ok]) == 2, timeout=15
+    )
+    second_status = next(
+        m
+        for m in worker_b.slack.thread(DEFAULT_CHANNEL, thread_ts)
+        if m.is_bot and m.ts != status.ts and m.stream is None
+    )
+    await worker_b.final(second_status)
+    messages = llm.requests[-1].body["messages"]
+    assert messages[-1]["content"] == "and staging?"
+    assert any("First answer, from worker A." in str(m.get("content")) for m in messages)
