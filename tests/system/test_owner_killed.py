@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from llmock.journal import Journal, RequestRecord
     from llmock.pytest_plugin import LLMock
 
-    from agent_core.ports import Store
+    from agent_core.ports import RunRecord, Store
     from tests.fakes.slack_messages import Message
     from tests.system.workers import Cluster, WorkerProcess
 
@@ -99,13 +99,16 @@ def check_resumed_from_checkpoint(resumed: RequestRecord) -> None:
     assert not any("word0" in str(m.get("content")) for m in conversation)
 
 
-async def test_another_worker_reconciles_and_resumes_a_killed_owners_run(
-    cluster: Cluster, store: Store, journal: Journal, llm: LLMock
-) -> None:
-    a, b = await cluster.start("a", "b", AUTO_RESUME_ON_RESTART="true")
-    script_a_run_to_kill(llm, resumed_answer=True)
-    run_id, status, killed_at = await start_run_and_kill_owner(cluster, a, store, journal)
-
+async def check_reconciled_and_resumed(
+    cluster: Cluster,
+    store: Store,
+    journal: Journal,
+    run_id: str,
+    status: Message,
+    killed_at: float,
+) -> RunRecord:
+    """The killed owner's run was taken over in time, resumed from its checkpoint and
+    finished; returns its stored record."""
     took = await reconciled_within_bound(cluster, status, killed_at)
     final = await cluster.until_message(status, finished)
 
@@ -117,6 +120,17 @@ async def test_another_worker_reconciles_and_resumes_a_killed_owners_run(
     check_resumed_from_checkpoint(resumed_request(records))
     record = await store.get_run(run_id)
     assert record is not None
+    return record
+
+
+async def test_another_worker_reconciles_and_resumes_a_killed_owners_run(
+    cluster: Cluster, store: Store, journal: Journal, llm: LLMock
+) -> None:
+    a, b = await cluster.start("a", "b", AUTO_RESUME_ON_RESTART="true")
+    script_a_run_to_kill(llm, resumed_answer=True)
+    run_id, status, killed_at = await start_run_and_kill_owner(cluster, a, store, journal)
+
+    record = await check_reconciled_and_resumed(cluster, store, journal, run_id, status, killed_at)
     assert (record.state, record.owner) == (RunState.FINISHED, "b")
     kinds = [(e.kind, e.actor) for e in await store.events_for(run_id)]
     assert ("run.takeover", "b") in kinds and ("run.resumed", "b") in kinds
@@ -164,15 +178,5 @@ async def test_a_worker_restarted_under_the_same_id_ends_its_previous_runs(
     run_id, status, killed_at = await start_run_and_kill_owner(cluster, a, store, journal)
     await a.restart()
 
-    took = await reconciled_within_bound(cluster, status, killed_at)
-    final = await cluster.until_message(status, finished)
-
-    print(f"reconciled {took:.2f}s after kill -9 (bound {RECONCILE_BOUND_S}s)")
-    assert RESUMED_ANSWER in block_text(final)
-    records = await until(
-        lambda: r if len(r := journal.records()) == 3 else None, what="3 model requests"
-    )
-    check_resumed_from_checkpoint(resumed_request(records))
-    record = await store.get_run(run_id)
-    assert record is not None
+    record = await check_reconciled_and_resumed(cluster, store, journal, run_id, status, killed_at)
     assert (record.state, record.owner) == (RunState.FINISHED, "a")
