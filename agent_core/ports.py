@@ -11,6 +11,8 @@ all of them. The core never imports an adapter.
   reaches the run's owner, and survives a restart (SPEC.md section 3, seed 004).
 - :class:`RunQueries` finds runs by what they became, and writes fields without moving
   state: what the reconciler needs to repost final messages and resume runs.
+- :class:`DeliveryLog` tells every worker whether a Slack delivery (an event, a click)
+  was already taken by some worker, so a re-delivery changes nothing.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ __all__ = [
     "ChatMessage",
     "ChatModel",
     "Checkpoint",
+    "DeliveryLog",
     "LeaseStore",
     "ModelRequest",
     "ModelResponse",
@@ -290,9 +293,30 @@ class RetentionStore(Protocol):
     async def purge(self, older_than: datetime) -> int:
         """Delete what is no longer needed from before ``older_than``; returns rows deleted.
 
-        Goes: handled stop requests (by ``handled_at``), audit events (by ``at``), and the
-        checkpoints of runs that can never resume (terminal, except ``blocked``). Runs and
-        pending stop requests are kept.
+        Goes: handled stop requests (by ``handled_at``), audit events (by ``at``), the
+        checkpoints of runs that can never resume (terminal, except ``blocked``), and
+        delivery keys (by when they were first seen). Runs and pending stop requests are
+        kept.
+        """
+        ...
+
+
+class DeliveryLog(Protocol):
+    """Which deliveries some worker already took, durably and across workers.
+
+    Slack re-delivers an event it believes was not acknowledged (maybe to another
+    worker) and may send a click twice; the worker that receives one asks here first
+    and acts only on a first delivery.
+    """
+
+    async def first_delivery(self, key: str, *, now: datetime | None = None) -> bool:
+        """Record ``key`` (e.g. ``event:<event_id>``); True for exactly one caller ever,
+        across every worker sharing the database, False for every later one.
+
+        ``now`` (default: the wall clock) is when the key was seen, for
+        :meth:`RetentionStore.purge`. Raises :class:`agent_core.errors.StorageError`
+        when the answer cannot be had; a store that retried after losing its connection
+        still answers True to the caller whose write landed.
         """
         ...
 
@@ -365,7 +389,15 @@ class RunQueries(Protocol):
         ...
 
 
-class Store(RunStore, RunQueries, StopRequestStore, LeaseStore, RetentionStore, Protocol):
+class Store(
+    RunStore,
+    RunQueries,
+    StopRequestStore,
+    LeaseStore,
+    RetentionStore,
+    DeliveryLog,
+    Protocol,
+):
     """Everything a worker needs from one database.
 
     :func:`agent_core.stores.factory.open_store` returns one; the caller closes it.

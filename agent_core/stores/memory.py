@@ -43,6 +43,7 @@ class MemoryStore:
         self._checkpoints: dict[str, Checkpoint] = {}
         self._events: dict[str, list[AuditEvent]] = {}
         self._stops: dict[str, StopRequestRecord] = {}
+        self._deliveries: dict[str, datetime] = {}
 
     # -- RunStore ----------------------------------------------------------------------
 
@@ -242,7 +243,20 @@ class MemoryStore:
             ]
             for run_id in checkpoints:
                 del self._checkpoints[run_id]
-            return len(stops) + events + len(checkpoints)
+            deliveries = [key for key, seen in self._deliveries.items() if seen < older_than]
+            for key in deliveries:
+                del self._deliveries[key]
+            return len(stops) + events + len(checkpoints) + len(deliveries)
+
+    # -- DeliveryLog -------------------------------------------------------------------
+
+    async def first_delivery(self, key: str, *, now: datetime | None = None) -> bool:
+        seen_at = codec.to_utc(now or utcnow())
+        async with self._lock:
+            if key in self._deliveries:
+                return False
+            self._deliveries[key] = seen_at
+            return True
 
     async def close(self) -> None:
         """Nothing to release; here so this store is a :class:`~agent_core.ports.Store`."""

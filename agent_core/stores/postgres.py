@@ -350,4 +350,19 @@ class PostgresStore:
                     _NEVER_RESUMES,
                 )
             )
+            deleted += _count(
+                await conn.execute("DELETE FROM deliveries WHERE seen_at < $1", cutoff)
+            )
         return deleted
+
+    # -- DeliveryLog -------------------------------------------------------------------
+
+    async def first_delivery(self, key: str, *, now: datetime | None = None) -> bool:
+        # ON CONFLICT waits for a racing insert of the same key to commit or roll back,
+        # so exactly one of any number of racing workers gets a row back.
+        sql = (
+            "INSERT INTO deliveries (key, token, seen_at) VALUES ($1, $2, $3) "
+            "ON CONFLICT (key) DO NOTHING RETURNING key"
+        )
+        seen_at = codec.to_utc(now or utcnow())
+        return await self._changed("record a delivery", sql, key, uuid.uuid4().hex, seen_at)

@@ -348,6 +348,7 @@ class SqliteStore:
                 f"(SELECT id FROM runs WHERE state IN ({_marks(len(_NEVER_RESUMES))}))",
                 [cutoff, *_NEVER_RESUMES],
             ),
+            ("DELETE FROM deliveries WHERE seen_at < ?", [cutoff]),
         ]
         deleted = 0
         async with self._write("purge old rows") as db:
@@ -355,6 +356,18 @@ class SqliteStore:
                 async with db.execute(sql, tuple(params)) as cursor:
                     deleted += cursor.rowcount
         return deleted
+
+    # -- DeliveryLog -------------------------------------------------------------------
+
+    async def first_delivery(self, key: str, *, now: datetime | None = None) -> bool:
+        # One process holds the write lock at a time, so the statement's own answer
+        # (a row inserted or not) is the whole truth.
+        sql = (
+            "INSERT INTO deliveries (key, token, seen_at) VALUES (?, ?, ?) "
+            "ON CONFLICT (key) DO NOTHING"
+        )
+        params = [key, uuid.uuid4().hex, now or utcnow()]
+        return await self._change("record a delivery", sql, params) == 1
 
 
 async def _configure(conn: aiosqlite.Connection, path: str, busy_timeout_s: float) -> None:
