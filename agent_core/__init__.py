@@ -22,6 +22,7 @@ from agent_core.errors import (
 )
 from agent_core.events import (
     EventHub,
+    GuidanceDelivered,
     Retrying,
     RunEvent,
     RunFinished,
@@ -34,6 +35,7 @@ from agent_core.events import (
     TurnFinished,
     TurnStarted,
 )
+from agent_core.guidance import Guidance, GuidanceInbox
 from agent_core.logs import configure_logging
 from agent_core.loop import Run, current_run
 from agent_core.model import OpenAIChatModel
@@ -78,6 +80,9 @@ __all__ = [
     "EventHub",
     "ExitCode",
     "FatalModelError",
+    "Guidance",
+    "GuidanceDelivered",
+    "GuidanceInbox",
     "Handoff",
     "IllegalTransition",
     "ModelError",

@@ -17,11 +17,13 @@ import structlog
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
 
+    from agent_core.guidance import Guidance
     from agent_core.outcomes import RunResult, Usage
     from agent_core.stop import StopReason
 
 __all__ = [
     "EventHub",
+    "GuidanceDelivered",
     "Retrying",
     "RunEvent",
     "RunFinished",
@@ -108,6 +110,15 @@ class StopHonoured:
 
 
 @dataclass(frozen=True, slots=True)
+class GuidanceDelivered:
+    """Guidance went out with the model request of ``turn`` (as user-role messages)."""
+
+    run_id: str
+    turn: int
+    guidance: tuple[Guidance, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class RunFinished:
     run_id: str
     result: RunResult
@@ -123,6 +134,7 @@ RunEvent = (
     | Retrying
     | StopRequested
     | StopHonoured
+    | GuidanceDelivered
     | RunFinished
 )
 

@@ -27,6 +27,7 @@ import structlog
 from agent_core.errors import ContextOverflow, FatalModelError, ModelError, RetryableModelError
 from agent_core.events import (
     EventHub,
+    GuidanceDelivered,
     Retrying,
     RunFinished,
     StepRestarted,
@@ -38,6 +39,7 @@ from agent_core.events import (
     TurnFinished,
     TurnStarted,
 )
+from agent_core.guidance import Guidance, GuidanceInbox
 from agent_core.outcomes import ExitCode, Handoff, Outcome, RunResult, Timings
 from agent_core.ports import ModelRequest, ThreadKey
 from agent_core.prompts import RESUMED_NOTE, FinalTurnReason, final_turn_instruction
@@ -130,6 +132,7 @@ class Run:
             self._messages = [*restore.messages, {"role": "system", "content": RESUMED_NOTE}]
             self._tally.turns = self._tally.steps_completed = restore.turn
         self._children: list[Run] = []
+        self._guidance = GuidanceInbox()
         self._started = False
         self._log = log.bind(run_id=run_id, thread=str(thread), requester=requester)
         self._recorder = RunRecorder(agent.store, self)
@@ -146,6 +149,16 @@ class Run:
     def request_stop(self, reason: StopReason, requested_by: str, *, source: str = "local") -> bool:
         """Ask the run to end; see :meth:`RunControl.request_stop`."""
         return self.control.request_stop(reason, requested_by, source=source)
+
+    def add_guidance(self, guidance: Guidance) -> bool:
+        """Queue a person's reply for the next turn boundary (see :mod:`agent_core.guidance`).
+
+        False if the run has ended or this reply was already queued.
+        """
+        queued = self._guidance.add(guidance)
+        if queued:
+            self._log.info("guidance.queued", guidance_id=guidance.id, author=guidance.author)
+        return queued
 
     def child(self, task: str, *, tools: Sequence[Tool] | None = None) -> Run:
         """A sub-agent run: it inherits every stop and abort of this run."""
@@ -200,6 +213,7 @@ class Run:
                 return forced
             if forced is not None:
                 return await self._final_turn(forced)
+            self._deliver_guidance()
             try:
                 response = await self._call_model(self._request(), final=False)
             except _StopDuringWait:
@@ -218,6 +232,10 @@ class Run:
                 case Continue():
                     continue
                 case FinalAnswer() | Reported() | AskedUser():
+                    if self._guidance.pending and self.control.reason is None:
+                        # Someone wrote while the model was answering: that answer did
+                        # not see it, so the run goes on for one more turn with it.
+                        continue
                     return ending_for_step(step)
 
     def _at_boundary(self) -> Ending | FinalTurnReason | None:
@@ -241,6 +259,15 @@ class Run:
         ):
             return FinalTurnReason.TOKEN_LIMIT
         return None
+
+    def _deliver_guidance(self) -> None:
+        """Put every queued reply into the conversation for the request about to go out."""
+        taken = self._guidance.take()
+        if not taken:
+            return
+        self._messages.extend(g.message() for g in taken)
+        self._log.info("guidance.delivered", guidance_ids=[g.id for g in taken])
+        self.events.emit(GuidanceDelivered(self.id, self._tally.turns + 1, taken))
 
     def _request(self) -> ModelRequest:
         return ModelRequest(self._messages, tools=[*self._toolbox.specs, FINAL_REPORT, ASK_USER])
@@ -390,7 +417,10 @@ class Run:
             self.events.emit(StopHonoured(self.id, self.control.reason))
 
     async def _finish(self, ending: Ending, started_at: datetime) -> RunResult:
-        result = self._result(ending, started_at)
+        undelivered = self._guidance.close()
+        if undelivered:
+            self._log.info("guidance.undelivered", guidance_ids=[g.id for g in undelivered])
+        result = self._result(ending, started_at, undelivered)
         self.result = result
         await self._recorder.finished(result)
         self._log.info(
@@ -404,7 +434,9 @@ class Run:
         self.events.emit(RunFinished(self.id, result))
         return result
 
-    def _result(self, ending: Ending, started_at: datetime) -> RunResult:
+    def _result(
+        self, ending: Ending, started_at: datetime, undelivered: tuple[Guidance, ...]
+    ) -> RunResult:
         request = self.control.request
         honoured = self.control.honoured_at is not None
         handoff = Handoff(
@@ -429,6 +461,7 @@ class Run:
             final_text=ending.final_text,
             error=ending.error,
             children=tuple(c.result for c in self._children if c.result is not None),
+            undelivered_guidance=undelivered,
         )
 
     def _on_text(self, text: str) -> None:

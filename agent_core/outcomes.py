@@ -15,6 +15,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from agent_core.errors import UnknownOutcome
+from agent_core.guidance import Guidance
 from agent_core.stop import StopReason
 
 if TYPE_CHECKING:
@@ -220,6 +221,8 @@ class RunResult:
     final_text: str = ""
     error: str | None = None
     children: tuple[RunResult, ...] = field(default=())
+    undelivered_guidance: tuple[Guidance, ...] = field(default=())
+    """Guidance still queued when the run ended (a stop won, or it came too late)."""
 
     @property
     def process_status(self) -> int:
@@ -256,6 +259,7 @@ class RunResult:
             final_text=str(data.get("final_text", "")),
             error=data.get("error"),
             children=tuple(cls.from_dict(c) for c in data.get("children", ())),
+            undelivered_guidance=_guidance_from(data.get("undelivered_guidance", ())),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -282,7 +286,12 @@ class RunResult:
             },
             "error": self.error,
             "children": [c.to_dict() for c in self.children],
+            "undelivered_guidance": [g.to_dict() for g in self.undelivered_guidance],
         }
+
+
+def _guidance_from(items: Any) -> tuple[Guidance, ...]:
+    return tuple(Guidance.from_dict(g) for g in items)
 
 
 def _iso(value: datetime | None) -> str | None:

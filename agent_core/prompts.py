@@ -8,7 +8,13 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-__all__ = ["RESUMED_NOTE", "SYSTEM_PROMPT", "FinalTurnReason", "final_turn_instruction"]
+__all__ = [
+    "RESUMED_NOTE",
+    "SYSTEM_PROMPT",
+    "FinalTurnReason",
+    "final_turn_instruction",
+    "guidance_note",
+]
 
 SYSTEM_PROMPT = (
     "You are threadpilot, an agent working on a request inside a Slack thread. Use the "
@@ -53,3 +59,8 @@ _WHY = {
 
 def final_turn_instruction(reason: FinalTurnReason) -> str:
     return f"{_WHY[reason]} {_REPORT}"
+
+
+def guidance_note(author: str, text: str) -> str:
+    """The user-role message that carries one reply written while the agent worked."""
+    return f"Guidance from {author} while you were working: {text}"
