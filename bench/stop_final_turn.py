@@ -1,4 +1,4 @@
-"""Stop → final-turn request sent, once the current step ends: p99 < 10 ms (SPEC.md §5).
+"""Stop or guidance → next model request sent, once the current step ends: p99 < 10 ms.
 
 Real loop, real :class:`OpenAIChatModel`, llmock over loopback. A Stop never cuts the
 step short, so the clock starts when the step ends and stops when llmock sees the
@@ -10,6 +10,8 @@ final-turn request arrive (its ``started_at``). Two kinds of step, each ``--tria
   stop), so the next request is the final turn.
 - tool: the model calls a tool that takes 20 ms; Stop is requested when the tool starts.
   The step ends at the ``ToolFinished`` event.
+- guidance: the same 20 ms tool, but a person's reply is queued when it starts instead of
+  a Stop; the next request (an ordinary turn) must carry it as a user-role message.
 
 Also shown, for where the time goes: step end → the final turn's ``TurnStarted`` event
 (in-process work only, no HTTP).
@@ -29,6 +31,8 @@ from llmock.scenarios import Reply, StreamFault, ToolCall
 from agent_core import (
     Agent,
     ExitCode,
+    Guidance,
+    Outcome,
     StopReason,
     TextDelta,
     ToolFinished,
@@ -46,8 +50,9 @@ if TYPE_CHECKING:
 
     from agent_core import RunEvent
 
-Kind = Literal["stream", "tool"]
+Kind = Literal["stream", "tool", "guidance"]
 STEP_S = 0.02
+GUIDANCE = "Use the other time zone."
 WARMUP = 20
 
 
@@ -61,11 +66,12 @@ async def slow_step() -> str:
 @dataclass(frozen=True)
 class Trial:
     sent_ms: float
-    """Step end → llmock saw the final-turn request start."""
+    """Step end → llmock saw the next request (the final turn, or the guided turn) start."""
     in_process_ms: float
-    """Step end → the final turn's TurnStarted event."""
+    """Step end → that turn's TurnStarted event."""
     as_specified: bool
-    """Two requests, the second offering only final_report, and the run ended by Stop."""
+    """Two requests; after a Stop the second offers only final_report and the run ended
+    by Stop; after guidance the second carries it as a user message."""
 
 
 class _Watch:
@@ -75,20 +81,20 @@ class _Watch:
         self.kind = kind
         self.stop_now = asyncio.Event()
         self.step_end: float | None = None
-        self.final_turn: float | None = None
+        self.next_turn: float | None = None
 
     def __call__(self, event: RunEvent) -> None:
         match event:
             case TextDelta() if self.kind == "stream":
                 self.stop_now.set()
-            case ToolStarted() if self.kind == "tool":
+            case ToolStarted() if self.kind in ("tool", "guidance"):
                 self.stop_now.set()
             case TurnFinished() if self.kind == "stream" and self.step_end is None:
                 self.step_end = time.monotonic()
-            case ToolFinished() if self.kind == "tool":
+            case ToolFinished() if self.kind in ("tool", "guidance"):
                 self.step_end = time.monotonic()
-            case TurnStarted(final=True):
-                self.final_turn = time.monotonic()
+            case TurnStarted(turn=2):
+                self.next_turn = time.monotonic()
             case _:
                 pass
 
@@ -101,7 +107,7 @@ def script(server: LLMockServer, kind: Kind) -> None:
         )
     else:
         server.state.scenarios.add(Reply(tool_calls=(ToolCall("slow_step"),)))
-    server.state.scenarios.add(Reply(text="Stopped as asked: nothing else was done."))
+    server.state.scenarios.add(Reply(text="Done as asked."))
 
 
 async def one_trial(agent: Agent, server: LLMockServer, kind: Kind) -> Trial:
@@ -112,18 +118,25 @@ async def one_trial(agent: Agent, server: LLMockServer, kind: Kind) -> Trial:
     task = asyncio.create_task(run.run(), name="bench-run")
     async with asyncio.timeout(10):
         await watch.stop_now.wait()
-    run.request_stop(StopReason.STOP, "bench")
+    if kind == "guidance":
+        run.add_guidance(Guidance(id="g", author="bench", text=GUIDANCE))
+    else:
+        run.request_stop(StopReason.STOP, "bench")
     result = await task
     records = await settled_records(server)
     server.state.journal.clear()
-    assert watch.step_end is not None and watch.final_turn is not None, "step never ended"
-    final_tools = [t["function"]["name"] for t in (records[-1].body or {}).get("tools", [])]
+    assert watch.step_end is not None and watch.next_turn is not None, "step never ended"
+    last = records[-1].body or {}
+    if kind == "guidance":
+        carried = [m for m in last.get("messages", []) if GUIDANCE in str(m.get("content"))]
+        ok = [m["role"] for m in carried] == ["user"] and result.outcome is Outcome.FINISHED
+    else:
+        final_tools = [t["function"]["name"] for t in last.get("tools", [])]
+        ok = final_tools == ["final_report"] and result.exit_code is ExitCode.USER_STOP
     return Trial(
         sent_ms=(records[-1].started_at - watch.step_end) * 1000,
-        in_process_ms=(watch.final_turn - watch.step_end) * 1000,
-        as_specified=len(records) == 2
-        and final_tools == ["final_report"]
-        and result.exit_code is ExitCode.USER_STOP,
+        in_process_ms=(watch.next_turn - watch.step_end) * 1000,
+        as_specified=len(records) == 2 and ok,
     )
 
 
@@ -133,7 +146,7 @@ async def measure(trials: int) -> bool:
         model = openai_model(server)
         agent = Agent(model, [slow_step])
         try:
-            kinds: tuple[Kind, ...] = ("stream", "tool")
+            kinds: tuple[Kind, ...] = ("stream", "tool", "guidance")
             for kind in kinds:
                 for _ in range(WARMUP):
                     await one_trial(agent, server, kind)
@@ -141,20 +154,24 @@ async def measure(trials: int) -> bool:
         finally:
             await model.aclose()
     rows: list[Row] = []
-    ends: tuple[tuple[Kind, str], ...] = (("stream", "stream end"), ("tool", "ToolFinished"))
-    for kind, ended_by in ends:
+    ends: tuple[tuple[Kind, str, str], ...] = (
+        ("stream", "Stop, stream end", "final"),
+        ("tool", "Stop, ToolFinished", "final"),
+        ("guidance", "guidance, ToolFinished", "guided"),
+    )
+    for kind, ended_by, turn in ends:
         done = results[kind]
         rows += [
-            Row(f"{ended_by} → final request at llmock", [t.sent_ms for t in done], "ms", 10.0),
-            Row(f"{ended_by} → final TurnStarted", [t.in_process_ms for t in done], "ms"),
+            Row(f"{ended_by} → {turn} request at llmock", [t.sent_ms for t in done], "ms", 10.0),
+            Row(f"{ended_by} → {turn} TurnStarted", [t.in_process_ms for t in done], "ms"),
         ]
     wrong = sum(not t.as_specified for trial_list in results.values() for t in trial_list)
     print_table(
-        "stop_final_turn: Stop → final-turn request sent, once the current step ends",
+        "stop_final_turn: Stop or guidance → next request sent, once the current step ends",
         rows,
         [
-            f"trials not ending as specified (2 requests, final offers only final_report, "
-            f"EXIT-USER-STOP): {wrong}",
+            f"trials not ending as specified (2 requests; after Stop the final offers only "
+            f"final_report, EXIT-USER-STOP; after guidance it is a user message): {wrong}",
             f"step = a model stream stalled {STEP_S * 1000:g} ms mid-answer, or a "
             f"{STEP_S * 1000:g} ms tool; Stop requested during it; {WARMUP} warm-up trials "
             "per kind not counted",
