@@ -11,6 +11,7 @@ from agent_core.loop import Run
 from agent_core.ports import ThreadKey
 from agent_core.prompts import SYSTEM_PROMPT
 from agent_core.retry import RetryPolicy
+from agent_core.tools import DEFAULT_TOOL_TIMEOUT_S
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -32,6 +33,13 @@ class AgentConfig:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     final_turn_timeout_s: float | None = None
     """After a Stop, escalate to Abort if the final turn takes longer than this."""
+    tool_timeout_s: float = DEFAULT_TOOL_TIMEOUT_S
+    """One tool call may take this long; then it is cancelled and the model is told it
+    timed out (``TOOL_TIMEOUT``)."""
+
+    def __post_init__(self) -> None:
+        if not self.tool_timeout_s > 0:
+            raise ValueError(f"tool_timeout_s must be positive, not {self.tool_timeout_s}")
 
 
 class Agent:

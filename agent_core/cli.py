@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import signal
 import sys
@@ -25,6 +26,7 @@ from agent_core.events import RunEvent, TextDelta, ToolStarted, TurnStarted
 from agent_core.logs import configure_logging
 from agent_core.model import OpenAIChatModel
 from agent_core.stop import StopReason
+from agent_core.tools import DEFAULT_TOOL_TIMEOUT_S
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -42,11 +44,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         model = _model_from_env()
+        tool_timeout_s = _tool_timeout_from_env()
         configure_logging("console", os.environ.get("LOG_LEVEL", "WARNING"))
     except (ConfigError, ValueError) as exc:
         print(f"threadpilot: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    config = AgentConfig(max_turns=args.max_turns, final_turn_timeout_s=args.final_turn_timeout)
+    config = AgentConfig(
+        max_turns=args.max_turns,
+        final_turn_timeout_s=args.final_turn_timeout,
+        tool_timeout_s=tool_timeout_s,
+    )
     result = asyncio.run(_run(Agent(model, BUILTIN_TOOLS, config=config), args.task, args.json))
     out = sys.stdout
     if args.json:
@@ -92,6 +99,19 @@ def _model_from_env() -> OpenAIChatModel:
     if base_url is not None and not base_url.startswith(("http://", "https://")):
         raise ConfigError("OPENAI_BASE_URL", f"{base_url!r} is not an http(s) URL")
     return OpenAIChatModel(model=model, api_key=key, base_url=base_url)
+
+
+def _tool_timeout_from_env() -> float:
+    raw = os.environ.get("TOOL_TIMEOUT", "").strip()
+    if not raw:
+        return DEFAULT_TOOL_TIMEOUT_S
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = math.nan
+    if not seconds > 0:  # also refuses nan
+        raise ConfigError("TOOL_TIMEOUT", f"{raw!r} is not a positive number of seconds")
+    return seconds
 
 
 async def _run(agent: Agent, task: str, as_json: bool) -> RunResult:

@@ -119,7 +119,7 @@ class Run:
         self.control = RunControl(run_id)
         self.events = EventHub()
         self.result: RunResult | None = None
-        self._toolbox = Toolbox(agent.tools)
+        self._toolbox = Toolbox(agent.tools, timeout_s=agent.config.tool_timeout_s)
         self._messages: list[ChatMessage] = [
             {"role": "system", "content": agent.config.system_prompt},
             *history,

@@ -6,9 +6,26 @@
     async def search(query: str, limit: int = 5) -> str:
         '''Search the wiki.'''
 
+``Annotated[str, pydantic.Field(max_length=...)]`` parameters put their limits in the
+schema, and arguments beyond them are refused before the tool runs.
+
 A tool that raises gives the model an error result, never a crash; arguments that are
 not valid JSON, or do not match the signature, are reported back to the model the same
-way. Cancellation is never caught here: an Abort cancels a running tool.
+way. Every call is bounded by the toolbox's timeout (``TOOL_TIMEOUT``, default 120 s):
+after it the call is cancelled and the model reads ``error: <tool> timed out after N s``.
+Cancellation is never caught here: an Abort cancels a running tool at once.
+
+Prefer ``async def`` tools. An async tool that is timed out or aborted is really
+cancelled: its awaits raise ``CancelledError`` and its HTTP streams close. A sync tool
+runs in a thread of :mod:`agent_core.tool_threads` (a small pool of its own, so it cannot
+starve DNS look-ups or anything else that uses asyncio's default executor), and a thread
+cannot be stopped: on a timeout or Abort the run goes on at once and the thread's result
+is dropped, but the thread keeps its pool slot until the function returns. A sync tool
+that never returns costs one pool thread for the life of the process. A sync tool that
+spends long stretches in one C call (a huge integer power, a giant regex) also holds the
+interpreter lock for that whole call, freezing every other task of the process, health
+checks and clicks included; so a sync tool must bound the work its arguments can ask for,
+as :mod:`agent_core.builtin_tools` does.
 
 Two tools are built into every run and handled by the loop, not executed:
 ``final_report`` (ends the run with the four-part handoff) and ``ask_user`` (ends it with
@@ -18,6 +35,8 @@ one blocking question).
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import inspect
 import json
 import typing
@@ -26,11 +45,14 @@ from dataclasses import dataclass
 from typing import Any, Literal, overload
 
 import pydantic
+import structlog
 
 from agent_core.ports import ToolCall, ToolSpec
+from agent_core.tool_threads import SHARED_TOOL_THREADS, ToolThreads
 
 __all__ = [
     "ASK_USER",
+    "DEFAULT_TOOL_TIMEOUT_S",
     "FINAL_REPORT",
     "FinalReport",
     "Tool",
@@ -41,6 +63,11 @@ __all__ = [
 ]
 
 ToolFn = Callable[..., Any]
+
+DEFAULT_TOOL_TIMEOUT_S = 120.0
+"""How long one tool call may take before it is cancelled (SPEC.md: ``TOOL_TIMEOUT``)."""
+
+log = structlog.get_logger("agent_core.tools")
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,15 +83,35 @@ class Tool:
         schema.pop("title", None)
         return ToolSpec(self.name, self.description, schema)
 
-    async def invoke(self, arguments: dict[str, Any]) -> str:
-        """Validate ``arguments`` and call the function; sync functions run in a thread."""
+    @property
+    def is_async(self) -> bool:
+        return inspect.iscoroutinefunction(self.fn)
+
+    async def invoke(
+        self, arguments: dict[str, Any], threads: ToolThreads = SHARED_TOOL_THREADS
+    ) -> str:
+        """Validate ``arguments`` and call the function; sync functions run in ``threads``.
+
+        Cancelling this returns at once even while a sync function still runs; its
+        result is then dropped (see the module docstring for what that costs).
+        """
         args = self.args_model.model_validate(arguments)
         kwargs = {name: getattr(args, name) for name in type(args).model_fields}
-        if inspect.iscoroutinefunction(self.fn):
-            value = await self.fn(**kwargs)
-        else:
-            value = await asyncio.to_thread(self.fn, **kwargs)
-        return value if isinstance(value, str) else json.dumps(value, default=str)
+        if self.is_async:
+            return _as_text(await self.fn(**kwargs))
+        call = functools.partial(_call_as_text, self.fn, kwargs)
+        # Like asyncio.to_thread: the tool sees the caller's context (e.g. current_run()).
+        future = threads.submit(contextvars.copy_context().run, call)
+        return typing.cast("str", await asyncio.wrap_future(future))
+
+
+def _call_as_text(fn: ToolFn, kwargs: dict[str, Any]) -> str:
+    # Serialised in the tool's thread: a large result must not hold up the event loop.
+    return _as_text(fn(**kwargs))
+
+
+def _as_text(value: object) -> str:
+    return value if isinstance(value, str) else json.dumps(value, default=str)
 
 
 @overload
@@ -94,7 +141,7 @@ def _first_paragraph(doc: str) -> str:
 
 
 def _args_model(fn: ToolFn) -> type[pydantic.BaseModel]:
-    hints = typing.get_type_hints(fn)
+    hints = typing.get_type_hints(fn, include_extras=True)
     fields: dict[str, Any] = {}
     for param in inspect.signature(fn).parameters.values():
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
@@ -162,9 +209,19 @@ class ToolOutcome:
 
 
 class Toolbox:
-    """The tools of one agent, looked up by name."""
+    """The tools of one agent, looked up by name; every call bounded by ``timeout_s``."""
 
-    def __init__(self, tools: Sequence[Tool] = ()) -> None:
+    def __init__(
+        self,
+        tools: Sequence[Tool] = (),
+        *,
+        timeout_s: float = DEFAULT_TOOL_TIMEOUT_S,
+        threads: ToolThreads = SHARED_TOOL_THREADS,
+    ) -> None:
+        if not timeout_s > 0:
+            raise ValueError(f"timeout_s must be positive, not {timeout_s}")
+        self.timeout_s = timeout_s
+        self._threads = threads
         self._tools = {t.name: t for t in tools}
         reserved = {FINAL_REPORT.name, ASK_USER.name} & set(self._tools)
         if reserved:
@@ -202,16 +259,40 @@ class Toolbox:
                 f"({exc}); call {call.name} again with valid JSON",
                 ok=False,
             )
+        deadline = asyncio.timeout(self.timeout_s)
         try:
-            return ToolOutcome(call, await found.invoke(arguments), ok=True)
+            async with deadline:
+                return ToolOutcome(call, await found.invoke(arguments, self._threads), ok=True)
+        except TimeoutError as exc:
+            if not deadline.expired():  # the tool's own timeout, not ours
+                return ToolOutcome(call, _raised(call, exc), ok=False)
+            return self._timed_out(call, found)
         except pydantic.ValidationError as exc:
             return ToolOutcome(
                 call, f"error: invalid arguments for {call.name}: {_brief(exc)}", ok=False
             )
         except Exception as exc:
-            return ToolOutcome(
-                call, f"error: {call.name} raised {type(exc).__name__}: {exc}", ok=False
+            return ToolOutcome(call, _raised(call, exc), ok=False)
+
+    def _timed_out(self, call: ToolCall, found: Tool) -> ToolOutcome:
+        if found.is_async:
+            log.warning("tool.timed_out", tool=call.name, timeout_s=self.timeout_s)
+        else:
+            log.warning(
+                "tool.timed_out",
+                tool=call.name,
+                timeout_s=self.timeout_s,
+                # The thread runs on until the function returns; this shows the cost.
+                tool_threads_busy=self._threads.busy,
+                tool_threads_max=self._threads.max_threads,
             )
+        return ToolOutcome(
+            call, f"error: {call.name} timed out after {self.timeout_s:g} s", ok=False
+        )
+
+
+def _raised(call: ToolCall, exc: Exception) -> str:
+    return f"error: {call.name} raised {type(exc).__name__}: {exc}"
 
 
 def _brief(exc: pydantic.ValidationError) -> str:

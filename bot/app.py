@@ -90,7 +90,9 @@ class ThreadpilotApp:
             self._model or self._openai_model(),
             BUILTIN_TOOLS,
             config=AgentConfig(
-                max_turns=settings.MAX_TURNS, final_turn_timeout_s=settings.FINAL_TURN_TIMEOUT
+                max_turns=settings.MAX_TURNS,
+                final_turn_timeout_s=settings.FINAL_TURN_TIMEOUT,
+                tool_timeout_s=settings.TOOL_TIMEOUT,
             ),
             store=self._store,
         )

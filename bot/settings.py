@@ -56,6 +56,7 @@ class Settings(BaseSettings):
     LOG_LEVEL: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     MAX_TURNS: int = Field(default=20, ge=1)
     FINAL_TURN_TIMEOUT: float | None = Field(default=None, gt=0)
+    TOOL_TIMEOUT: float = Field(default=120.0, gt=0)
     AUTO_RESUME_ON_RESTART: bool = True
     RETENTION_DAYS: int = Field(default=30, ge=1)
     LEASE_TTL: float = Field(default=30.0, ge=3.0)
