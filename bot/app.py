@@ -33,7 +33,7 @@ from agent_core import (
 )
 from agent_core.stores.factory import open_store
 from bot.context import BotContext
-from bot.dedupe import EventDeduper
+from bot.dedupe import Deliveries, EventDeduper
 from bot.handlers import actions, events, mentions
 from bot.session import RunSession
 from bot.supervisor import Supervisor
@@ -165,7 +165,9 @@ class ThreadpilotApp:
             request_verification_enabled=not socket_mode,
             ignoring_self_events_enabled=True,
         )
-        bolt.middleware(EventDeduper().middleware)
+        # Durable and shared by every worker: a retry delivered elsewhere is dropped too.
+        deduper = EventDeduper(Deliveries(ctx.store), budget_s=actions.ACK_BUDGET_S)
+        bolt.middleware(deduper.middleware)
         mentions.register(bolt, ctx)
         actions.register(bolt, ctx)
         events.register(bolt, ctx)

@@ -1,49 +1,120 @@
-"""Drop repeated Events API deliveries (SPEC.md section 2, SLACK_NOTES.md).
+"""Drop repeated deliveries of one Slack event or click (SPEC.md sections 2 and 4).
 
 Slack re-sends an event it thinks was not acknowledged in time (``X-Slack-Retry-Num``),
-and may deliver one twice. Every delivery carries an ``event_id``; a repeat is
-acknowledged and dropped here, before any listener can start a second run.
+maybe to another worker, and may deliver an event or a click twice. A repeat must change
+nothing: not start a second run, not turn one Stop into an escalation.
+
+:class:`Deliveries` answers "is this the first delivery?" for a key: this process's memory
+first (cheap; catches the common repeat to the same process), then the database's
+delivery log, which every worker shares (``Store.first_delivery``). Keys:
+``event:<event_id>`` for events (:class:`EventDeduper`, a Bolt middleware, before any
+listener can start a run) and ``click:<action_ts>:<user>`` for button clicks
+(:mod:`bot.handlers.actions`): a deliberate second press has a new ``action_ts``.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 import structlog
 from slack_bolt.response import BoltResponse
 
+from agent_core import StorageError
+
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-__all__ = ["EventDeduper"]
+    from agent_core.ports import DeliveryLog
+
+__all__ = ["Deliveries", "EventDeduper", "click_key", "event_key"]
 
 log = structlog.get_logger("bot.dedupe")
 
 
-class EventDeduper:
-    def __init__(self, capacity: int = 10_000) -> None:
+def event_key(event_id: str) -> str:
+    return f"event:{event_id}"
+
+
+def click_key(action_ts: str, user: str) -> str:
+    return f"click:{action_ts}:{user}"
+
+
+class Deliveries:
+    """First deliveries, remembered here and recorded in the shared delivery log."""
+
+    def __init__(self, store: DeliveryLog, capacity: int = 10_000) -> None:
+        self._store = store
         self._seen: OrderedDict[str, None] = OrderedDict()
         self._capacity = capacity
 
-    def first_time(self, event_id: str) -> bool:
-        if event_id in self._seen:
-            self._seen.move_to_end(event_id)
-            return False
-        self._seen[event_id] = None
+    def seen_here(self, key: str) -> bool:
+        """True if this process already took ``key`` (no database involved)."""
+        if key in self._seen:
+            self._seen.move_to_end(key)
+            return True
+        return False
+
+    def remember(self, key: str) -> None:
+        self._seen[key] = None
+        self._seen.move_to_end(key)
         if len(self._seen) > self._capacity:
             self._seen.popitem(last=False)
-        return True
+
+    async def first(self, key: str) -> bool:
+        """True for exactly one delivery of ``key`` among all workers.
+
+        Raises :class:`agent_core.StorageError` when the database cannot say; the caller
+        decides what a delivery it cannot check is worth. Callers bound the wait.
+        """
+        if self.seen_here(key):
+            return False
+        # Remembered only once the database has answered: a delivery whose check failed
+        # was not taken, and its retry must get a real answer, not "seen".
+        first = await self._store.first_delivery(key)
+        self.remember(key)
+        return first
+
+
+class EventDeduper:
+    """A Bolt middleware that acknowledges and drops every repeat of an Events API event.
+
+    The check must fit in Slack's 3 s to acknowledge, so it gets ``budget_s``. When the
+    database cannot answer in time (or at all), the event is processed: a duplicate run
+    is the lesser harm than a mention nobody answers; the busy-thread check still
+    catches most repeats, and it is logged.
+    """
+
+    def __init__(self, deliveries: Deliveries, *, budget_s: float) -> None:
+        self._deliveries = deliveries
+        self._budget_s = budget_s
+
+    async def first_time(self, event_id: str) -> bool:
+        key = event_key(event_id)
+        try:
+            async with asyncio.timeout(self._budget_s):
+                return await self._deliveries.first(key)
+        except (StorageError, TimeoutError) as exc:
+            log.warning(
+                "event.dedupe_unavailable",
+                event_id=event_id,
+                error=str(exc) or type(exc).__name__,
+                action="processed",
+            )
+            self._deliveries.remember(key)
+            return True
 
     async def middleware(
         self, body: dict[str, Any], next: Callable[[], Awaitable[None]]
     ) -> BoltResponse | None:
         event_id = body.get("event_id") if body.get("type") == "event_callback" else None
-        if event_id and not self.first_time(str(event_id)):
+        if event_id and not await self.first_time(str(event_id)):
+            event = body.get("event")
             log.info(
                 "event.duplicate_dropped",
                 event_id=event_id,
-                event_type=(body.get("event") or {}).get("type"),
+                event_type=event.get("type") if isinstance(event, dict) else None,
             )
             return BoltResponse(status=200, body="")
         await next()

@@ -300,6 +300,14 @@ STOP_NOT_RECORDED = (
     "Your click could not be recorded (threadpilot's database did not answer). "
     "Nothing changed: please press the button again."
 )
+STOP_NOT_RECORDED_BUSY = (
+    "Your click was not recorded: threadpilot's database is busy right now. "
+    "Nothing changed: please press the button again."
+)
+CLICK_NOT_FROM_RUN = (
+    "That button is not on this run's own status message, so nothing changed. "
+    "Use the buttons on the run's status message in its thread."
+)
 UNKNOWN_ACTION = "threadpilot does not know that button; it may be from an older version."
 RUN_NOT_FOUND = "This run is no longer tracked (it may have ended during a restart)."
 THREAD_BUSY = (

@@ -12,6 +12,7 @@ older version of the message, as a client that has not re-rendered yet would.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, cast
 
 import pytest
@@ -19,7 +20,7 @@ import pytest
 from agent_core import Agent, StopReason, ThreadKey
 from agent_core.testing import ScriptedChatModel
 from bot import messages
-from bot.handlers.clicks import DOUBLE_CLICK_S, Click, Verdict, decide
+from bot.handlers.clicks import DOUBLE_CLICK_S, Click, Origin, Verdict, decide
 from bot.settings import Settings, StopPolicy
 from bot.supervisor import LiveRun
 from tests.agent_core.helpers import offered_tools
@@ -30,6 +31,7 @@ from tests.bot.harness import (
     SHORT_TEXT,
     WAIT_S,
     block_text,
+    run_id_of,
     stalled_answer,
 )
 from tests.fakes import slack_requests
@@ -110,6 +112,51 @@ async def test_stop_again_after_the_double_click_window_escalates_to_abort(
     assert f"Aborted by <@{DEFAULT_USER}>" in block_text(final)
     (record,) = llm.requests
     assert not record.completed  # the stalled stream was closed, not waited for
+
+
+async def test_a_stop_click_delivered_again_seconds_later_changes_nothing(
+    bot: Bot, llm: LLMock
+) -> None:
+    llm.add(*stalled_answer(3.0, text=SHORT_TEXT))
+    llm.reply("Stopped early: the time was not checked.")
+    _, running = await bot.mention("check the time")
+    await bot.slack.wait_for_call("chat.startStream", timeout=WAIT_S)
+    press = slack_requests.click_button(bot.slack.message(running.channel, running.ts), ACTION_STOP)
+    assert (await bot.post(slack_requests.interaction_request(press, SECRET))).status == 200
+    live = bot.live_run(running)
+    assert live is not None and live.run.control.reason is StopReason.STOP
+    # As if the first delivery were DOUBLE_CLICK_S ago: past the double-click window, a
+    # second press would escalate. This is no second press: the same click, again.
+    live.stop_clicks[DEFAULT_USER] -= DOUBLE_CLICK_S
+
+    again = await bot.post(slack_requests.interaction_request(press, SECRET))
+
+    assert again.status == 200
+    assert live.run.control.reason is StopReason.STOP  # not escalated to abort
+    final = await bot.final(running)
+    assert f"Stopped by <@{DEFAULT_USER}>" in block_text(final)
+    assert llm.requests[0].completed  # the step in flight was let finish
+    assert offered_tools(llm.requests[-1]) == ["final_report"]
+    assert bot.ephemerals_for(DEFAULT_USER, running.channel) == []  # answered nothing new
+    assert bot.app.ctx is not None
+    requests = await bot.app.ctx.store.stop_requests_for(run_id_of(running))
+    assert [(r.kind, r.requested_by) for r in requests] == [(StopReason.STOP, DEFAULT_USER)]
+
+
+async def test_a_refused_click_delivered_twice_is_answered_once(bot: Bot, llm: LLMock) -> None:
+    llm.add(*stalled_answer(1.0, with_tool=False, text=SHORT_TEXT))
+    _, running = await bot.mention("write a little")
+    await bot.slack.wait_for_call("chat.startStream", timeout=WAIT_S)
+    press = slack_requests.click_button(running, ACTION_STOP, user=OTHER)
+
+    for _ in range(2):
+        assert (await bot.post(slack_requests.interaction_request(press, SECRET))).status == 200
+    assert await bot.click(running, ACTION_ABORT, user=OTHER) == 200  # a press of its own
+
+    assert await bot.ephemerals(OTHER, count=2) == [REQUESTER_ONLY, REQUESTER_ONLY]
+    final = await bot.final(running)  # long after any third answer would have been sent
+    assert "Finished" in block_text(final)
+    assert bot.ephemerals_for(OTHER, running.channel) == [REQUESTER_ONLY, REQUESTER_ONLY]
 
 
 async def test_clicks_by_someone_the_policy_does_not_allow_change_nothing(
@@ -194,14 +241,24 @@ def new_run(model: ScriptedChatModel | None = None) -> Run:
     return agent.new_run("task", requester=REQUESTER, thread=ThreadKey("T1", "C1", "1.0"))
 
 
-def live_run(run: Run | None = None) -> LiveRun:
-    # decide() never touches the session; a LiveRun just has to carry one.
-    session = cast("RunSession", None)
+STATUS_TS = "1.5"
+"""The ts of the unit runs' status message, in their thread ("T1", "C1", "1.0")."""
+ON_STATUS = Origin("T1", "C1", STATUS_TS, "1.0")
+
+
+def live_run(run: Run | None = None, status_ts: str | None = STATUS_TS) -> LiveRun:
+    # decide() reads only where the session's status message is.
+    session = cast("RunSession", SimpleNamespace(channel="C1", status_ts=status_ts))
     return LiveRun(run or new_run(), session, REQUESTER, participants={REQUESTER, PARTICIPANT})
 
 
-def click(action: StopReason = StopReason.STOP, user: str = REQUESTER, at: float = 100.0) -> Click:
-    return Click(user=user, action=action, at=at)
+def click(
+    action: StopReason = StopReason.STOP,
+    user: str = REQUESTER,
+    at: float = 100.0,
+    origin: Origin | None = ON_STATUS,
+) -> Click:
+    return Click(user=user, action=action, at=at, origin=origin)
 
 
 @pytest.mark.parametrize("action", [StopReason.STOP, StopReason.ABORT])
@@ -307,3 +364,49 @@ def test_decide_an_unknown_run_is_not_found() -> None:
 
     assert verdict is Verdict.NOT_FOUND
     assert not verdict.changes_state
+
+
+# -- decide(): a click counts only on its run's own status message ----------------------
+
+
+@pytest.mark.parametrize(
+    "origin",
+    [
+        Origin("T1", "C1", "9.0", "9.0"),  # another thread
+        Origin("T1", "C1", "1.0", "1.0"),  # the run's thread, but not its status message
+        Origin("T1", "C2", STATUS_TS, "1.0"),  # another channel
+        Origin("T2", "C1", STATUS_TS, "1.0"),  # another team
+        None,  # no message at all
+    ],
+    ids=["thread", "message", "channel", "team", "none"],
+)
+@pytest.mark.parametrize("action", [StopReason.STOP, StopReason.ABORT])
+def test_decide_a_click_from_anywhere_but_the_status_message_is_refused(
+    origin: Origin | None, action: StopReason
+) -> None:
+    verdict = decide(click(action, user=ADMIN, origin=origin), live_run(), None, settings())
+
+    assert verdict is Verdict.NOT_THIS_RUN
+    assert not verdict.changes_state
+
+
+async def test_decide_a_foreign_click_learns_nothing_about_the_run() -> None:
+    run = new_run(ScriptedChatModel(default_text="Done."))
+    await run.run()
+    elsewhere = Origin("T1", "C1", "9.0")
+
+    verdict = decide(click(origin=elsewhere), live_run(run), None, settings())
+
+    assert verdict is Verdict.NOT_THIS_RUN  # not "finished"
+
+
+def test_decide_before_the_status_message_is_known_the_thread_is_the_bound() -> None:
+    # The status post is in flight (or its answer was lost): a click from the run's
+    # thread counts, one from anywhere else does not.
+    live = live_run(status_ts=None)
+    in_thread = Origin("T1", "C1", "1.7", "1.0")
+
+    assert decide(click(origin=in_thread), live, None, settings()) is Verdict.STOP
+    assert decide(click(origin=Origin("T1", "C1", "1.0")), live, None, settings()) is Verdict.STOP
+    for elsewhere in (Origin("T1", "C1", "9.1", "9.0"), Origin("T1", "C2", "1.7", "1.0")):
+        assert decide(click(origin=elsewhere), live, None, settings()) is Verdict.NOT_THIS_RUN
