@@ -273,8 +273,16 @@ class LeaseStore(Protocol):
         """Drop ``owner``'s lease so another worker may claim at once. False if not held."""
         ...
 
-    async def heartbeat(self, owner: str, ttl_s: float, *, now: datetime | None = None) -> int:
-        """Extend the lease of every live run ``owner`` holds; returns how many."""
+    async def heartbeat(
+        self, owner: str, run_ids: Collection[str], ttl_s: float, *, now: datetime | None = None
+    ) -> set[str]:
+        """Extend ``owner``'s lease on each of ``run_ids`` that is live and still its own,
+        in one statement; returns the ids renewed.
+
+        ``run_ids`` are the runs the caller really holds (in memory, being driven): a live
+        row that names ``owner`` but is not among them is nobody's and is left to expire.
+        An id asked for but not returned is lost (ended or taken over elsewhere).
+        """
         ...
 
     async def expired_runs(self, now: datetime | None = None) -> list[RunRecord]:

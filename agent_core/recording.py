@@ -5,12 +5,20 @@ terminal write can lose to another writer (a reconciler, a racing click), in whi
 the stored state stands and the loss is logged. Stop requests reach the recorder from a
 synchronous listener, so their audit events are buffered and written at the next await
 point (a checkpoint or the end): nothing is written fire-and-forget.
+
+Most writes are best effort (a run outlives a store outage). The terminal write is not:
+a run whose ending is not stored stays "live" in the database, a ghost that blocks its
+thread and that a reconciler would later resume over its answer. So it is retried
+through an outage (:func:`until_landed`) before the run reports its end, and a run
+that still cannot be recorded is logged as critical.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
-from typing import TYPE_CHECKING, ParamSpec, Protocol
+import time
+from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar
 
 import structlog
 
@@ -25,11 +33,18 @@ if TYPE_CHECKING:
     from agent_core.ports import ChatMessage, RunStore, ThreadKey
     from agent_core.stop import StopRequest
 
-__all__ = ["RunRecorder"]
+__all__ = ["TERMINAL_WRITE_DEADLINE_S", "RunRecorder", "record_ending", "until_landed"]
 
 log = structlog.get_logger("agent_core.recording")
 
 P = ParamSpec("P")
+T = TypeVar("T")
+
+TERMINAL_WRITE_DEADLINE_S = 60.0
+"""How long a terminal write is retried through a database outage (blips and failovers
+last seconds to tens of seconds) before the run is given up as unrecorded."""
+_FIRST_RETRY_S = 0.05
+_MAX_RETRY_S = 5.0
 
 
 class _RunView(Protocol):
@@ -54,6 +69,53 @@ def _tolerant(method: Callable[P, Awaitable[None]]) -> Callable[P, Awaitable[Non
             log.exception("run.store_write_failed", step=method.__name__)
 
     return wrapper
+
+
+async def until_landed(write: Callable[[], Awaitable[T]], *, step: str, run_id: str) -> T:
+    """Run ``write`` until it does not raise :class:`StorageError`, or re-raise the last
+    one after :data:`TERMINAL_WRITE_DEADLINE_S`.
+
+    Waits between attempts grow from 50 ms, doubling, to at most 5 s apart. ``write``
+    must be safe to repeat (a compare-and-set is: once it has landed, a repeat changes
+    nothing). Cancellation ends the wait at once.
+    """
+    deadline = time.monotonic() + TERMINAL_WRITE_DEADLINE_S
+    delay = _FIRST_RETRY_S
+    attempt = 1
+    while True:
+        try:
+            return await write()
+        except StorageError as exc:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise
+            log.warning(
+                "run.store_write_retrying",
+                step=step,
+                run_id=run_id,
+                attempt=attempt,
+                retry_in_s=round(min(delay, left), 3),
+                error=str(exc),
+            )
+        await asyncio.sleep(min(delay, left))
+        delay = min(delay * 2, _MAX_RETRY_S)
+        attempt += 1
+
+
+async def record_ending(store: RunStore, run_id: str, result: RunResult, **changes: Any) -> bool:
+    """Write the run's terminal state from ``result`` by compare-and-set (with other
+    :class:`RunRecord` fields in ``changes``). False if the run had already ended."""
+    return await store.set_state(
+        run_id,
+        state_for_outcome(result.outcome),
+        expected=LIVE_STATES,
+        outcome=result.outcome,
+        stop_reason=result.stop_reason,
+        exit_code=result.exit_code,
+        stopped_by=result.handoff.stopped_by,
+        result=result.to_dict(),
+        **changes,
+    )
 
 
 class RunRecorder:
@@ -112,22 +174,34 @@ class RunRecorder:
             )
         )
 
-    @_tolerant
     async def finished(self, result: RunResult) -> None:
-        if self._store is None:
+        """Store the run's ending, retried through a database outage (see the module).
+
+        Never raises a storage error: a run that cannot be recorded is logged as critical
+        and still reports its result to whoever awaits it.
+        """
+        store = self._store
+        if store is None:
             return
-        if await self._taken_over():
+
+        async def write() -> bool | None:
+            if await self._taken_over():
+                return None
+            return await record_ending(store, self._run.id, result)
+
+        try:
+            won = await until_landed(write, step="finished", run_id=self._run.id)
+        except StorageError:
+            log.critical(
+                "run.terminal_unrecorded",
+                run_id=self._run.id,
+                outcome=result.outcome.value,
+                deadline_s=TERMINAL_WRITE_DEADLINE_S,
+                exc_info=True,
+            )
             return
-        won = await self._store.set_state(
-            self._run.id,
-            state_for_outcome(result.outcome),
-            expected=LIVE_STATES,
-            outcome=result.outcome,
-            stop_reason=result.stop_reason,
-            exit_code=result.exit_code,
-            stopped_by=result.handoff.stopped_by,
-            result=result.to_dict(),
-        )
+        if won is None:
+            return  # taken over: the new owner's state stands
         if not won:
             log.warning("run.terminal_lost", run_id=self._run.id, outcome=result.outcome.value)
         self._pending.append(
@@ -142,7 +216,10 @@ class RunRecorder:
                 },
             )
         )
-        await self._flush()
+        try:
+            await self._flush()
+        except StorageError:
+            log.exception("run.store_write_failed", step="finished.audit")
 
     async def _taken_over(self) -> bool:
         """True if another worker took the run over while this one was away (a stall

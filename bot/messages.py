@@ -140,6 +140,12 @@ SHUTDOWN_NOTICE = f"Interrupted by a restart; {RESTART_NOTE}"
 WORKER_LOST = "Interrupted: the worker running this stopped."
 """Evidence for a run whose owner's lease expired (found by the reconciler)."""
 
+ENDING_NOT_RECORDED = (
+    "Its final message was posted in this thread, but how it ended could not be recorded "
+    "(threadpilot's database did not answer)."
+)
+"""Evidence stored for a run whose answer reached Slack but whose ending was lost."""
+
 
 def live_details(elapsed_s: float, tokens: int, requester: str) -> str:
     # The requester is named because, under the default policy, only they (and admins)
@@ -307,6 +313,10 @@ STOP_NOT_RECORDED_BUSY = (
 CLICK_NOT_FROM_RUN = (
     "That button is not on this run's own status message, so nothing changed. "
     "Use the buttons on the run's status message in its thread."
+)
+RUN_NOT_RECORDED = (
+    "I could not start on this: threadpilot's database did not answer, so the request "
+    "could not be recorded. Nothing is running. Please mention me again in a minute."
 )
 UNKNOWN_ACTION = "threadpilot does not know that button; it may be from an older version."
 RUN_NOT_FOUND = "This run is no longer tracked (it may have ended during a restart)."

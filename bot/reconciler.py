@@ -123,7 +123,10 @@ class Reconciler:
         now = now or utcnow()
         stops = await self._store.stop_requests_for(record.id)
         checkpoint = await self._store.latest_checkpoint(record.id)
-        result = orphan_result(record, stops, checkpoint, now)
+        # A final already in Slack means the run finished and only its terminal write was
+        # lost: its answer stands, and it is neither rewritten nor resumed.
+        answered = record.final_posted_at is not None
+        result = orphan_result(record, stops, checkpoint, now, answered=answered)
         won = await self._store.set_state(
             record.id,
             RunState(result.outcome.value),
@@ -136,11 +139,11 @@ class Reconciler:
             owner=None,
             lease_expires_at=None,
         )
+        # Read again after the compare-and-set, whoever won it: a click that saw the run
+        # live may have committed a request since, and then calls this to end it.
+        await self._settle_if_ended(record.id)
         if not won:
             return False
-        for request in stops:
-            if request.status == "requested":
-                await self._store.mark_stop_handled(request.id)
         await self._store.record_event(
             AuditEvent(
                 run_id=record.id,
@@ -157,9 +160,25 @@ class Reconciler:
             outcome=result.outcome.value,
         )
         fresh = await self._store.get_run(record.id)
-        if fresh is not None:
+        if fresh is not None and not answered:
             await self.post_final(fresh, now)
         return True
+
+    async def _settle_if_ended(self, run_id: str) -> None:
+        """Mark the run's pending stop requests handled if it has ended."""
+        pending = await self._store.pending_stop_requests([run_id])
+        if not pending:
+            return
+        record = await self._store.get_run(run_id)
+        if record is not None and record.state.is_terminal:
+            for request in pending:
+                await self._store.mark_stop_handled(request.id)
+
+    async def _thread_moved_on(self, record: RunRecord) -> bool:
+        """True if a newer run started in the run's thread: the conversation went on
+        without it, and resuming it would put an old task back over the newer one."""
+        runs = await self._store.find_runs(thread=record.thread, limit=1000)
+        return any(r.parent_id is None and r.created_at > record.created_at for r in runs)
 
     async def post_final(self, record: RunRecord, now: datetime | None = None) -> bool:
         """Render the stored run's terminal message and write it to its status message."""
@@ -184,6 +203,8 @@ class Reconciler:
 
     async def _try_resume(self, record: RunRecord, now: datetime) -> bool:
         if not self._auto_resume or record.exit_code is not ExitCode.SHUTDOWN:
+            return False
+        if await self._thread_moved_on(record):
             return False
         if any(
             r.kind is not StopReason.SHUTDOWN
@@ -259,15 +280,29 @@ def orphan_result(
     stops: list[StopRequestRecord],
     checkpoint: Checkpoint | None,
     now: datetime,
+    *,
+    answered: bool = False,
 ) -> RunResult:
-    """The ending of a run whose worker went away, from what the database knows."""
+    """The ending of a run whose worker went away, from what the database knows.
+
+    ``answered``: its final message reached Slack, only its terminal write was lost. It
+    is recorded as ended with no way to resume (that would replace the answer).
+    """
     turns = checkpoint.turn if checkpoint else 0
     person = max(
         (r for r in stops if r.kind is not StopReason.SHUTDOWN),
         key=lambda r: (r.kind.rank, r.requested_at),
         default=None,
     )
-    if person is not None:
+    reason: StopReason | None
+    if answered:
+        handoff = Handoff(
+            Outcome.FAILED,
+            evidence=messages.ENDING_NOT_RECORDED,
+            next_step="Nothing is running. Reply in the thread to continue.",
+        )
+        code, reason = ExitCode.ERROR, None
+    elif person is not None:
         abort = person.kind is StopReason.ABORT
         handoff = Handoff(
             Outcome.USERINTERLUDE,
@@ -277,7 +312,7 @@ def orphan_result(
             stopped_by=person.requested_by,
         )
         code = ExitCode.USER_ABORT if abort else ExitCode.USER_STOP
-        reason: StopReason = person.kind
+        reason = person.kind
     else:
         handoff = Handoff(
             Outcome.BLOCKED,

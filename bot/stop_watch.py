@@ -10,17 +10,22 @@ in the owner, notices it and calls ``run.request_stop`` locally:
 - SQLite (and memory): polled, every ``poll_s`` (250 ms by default).
 
 The table is the truth; a wake-up is only a hint. Requests are marked handled when the
-run they target has ended (see :meth:`StopWatcher.run_ended`).
+run they target has ended (see :meth:`StopWatcher.run_ended`), and for a while after: a
+click that read the run while it was live may commit its request just after the run
+ended (the click path has up to its ack budget to do so), and a request must never stay
+``requested`` on a run that has ended.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from typing import TYPE_CHECKING
 
 import structlog
 
+from agent_core import StorageError
 from agent_core.ports import StopWakeups
 
 if TYPE_CHECKING:
@@ -33,6 +38,9 @@ log = structlog.get_logger("bot.stop_watch")
 
 POLL_BACKSTOP_S = 2.0
 """With LISTEN/NOTIFY, the table is still scanned this often in case a wake-up was lost."""
+LATE_REQUESTS_S = 10.0
+"""After a run ends here, its late stop requests are settled for this long: well past a
+click's ack budget, the longest a click that saw the run live can take to commit."""
 
 
 class StopWatcher:
@@ -41,6 +49,8 @@ class StopWatcher:
         self._supervisor = supervisor
         self._poll_s = poll_s
         self._delivered: set[str] = set()
+        self._ended: dict[str, float] = {}
+        """Runs that ended here, to the monotonic time until which late requests are settled."""
         self._listening = contextlib.AsyncExitStack()
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
@@ -71,10 +81,41 @@ class StopWatcher:
         return sum(self._deliver(request) for request in pending)
 
     async def run_ended(self, run_id: str) -> None:
-        """Mark every request for a finished run handled: it was honoured, or moot."""
-        for request in await self._store.pending_stop_requests([run_id]):
-            await self._store.mark_stop_handled(request.id)
+        """Mark every request for a finished run handled: it was honoured, or moot.
+
+        Requests committed later (or missed now, the database failing) are settled by the
+        next polls for :data:`LATE_REQUESTS_S`.
+        """
+        self._ended[run_id] = time.monotonic() + LATE_REQUESTS_S
+        try:
+            await self._settle([run_id])
+        except StorageError:
+            log.exception("stop_watch.settle_failed", run_id=run_id)
+
+    async def _settle(self, run_ids: list[str]) -> int:
+        """Mark handled the pending requests of those runs that the database says ended
+        (one that lost its lease here may live on, resumed by another worker)."""
+        settled = 0
+        ended: dict[str, bool] = {}
+        for request in await self._store.pending_stop_requests(run_ids):
+            if request.run_id not in ended:
+                record = await self._store.get_run(request.run_id)
+                ended[request.run_id] = record is not None and record.state.is_terminal
+            if not ended[request.run_id]:
+                continue
+            settled += await self._store.mark_stop_handled(request.id)
             self._delivered.discard(request.id)
+            log.info("stop.settled", run_id=request.run_id, request_id=request.id)
+        return settled
+
+    async def _settle_late(self) -> None:
+        """Settle requests committed for runs that ended here a moment ago."""
+        now = time.monotonic()
+        for run_id, until in list(self._ended.items()):
+            if until <= now:
+                del self._ended[run_id]
+        if self._ended:
+            await self._settle(list(self._ended))
 
     def _deliver(self, request: StopRequestRecord) -> bool:
         live = self._supervisor.get(request.run_id)
@@ -95,6 +136,8 @@ class StopWatcher:
     async def _on_wakeup(self, run_id: str) -> None:
         if self._supervisor.get(run_id) is not None:
             await self.scan([run_id])
+        elif run_id in self._ended:
+            await self._settle([run_id])
 
     async def _on_reconnect(self) -> None:
         log.info("stop_watch.rescan_after_reconnect")
@@ -110,6 +153,7 @@ class StopWatcher:
             self._wake.clear()
             try:
                 await self.scan()
+                await self._settle_late()
             except Exception:
                 # A database hiccup must not end the watcher: the next poll retries.
                 log.exception("stop_watch.scan_failed")

@@ -5,6 +5,12 @@ claims the thread without an ``await`` in between, so two deliveries of the same
 racing each other cannot both start a run. Every run task is created and held here (no
 fire-and-forget); :meth:`Supervisor.shutdown` ends them with reason ``shutdown`` and
 waits, bounded, for their Slack messages to say so.
+
+A run is held here until its ending is in the database, not just in Slack: while its
+terminal write is being retried through an outage it stays in memory, so the heartbeat
+keeps its lease (:meth:`Supervisor.held_runs`) and no reconciler takes it for an orphan.
+A run that cannot even be registered never starts: the thread is told, and nothing is
+left behind in the database.
 """
 
 from __future__ import annotations
@@ -18,12 +24,15 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from agent_core import LIVE_STATES, Outcome, RunRecord, RunState, StopReason, StorageError
+from agent_core.recording import record_ending, until_landed
 from agent_core.stop import utcnow
+from bot import messages
+from bot.errors import BudgetNotRunning, SlackError
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Sequence
+    from collections.abc import Awaitable, Callable, Collection, Sequence
 
-    from agent_core import Agent, ChatMessage, Checkpoint, Run, ThreadKey
+    from agent_core import Agent, ChatMessage, Checkpoint, Run, RunResult, ThreadKey
     from agent_core.ports import Store
     from bot.session import RunSession
 
@@ -69,6 +78,11 @@ class Supervisor:
     def live_in_thread(self, thread: ThreadKey) -> LiveRun | None:
         run_id = self._by_thread.get(thread)
         return self._live.get(run_id) if run_id else None
+
+    def held_runs(self) -> set[str]:
+        """The runs whose leases this process must keep: registered here, not lost, and
+        still in memory (running, or writing their ending)."""
+        return {live.run.id for live in self._live.values() if live.registered and not live.lost}
 
     async def had_run(self, thread: ThreadKey) -> bool:
         """True if any worker ever ran in ``thread`` (a reply there continues it).
@@ -146,6 +160,9 @@ class Supervisor:
         with bound:
             try:
                 live.registered = resumed or await self._register(run, live.requester)
+                if not live.registered:
+                    await self._not_recorded(live)
+                    return
                 if not await live.session.open():
                     await self._abandon(run)
                     return
@@ -156,12 +173,15 @@ class Supervisor:
                 # The thread is free as soon as the run has ended: a reply that arrives
                 # while the last Slack writes are in flight starts the next run.
                 self._release_thread(run)
-                if live.lost or not await self._still_ours(run.id):
+                stored = await self._stored(run.id)
+                if live.lost or (stored is not None and stored.owner != self.worker_id):
                     # Its new owner writes the Slack message; ours would contradict it.
                     log.warning("run.ownership_lost", outcome=result.outcome.value)
                     await live.session.abandon()
-                elif await live.session.close(result):
-                    await self._record(run.id, final_posted_at=utcnow())
+                else:
+                    delivered = await live.session.close(result)
+                    recorded = stored is not None and stored.state.is_terminal
+                    await self._record_ending(run.id, result, recorded, delivered)
             except Exception:
                 log.exception("session.failed")
             finally:
@@ -171,12 +191,17 @@ class Supervisor:
                 self._live.pop(run.id, None)
                 self._release_thread(run)
 
-    def lost_ownership(self, owned: set[str]) -> None:
-        """Abort, quietly, every registered run the database no longer says we own."""
+    def lost_ownership(self, owned: set[str], *, among: Collection[str] | None = None) -> None:
+        """Abort, quietly, every registered run the database no longer says we own.
+
+        ``among``: only these runs were asked about (the ones :meth:`held_runs` gave the
+        heartbeat); a run registered since then is not judged on an answer about others.
+        """
         for live in list(self._live.values()):
             if (
                 live.registered
                 and not live.lost
+                and (among is None or live.run.id in among)
                 and live.run.id not in owned
                 and live.run.result is None
             ):
@@ -184,13 +209,63 @@ class Supervisor:
                 log.error("run.lease_lost", run_id=live.run.id, worker=self.worker_id)
                 live.run.request_stop(StopReason.ABORT, "system:lease-lost", source="lease")
 
-    async def _still_ours(self, run_id: str) -> bool:
+    async def _stored(self, run_id: str) -> RunRecord | None:
+        """The run's row after it ended here; None if it cannot be read right now."""
         try:
-            record = await self.store.get_run(run_id)
+            return await self.store.get_run(run_id)
         except StorageError:
+            # Cannot tell whether it is still ours: the usual path, a correct final, is
+            # the safer bet, and the terminal write below will not move a run that ended.
             log.exception("store.read_failed", step="still_ours")
-            return True  # cannot tell: the usual path, a correct final, is the safer bet
-        return record is None or record.owner in (self.worker_id, None)
+            return None
+
+    async def _record_ending(
+        self, run_id: str, result: RunResult, recorded: bool, delivered: bool
+    ) -> None:
+        """Make the database agree with what Slack now shows, retried through an outage.
+
+        Normally the run recorded its ending before its final message went out and only
+        ``final_posted_at`` is left to write. If the run gave up on its terminal write
+        (the database was down longer than it waited), the ending is written here too,
+        by the same compare-and-set: a row left live would block the thread and be
+        resumed over the answer the person already has.
+        """
+        posted = {"final_posted_at": utcnow()} if delivered else {}
+
+        async def write() -> None:
+            if not recorded and await record_ending(self.store, run_id, result, **posted):
+                log.warning("run.terminal_recorded_late", outcome=result.outcome.value)
+            elif posted:
+                await self.store.update_run(run_id, **posted)
+
+        if recorded and not posted:
+            return
+        try:
+            await until_landed(write, step="record_ending", run_id=run_id)
+        except StorageError:
+            log.critical(
+                "run.terminal_unrecorded",
+                outcome=result.outcome.value,
+                final_delivered=delivered,
+                exc_info=True,
+            )
+
+    async def _not_recorded(self, live: LiveRun) -> None:
+        """The run could not be registered (the database did not answer): it does not
+        start, since nothing could stop it or end it cleanly. The thread is told so,
+        and a row whose insert landed unseen is ended rather than left for a resume."""
+        run = live.run
+        session = live.session
+        log.error("run.not_recorded")
+        try:
+            await session.surface.budget.post_message(
+                session.channel, text=messages.RUN_NOT_RECORDED, thread_ts=session.thread_ts
+            )
+        except SlackError as exc:
+            log.error("reply.failed", error=exc.error)
+        except BudgetNotRunning:
+            log.error("reply.failed", error="shutting down")
+        await self._abandon(run)
 
     async def _register(self, run: Run, requester: str) -> bool:
         """Store the run, already leased to this worker: it is never without an owner."""
@@ -208,18 +283,21 @@ class Supervisor:
         await _quietly(self.store.update_run(run_id, **fields), "update_run")
 
     async def _abandon(self, run: Run) -> None:
-        """The status message could not be posted: the run never starts, and says why."""
-        await _quietly(
-            self.store.set_state(
+        """The run never starts: its thread is free at once, and its row (if any) is
+        ended, retried through an outage."""
+        self._release_thread(run)
+
+        async def write() -> bool:
+            return await self.store.set_state(
                 run.id,
                 RunState.FAILED,
                 expected=LIVE_STATES,
                 outcome=Outcome.FAILED,
                 owner=None,
                 lease_expires_at=None,
-            ),
-            "abandon",
-        )
+            )
+
+        await _quietly(until_landed(write, step="abandon", run_id=run.id), "abandon")
 
     def _release_thread(self, run: Run) -> None:
         if self._by_thread.get(run.thread) == run.id:

@@ -86,9 +86,11 @@ class Worker:
             since_reconcile += beat
             since_purge += beat
             try:
-                await self.store.heartbeat(self.id, self._settings.LEASE_TTL)
-                owned = {r.id for r in await self.store.live_runs(owner=self.id)}
-                self._supervisor.lost_ownership(owned)
+                # Only the runs this process really holds: a live row naming us that we
+                # no longer hold (its ending was never stored) must expire, not live on.
+                held = self._supervisor.held_runs()
+                renewed = await self.store.heartbeat(self.id, held, self._settings.LEASE_TTL)
+                self._supervisor.lost_ownership(renewed, among=held)
                 if since_reconcile >= min(RECONCILE_EVERY_S, self._settings.LEASE_TTL):
                     since_reconcile = 0.0
                     await self._reconcile()

@@ -195,13 +195,21 @@ class MemoryStore:
             self._runs[run_id] = dataclasses.replace(run, owner=None, lease_expires_at=None)
             return True
 
-    async def heartbeat(self, owner: str, ttl_s: float, *, now: datetime | None = None) -> int:
+    async def heartbeat(
+        self, owner: str, run_ids: Collection[str], ttl_s: float, *, now: datetime | None = None
+    ) -> set[str]:
         expires = (now or utcnow()) + timedelta(seconds=ttl_s)
         async with self._lock:
-            held = [r for r in self._runs.values() if r.owner == owner and r.state in LIVE_STATES]
+            held = [
+                run
+                for run_id in set(run_ids)
+                if (run := self._runs.get(run_id)) is not None
+                and run.owner == owner
+                and run.state in LIVE_STATES
+            ]
             for run in held:
                 self._runs[run.id] = dataclasses.replace(run, lease_expires_at=expires)
-            return len(held)
+            return {run.id for run in held}
 
     async def expired_runs(self, now: datetime | None = None) -> list[RunRecord]:
         now = now or utcnow()

@@ -307,10 +307,19 @@ class PostgresStore:
         )
         return await self._changed("release a run", sql, run_id, owner)
 
-    async def heartbeat(self, owner: str, ttl_s: float, *, now: datetime | None = None) -> int:
+    async def heartbeat(
+        self, owner: str, run_ids: Collection[str], ttl_s: float, *, now: datetime | None = None
+    ) -> set[str]:
+        wanted = sorted(set(run_ids))
+        if not wanted:
+            return set()
         expires = (now or utcnow()) + timedelta(seconds=ttl_s)
-        sql = "UPDATE runs SET lease_expires_at = $2 WHERE owner = $1 AND state = ANY($3::text[])"
-        return await self._execute("extend leases", sql, owner, expires, _LIVE)
+        sql = (
+            "UPDATE runs SET lease_expires_at = $2 "
+            "WHERE owner = $1 AND state = ANY($3::text[]) AND id = ANY($4::text[]) RETURNING id"
+        )
+        rows = await self._fetch("extend leases", sql, owner, expires, _LIVE, wanted)
+        return {str(row["id"]) for row in rows}
 
     async def expired_runs(self, now: datetime | None = None) -> list[RunRecord]:
         sql = (

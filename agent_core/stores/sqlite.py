@@ -311,13 +311,21 @@ class SqliteStore:
         sql = "UPDATE runs SET owner = NULL, lease_expires_at = NULL WHERE id = ? AND owner = ?"
         return await self._change("release a run", sql, [run_id, owner]) == 1
 
-    async def heartbeat(self, owner: str, ttl_s: float, *, now: datetime | None = None) -> int:
+    async def heartbeat(
+        self, owner: str, run_ids: Collection[str], ttl_s: float, *, now: datetime | None = None
+    ) -> set[str]:
+        wanted = sorted(set(run_ids))
+        if not wanted:
+            return set()
         expires = (now or utcnow()) + timedelta(seconds=ttl_s)
         sql = (
             "UPDATE runs SET lease_expires_at = ? "
-            f"WHERE owner = ? AND state IN ({_marks(len(_LIVE))})"
+            f"WHERE owner = ? AND state IN ({_marks(len(_LIVE))}) "
+            f"AND id IN ({_marks(len(wanted))}) RETURNING id"
         )
-        return await self._change("extend leases", sql, [expires, owner, *_LIVE])
+        params = _params([expires, owner, *_LIVE, *wanted])
+        async with self._write("extend leases") as db, db.execute(sql, params) as cursor:
+            return {str(row[0]) for row in await cursor.fetchall()}
 
     async def expired_runs(self, now: datetime | None = None) -> list[RunRecord]:
         sql = (

@@ -1,5 +1,9 @@
 """Messages that start runs: an @mention in a channel, a DM, a reply in a finished run's
-thread (SPEC.md section 2). A thread never gets a second live run."""
+thread (SPEC.md section 2). A thread never gets a second live run, and is never blocked
+by a row nobody runs: a live run whose lease has run out is ended on the spot (as the
+reconciler would) instead of refusing the mention. Other apps' messages start nothing:
+two agents mentioning each other would talk forever.
+"""
 
 from __future__ import annotations
 
@@ -9,14 +13,17 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from agent_core import LIVE_STATES, StorageError, ThreadKey
+from agent_core.stop import utcnow
 from bot import messages
 from bot.errors import SlackError
 from bot.session import RunSession
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from slack_bolt.async_app import AsyncApp
 
-    from agent_core import ChatMessage, Run
+    from agent_core import ChatMessage, Run, RunRecord
     from bot.context import BotContext
     from bot.surface import SlackSurface
 
@@ -30,6 +37,9 @@ _HISTORY_CHARS = 20_000
 
 def register(app: AsyncApp, ctx: BotContext) -> None:
     async def on_mention(body: dict[str, Any], event: dict[str, Any]) -> None:
+        if event.get("bot_id") or event.get("subtype") == "bot_message":
+            log.info("mention.from_bot_ignored", bot_id=event.get("bot_id"))
+            return
         await _start(ctx, body, event)
 
     async def on_message(body: dict[str, Any], event: dict[str, Any]) -> None:
@@ -95,12 +105,33 @@ async def _start(ctx: BotContext, body: dict[str, Any], event: dict[str, Any]) -
 
 
 async def _live_elsewhere(ctx: BotContext, thread: ThreadKey) -> bool:
-    """True if another worker owns a live run in ``thread`` (one live run per thread)."""
+    """True if another worker runs a live run in ``thread`` (one live run per thread).
+
+    Only a live lease counts. A live row whose lease ran out lost its worker: it is
+    ended here, as the reconciler would, so the thread is not refused until a pass comes
+    round. A row never leased (a sub-agent's) has a parent that answers for it; one this
+    process holds has ended here (it left the thread) and is only writing its ending.
+    """
     try:
-        return bool(await ctx.store.find_runs(states=LIVE_STATES, thread=thread, limit=1))
+        rows = await ctx.store.find_runs(states=LIVE_STATES, thread=thread)
     except StorageError:
         log.exception("thread.lookup_failed")
         return False
+    now = utcnow()
+    rows = [r for r in rows if ctx.supervisor.get(r.id) is None and r.lease_expires_at]
+    if any(_leased(r, now) for r in rows):
+        return True
+    for record in rows:
+        log.warning("thread.orphan_found", run_id=record.id, previous_owner=record.owner)
+        try:
+            await ctx.worker.reconciler.end_orphan(record, now=now)
+        except StorageError:
+            log.exception("thread.orphan_not_ended", run_id=record.id)
+    return False
+
+
+def _leased(record: RunRecord, now: datetime) -> bool:
+    return record.lease_expires_at is not None and record.lease_expires_at > now
 
 
 def _task_text(text: str, bot_user_id: str) -> str:

@@ -64,7 +64,7 @@ async def test_an_expired_lease_is_found_and_can_be_taken_over(backend: Backend)
     assert await ids(b.expired_runs(now=at(32))) == []
 
 
-async def test_heartbeat_extends_every_live_lease_of_its_owner(backend: Backend) -> None:
+async def test_heartbeat_extends_the_live_leases_it_is_asked_for(backend: Backend) -> None:
     store = await backend.open()
     for run_id in ("run-1", "run-2", "run-3", "theirs"):
         await store.create_run(a_run(run_id, state=RunState.RUNNING))
@@ -73,11 +73,42 @@ async def test_heartbeat_extends_every_live_lease_of_its_owner(backend: Backend)
     assert await store.claim_run("theirs", "worker-b", 30, now=at(0))
     assert await store.set_state("run-3", RunState.FINISHED, expected=LIVE_STATES)
 
-    assert await store.heartbeat("worker-a", 30, now=at(20)) == 2
-    assert await store.heartbeat("worker-c", 30, now=at(20)) == 0
+    held = ["run-1", "run-2", "run-3", "theirs", "missing"]
+    assert await store.heartbeat("worker-a", held, 30, now=at(20)) == {"run-1", "run-2"}
+    assert await store.heartbeat("worker-c", held, 30, now=at(20)) == set()
 
     assert await ids(store.expired_runs(now=at(45))) == ["theirs"]
     assert await ids(store.expired_runs(now=at(50))) == ["run-1", "run-2", "theirs"]
+
+
+async def test_heartbeat_leaves_a_run_its_owner_no_longer_holds_to_expire(
+    backend: Backend,
+) -> None:
+    # A live row naming this worker that the worker does not hold in memory (its terminal
+    # write was lost, or it comes from a previous process): nobody runs it, so nobody
+    # renews it, and the reconciler finds it once the lease runs out.
+    store = await backend.open()
+    for run_id in ("held", "ghost"):
+        await store.create_run(a_run(run_id, state=RunState.RUNNING))
+        assert await store.claim_run(run_id, "worker-a", 30, now=at(0))
+
+    assert await store.heartbeat("worker-a", ["held"], 30, now=at(20)) == {"held"}
+    assert await store.heartbeat("worker-a", [], 30, now=at(20)) == set()
+
+    assert await ids(store.expired_runs(now=at(30))) == ["ghost"]
+    assert await ids(store.expired_runs(now=at(50))) == ["ghost", "held"]  # ties by id
+
+
+async def test_heartbeat_reports_a_run_taken_over_as_not_renewed(backend: Backend) -> None:
+    a, b = await backend.open(), await backend.open()
+    await a.create_run(a_run("run-1", state=RunState.RUNNING))
+    assert await a.claim_run("run-1", "worker-a", 30, now=at(0))
+    assert await b.claim_run("run-1", "worker-b", 30, now=at(31))  # a's lease had run out
+
+    assert await a.heartbeat("worker-a", ["run-1"], 30, now=at(32)) == set()
+    got = await b.get_run("run-1")
+    assert got is not None
+    assert (got.owner, got.lease_expires_at) == ("worker-b", at(61))  # b's lease untouched
 
 
 async def test_terminal_and_unknown_runs_cannot_be_claimed(store: Store) -> None:
