@@ -146,6 +146,11 @@ ENDING_NOT_RECORDED = (
 )
 """Evidence stored for a run whose answer reached Slack but whose ending was lost."""
 
+STATUS_POST_IN_DOUBT = (
+    "Slack failed while this status message was being posted, so the run never started."
+)
+"""Evidence for a run abandoned at its status post, written when the message turns up."""
+
 
 def live_details(elapsed_s: float, tokens: int, requester: str) -> str:
     # The requester is named because, under the default policy, only they (and admins)

@@ -11,14 +11,18 @@ Runs on start-up and then periodically, in every worker (SPEC.md section 3):
    resumed from its last checkpoint when ``AUTO_RESUME_ON_RESTART`` allows, at most
    ``resume_limit`` times (a run that keeps killing its worker is not retried forever).
 3. **Undelivered finals.** A terminal run whose Slack message was never accepted (Slack
-   was down) gets it re-rendered from the stored run and written again.
+   was down) gets it re-rendered from the stored run and written again. A run with no
+   stored status message (abandoned when its status post's fate was unknown) has its
+   thread searched for a message tagged with its run id: one that landed after all
+   still shows Stop/Abort, and gets the terminal view instead. After
+   ``ABANDONED_LOOKUP_S`` without one, there is nothing to repair and the run is settled.
 4. **Moot stop requests.** A request still pending for a run that has ended is marked
    handled (pending requests are never purged).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
@@ -39,7 +43,8 @@ from agent_core import (
 )
 from agent_core.stop import utcnow
 from bot import messages
-from bot.views.status import StatusSnapshot, render_status
+from bot.errors import SlackError, SlackRefused
+from bot.views.status import StatusSnapshot, render_status, run_metadata
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -48,12 +53,14 @@ if TYPE_CHECKING:
     from agent_core.ports import Checkpoint, RunRecord, StopRequestRecord, Store
     from bot.surface import Workspaces
 
-__all__ = ["Reconciler", "orphan_result"]
+__all__ = ["Reconciler", "orphan_result", "stored_result"]
 
 log = structlog.get_logger("bot.reconciler")
 
 FINAL_GRACE_S = 30.0
 """A terminal run's owner gets this long to post its own final message before we do."""
+ABANDONED_LOOKUP_S = 600.0
+"""How long after a run ends its status message, never stored, is still looked for."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,23 +187,27 @@ class Reconciler:
         runs = await self._store.find_runs(thread=record.thread, limit=1000)
         return any(r.parent_id is None and r.created_at > record.created_at for r in runs)
 
-    async def post_final(self, record: RunRecord, now: datetime | None = None) -> bool:
-        """Render the stored run's terminal message and write it to its status message."""
-        if record.result is None or record.status_ts is None:
+    async def post_final(
+        self, record: RunRecord, now: datetime | None = None, *, also: tuple[str, ...] = ()
+    ) -> bool:
+        """Render the stored run's terminal message and write it to its status message
+        (and to the messages ``also`` names: duplicates found by their metadata)."""
+        if record.status_ts is None or not record.state.is_terminal:
             return False
-        result = RunResult.from_dict(record.result)
         rendered = render_status(
             StatusSnapshot(
                 run_id=record.id,
                 requester=record.requester,
                 phase="done",
-                result=result,
+                result=stored_result(record),
             )
         )
         surface = await self._workspaces.get(record.thread.team)
-        delivered = await surface.budget.update_final(
-            record.thread.channel, record.status_ts, text=rendered.text, blocks=rendered.blocks
-        )
+        delivered = True
+        for ts in (record.status_ts, *also):
+            delivered &= await surface.budget.update_final(
+                record.thread.channel, ts, text=rendered.text, blocks=rendered.blocks
+            )
         if delivered:
             await self._store.update_run(record.id, final_posted_at=now or utcnow())
         return delivered
@@ -270,9 +281,62 @@ class Reconciler:
             # longer resume (limit reached, or a person stopped it) and needs its message.
             if record.updated_at > cutoff or self._is_local(record.id):
                 continue
-            if await self.post_final(record, now):
+            also: tuple[str, ...] = ()
+            if record.status_ts is None:
+                found = await self._find_status_messages(record, now)
+                if not found:
+                    continue
+                record = replace(record, status_ts=found[0])
+                await self._store.update_run(record.id, status_ts=found[0])
+                also = tuple(found[1:])
+            if await self.post_final(record, now, also=also):
                 reposted += 1
         return reposted
+
+    async def _find_status_messages(self, record: RunRecord, now: datetime) -> list[str]:
+        """The ts of the run's messages in its thread, found by their metadata.
+
+        For a run whose status post never returned a ts: it may have landed anyway, and
+        then shows Stop/Abort for a run that has ended. Nothing found (or the thread is
+        refused to us) after ABANDONED_LOOKUP_S: settled, there is nothing to repair.
+        """
+        thread = record.thread
+        surface = await self._workspaces.get(thread.team)
+        gone = False
+        try:
+            found = await surface.budget.find_messages(
+                thread.channel, thread.thread_ts, run_metadata(record.id)
+            )
+        except SlackRefused as exc:  # the thread is deleted or closed to the app
+            log.warning("reconcile.thread_unreadable", run_id=record.id, error=exc.error)
+            found, gone = [], True
+        except SlackError as exc:
+            log.warning("reconcile.lookup_failed", run_id=record.id, error=exc.error)
+            return []  # try again next pass
+        window_over = record.updated_at <= now - timedelta(seconds=ABANDONED_LOOKUP_S)
+        if not found and (gone or window_over):
+            # final_posted_at closes the case: no message of this run will turn up.
+            await self._store.update_run(record.id, final_posted_at=now)
+            log.info("reconcile.no_status_message", run_id=record.id)
+        return found
+
+
+def stored_result(record: RunRecord) -> RunResult:
+    """The terminal run's stored result; for a run abandoned before it started (its status
+    post failed, so nothing ran and no result was stored), one that says so."""
+    if record.result is not None:
+        return RunResult.from_dict(record.result)
+    outcome = record.outcome or Outcome.FAILED
+    return RunResult(
+        run_id=record.id,
+        outcome=outcome,
+        exit_code=record.exit_code or ExitCode.ERROR,
+        handoff=Handoff(outcome, evidence=messages.STATUS_POST_IN_DOUBT),
+        stop_reason=record.stop_reason,
+        turns=0,
+        usage=Usage(),
+        timings=Timings(record.created_at, record.updated_at),
+    )
 
 
 def orphan_result(

@@ -5,6 +5,10 @@ progress updates are coalesced by the workspace budget and may be dropped; the t
 update is never dropped. The answer streams with ``chat.startStream`` /
 ``chat.appendStream`` / ``chat.stopStream`` where the workspace allows; where it does not,
 the answer is shown in the status message instead, through ``chat.update``.
+
+A model call that fails partway is retried; the text it streamed is void. It is dropped
+from the answer at once; a stream (append-only) shows a "retrying" marker meanwhile, and
+its message is rewritten with the answer that counts once the run has ended.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from agent_core import (
 )
 from bot import messages
 from bot.errors import SlackError
+from bot.views.answer import answer_metadata, render_answer
 from bot.views.status import StatusSnapshot, render_status
 
 if TYPE_CHECKING:
@@ -75,7 +80,11 @@ class RunSession:
             activity=messages.STATUS_RESTARTING if status_ts else messages.STATUS_STARTING,
         )
         self._answer: list[str] = []
-        self._stream = AnswerStream(surface, channel, thread_ts, requester, team_id)
+        self._step_start = 0
+        """Where the current step's text begins in ``_answer`` (void if the step fails)."""
+        self._stream = AnswerStream(
+            surface, channel, thread_ts, requester, team_id, metadata=answer_metadata(run.id)
+        )
         run.events.add_listener(self._on_event)
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -83,7 +92,9 @@ class RunSession:
     async def open(self) -> bool:
         """Post the status message (or, resuming, take over the existing one).
 
-        False (logged) if Slack would not take it.
+        The post carries the run id in its metadata, so a post whose answer was lost (a
+        5xx, a timeout) is found in the thread rather than posted twice. False (logged)
+        if Slack would not take it, or it cannot be told whether it did.
         """
         if self.status_ts is not None:
             self._push_progress()
@@ -93,7 +104,11 @@ class RunSession:
         rendered = render_status(self._snapshot)
         try:
             self.status_ts = await self.surface.budget.post_message(
-                self.channel, text=rendered.text, blocks=rendered.blocks, thread_ts=self.thread_ts
+                self.channel,
+                text=rendered.text,
+                blocks=rendered.blocks,
+                thread_ts=self.thread_ts,
+                metadata=rendered.metadata,
             )
         except SlackError as exc:
             log.error("status.post_failed", error=exc.error, run_id=self.run.id)
@@ -128,6 +143,8 @@ class RunSession:
                 "status.final_not_delivered", run_id=self.run.id, outcome=result.outcome.value
             )
         await self._stream.stop()
+        if self._stream.revised:
+            await self._stream.rewrite("".join(self._answer))
         waiting = result.outcome is Outcome.ASK_USER_QUESTION
         await self._session_status("active" if waiting else "closed")
         return delivered
@@ -151,6 +168,7 @@ class RunSession:
                 activity = (
                     messages.ACTIVITY_FINAL_REPORT if final else messages.ACTIVITY_WAITING_FOR_MODEL
                 )
+                self._step_start = len(self._answer)
                 s = replace(
                     s,
                     phase="stopping" if s.phase == "stopping" else "running",
@@ -164,7 +182,10 @@ class RunSession:
                     return  # nothing visible changed in the status message
                 s = replace(s, activity=messages.ACTIVITY_WRITING_ANSWER)
             case StepRestarted():
-                self._stream.push("\n\n" + messages.STREAM_RETRYING + "\n\n")
+                if len(self._answer) == self._step_start:
+                    return  # the failed attempt had written nothing
+                del self._answer[self._step_start :]
+                self._stream.void("\n\n" + messages.STREAM_RETRYING + "\n\n")
             case ToolStarted(name=name):
                 s = replace(s, activity=messages.activity_tool(name))
             case ToolFinished():
@@ -236,12 +257,22 @@ class AnswerStream:
     """Streams answer text into one Slack message; one owned task pumps the buffer."""
 
     def __init__(
-        self, surface: SlackSurface, channel: str, thread_ts: str, user: str, team: str
+        self,
+        surface: SlackSurface,
+        channel: str,
+        thread_ts: str,
+        user: str,
+        team: str,
+        *,
+        metadata: dict[str, Any] | None = None,
     ) -> None:
         self._surface = surface
         self._channel = channel
         self._thread_ts = thread_ts
         self._recipient = {"recipient_user_id": user, "recipient_team_id": team}
+        self._metadata = metadata  # chat.startStream takes none: set by chat.stopStream
+        self.revised = False
+        """True once text pushed here was voided: the message needs :meth:`rewrite`."""
         self._buffer: list[str] = []
         self._wake = asyncio.Event()
         self._closing = False
@@ -269,6 +300,36 @@ class AnswerStream:
         self._buffer.append(text)
         self._wake.set()
 
+    def void(self, marker: str) -> None:
+        """Text pushed for a failed attempt is void: say so now (a stream only appends),
+        and remember to :meth:`rewrite` the message at the end."""
+        if self._task is None or self._failed:
+            return
+        self.revised = True
+        self.push(marker)
+
+    async def rewrite(self, answer: str) -> None:
+        """Replace the stopped stream's text with ``answer`` (bounded; logged on failure).
+
+        Only when the whole answer had reached the stream: a stream that fell back left
+        the answer to the status message. No answer left at all: the message goes.
+        """
+        if not self.complete or self.ts is None:
+            return
+        budget = self._surface.budget
+        try:
+            async with asyncio.timeout(_STREAM_CLOSE_S):
+                if not answer.strip():
+                    await budget.call("chat.delete", channel=self._channel, ts=self.ts)
+                    return
+                rendered = render_answer(answer)
+                if not await budget.update_final(
+                    self._channel, self.ts, text=rendered.text, blocks=rendered.blocks
+                ):
+                    log.warning("stream.rewrite_failed", error="not delivered")
+        except (SlackError, TimeoutError) as exc:
+            log.warning("stream.rewrite_failed", error=str(exc))
+
     async def drain(self) -> None:
         """Send what is buffered and end the pump (bounded)."""
         if self._task is None:
@@ -292,7 +353,10 @@ class AnswerStream:
         try:
             async with asyncio.timeout(_STREAM_CLOSE_S):
                 await self._surface.budget.call(
-                    "chat.stopStream", channel=self._channel, ts=self.ts
+                    "chat.stopStream",
+                    channel=self._channel,
+                    ts=self.ts,
+                    **({"metadata": self._metadata} if self._metadata else {}),
                 )
         except (SlackError, TimeoutError) as exc:
             log.warning("stream.stop_failed", error=str(exc))

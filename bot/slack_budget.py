@@ -6,8 +6,10 @@ shared by every run in it (the rate table and token buckets are in
 ``chat.update`` (progress coalesced per message and served oldest-dirty-first; terminal
 writes ahead of all progress, and retried), and which failure may be sent again: a 429
 means Slack did nothing, a 5xx or a timeout means nobody knows, so only calls that are
-harmless twice are resent after those. What a message says belongs in ``bot/views``; when
-to send it, to the run supervisor.
+harmless twice are resent after those. A post is the exception made safe: one tagged with
+message metadata is looked for in its thread after such a failure, and posted again only
+if it is not there. What a message says belongs in ``bot/views``; when to send it, to the
+run supervisor.
 
 Each worker process keeps its own budget; the shared 429 pause is what keeps several of
 them honest together.
@@ -26,7 +28,13 @@ import aiohttp
 import structlog
 from slack_sdk.errors import SlackApiError
 
-from bot.errors import BudgetNotRunning, SlackRateLimited, SlackRefused, SlackUnavailable
+from bot.errors import (
+    BudgetNotRunning,
+    SlackError,
+    SlackRateLimited,
+    SlackRefused,
+    SlackUnavailable,
+)
 from bot.slack_limits import (
     HEADROOM,
     LIMITS_PER_MINUTE,
@@ -41,8 +49,6 @@ if TYPE_CHECKING:
 
     from slack_sdk.web.async_client import AsyncWebClient
     from slack_sdk.web.async_slack_response import AsyncSlackResponse
-
-    from bot.errors import SlackError
 
 __all__ = ["HEADROOM", "LIMITS_PER_MINUTE", "SlackBudget", "TokenBucket"]
 
@@ -72,6 +78,7 @@ RETRY_SAFE: dict[str, str | None] = {
 REQUEST_TIMEOUT_S = 10.0
 FINAL_ATTEMPTS, CALL_ATTEMPTS = 5, 3
 WORKER_STOP_TIMEOUT_S = 2.0
+LOOKUP_PAGE_SIZE, LOOKUP_PAGES = 200, 10  # a thread read for a post: 2,000 messages at most
 FINALIZED_MEMORY = 10_000  # messages whose final is known, so late progress is dropped
 
 _Key = tuple[str, str]  # (channel, ts) of a message
@@ -236,17 +243,22 @@ class SlackBudget:
         text: str,
         blocks: list[dict[str, Any]] | None = None,
         thread_ts: str | None = None,
+        metadata: dict[str, Any] | None = None,
     ) -> str:
         """Post a message once the channel's budget allows; returns its ts.
 
-        Resent only after a 429 (Slack did not post it). A 5xx, timeout or lost connection
-        raises SlackUnavailable: it may have been posted, so a resend could duplicate it.
+        Resent after a 429 (Slack did not post it). A 5xx, timeout or lost connection
+        leaves the post's fate unknown. A post with ``metadata`` in a thread is then
+        looked for there (:meth:`find_messages`): found, it is the post and its ts is the
+        answer; not found, it is sent again. Without them, or when the thread cannot be
+        read, SlackUnavailable is raised: a resend could post it twice.
         """
         self._require_running()
         bucket = self._bucket("chat.postMessage", channel)
         args: dict[str, Any] = {"channel": channel, "text": text}
         args |= {"blocks": blocks} if blocks is not None else {}
         args |= {"thread_ts": thread_ts} if thread_ts is not None else {}
+        args |= {"metadata": metadata} if metadata is not None else {}
         for attempt in range(1, CALL_ATTEMPTS + 1):
             await bucket.acquire()
             try:
@@ -255,8 +267,60 @@ class SlackBudget:
                 if attempt == CALL_ATTEMPTS:
                     raise
                 continue  # the bucket is paused for Retry-After: acquire() waits it out
+            except SlackUnavailable as exc:
+                if thread_ts is None or metadata is None:
+                    raise
+                # Give a post that is still landing a moment to show up in the thread.
+                await asyncio.sleep(backoff_s(attempt))
+                landed = await self._landed_post(channel, thread_ts, metadata, exc)
+                if landed is not None:
+                    return landed
+                if attempt == CALL_ATTEMPTS:
+                    raise
+                continue  # not there: posting again cannot duplicate it
             return str(response["ts"])
         raise AssertionError("unreachable: the last attempt returns or raises")
+
+    async def find_messages(
+        self, channel: str, thread_ts: str, metadata: dict[str, Any]
+    ) -> list[str]:
+        """The ts of each message in the thread that carries ``metadata``, oldest first.
+
+        Reads ``conversations.replies`` with ``include_all_metadata`` (at most
+        LOOKUP_PAGES pages); raises SlackError when the thread cannot be read.
+        """
+        found: list[str] = []
+        cursor = ""
+        for _ in range(LOOKUP_PAGES):
+            page = await self.call(
+                "conversations.replies",
+                channel=channel,
+                ts=thread_ts,
+                include_all_metadata=True,
+                limit=LOOKUP_PAGE_SIZE,
+                **({"cursor": cursor} if cursor else {}),
+            )
+            found += [str(m["ts"]) for m in page.get("messages", []) if _carries(m, metadata)]
+            cursor = str((page.get("response_metadata") or {}).get("next_cursor") or "")
+            if not cursor:
+                break
+        return found
+
+    async def _landed_post(
+        self, channel: str, thread_ts: str, metadata: dict[str, Any], failure: SlackUnavailable
+    ) -> str | None:
+        """The ts of a post whose answer was lost if it is in the thread, else None."""
+        where = {"channel": channel, "thread_ts": thread_ts, "error": failure.error}
+        try:
+            found = await self.find_messages(channel, thread_ts, metadata)
+        except SlackError as exc:
+            self._log.warning("slack_budget.post_lookup_failed", **where, lookup_error=exc.error)
+            raise failure from exc
+        if found:
+            self._log.warning("slack_budget.post_landed_after_all", **where, ts=found[0])
+            return found[0]
+        self._log.warning("slack_budget.post_not_landed", **where, next="posting again")
+        return None
 
     async def call(self, method: str, **kwargs: Any) -> dict[str, Any]:
         """Any other Web API method, once its budget allows; returns Slack's JSON answer.
@@ -439,3 +503,8 @@ class SlackBudget:
         if status >= 500:
             return SlackUnavailable(method, error, status=status)
         return SlackRefused(method, error, status=status)
+
+
+def _carries(message: Mapping[str, Any], metadata: Mapping[str, Any]) -> bool:
+    found = message.get("metadata")
+    return isinstance(found, dict) and all(found.get(k) == v for k, v in metadata.items())

@@ -38,6 +38,7 @@ __all__ = [
     "ACTION_STOP",
     "BLOCKS_TEXT_BUDGET",
     "CONTROLS_BLOCK_ID",
+    "RUN_EVENT_TYPE",
     "SECTION_TEXT_LIMIT",
     "TEXT_LIMIT",
     "Phase",
@@ -45,7 +46,21 @@ __all__ = [
     "StatusSnapshot",
     "fit",
     "render_status",
+    "run_metadata",
 ]
+
+RUN_EVENT_TYPE = "threadpilot_run"
+"""The ``event_type`` of the message metadata that ties a message to its run."""
+
+
+def run_metadata(run_id: str) -> dict[str, Any]:
+    """Slack message metadata naming the run a message belongs to.
+
+    Read back with ``conversations.replies(include_all_metadata=True)``: how a post whose
+    answer was lost (a 5xx, a timeout) is found again instead of posted twice.
+    """
+    return {"event_type": RUN_EVENT_TYPE, "event_payload": {"run_id": run_id}}
+
 
 ACTION_STOP = "threadpilot_stop"
 ACTION_ABORT = "threadpilot_abort"
@@ -113,13 +128,16 @@ class StatusSnapshot:
 
 @dataclass(frozen=True, slots=True)
 class RenderedMessage:
-    """Arguments for ``chat.postMessage`` / ``chat.update``: blocks plus fallback text."""
+    """Arguments for ``chat.postMessage`` / ``chat.update``: blocks plus fallback text,
+    and the metadata naming the run (sent with the post; an update keeps it)."""
 
     text: str
     blocks: list[Block]
+    metadata: dict[str, Any] | None = None
 
     def as_kwargs(self) -> dict[str, Any]:
-        return {"text": self.text, "blocks": self.blocks}
+        extra = {"metadata": self.metadata} if self.metadata is not None else {}
+        return {"text": self.text, "blocks": self.blocks, **extra}
 
 
 def render_status(snapshot: StatusSnapshot) -> RenderedMessage:
@@ -146,7 +164,7 @@ def _render_live(snapshot: StatusSnapshot) -> RenderedMessage:
     if not snapshot.answer_streamed:
         blocks += _answer_blocks(snapshot.answer, _remaining(blocks), heading=None)
     text = _clip(m.fallback_live(status, note), TEXT_LIMIT)
-    return RenderedMessage(text=text, blocks=blocks)
+    return RenderedMessage(text=text, blocks=blocks, metadata=run_metadata(snapshot.run_id))
 
 
 def _live_state(snapshot: StatusSnapshot) -> tuple[str, str, list[Block]]:
@@ -224,7 +242,7 @@ def _render_done(snapshot: StatusSnapshot, result: RunResult) -> RenderedMessage
     if answer.strip() and (not same or evidence == m.EVIDENCE_IS_THE_ANSWER):
         blocks += _answer_blocks(answer, _remaining(blocks), heading=m.HEADING_ANSWER)
     text = _clip(m.fallback_done(label, next_step), TEXT_LIMIT)
-    return RenderedMessage(text=text, blocks=blocks)
+    return RenderedMessage(text=text, blocks=blocks, metadata=run_metadata(snapshot.run_id))
 
 
 def _part(title: str, body: str) -> str:

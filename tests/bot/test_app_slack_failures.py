@@ -12,9 +12,11 @@ import asyncio
 from typing import TYPE_CHECKING, Any, cast
 
 import pytest
+from llmock.scenarios import Reply, StreamFault
 from structlog.testing import capture_logs
 
 from agent_core import ThreadKey
+from bot import messages
 from bot.errors import SlackRefused
 from bot.session import AnswerStream
 from bot.surface import SlackSurface
@@ -71,16 +73,20 @@ async def test_chat_update_failures_still_give_one_terminal_write(
     assert len([c for c in attempts if c.ok]) < request.chunks_sent / 4
 
 
-async def test_a_status_post_that_fails_with_a_500_is_not_resent_and_no_model_is_called(
+async def test_a_status_post_whose_fate_cannot_be_checked_is_not_resent_and_no_model_is_called(
     bot: Bot, llm: LLMock
 ) -> None:
+    # A 500 leaves the post's fate unknown, and the thread cannot be read to find out
+    # (a post that can be checked is, and is posted again if absent: test_slack_post_faults).
     bot.slack.fail_next("chat.postMessage", status=500)
+    bot.slack.fail_next("conversations.replies", status=500, times=3)
     llm.reply("Answer to the second request.")
     first = slack_requests.app_mention("the first request")
     thread_ts = first["event"]["ts"]
 
     assert await bot.event(first) == 200
     failed = await bot.slack.wait_for_call("chat.postMessage", timeout=WAIT_S)
+    await bot.slack.wait_until(lambda s: len(s.calls("conversations.replies")) == 3, WAIT_S)
     # A later mention elsewhere runs normally; by the time it has, any resend of the
     # failed post or run of the first request would have happened.
     _, other = await bot.mention("the second request")
@@ -129,6 +135,53 @@ async def test_appends_refused_mid_stream_fall_back_and_the_stream_is_stopped(
     assert "word59" in block_text(final)  # the rest of the answer is in the status message
     (streamed,) = [m for m in bot.slack.thread(DEFAULT_CHANNEL, thread_ts) if m.stream]
     assert streamed.stream is StreamState.STOPPED  # not left "streaming" for good
+
+
+# -- the answer after a retried step -------------------------------------------------------
+
+STALE = " ".join(f"stale{i}" for i in range(30))
+FRESH = "The fresh answer: 42."
+
+
+def retried_answer(llm: LLMock) -> None:
+    """The model streams part of an answer, the connection drops, and the retried step
+    gives a different, whole answer."""
+    llm.add(Reply(text=STALE), StreamFault("disconnect", after_chunks=8))
+    llm.reply(FRESH)
+
+
+async def test_text_of_a_failed_attempt_is_not_in_the_final_status(bot: Bot, llm: LLMock) -> None:
+    bot.slack.make_unknown("chat.startStream")  # the answer goes into the status message
+    retried_answer(llm)
+
+    _, running = await bot.mention("what is the answer?")
+    final = await bot.settled(running)
+
+    failed, retried = llm.requests
+    assert not failed.completed and retried.completed
+    text = block_text(final)
+    assert FRESH in text
+    assert "stale" not in text
+
+
+async def test_text_of_a_failed_attempt_does_not_stay_in_the_streamed_answer(
+    bot: Bot, llm: LLMock
+) -> None:
+    retried_answer(llm)
+
+    thread_ts, running = await bot.mention("what is the answer?")
+    final = await bot.settled(running)
+
+    (streamed,) = [m for m in bot.slack.thread(DEFAULT_CHANNEL, thread_ts) if m.stream]
+    assert streamed.stream is StreamState.STOPPED
+    # While it happened, the stream said so...
+    assert any(messages.STREAM_RETRYING in r.text for r in streamed.history)
+    assert any("stale0" in r.text for r in streamed.history)
+    # ...and at the end it shows the answer that counts, and only that.
+    for shown in (streamed.text, block_text(streamed)):
+        assert FRESH in shown
+        assert "stale" not in shown and messages.STREAM_RETRYING not in shown
+    assert "stale" not in block_text(final)
 
 
 # -- the answer stream, on its own ---------------------------------------------------------

@@ -166,6 +166,88 @@ async def test_faults_are_consumed_in_order_and_change_no_state(
     assert len(slack.messages(CHANNEL)) == 1
 
 
+@pytest.mark.parametrize("landed", [False, True], ids=["not-done", "done"])
+async def test_a_server_error_can_hide_a_post_that_was_done(
+    slack: FakeSlack, client: AsyncWebClient, landed: bool
+) -> None:
+    slack.fail_next("chat.postMessage", status=500, landed=landed)
+
+    with pytest.raises(SlackApiError) as failed:
+        await client.chat_postMessage(channel=CHANNEL, text="hello")
+
+    assert (failed.value.response.status_code, _error(failed)) == (500, "fatal_error")
+    [call] = slack.calls("chat.postMessage")
+    assert (call.status, call.landed) == (500, landed)
+    assert [m.text for m in slack.messages(CHANNEL)] == (["hello"] if landed else [])
+
+
+def test_only_a_server_error_can_hide_a_call_that_was_done(slack: FakeSlack) -> None:
+    with pytest.raises(ValueError, match="5xx"):
+        slack.fail_next("chat.postMessage", status=429, landed=True)
+
+
+@pytest.mark.parametrize("landed", [False, True], ids=["not-done", "done"])
+async def test_a_timed_out_call_is_answered_too_late(
+    slack: FakeSlack, client: AsyncWebClient, landed: bool
+) -> None:
+    slack.time_out_next("chat.postMessage", hold_s=5.0, landed=landed)
+
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.2):
+            await client.chat_postMessage(channel=CHANNEL, text="hello")
+
+    [call] = slack.calls("chat.postMessage")
+    assert (call.status, call.landed) == (504, landed)
+    assert [m.text for m in slack.messages(CHANNEL)] == (["hello"] if landed else [])
+    await client.chat_postMessage(channel=CHANNEL, text="again")  # one fault, used up
+    assert slack.calls("chat.postMessage")[-1].ok
+
+
+async def test_metadata_is_stored_and_returned_only_when_asked_for(
+    slack: FakeSlack, client: AsyncWebClient
+) -> None:
+    parent = slack.seed_message(CHANNEL, "<@bot> do it")
+    metadata = {"event_type": "threadpilot_run", "event_payload": {"run_id": "run-1"}}
+    posted = await client.chat_postMessage(
+        channel=CHANNEL, thread_ts=parent, text="Working", metadata=metadata
+    )
+    ts = str(posted["ts"])
+    await client.chat_update(channel=CHANNEL, ts=ts, text="Done")  # metadata left out: kept
+
+    assert slack.message(CHANNEL, ts).metadata == metadata
+    plain = await client.conversations_replies(channel=CHANNEL, ts=parent)
+    assert [m.get("metadata") for m in plain["messages"]] == [None, None]
+    full = await client.conversations_replies(channel=CHANNEL, ts=parent, include_all_metadata=True)
+    assert [m.get("metadata") for m in full["messages"]] == [None, metadata]
+    history = await client.conversations_history(channel=CHANNEL, include_all_metadata=True)
+    assert [m["ts"] for m in history["messages"]] == [parent]  # replies stay in their thread
+    top = await client.chat_postMessage(channel=CHANNEL, text="top", metadata=metadata)
+    history = await client.conversations_history(channel=CHANNEL, include_all_metadata=True)
+    assert [(m["ts"], m.get("metadata")) for m in history["messages"]] == [
+        (top["ts"], metadata),  # newest first
+        (parent, None),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("metadata", "error"),
+    [
+        ("not json", "invalid_metadata_format"),
+        ({"event_payload": {}}, "invalid_metadata_schema"),
+        ({"event_type": "x", "event_payload": "y"}, "invalid_metadata_schema"),
+    ],
+)
+async def test_malformed_metadata_is_refused(
+    slack: FakeSlack, client: AsyncWebClient, metadata: Any, error: str
+) -> None:
+    with pytest.raises(SlackApiError) as refused:
+        await client.api_call(
+            "chat.postMessage", json={"channel": CHANNEL, "text": "x", "metadata": metadata}
+        )
+    assert _error(refused) == error
+    assert slack.messages(CHANNEL) == []
+
+
 async def test_unknown_methods_surface_as_slack_api_error(
     slack: FakeSlack, client: AsyncWebClient
 ) -> None:

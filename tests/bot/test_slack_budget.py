@@ -24,6 +24,7 @@ from slack_sdk.http_retry.builtin_async_handlers import (
 from slack_sdk.web.async_client import AsyncWebClient
 from structlog.testing import capture_logs
 
+from bot import slack_budget
 from bot.errors import (
     BudgetNotRunning,
     SlackError,
@@ -313,6 +314,69 @@ async def test_a_failed_post_raises_and_is_never_resent(
     assert len(slack.calls("chat.postMessage")) == 1
     assert slack.messages(CHANNEL) == []
     assert client.retry_handlers == handlers  # the caller's client is left as it was
+
+
+METADATA = {"event_type": "threadpilot_run", "event_payload": {"run_id": "run-1"}}
+
+
+async def tagged_post(budget: SlackBudget, thread_ts: str) -> str:
+    return await budget.post_message(
+        CHANNEL, text="status", blocks=blocks("status"), thread_ts=thread_ts, metadata=METADATA
+    )
+
+
+@pytest.mark.parametrize("landed", [False, True], ids=["not-done", "done"])
+async def test_a_tagged_post_of_unknown_fate_is_looked_for_before_posting_again(
+    slack: FakeSlack, client: AsyncWebClient, landed: bool
+) -> None:
+    parent = slack.seed_message(CHANNEL, "<@bot> do it")
+    slack.fail_next("chat.postMessage", status=500, landed=landed)
+    async with running(client) as budget:
+        ts = await tagged_post(budget, parent)
+
+    (status,) = [m for m in slack.thread(CHANNEL, parent) if m.is_bot]
+    assert status.ts == ts and status.metadata == METADATA
+    posts = slack.calls("chat.postMessage")
+    assert [c.status for c in posts] == ([500] if landed else [500, 200])
+    (lookup,) = slack.calls("conversations.replies")
+    assert lookup.at > posts[0].at and (len(posts) == 1 or lookup.at < posts[1].at)
+
+
+async def test_a_tagged_post_is_not_resent_when_the_thread_cannot_be_read(
+    slack: FakeSlack, client: AsyncWebClient
+) -> None:
+    parent = slack.seed_message(CHANNEL, "<@bot> do it")
+    slack.fail_next("chat.postMessage", status=503)
+    slack.fail_next("conversations.replies", status=500, times=3)
+    async with running(client) as budget:
+        with pytest.raises(SlackUnavailable) as failure:
+            await tagged_post(budget, parent)
+
+    assert failure.value.method == "chat.postMessage"
+    assert len(slack.calls("chat.postMessage")) == 1  # its fate is unknown: never resent
+    assert len(slack.calls("conversations.replies")) == 3
+
+
+async def test_find_messages_reads_every_page_of_the_thread(
+    slack: FakeSlack, client: AsyncWebClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(slack_budget, "LOOKUP_PAGE_SIZE", 2)
+    parent = slack.seed_message(CHANNEL, "<@bot> do it")
+    other = {"event_type": "threadpilot_run", "event_payload": {"run_id": "run-2"}}
+    tagged = []
+    for n in range(5):
+        slack.seed_message(CHANNEL, f"reply {n}", thread_ts=parent)
+        tagged.append(
+            slack.seed_message(
+                CHANNEL, f"status {n}", thread_ts=parent, user=BOT, metadata=METADATA
+            )
+        )
+        slack.seed_message(CHANNEL, "another run", thread_ts=parent, user=BOT, metadata=other)
+    async with running(client) as budget:
+        found = await budget.find_messages(CHANNEL, parent, METADATA)
+
+    assert found == tagged
+    assert len(slack.calls("conversations.replies")) == 8  # 16 messages, 2 a page
 
 
 async def test_call_resends_only_retry_safe_methods_after_a_429(

@@ -28,6 +28,7 @@ from slack_sdk.models.blocks import Block
 
 from agent_core import ExitCode, Handoff, Outcome, RunResult, StopReason, Timings, Usage
 from bot import messages as m
+from bot.views.answer import MARKDOWN_LIMIT, answer_metadata, render_answer
 from bot.views.status import (
     ACTION_ABORT,
     ACTION_STOP,
@@ -39,6 +40,7 @@ from bot.views.status import (
     StatusSnapshot,
     fit,
     render_status,
+    run_metadata,
 )
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
@@ -161,7 +163,7 @@ CASES: dict[str, StatusSnapshot] = {
 def assert_snapshot(name: str, rendered: RenderedMessage) -> None:
     """Compare with the committed snapshot, or rewrite it when UPDATE_SNAPSHOTS=1."""
     path = SNAPSHOTS / f"{name}.json"
-    actual = {"text": rendered.text, "blocks": rendered.blocks}
+    actual = {"text": rendered.text, "blocks": rendered.blocks, "metadata": rendered.metadata}
     if os.environ.get("UPDATE_SNAPSHOTS") == "1":
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(actual, indent=2, ensure_ascii=False) + "\n", "utf-8")
@@ -499,3 +501,39 @@ def test_live_fits_slack(
         assert buttons(rendered) == [ACTION_ABORT]
     else:
         assert buttons(rendered) == []
+
+
+# -- run metadata and the rewritten answer -----------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_every_render_names_its_run_in_metadata(name: str) -> None:
+    assert render_status(CASES[name]).metadata == run_metadata(RUN)
+    assert run_metadata(RUN) == {"event_type": "threadpilot_run", "event_payload": {"run_id": RUN}}
+
+
+def test_the_answer_metadata_is_told_apart_from_the_status_message() -> None:
+    assert answer_metadata(RUN)["event_type"] == run_metadata(RUN)["event_type"]
+    assert answer_metadata(RUN)["event_payload"] == {"run_id": RUN, "part": "answer"}
+
+
+def test_a_short_answer_is_rewritten_as_it_is() -> None:
+    rendered = render_answer("**Done**: 42 <items> & more\n")
+
+    assert rendered.blocks == [{"type": "markdown", "text": "**Done**: 42 <items> & more"}]
+    assert [validated(b) for b in rendered.blocks] == rendered.blocks
+    assert rendered.text == "**Done**: 42 <items> & more"
+
+
+@settings(max_examples=60, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@given(answer=_big)
+def test_a_rewritten_answer_fits_slack(answer: str) -> None:
+    rendered = render_answer(answer)
+
+    ((block),) = rendered.blocks
+    assert units(block["text"]) <= MARKDOWN_LIMIT
+    assert units(rendered.text) <= TEXT_LIMIT
+    if units(answer.strip()) > MARKDOWN_LIMIT:
+        assert "truncated" in block["text"]
+    else:
+        assert block["text"] == answer.strip()

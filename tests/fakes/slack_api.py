@@ -2,13 +2,16 @@
 
 Real clients talk to it over HTTP on 127.0.0.1: point `AsyncWebClient(base_url=
 slack.api_url)` (or a Bolt app built on such a client) at it. This module owns the
-HTTP side: decoding requests as Slack does, tokens, scripted faults, recording every
-call and waiting on recordings. What each method does to the workspace lives in
+HTTP side: decoding requests as Slack does, tokens, scripted faults (refusals, 429s,
+5xx and timeouts, each either "not done" or "done, but answered with the failure"),
+recording every call and waiting on recordings. What each method does to the workspace lives in
 `slack_state.py`; the WebSocket side in `slack_socket.py`.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import time
 from collections import deque
@@ -34,7 +37,14 @@ _T = TypeVar("_T")
 # Arguments whose value is JSON; form-encoded requests carry them as JSON strings.
 JSON_ARGS = frozenset({"blocks", "attachments", "chunks", "metadata", "view", "loading_messages"})
 # Slack's body for server errors it does answer in JSON.
-SERVER_ERRORS = {500: "fatal_error", 502: "bad_gateway", 503: "service_unavailable"}
+SERVER_ERRORS = {
+    500: "fatal_error",
+    502: "bad_gateway",
+    503: "service_unavailable",
+    504: "request_timeout",
+}
+TIMEOUT_STATUS = 504
+"""What a timed-out call is answered, once `hold_s` is over (its client has given up)."""
 # Slack documents at most 5 posts to one response_url.
 RESPONSE_URL_USES = 5
 
@@ -53,6 +63,8 @@ class ApiCall:
     http_verb: str
     response: Json
     """The JSON body the fake answered with (e.g. `response["ts"]` of a post)."""
+    landed: bool = True
+    """False if the call changed nothing: refused, or a fault that was not done."""
 
     @property
     def ok(self) -> bool:
@@ -61,11 +73,18 @@ class ApiCall:
 
 @dataclass(frozen=True)
 class Fault:
-    """A scripted failure for the next call of a method."""
+    """A scripted failure for the next call of a method.
+
+    `landed`: the call is done first, then answered with the failure (Slack posted the
+    message but the answer was a 500, or came too late). `hold_s`: the answer waits that
+    long, so a client with a shorter timeout gives up (a timeout, as the client sees it).
+    """
 
     status: int
     error: str
     retry_after: int | None
+    landed: bool = False
+    hold_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -90,6 +109,7 @@ class FakeSlack:
         self._faults: dict[str, deque[Fault]] = {}
         self._unknown: set[str] = set()
         self._hooks: dict[str, list[ResponseUrlPost]] = {}
+        self._closing = asyncio.Event()  # ends held (timed-out) answers at close
         self._runner: web.AppRunner | None = None
         self._port: int | None = None
 
@@ -109,6 +129,7 @@ class FakeSlack:
     async def close(self) -> None:
         if self._runner is None:
             return
+        self._closing.set()
         await self.socket.disconnect_all()
         await self._runner.cleanup()
         self._runner = None
@@ -146,19 +167,35 @@ class FakeSlack:
         error: str | None = None,
         retry_after: int = 1,
         times: int = 1,
+        landed: bool = False,
     ) -> None:
         """Make the next `times` calls of `method` fail; faults queue up in FIFO order.
 
         `status=429` answers like Slack's rate limiter (`Retry-After`, `ratelimited`),
         `status>=500` a server error, and the default `status=200` with `error` an
-        `ok: false` answer such as `not_allowed_token_type`.
+        `ok: false` answer such as `not_allowed_token_type`. With `landed=True` (5xx
+        only) the call is done, then answered with the error: Slack acted, the client
+        cannot know it.
         """
         if status == 200 and error is None:
             raise ValueError("fail_next with status 200 needs an error")
+        if landed and status < 500:
+            raise ValueError("only a server error (5xx) can hide a call that was done")
         if status == 429:
             error = error or "ratelimited"
         error = error or SERVER_ERRORS.get(status, "internal_error")
-        fault = Fault(status, error, retry_after if status == 429 else None)
+        fault = Fault(status, error, retry_after if status == 429 else None, landed=landed)
+        self._faults.setdefault(method, deque()).extend([fault] * times)
+
+    def time_out_next(
+        self, method: str, *, hold_s: float, landed: bool = False, times: int = 1
+    ) -> None:
+        """Hold the answer to the next `times` calls of `method` for `hold_s` seconds
+        (then answer 504), so a client with a shorter timeout gives up. With
+        `landed=True` the call is done at once: only its answer is late. Queued with the
+        `fail_next` faults, in FIFO order."""
+        error = SERVER_ERRORS[TIMEOUT_STATUS]
+        fault = Fault(TIMEOUT_STATUS, error, None, landed=landed, hold_s=hold_s)
         self._faults.setdefault(method, deque()).extend([fault] * times)
 
     def make_unknown(self, method: str) -> None:
@@ -174,10 +211,12 @@ class FakeSlack:
         ts: str | None = None,
         thread_ts: str | None = None,
         blocks: list[Json] | None = None,
+        metadata: Json | None = None,
     ) -> str:
-        """Store a message a person wrote before the test; returns its ts."""
+        """Store a message that arrived before the test (a person's by default; the
+        app's own with `user=workspace.bot_user_id` and its `metadata`); returns its ts."""
         return self.state.seed_message(
-            channel, text, user=user, ts=ts, thread_ts=thread_ts, blocks=blocks
+            channel, text, user=user, ts=ts, thread_ts=thread_ts, blocks=blocks, metadata=metadata
         )
 
     def new_response_url(self) -> str:
@@ -244,38 +283,54 @@ class FakeSlack:
         )
 
     def _summary(self) -> str:
-        return ", ".join(f"{c.method}->{c.error or 'ok'}" for c in self._calls) or "none"
+        def one(c: ApiCall) -> str:
+            hidden = " (done)" if c.error and c.landed else ""
+            return f"{c.method}->{c.error or 'ok'}{hidden}"
+
+        return ", ".join(one(c) for c in self._calls) or "none"
 
     # -- HTTP handlers -----------------------------------------------------------------
 
     async def _api(self, request: web.Request) -> web.Response:
         arrived = time.monotonic()
         method = request.match_info["method"]
+        fault: Fault | None = None
         try:
             args, token = await _read_args(request)
-            status, body, headers = self._answer(method, args, token)
+            fault = self._next_fault(method)
+            landed = False
+            if fault is None or fault.landed:
+                status, body, headers = self._answer(method, args, token)
+                landed = bool(body.get("ok"))
+            if fault is not None:
+                status, body, headers = _fault_answer(fault)
         except Refused as refused:
-            args, token = {}, None
+            args, token, landed = {}, None, False
             status, body, headers = 200, {"ok": False, "error": refused.error}, {}
         error = None if body.get("ok") else str(body.get("error"))
-        call = ApiCall(method, args, token, arrived, status, error, request.method, body)
+        call = ApiCall(method, args, token, arrived, status, error, request.method, body, landed)
         self._calls.append(call)
         # Record before answering: once the client's call returns, tests can see it.
         self._changes.notify()
+        if fault is not None and fault.hold_s:
+            # Slack being slow, not a test waiting: the client times out meanwhile.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(fault.hold_s):
+                    await self._closing.wait()
         return web.json_response(body, status=status, headers=headers)
+
+    def _next_fault(self, method: str) -> Fault | None:
+        """The fault scripted for this call, if any (a missing method never consumes one)."""
+        queued = self._faults.get(method)
+        if method in self._unknown or not queued:
+            return None
+        return queued.popleft()
 
     def _answer(
         self, method: str, args: Json, token: str | None
     ) -> tuple[int, Json, dict[str, str]]:
         unknown = {"ok": False, "error": "unknown_method", "req_method": method}
-        if method in self._unknown:
-            return 200, unknown, {}
-        queued = self._faults.get(method)
-        if queued:
-            fault = queued.popleft()
-            headers = {"Retry-After": str(fault.retry_after)} if fault.retry_after else {}
-            return fault.status, {"ok": False, "error": fault.error}, headers
-        if not self._implements(method):
+        if method in self._unknown or not self._implements(method):
             return 200, unknown, {}
         try:
             _check_token(method, token)
@@ -304,6 +359,11 @@ class FakeSlack:
         if not accepted:
             return web.json_response({"ok": False, "error": "used_url"}, status=404)
         return web.json_response({"ok": True})
+
+
+def _fault_answer(fault: Fault) -> tuple[int, Json, dict[str, str]]:
+    headers = {"Retry-After": str(fault.retry_after)} if fault.retry_after else {}
+    return fault.status, {"ok": False, "error": fault.error}, headers
 
 
 async def _read_args(request: web.Request) -> tuple[Json, str | None]:

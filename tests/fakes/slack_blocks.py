@@ -13,7 +13,8 @@ def blocks_text(blocks: list[dict[str, Any]] | None) -> str:
 
     def walk(node: Any) -> None:
         if isinstance(node, dict):
-            if node.get("type") in ("mrkdwn", "plain_text") and "text" in node:
+            # Text objects, and `markdown` blocks (whose text sits on the block itself).
+            if node.get("type") in ("mrkdwn", "plain_text", "markdown") and "text" in node:
                 parts.append(str(node["text"]))
             for value in node.values():
                 walk(value)

@@ -1,5 +1,5 @@
 """Messages as the fake stores them, the frozen snapshots tests read, and the checks
-Slack applies to message arguments (`text`, `blocks`, required ids).
+Slack applies to message arguments (`text`, `blocks`, `metadata`, required ids).
 
 `Refused` is how a method says Slack would answer HTTP 200 with `ok: false`.
 """
@@ -63,6 +63,8 @@ class Message:
     chunks: tuple[Json, ...]
     stream: StreamState | None
     deleted: bool
+    metadata: Json | None = None
+    """Message metadata (`event_type`, `event_payload`), as the app attached it."""
 
     @property
     def updates(self) -> tuple[Revision, ...]:
@@ -96,6 +98,7 @@ class StoredMessage:
     chunks: list[Json] = field(default_factory=list)
     stream: StreamState | None = None
     deleted: bool = False
+    metadata: Json | None = None
 
     def revise(self, method: str, text: str, blocks: list[Json] | None) -> None:
         self.text, self.blocks = text, blocks
@@ -115,6 +118,7 @@ class StoredMessage:
             chunks=tuple(copy.deepcopy(self.chunks)),
             stream=self.stream,
             deleted=self.deleted,
+            metadata=copy.deepcopy(self.metadata),
         )
 
 
@@ -144,6 +148,20 @@ def message_blocks(args: Json) -> list[Json] | None:
     if len(blocks) > MAX_MESSAGE_BLOCKS:
         raise Refused("invalid_blocks")
     return copy.deepcopy(blocks)
+
+
+def message_metadata(args: Json) -> Json | None:
+    """The `metadata` argument: an object with a string `event_type` and an object
+    `event_payload` (Slack's documented shape), or absent."""
+    metadata: Any = args.get("metadata")
+    if metadata is None:
+        return None
+    if not isinstance(metadata, dict):
+        raise Refused("invalid_metadata_format")
+    event_type, payload = metadata.get("event_type"), metadata.get("event_payload")
+    if not isinstance(event_type, str) or not event_type or not isinstance(payload, dict):
+        raise Refused("invalid_metadata_schema")
+    return {"event_type": event_type, "event_payload": copy.deepcopy(payload)}
 
 
 def is_markdown_chunk(chunk: object) -> bool:

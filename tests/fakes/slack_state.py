@@ -21,6 +21,7 @@ from tests.fakes.slack_messages import (
     StreamState,
     is_markdown_chunk,
     message_blocks,
+    message_metadata,
     message_text,
     optional_arg,
     required_arg,
@@ -55,6 +56,7 @@ class SlackState:
             "reactions.add": self._reactions_add,
             "reactions.remove": self._reactions_remove,
             "conversations.replies": self._replies,
+            "conversations.history": self._history,
             "chat.startStream": self._start_stream,
             "chat.appendStream": self._append_stream,
             "chat.stopStream": self._stop_stream,
@@ -81,13 +83,16 @@ class SlackState:
         ts: str | None = None,
         thread_ts: str | None = None,
         blocks: list[Json] | None = None,
+        metadata: Json | None = None,
     ) -> str:
-        """Store a message a human wrote (it arrived before the test); returns its ts."""
+        """Store a message that arrived before the test (a person's, or with `user` the
+        bot's and `metadata`, one the app posted earlier); returns its ts."""
         if ts is None:
             ts = next_ts()
         else:
             TS_CLOCK.observe(ts)
-        self._store(channel, ts, text, blocks, thread_ts, user=user, method="seed")
+        stored = self._store(channel, ts, text, blocks, thread_ts, user=user, method="seed")
+        stored.metadata = message_metadata({"metadata": metadata})
         return ts
 
     def message(self, channel: str, ts: str) -> Message:
@@ -173,8 +178,11 @@ class SlackState:
         ]
         return sorted(members, key=lambda stored: ts_key(stored.ts))
 
-    def _to_api(self, stored: StoredMessage) -> Json:
-        """A message as Slack's API returns it (conversations.replies, chat.* answers)."""
+    def _to_api(self, stored: StoredMessage, *, with_metadata: bool = False) -> Json:
+        """A message as Slack's API returns it (conversations.*, chat.* answers).
+
+        Its metadata only when asked for (`include_all_metadata`), as Slack does.
+        """
         body: Json = {"type": "message", "ts": stored.ts, "text": stored.text}
         body["team"] = self.workspace.team_id
         body["user"] = stored.user
@@ -196,6 +204,8 @@ class SlackState:
                 {"name": name, "users": list(users), "count": len(users)}
                 for name, users in stored.reactions.items()
             ]
+        if with_metadata and stored.metadata is not None:
+            body["metadata"] = copy.deepcopy(stored.metadata)
         return body
 
     # -- method handlers ---------------------------------------------------------------
@@ -238,6 +248,7 @@ class SlackState:
         if not text and not blocks:
             raise Refused("no_text")
         thread_ts = optional_arg(args, "thread_ts")
+        metadata = message_metadata(args)
         stored = self._store(
             channel,
             next_ts(),
@@ -247,6 +258,7 @@ class SlackState:
             user=self.workspace.bot_user_id,
             method="chat.postMessage",
         )
+        stored.metadata = metadata
         return {"channel": channel, "ts": stored.ts, "message": self._to_api(stored)}
 
     def _update(self, args: Json) -> Json:
@@ -254,6 +266,8 @@ class SlackState:
         # Like Slack: a field left out keeps its value; an empty blocks list removes them.
         text = message_text(args) if "text" in args else stored.text
         blocks = (message_blocks(args) or None) if "blocks" in args else stored.blocks
+        if "metadata" in args:  # left out, the message keeps the metadata it has
+            stored.metadata = message_metadata(args)
         stored.revise("chat.update", text, blocks)
         return {
             "channel": stored.channel,
@@ -312,12 +326,28 @@ class SlackState:
         if anchor is None or anchor.deleted:
             raise Refused("thread_not_found")
         thread = self._thread(channel, anchor.thread_ts or anchor.ts)
+        return self._page(thread, args)
+
+    def _history(self, args: Json) -> Json:
+        """A channel's messages, newest first; thread replies only as their parent."""
+        channel = required_arg(args, "channel", "channel_not_found")
+        top = [
+            stored
+            for stored in self._messages.get(channel, {}).values()
+            if not stored.deleted and stored.thread_ts is None
+        ]
+        return self._page(sorted(top, key=lambda stored: ts_key(stored.ts), reverse=True), args)
+
+    def _page(self, found: list[StoredMessage], args: Json) -> Json:
+        """One page of a conversations.* answer (`cursor`, `limit`, `include_all_metadata`)."""
         start = int(args.get("cursor") or 0)
         limit = int(args.get("limit") or 1000)
-        page = thread[start : start + limit]
-        more = start + limit < len(thread)
+        # slack_sdk sends booleans as "1"/"0" in query strings.
+        with_metadata = str(args.get("include_all_metadata", "")).lower() in ("1", "true")
+        page = found[start : start + limit]
+        more = start + limit < len(found)
         return {
-            "messages": [self._to_api(stored) for stored in page],
+            "messages": [self._to_api(stored, with_metadata=with_metadata) for stored in page],
             "has_more": more,
             "response_metadata": {"next_cursor": str(start + limit) if more else ""},
         }
@@ -354,6 +384,8 @@ class SlackState:
         stored = self._streaming(args)
         text, chunks = _stream_delta(args)
         blocks = message_blocks(args) if "blocks" in args else stored.blocks
+        if "metadata" in args:
+            stored.metadata = message_metadata(args)
         stored.stream = StreamState.STOPPED
         stored.chunks.extend(chunks)
         stored.revise("chat.stopStream", stored.text + text, blocks)
