@@ -1,4 +1,9 @@
-"""``python -m bot``: run the Slack app until SIGTERM or SIGINT, then shut down in order."""
+"""``python -m bot``: run the Slack app until SIGTERM or SIGINT, then shut down in order.
+
+Exit status: 0 after a signal (at any moment, start-up included), 2 when start-up fails.
+A start-up failure is one line on stderr naming what to fix, and nothing else: no
+traceback, no shutdown chatter.
+"""
 
 from __future__ import annotations
 
@@ -10,17 +15,20 @@ import structlog
 
 from agent_core import ConfigError, configure_logging
 from bot.app import ThreadpilotApp
+from bot.http_guard import raised_at
 from bot.settings import Settings, load_settings
 
 log = structlog.get_logger("bot")
+
+START_DRAIN_S = 5.0
+"""How long a start-up interrupted by a signal may take to unwind once cancelled."""
 
 
 def main() -> int:
     try:
         settings = load_settings()
     except ConfigError as exc:
-        print(f"threadpilot: {exc}", file=sys.stderr)
-        return 2
+        return _failed(str(exc))
     configure_logging(settings.LOG_FORMAT, settings.LOG_LEVEL)
     return asyncio.run(serve(settings))
 
@@ -28,18 +36,49 @@ def main() -> int:
 async def serve(settings: Settings) -> int:
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
+    # Before start-up, which can wait on Slack or the database: a signal must end it too.
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stopping.set)
     app = ThreadpilotApp(settings)
     try:
-        await app.start()
+        started = await _start_unless_stopped(app, stopping)
     except ConfigError as exc:
-        print(f"threadpilot: {exc}", file=sys.stderr)
         await app.shutdown()
-        return 2
-    await stopping.wait()
+        return _failed(str(exc))
+    except Exception as exc:  # a start-up bug still ends in one line, and status 2
+        await app.shutdown()
+        return _failed(f"start-up failed: {type(exc).__name__}: {exc} (at {raised_at(exc)})")
+    if started:
+        await stopping.wait()
+    else:
+        log.info("app.start_interrupted")
     await app.shutdown()
     return 0
+
+
+async def _start_unless_stopped(app: ThreadpilotApp, stopping: asyncio.Event) -> bool:
+    """Start the app; False if a signal came first (start-up is then cancelled)."""
+    start = asyncio.create_task(app.start(), name="app.start")
+    signalled = asyncio.create_task(stopping.wait(), name="app.start.signal")
+    try:
+        await asyncio.wait({start, signalled}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        signalled.cancel()
+    if start.done():
+        start.result()  # raises start-up's error
+        return True
+    start.cancel()
+    # Let it unwind (bounded); its CancelledError is ours, so not re-raised here, and an
+    # error it met on the way out no longer matters.
+    done, _ = await asyncio.wait({start}, timeout=START_DRAIN_S)
+    if start in done and not start.cancelled():
+        start.exception()
+    return False
+
+
+def _failed(problem: str) -> int:
+    print(f"threadpilot: {problem}", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

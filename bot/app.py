@@ -1,9 +1,16 @@
 """Assembles the Slack app: Bolt, the transports, health endpoints, and orderly shutdown.
 
 Transports (SPEC.md section 2): Socket Mode when ``SLACK_APP_TOKEN`` is set, otherwise
-HTTP on ``PORT`` at ``POST /slack/events`` (signature-checked by Bolt). Both serve
-``GET /healthz`` (the process is up) and ``GET /readyz`` (503 while starting, shutting
-down, or, in Socket Mode, disconnected).
+HTTP on ``PORT`` at ``POST /slack/events`` (signature and shape checked by
+:mod:`bot.http_guard` before Bolt sees a byte, and the signature again by Bolt). Both
+serve ``GET /healthz`` (the process is up) and ``GET /readyz`` (503 while starting,
+shutting down, or, in Socket Mode, disconnected).
+
+Start-up checks what the app depends on, quickest first, each step bounded in time:
+``PORT`` (bound first, so ``/healthz`` answers during the rest), the bot token and
+``SLACK_API_URL`` (``auth.test``), in Socket Mode the app-level token (the first
+``apps.connections.open``), then ``DATABASE_URL`` (connect and migrate). A step that
+fails raises :class:`ConfigError` naming the setting, before anything else is logged.
 
 Every Web API client this process makes uses ``SLACK_API_URL`` (Bolt's, the Socket Mode
 handler's, the budgets'): they are all the one :class:`AsyncWebClient` built here.
@@ -12,12 +19,13 @@ handler's, the budgets'): they are all the one :class:`AsyncWebClient` built her
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+import errno
+from typing import TYPE_CHECKING, TypeVar
 
 import aiohttp
 import structlog
 from aiohttp import web
-from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
+from slack_bolt.adapter.aiohttp import to_aiohttp_response
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_bolt.async_app import AsyncApp
 from slack_sdk.errors import SlackApiError, SlackClientError
@@ -35,12 +43,15 @@ from agent_core.stores.factory import open_store
 from bot.context import BotContext
 from bot.dedupe import Deliveries, EventDeduper
 from bot.handlers import actions, events, mentions
+from bot.http_guard import Refusal, SlackRequestGuard, on_bolt_error
 from bot.session import RunSession
 from bot.supervisor import Supervisor
 from bot.surface import Workspaces
 from bot.worker import Worker, default_worker_id
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable
+
     from agent_core import ChatModel, Checkpoint, Run, RunRecord
     from agent_core.ports import Store
     from bot.settings import Settings
@@ -51,6 +62,12 @@ log = structlog.get_logger("bot.app")
 
 SHUTDOWN_BUDGET_S = 15.0
 """Everything after SIGTERM fits in this, well inside the 20 s target (SPEC.md §5)."""
+
+_T = TypeVar("_T")
+
+STEP_TIMEOUT_S = 8.0
+"""Each start-up step that waits on something outside (Slack, the database, the Socket
+Mode connection) gets this long: a fault ends start-up well within 15 s."""
 
 
 class ThreadpilotApp:
@@ -72,19 +89,37 @@ class ThreadpilotApp:
         self._owned_model: OpenAIChatModel | None = None
         self._store: Store | None = None
         self._worker: Worker | None = None
+        self._guard: SlackRequestGuard | None = None
+        self._started = False
         self.port: int | None = None
         self.ctx: BotContext | None = None
+        self.bolt: AsyncApp | None = None
 
     # -- start -------------------------------------------------------------------------
 
     async def start(self) -> None:
+        """Check the settings that can only be checked by using them, then take work.
+
+        Raises :class:`ConfigError` naming the setting at fault; call :meth:`shutdown`
+        afterwards either way (it releases whatever was opened, quietly if start failed).
+        """
         settings = self.settings
+        await self._listen_http()
         self._session = aiohttp.ClientSession()
         client = AsyncWebClient(
             token=settings.SLACK_BOT_TOKEN, base_url=settings.SLACK_API_URL, session=self._session
         )
-        bot_user_id = await _who_am_i(client)
-        self._store = await _open_store(settings.DATABASE_URL)
+        bot_user_id = await _step("SLACK_API_URL", "Slack (auth.test)", _who_am_i(client))
+        socket_url = None
+        if settings.SLACK_APP_TOKEN is not None:
+            socket_url = await _step(
+                "SLACK_API_URL",
+                "Slack (apps.connections.open)",
+                _socket_url(client, settings.SLACK_APP_TOKEN),
+            )
+        self._store = await _step(
+            "DATABASE_URL", "the database", _open_store(settings.DATABASE_URL)
+        )
         worker_id = settings.WORKER_ID or default_worker_id()
         agent = Agent(
             self._model or self._openai_model(),
@@ -116,13 +151,17 @@ class ThreadpilotApp:
         # Leases, the stop watcher and the reconciler run before we take any work: a run
         # started here must be heartbeated, and a click landing elsewhere must reach it.
         await self._worker.start()
-        bolt = self._bolt(client, self.ctx)
-        await self._serve_http(bolt)
-        if settings.socket_mode:
-            assert settings.SLACK_APP_TOKEN is not None
+        bolt = self.bolt = self._bolt(client, self.ctx)
+        if settings.SLACK_APP_TOKEN is not None:
             self._socket = AsyncSocketModeHandler(bolt, settings.SLACK_APP_TOKEN, web_client=client)
-            await self._socket.connect_async()  # type: ignore[no-untyped-call]
-        self._ready = True
+            # The URL start-up already got: its token is known to work.
+            self._socket.client.wss_uri = socket_url
+            await _step(
+                "SLACK_APP_TOKEN",
+                "the Socket Mode connection",
+                self._socket.connect_async(),  # type: ignore[no-untyped-call]
+            )
+        self._ready = self._started = True
         log.info(
             "app.ready",
             transport="socket_mode" if settings.socket_mode else "http",
@@ -164,7 +203,11 @@ class ThreadpilotApp:
             signing_secret=self.settings.SLACK_SIGNING_SECRET or "unused-in-socket-mode",
             request_verification_enabled=not socket_mode,
             ignoring_self_events_enabled=True,
+            # Requests no listener takes go to on_bolt_error too: one line, not Bolt's
+            # multi-line suggestion of a listener to write.
+            raise_error_for_unhandled_request=True,
         )
+        bolt.error(on_bolt_error)
         # Durable and shared by every worker: a retry delivered elsewhere is dropped too.
         deduper = EventDeduper(Deliveries(ctx.store), budget_s=actions.ACK_BUDGET_S)
         bolt.middleware(deduper.middleware)
@@ -173,26 +216,37 @@ class ThreadpilotApp:
         events.register(bolt, ctx)
         return bolt
 
-    async def _serve_http(self, bolt: AsyncApp) -> None:
+    async def _listen_http(self) -> None:
+        """Bind ``PORT``: ``/healthz``, ``/readyz`` and (HTTP mode) ``/slack/events``,
+        which answers 503 until the app is ready."""
         web_app = web.Application()
         web_app.router.add_get("/healthz", self._healthz)
         web_app.router.add_get("/readyz", self._readyz)
         if not self.settings.socket_mode:
-
-            async def slack_events(request: web.Request) -> web.Response:
-                if not self._ready:
-                    return web.json_response({"error": "not ready"}, status=503)
-                response = await bolt.async_dispatch(await to_bolt_request(request))
-                return await to_aiohttp_response(response)
-
-            web_app.router.add_post("/slack/events", slack_events)
+            assert self.settings.SLACK_SIGNING_SECRET  # settings require it in HTTP mode
+            self._guard = SlackRequestGuard(self.settings.SLACK_SIGNING_SECRET)
+            web_app.router.add_post("/slack/events", self._slack_events)
         self._runner = web.AppRunner(web_app, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, *self._listen)
-        await site.start()
+        host, port = self._listen
+        site = web.TCPSite(self._runner, host, port)
+        try:
+            await site.start()
+        except OSError as exc:
+            raise ConfigError("PORT", _cannot_listen(host, port, exc)) from None
         server = site._server
         sockets = getattr(server, "sockets", None) or []
-        self.port = sockets[0].getsockname()[1] if sockets else self._listen[1]
+        self.port = sockets[0].getsockname()[1] if sockets else port
+
+    async def _slack_events(self, request: web.Request) -> web.Response:
+        assert self._guard is not None
+        admitted = self._guard.admit(await request.read(), request.headers)
+        if isinstance(admitted, Refusal):
+            log.warning("slack_request.refused", status=admitted.status, reason=admitted.reason)
+            return web.json_response({"error": admitted.reason}, status=admitted.status)
+        if not self._ready or self.bolt is None:
+            return web.json_response({"error": "not ready"}, status=503)
+        return await to_aiohttp_response(await self.bolt.async_dispatch(admitted))
 
     async def _healthz(self, request: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
@@ -207,9 +261,14 @@ class ThreadpilotApp:
     # -- stop --------------------------------------------------------------------------
 
     async def shutdown(self, timeout_s: float = SHUTDOWN_BUDGET_S) -> None:
-        """Stop taking work, end live runs with reason ``shutdown``, flush Slack, close."""
+        """Stop taking work, end live runs with reason ``shutdown``, flush Slack, close.
+
+        After a failed :meth:`start` this only releases what start opened, and says
+        nothing: the start-up error is the one line the operator needs.
+        """
         self._ready = False
-        log.info("app.shutting_down")
+        say = log.info if self._started else log.debug
+        say("app.shutting_down")
         async with asyncio.timeout(timeout_s + 2):
             if self._socket is not None:
                 await _bounded(
@@ -229,7 +288,7 @@ class ThreadpilotApp:
                 await self._runner.cleanup()
             if self._session is not None:
                 await self._session.close()
-        log.info("app.stopped")
+        say("app.stopped")
 
 
 async def _who_am_i(client: AsyncWebClient) -> str:
@@ -243,6 +302,46 @@ async def _who_am_i(client: AsyncWebClient) -> str:
     except (SlackClientError, aiohttp.ClientError, OSError) as exc:
         raise ConfigError("SLACK_API_URL", f"cannot reach Slack there ({exc})") from exc
     return str(auth["user_id"])
+
+
+async def _socket_url(client: AsyncWebClient, app_token: str) -> str:
+    """A Socket Mode connection URL, which also proves the app-level token works."""
+    try:
+        response = await client.apps_connections_open(app_token=app_token)
+    except SlackApiError as exc:
+        raise ConfigError(
+            "SLACK_APP_TOKEN",
+            f"Slack refused it ({exc.response.get('error')}); it must be an app-level "
+            "token of this app with the connections:write scope",
+        ) from None
+    except (SlackClientError, aiohttp.ClientError, OSError) as exc:
+        raise ConfigError("SLACK_API_URL", f"cannot reach Slack there ({exc})") from None
+    url = response.get("url")
+    if not isinstance(url, str):
+        raise ConfigError("SLACK_APP_TOKEN", "Slack gave no Socket Mode URL for it")
+    return url
+
+
+async def _step(setting: str, what: str, work: Awaitable[_T]) -> _T:
+    """``work``, or a :class:`ConfigError` naming ``setting`` if it takes too long."""
+    try:
+        async with asyncio.timeout(STEP_TIMEOUT_S) as deadline:
+            return await work
+    except TimeoutError:
+        if not deadline.expired():
+            raise
+        raise ConfigError(
+            setting, f"no answer from {what} within {STEP_TIMEOUT_S:g} s; check it is reachable"
+        ) from None
+
+
+def _cannot_listen(host: str, port: int, exc: OSError) -> str:
+    if exc.errno == errno.EADDRINUSE:
+        return (
+            f"port {port} is already in use on {host}; stop what listens there or set PORT "
+            "to a free port"
+        )
+    return f"cannot listen on {host}:{port} ({exc.strerror or exc}); set PORT to another port"
 
 
 async def _open_store(database_url: str) -> Store:

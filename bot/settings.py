@@ -13,6 +13,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from agent_core.errors import ConfigError
+from agent_core.stores.factory import parse_database_url
 
 __all__ = ["Settings", "StopPolicy", "load_settings"]
 
@@ -114,8 +115,12 @@ class Settings(BaseSettings):
     @field_validator("DATABASE_URL")
     @classmethod
     def _database_url(cls, value: str) -> str:
-        if not value.startswith(("sqlite:///", "postgresql://", "postgres://")):
-            raise ValueError("must start with sqlite:///, postgresql:// or postgres://")
+        # The store factory's own parser: every form it opens is accepted here (including
+        # postgresql+asyncpg://), and what it refuses is refused with its message.
+        try:
+            parse_database_url(value)
+        except ConfigError as exc:
+            raise ValueError(exc.problem) from None
         return value
 
     @model_validator(mode="after")

@@ -62,6 +62,27 @@ def _count(status: str) -> int:
     return int(status.rsplit(" ", 1)[-1])
 
 
+def _cannot_connect(where: str, exc: BaseException, connect_timeout_s: float) -> str:
+    """Why :meth:`PostgresStore.open` could not use the database, and what to check."""
+    if isinstance(exc, TimeoutError):
+        return (
+            f"PostgreSQL at {where} did not answer within {connect_timeout_s:g} s; check "
+            "the host and port in DATABASE_URL, and that PostgreSQL (not some other "
+            "service) listens there"
+        )
+    if isinstance(exc, ConnectionRefusedError):
+        return (
+            f"nothing accepts connections at {where} (connection refused); check the host "
+            "and port in DATABASE_URL, and that PostgreSQL is running"
+        )
+    if isinstance(exc, asyncpg.InvalidCatalogNameError):
+        return f"{exc} at {where}; create it (createdb), or fix the name in DATABASE_URL"
+    return (
+        f"cannot use PostgreSQL at {where}: {exc}; check DATABASE_URL and that the server "
+        "is running and accepts this user"
+    )
+
+
 class PostgresStore:
     """Runs, stop requests, checkpoints, events and leases in a PostgreSQL database."""
 
@@ -73,25 +94,37 @@ class PostgresStore:
 
     @classmethod
     async def open(
-        cls, dsn: str, *, min_size: int = 1, max_size: int = 10, migrate: bool = True
+        cls,
+        dsn: str,
+        *,
+        min_size: int = 1,
+        max_size: int = 10,
+        migrate: bool = True,
+        connect_timeout_s: float = 5.0,
+        command_timeout_s: float = 30.0,
     ) -> PostgresStore:
-        """Connect to ``dsn`` (``postgresql://user:password@host:port/db``), migrate."""
+        """Connect to ``dsn`` (``postgresql://user:password@host:port/db``), migrate.
+
+        Every connection (the pool's, now and later, and the migration's) gives up after
+        ``connect_timeout_s`` (a host that accepts TCP and never answers, or answers
+        slowly), and every statement after ``command_timeout_s`` (the migration waiting
+        forever on a lock); both end in :class:`StorageError`.
+        """
         where = describe_dsn(dsn)
+        limits = {"timeout": connect_timeout_s, "command_timeout": command_timeout_s}
         try:
             # The pool first: its errors (refused, no such database, bad password) come
             # straight from asyncpg, unwrapped, and make the clearest messages.
-            pool = await asyncpg.create_pool(dsn, min_size=min_size, max_size=max_size)
+            pool = await asyncpg.create_pool(dsn, min_size=min_size, max_size=max_size, **limits)
         except DRIVER_ERRORS as exc:
-            raise StorageError(
-                f"cannot use PostgreSQL at {where}: {exc}; check DATABASE_URL and that "
-                "the server is running and accepts this user"
-            ) from exc
+            raise StorageError(_cannot_connect(where, exc, connect_timeout_s)) from exc
         try:
             if migrate:
-                await upgrade_postgres(lambda: asyncpg.connect(dsn), where=where)
+                await upgrade_postgres(lambda: asyncpg.connect(dsn, **limits), where=where)
         except DRIVER_ERRORS as exc:
             await pool.close()
-            raise StorageError(f"cannot migrate PostgreSQL at {where}: {exc}") from exc
+            problem = _cannot_connect(where, exc, connect_timeout_s)
+            raise StorageError(f"cannot migrate: {problem}") from exc
         except BaseException:
             await pool.close()
             raise

@@ -27,6 +27,7 @@ import contextlib
 import sqlite3
 import uuid
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import aiosqlite
@@ -413,7 +414,20 @@ async def _switch_to_wal(conn: aiosqlite.Connection, busy_timeout_s: float) -> s
 
 
 def _probe(path: str) -> None:
-    sqlite3.connect(path).close()
+    """Open and close the file once (in a worker thread); the usual mistakes in
+    ``DATABASE_URL`` come out named, not as SQLite's "unable to open database file"."""
+    try:
+        sqlite3.connect(path).close()
+    except sqlite3.Error as exc:
+        target = Path(path)
+        if target.is_dir():
+            problem = "it is a directory; name a file in it, e.g. sqlite:///dir/threadpilot.db"
+            raise StorageError(f"SQLite could not open {path}: {problem}") from exc
+        folder = target.absolute().parent
+        if not folder.is_dir():
+            problem = f"the directory {folder} does not exist; create it, or fix DATABASE_URL"
+            raise StorageError(f"SQLite could not open {path}: {problem}") from exc
+        raise
 
 
 def _cannot_open(path: str, exc: sqlite3.Error) -> str:

@@ -58,6 +58,8 @@ MORE_CASES = {
     "app token that is not xapp": Case("SLACK_APP_TOKEN", {"SLACK_APP_TOKEN": "xoxb-not-app"}),
     "api url not http": Case("SLACK_API_URL", {"SLACK_API_URL": "slack.com/api"}),
     "unknown database": Case("DATABASE_URL", {"DATABASE_URL": "mysql://localhost/tp"}),
+    "sqlite with two slashes": Case("DATABASE_URL", {"DATABASE_URL": "sqlite://./tp.db"}),
+    "in-memory sqlite": Case("DATABASE_URL", {"DATABASE_URL": "sqlite:///:memory:"}),
     "log level": Case("LOG_LEVEL", {"LOG_LEVEL": "LOUD"}),
 }
 """Checked in-process through load_settings(), whose error is the line main() prints."""
@@ -164,6 +166,36 @@ def test_an_app_token_turns_socket_mode_on_and_the_secret_becomes_optional(
 
     assert settings.socket_mode
     assert settings.SLACK_SIGNING_SECRET is None
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "sqlite:///./threadpilot.db",
+        "sqlite:////var/lib/threadpilot/threadpilot.db",
+        "postgresql://tp:secret@db.internal:5432/threadpilot",
+        "postgres://tp@db.internal/threadpilot?sslmode=require",
+        "postgresql+asyncpg://tp:secret@db.internal:5432/threadpilot",
+    ],
+)
+def test_every_documented_database_url_is_accepted(
+    environment: pytest.MonkeyPatch, url: str
+) -> None:
+    environment.setenv("DATABASE_URL", url)
+
+    assert load_settings().DATABASE_URL == url
+
+
+def test_a_refused_database_url_does_not_echo_its_password(
+    environment: pytest.MonkeyPatch,
+) -> None:
+    environment.setenv("DATABASE_URL", "mysql://tp:hunter2@db.internal/threadpilot")
+
+    with pytest.raises(ConfigError) as raised:
+        load_settings()
+
+    assert raised.value.setting == "DATABASE_URL"
+    assert "hunter2" not in str(raised.value)
 
 
 def test_empty_values_mean_the_default(environment: pytest.MonkeyPatch) -> None:
