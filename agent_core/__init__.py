@@ -47,6 +47,7 @@ from agent_core.outcomes import (
     Timings,
     Usage,
     normalize_outcome,
+    outcome_label,
     strip_softeners,
 )
 from agent_core.ports import (
@@ -124,6 +125,7 @@ __all__ = [
     "configure_logging",
     "current_run",
     "normalize_outcome",
+    "outcome_label",
     "strip_softeners",
     "tool",
     "transition",

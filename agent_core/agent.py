@@ -33,6 +33,10 @@ class AgentConfig:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     final_turn_timeout_s: float | None = None
     """After a Stop, escalate to Abort if the final turn takes longer than this."""
+    how_to_continue: str = "start a new run"
+    """How a person continues once a run has ended, in the words of the surface that runs
+    it ("reply in the thread", "run the command again"); the loop's own handoff lines use
+    it, so no surface shows another's instructions."""
     tool_timeout_s: float = DEFAULT_TOOL_TIMEOUT_S
     """One tool call may take this long; then it is cancelled and the model is told it
     timed out (``TOOL_TIMEOUT``)."""

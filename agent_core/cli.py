@@ -38,6 +38,8 @@ __all__ = ["main"]
 
 EXIT_USAGE = 2
 STOPPING_NOTICE = "Stopping after this step; press Ctrl+C again to abort"
+HOW_TO_CONTINUE = "run the command again"
+"""In a terminal a person carries on by running a new task (the loop's handoff lines)."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -53,6 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         max_turns=args.max_turns,
         final_turn_timeout_s=args.final_turn_timeout,
         tool_timeout_s=tool_timeout_s,
+        how_to_continue=HOW_TO_CONTINUE,
     )
     result = asyncio.run(_run(Agent(model, BUILTIN_TOOLS, config=config), args.task, args.json))
     out = sys.stdout
@@ -153,8 +156,7 @@ def _show(event: RunEvent, stream: TextIO) -> None:
 
 def _print_handoff(result: RunResult, out: TextIO) -> None:
     h = result.handoff
-    who = f" (stopped by {h.stopped_by})" if h.stopped_by else ""
-    out.write(f"\n\nOutcome: {h.outcome.value}{who} [{result.exit_code.value}]\n")
+    out.write(f"\n\nOutcome: {result.label()} [{result.exit_code.value}]\n")
     out.write(f"Evidence: {h.evidence}\n")
     out.write(f"Artifacts: {', '.join(h.artifacts) or 'none'}\n")
     out.write(f"Handoff: {h.question or h.next_step}\n")

@@ -35,6 +35,7 @@ from agent_core.events import (
     StopRequested,
     TextDelta,
     ToolFinished,
+    ToolProgress,
     ToolStarted,
     TurnFinished,
     TurnStarted,
@@ -53,12 +54,14 @@ from agent_core.steps import (
     Step,
     assistant_message,
     cancelled_ending,
+    crashed_ending,
     default_outcome,
     ending_after_final_turn,
     ending_for_step,
     model_failed_ending,
     parse_ask,
     parse_report,
+    stopped_before_work,
     tool_result,
 )
 from agent_core.stop import RunControl, StopReason, utcnow
@@ -191,13 +194,7 @@ class Run:
         except Exception as exc:
             # A bug or a store failure must still leave the run with a terminal state.
             self._log.exception("run.crashed")
-            ending = Ending(
-                Outcome.FAILED,
-                ExitCode.ERROR,
-                evidence=f"threadpilot failed internally: {exc}",
-                next_step="An admin checks the logs; reply in the thread to retry.",
-                error=repr(exc),
-            )
+            ending = crashed_ending(exc, self._how)
         return await self._finish(ending, started_at)
 
     # -- the loop ----------------------------------------------------------------------
@@ -222,9 +219,13 @@ class Run:
                 self._tally.last_error = exc.error
                 return await self._final_turn(FinalTurnReason.MAX_RETRIES)
             except ContextOverflow as exc:
-                return model_failed_ending(exc, Outcome.BLOCKED, ExitCode.TOKEN_LIMIT, self._tally)
+                return model_failed_ending(
+                    exc, Outcome.BLOCKED, ExitCode.TOKEN_LIMIT, self._tally, how=self._how
+                )
             except FatalModelError as exc:
-                return model_failed_ending(exc, Outcome.FAILED, ExitCode.ERROR, self._tally)
+                return model_failed_ending(
+                    exc, Outcome.FAILED, ExitCode.ERROR, self._tally, how=self._how
+                )
             step = await self._take_step(response)
             self._tally.steps_completed += 1
             await self._recorder.checkpoint(self._tally.turns, self._messages)
@@ -243,12 +244,7 @@ class Run:
         if self.control.reason is StopReason.STOP:
             self._honour_stop()
             if self._tally.steps_completed == 0:
-                return Ending(
-                    Outcome.USERINTERLUDE,
-                    ExitCode.USER_STOP,
-                    evidence="Stopped before any work was done; the model was not called.",
-                    next_step="The requester decides: reply in the thread to start again.",
-                )
+                return stopped_before_work(self._how)
             return FinalTurnReason.USER_STOP
         if self._tally.turns >= self.agent.config.max_turns:
             return FinalTurnReason.MAX_TURNS
@@ -340,6 +336,7 @@ class Run:
             [c for c in calls if c.name not in _LOOP_TOOLS],
             self._on_tool_start,
             self._on_tool_done,
+            self._on_tool_progress,
         )
         self._messages.extend(o.message() for o in outcomes)
         for call in calls:
@@ -367,6 +364,7 @@ class Run:
                 reason,
                 None,
                 "",
+                how=self._how,
                 default_outcome=default_outcome(reason, error),
                 error=str(error),
                 fallback_evidence=self._tally.progress_summary(error),
@@ -388,11 +386,17 @@ class Run:
             reason,
             report,
             response.text,
+            how=self._how,
             default_outcome=default_outcome(reason, self._tally.last_error),
             fallback_evidence=self._tally.progress_summary(None),
         )
 
     # -- helpers -----------------------------------------------------------------------
+
+    @property
+    def _how(self) -> str:
+        """How a person continues after this run ends, in its surface's words."""
+        return self.agent.config.how_to_continue
 
     def _arm_final_turn_timeout(self, reason: FinalTurnReason) -> asyncio.TimerHandle | None:
         timeout = self.agent.config.final_turn_timeout_s
@@ -409,7 +413,7 @@ class Run:
         request = self.control.request
         assert request is not None, "cancelled without a stop request"
         self._honour_stop()
-        return cancelled_ending(request.reason, self._tally)
+        return cancelled_ending(request.reason, self._tally, how=self._how)
 
     def _honour_stop(self) -> None:
         if self.control.honoured_at is None and self.control.reason is not None:
@@ -472,6 +476,11 @@ class Run:
         self._tally.activity = f"running the tool {call.name}"
         self._log.info("tool.started", tool=call.name, call_id=call.id)
         self.events.emit(ToolStarted(self.id, call.id, call.name, call.arguments))
+
+    def _on_tool_progress(
+        self, call: ToolCall, progress: float, total: float | None, message: str | None
+    ) -> None:
+        self.events.emit(ToolProgress(self.id, call.id, call.name, progress, total, message))
 
     def _on_tool_done(self, outcome: ToolOutcome) -> None:
         call = outcome.call

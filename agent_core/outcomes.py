@@ -19,7 +19,7 @@ from agent_core.guidance import Guidance
 from agent_core.stop import StopReason
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
 __all__ = [
     "ExitCode",
@@ -29,6 +29,7 @@ __all__ = [
     "Timings",
     "Usage",
     "normalize_outcome",
+    "outcome_label",
     "strip_softeners",
 ]
 
@@ -59,6 +60,50 @@ class ExitCode(StrEnum):
     MAX_TURNS = "EXIT-MAX-TURNS"
     MAX_RETRIES = "EXIT-MAX-RETRIES"
     ERROR = "EXIT-ERROR"
+
+
+# How each canonical outcome is named to people, on every surface (seed 001): the label
+# always starts with one of these, never with a legacy word such as "Aborted".
+OUTCOME_LABELS: dict[Outcome, str] = {
+    Outcome.FINISHED: "Finished",
+    Outcome.BLOCKED: "Blocked",
+    Outcome.FAILED: "Failed",
+    Outcome.USERINTERLUDE: "User interlude",
+    Outcome.ASK_USER_QUESTION: "Question for you",
+}
+
+# Older records may lack a stop reason; the exit code still says what happened.
+_REASON_FROM_EXIT = {
+    ExitCode.USER_STOP: StopReason.STOP,
+    ExitCode.USER_ABORT: StopReason.ABORT,
+    ExitCode.SHUTDOWN: StopReason.SHUTDOWN,
+}
+
+
+def outcome_label(
+    outcome: Outcome,
+    *,
+    stop_reason: StopReason | None = None,
+    exit_code: ExitCode | None = None,
+    stopped_by: str | None = None,
+    name: Callable[[str], str] = str,
+) -> str:
+    """The canonical label first, then what a person needs to know about it:
+    "User interlude: stopped by <@U1>", "Blocked: interrupted by a restart", "Finished".
+
+    ``name`` renders a person (``<@U1>`` in Slack, the plain id in a terminal). A stop can
+    be honoured and the run still end another way (the answer was already complete, or
+    the final turn failed): then the real outcome leads and the stop is named after it.
+    """
+    base = OUTCOME_LABELS[outcome]
+    reason = stop_reason or (_REASON_FROM_EXIT.get(exit_code) if exit_code else None)
+    by = f" by {name(stopped_by)}" if stopped_by else ""
+    if outcome is Outcome.USERINTERLUDE:
+        verb = "aborted" if reason is StopReason.ABORT else "stopped"
+        return f"{base}: {verb}{by}"
+    if outcome is Outcome.BLOCKED and reason is StopReason.SHUTDOWN:
+        return f"{base}: interrupted by a restart"
+    return f"{base} (stop requested{by})" if stopped_by else base
 
 
 # Seed 001's legacy table. ``blocked_on_user`` depends on whether a question was asked.
@@ -234,6 +279,16 @@ class RunResult:
     @property
     def summary(self) -> str:
         return self.handoff.evidence
+
+    def label(self, name: Callable[[str], str] = str) -> str:
+        """The outcome as people read it (:func:`outcome_label`)."""
+        return outcome_label(
+            self.outcome,
+            stop_reason=self.stop_reason,
+            exit_code=self.exit_code,
+            stopped_by=self.handoff.stopped_by,
+            name=name,
+        )
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RunResult:

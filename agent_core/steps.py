@@ -36,12 +36,14 @@ __all__ = [
     "Step",
     "assistant_message",
     "cancelled_ending",
+    "crashed_ending",
     "default_outcome",
     "ending_after_final_turn",
     "ending_for_step",
     "model_failed_ending",
     "parse_ask",
     "parse_report",
+    "stopped_before_work",
     "tool_result",
 ]
 
@@ -146,6 +148,7 @@ def ending_after_final_turn(
     report: FinalReport | None,
     text: str,
     *,
+    how: str,
     default_outcome: Outcome,
     error: str | None = None,
     fallback_evidence: str = "",
@@ -167,19 +170,23 @@ def ending_after_final_turn(
         outcome,
         exit_code,
         evidence=clean or fallback_evidence or "The run ended before it could report.",
-        next_step=_next_step_for(reason),
+        next_step=_next_step_for(reason, how),
         artifacts=_artifacts_in(clean),
         final_text=clean,
         error=error,
     )
 
 
-def _next_step_for(reason: FinalTurnReason) -> str:
+def _next_step_for(reason: FinalTurnReason, how: str) -> str:
     if reason is FinalTurnReason.USER_STOP:
-        return "The requester decides: reply in the thread to continue, or leave it stopped."
+        return f"The requester decides: {how} to continue, or leave it stopped."
     if reason is FinalTurnReason.MAX_RETRIES:
-        return "Retry once the model endpoint is healthy again: reply in the thread."
-    return "Reply in the thread to continue from here in a new run."
+        return f"Retry once the model endpoint is healthy again: {how}."
+    return f"{_sentence(how)} to continue from here in a new run."
+
+
+def _sentence(how: str) -> str:
+    return how[:1].upper() + how[1:]
 
 
 def _from_report(
@@ -200,6 +207,27 @@ def _from_report(
     )
 
 
+def stopped_before_work(how: str) -> Ending:
+    """A Stop honoured before the first step completed: the model was never called."""
+    return Ending(
+        Outcome.USERINTERLUDE,
+        ExitCode.USER_STOP,
+        evidence="Stopped before any work was done; the model was not called.",
+        next_step=f"The requester decides: {how} to start again.",
+    )
+
+
+def crashed_ending(exc: Exception, how: str) -> Ending:
+    """A bug or a store failure inside the loop: the run still ends, and says so."""
+    return Ending(
+        Outcome.FAILED,
+        ExitCode.ERROR,
+        evidence=f"threadpilot failed internally: {exc}",
+        next_step=f"An admin checks the logs; {how} to retry.",
+        error=repr(exc),
+    )
+
+
 def default_outcome(reason: FinalTurnReason, error: ModelError | None) -> Outcome:
     """The outcome of a forced final turn when the model filed no report."""
     if reason is FinalTurnReason.MAX_RETRIES:
@@ -209,19 +237,18 @@ def default_outcome(reason: FinalTurnReason, error: ModelError | None) -> Outcom
 
 
 def model_failed_ending(
-    error: ModelError, outcome: Outcome, code: ExitCode, tally: RunTally
+    error: ModelError, outcome: Outcome, code: ExitCode, tally: RunTally, *, how: str
 ) -> Ending:
     return Ending(
         outcome,
         code,
         evidence=f"{error}. {tally.progress_summary()}",
-        next_step="An admin checks the model settings (OPENAI_*); then reply in the thread "
-        "to retry.",
+        next_step=f"An admin checks the model settings (OPENAI_*); then {how} to retry.",
         error=str(error),
     )
 
 
-def cancelled_ending(reason: StopReason, tally: RunTally) -> Ending:
+def cancelled_ending(reason: StopReason, tally: RunTally, *, how: str) -> Ending:
     """The ending of a run whose task was cancelled by an abort or a shutdown."""
     during = f"during turn {tally.turns} while {tally.activity}"
     if reason is StopReason.ABORT:
@@ -230,7 +257,7 @@ def cancelled_ending(reason: StopReason, tally: RunTally) -> Ending:
             ExitCode.USER_ABORT,
             evidence=f"Aborted {during}; the interrupted step was discarded. "
             f"{tally.progress_summary()}",
-            next_step="Nothing is running. Reply in the thread to start again.",
+            next_step=f"Nothing is running. {_sentence(how)} to start again.",
         )
     return Ending(
         Outcome.BLOCKED,
@@ -238,7 +265,7 @@ def cancelled_ending(reason: StopReason, tally: RunTally) -> Ending:
         evidence=f"Interrupted by a restart {during}; the conversation up to turn "
         f"{tally.steps_completed} is checkpointed.",
         next_step="threadpilot resumes it from the checkpoint after the restart when policy "
-        "allows; otherwise reply in the thread.",
+        f"allows; otherwise {how}.",
     )
 
 

@@ -40,6 +40,7 @@ from agent_core import (
     StorageError,
 )
 from agent_core.stores.factory import open_store
+from bot import messages
 from bot.context import BotContext
 from bot.dedupe import Deliveries, EventDeduper
 from bot.handlers import actions, events, mentions
@@ -128,6 +129,7 @@ class ThreadpilotApp:
                 max_turns=settings.MAX_TURNS,
                 final_turn_timeout_s=settings.FINAL_TURN_TIMEOUT,
                 tool_timeout_s=settings.TOOL_TIMEOUT,
+                how_to_continue=messages.HOW_TO_CONTINUE,
             ),
             store=self._store,
         )

@@ -19,6 +19,7 @@ import re
 from typing import TYPE_CHECKING
 
 from agent_core import ExitCode, Outcome, StopReason
+from agent_core import outcome_label as core_outcome_label
 
 if TYPE_CHECKING:
     from agent_core import RunResult
@@ -182,6 +183,9 @@ NO_EVIDENCE = "Nothing was recorded."
 EVIDENCE_IS_THE_ANSWER = "The answer below."
 NO_ARTIFACTS = "none"
 
+HOW_TO_CONTINUE = "reply in the thread"
+"""The loop's own handoff lines say this is how a person carries on (AgentConfig)."""
+
 _DEFAULT_NEXT_STEP = {
     Outcome.FINISHED: "Nothing is running. Reply in the thread to follow up.",
     Outcome.BLOCKED: "Nothing is running. Reply in the thread once the blocker is resolved.",
@@ -201,13 +205,6 @@ _EXIT_NOTES = {
     ExitCode.ERROR: "error",
 }
 
-# Older records may lack a stop reason; the exit code still says what happened.
-_REASON_FROM_EXIT = {
-    ExitCode.USER_STOP: StopReason.STOP,
-    ExitCode.USER_ABORT: StopReason.ABORT,
-    ExitCode.SHUTDOWN: StopReason.SHUTDOWN,
-}
-
 
 def default_next_step(outcome: Outcome) -> str:
     """The handoff when the run recorded none: who acts next, never an optional offer."""
@@ -221,35 +218,18 @@ def outcome_label(
     exit_code: ExitCode | None = None,
     stopped_by: str | None = None,
 ) -> str:
-    """One human label per canonical outcome, naming who stopped the run if anyone did.
+    """The canonical label, naming who stopped the run if anyone did, with Slack mentions.
 
     Takes the parts rather than a :class:`RunResult` so a stored run record (which has
     the same fields) can be labelled too; :func:`result_label` is the shortcut.
     """
-    reason = stop_reason or (_REASON_FROM_EXIT.get(exit_code) if exit_code else None)
-    by = f" by {mention(stopped_by)}" if stopped_by else ""
-    if outcome is Outcome.USERINTERLUDE:
-        return f"Aborted{by}" if reason is StopReason.ABORT else f"Stopped{by}"
-    if outcome is Outcome.BLOCKED and reason is StopReason.SHUTDOWN:
-        return "Interrupted by a restart"
-    base = {
-        Outcome.FINISHED: "Finished",
-        Outcome.BLOCKED: "Blocked",
-        Outcome.FAILED: "Failed",
-        Outcome.ASK_USER_QUESTION: "Needs your answer",
-    }[outcome]
-    # A stop can be honoured and the run still end another way (the model's answer was
-    # already complete, or the final turn failed): say who asked, keep the real outcome.
-    return f"{base} (stop requested{by})" if stopped_by else base
+    return core_outcome_label(
+        outcome, stop_reason=stop_reason, exit_code=exit_code, stopped_by=stopped_by, name=mention
+    )
 
 
 def result_label(result: RunResult) -> str:
-    return outcome_label(
-        result.outcome,
-        stop_reason=result.stop_reason,
-        exit_code=result.exit_code,
-        stopped_by=result.handoff.stopped_by,
-    )
+    return result.label(mention)
 
 
 def result_details(exit_code: ExitCode, turns: int, elapsed_s: float, tokens: int) -> str:

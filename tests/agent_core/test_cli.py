@@ -26,6 +26,7 @@ class Cli:
     def __init__(self, process: asyncio.subprocess.Process) -> None:
         self.process = process
         self.stderr = ""
+        self.stdout = ""
 
     @classmethod
     async def start(cls, llm: LLMock, *args: str, env: dict[str, str] | None = None) -> Cli:
@@ -57,6 +58,14 @@ class Cli:
                 assert chunk, f"stderr closed before {needle!r} appeared:\n{self.stderr}"
                 self.stderr += chunk.decode()
 
+    async def wait_for_stdout(self, needle: str) -> None:
+        assert self.process.stdout is not None
+        async with asyncio.timeout(30):
+            while needle not in self.stdout:
+                chunk = await self.process.stdout.read(4096)
+                assert chunk, f"stdout closed before {needle!r} appeared:\n{self.stdout}"
+                self.stdout += chunk.decode()
+
     def signal(self, signum: int) -> None:
         self.process.send_signal(signum)
 
@@ -64,8 +73,9 @@ class Cli:
         async with asyncio.timeout(30):
             stdout, stderr = await self.process.communicate()
         self.stderr += stderr.decode()
+        self.stdout += stdout.decode()
         assert self.process.returncode is not None
-        return self.process.returncode, stdout.decode()
+        return self.process.returncode, self.stdout
 
     async def finish_json(self) -> tuple[int, dict[str, Any]]:
         status, stdout = await self.finish()
@@ -95,7 +105,7 @@ async def test_plain_output_streams_the_answer_then_the_handoff(llm: LLMock) -> 
 
     assert status == 0
     assert stdout.startswith("Plain answer.")
-    assert "Outcome: finished [EXIT-FINAL-ANSWER]" in stdout
+    assert "Outcome: Finished [EXIT-FINAL-ANSWER]" in stdout
     assert "Evidence: Plain answer." in stdout
 
 
@@ -135,6 +145,22 @@ async def test_ctrl_c_twice_aborts_and_closes_the_stream(llm: LLMock) -> None:
     assert result["exit_code"] == "EXIT-USER-ABORT"
     (record,) = llm.requests
     assert not record.completed
+
+
+async def test_an_abort_is_labelled_as_people_read_it_in_terminal_words(llm: LLMock) -> None:
+    llm.add(Reply(text=LONG_TEXT), StreamFault("stall", after_chunks=3))
+    cli = await Cli.start(llm, "write a lot")
+    await cli.wait_for_stdout("word0")
+    cli.signal(signal.SIGINT)
+    await cli.wait_for_stderr(STOPPING_NOTICE)
+    cli.signal(signal.SIGINT)
+    status, stdout = await cli.finish()
+
+    assert status == 130
+    assert "Outcome: User interlude: aborted by terminal [EXIT-USER-ABORT]" in stdout
+    assert "Handoff: Nothing is running. Run the command again to start again." in stdout
+    assert "Aborted" not in stdout.split("Outcome:")[1].splitlines()[0]
+    assert "thread" not in stdout.lower()
 
 
 async def test_sigterm_is_a_shutdown(llm: LLMock) -> None:

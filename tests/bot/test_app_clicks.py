@@ -87,7 +87,7 @@ async def test_a_second_stop_from_an_older_render_is_a_double_click(bot: Bot, ll
 
     assert await bot.ephemerals(DEFAULT_USER) == [messages.ALREADY_STOPPING]
     final = await bot.final(running)
-    assert f"Stopped by <@{DEFAULT_USER}>" in block_text(final)
+    assert f"User interlude: stopped by <@{DEFAULT_USER}>" in block_text(final)
     assert "Stopped early: the time was not checked." in block_text(final)
     assert llm.requests[0].completed  # not aborted: the step in flight finished
     assert offered_tools(llm.requests[-1]) == ["final_report"]
@@ -109,7 +109,7 @@ async def test_stop_again_after_the_double_click_window_escalates_to_abort(
 
     assert await bot.ephemerals(DEFAULT_USER) == [messages.ESCALATED_TO_ABORT]
     final = await bot.final(running)
-    assert f"Aborted by <@{DEFAULT_USER}>" in block_text(final)
+    assert f"User interlude: aborted by <@{DEFAULT_USER}>" in block_text(final)
     (record,) = llm.requests
     assert not record.completed  # the stalled stream was closed, not waited for
 
@@ -134,7 +134,7 @@ async def test_a_stop_click_delivered_again_seconds_later_changes_nothing(
     assert again.status == 200
     assert live.run.control.reason is StopReason.STOP  # not escalated to abort
     final = await bot.final(running)
-    assert f"Stopped by <@{DEFAULT_USER}>" in block_text(final)
+    assert f"User interlude: stopped by <@{DEFAULT_USER}>" in block_text(final)
     assert llm.requests[0].completed  # the step in flight was let finish
     assert offered_tools(llm.requests[-1]) == ["final_report"]
     assert bot.ephemerals_for(DEFAULT_USER, running.channel) == []  # answered nothing new
@@ -198,7 +198,7 @@ async def test_admins_and_anyone_under_the_anyone_policy_may_stop(
     assert await bot.click(running, ACTION_STOP, user=clicker) == 200
 
     final = await bot.final(running)
-    assert f"Stopped by <@{clicker}>" in block_text(final)
+    assert f"User interlude: stopped by <@{clicker}>" in block_text(final)
     assert offered_tools(llm.requests[-1]) == ["final_report"]
     assert bot.ephemerals_for(clicker, running.channel) == []
 

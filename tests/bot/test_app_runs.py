@@ -73,7 +73,7 @@ async def test_stop_mid_stream_posts_the_final_turn_summary(bot: Bot, llm: LLMoc
     final = await bot.final(status)
 
     text = block_text(final)
-    assert f"Stopped by <@{DEFAULT_USER}>" in text
+    assert f"User interlude: stopped by <@{DEFAULT_USER}>" in text
     assert "Stopped early: nothing was checked yet." in text
     assert offered_tools(llm.requests[-1]) == ["final_report"]
     assert llm.requests[0].completed  # the step in flight finished
@@ -88,7 +88,7 @@ async def test_abort_mid_stream_closes_the_model_connection(bot: Bot, llm: LLMoc
     assert await bot.click(status, ACTION_ABORT) == 200
     final = await bot.final(status)
 
-    assert f"Aborted by <@{DEFAULT_USER}>" in block_text(final)
+    assert f"User interlude: aborted by <@{DEFAULT_USER}>" in block_text(final)
     (record,) = llm.requests
     assert not record.completed  # the model server saw the connection close...
     assert record.duration < 30  # ...long before the 30 s stall would have ended
@@ -104,7 +104,7 @@ async def test_stop_then_abort(bot: Bot, llm: LLMock) -> None:
     assert await bot.click(stopping, ACTION_ABORT) == 200
     final = await bot.final(status)
 
-    assert f"Aborted by <@{DEFAULT_USER}>" in block_text(final)
+    assert f"User interlude: aborted by <@{DEFAULT_USER}>" in block_text(final)
     assert len(llm.requests) == 1 and not llm.requests[0].completed
 
 
@@ -120,7 +120,7 @@ async def test_slacks_native_stop_is_a_graceful_stop(bot: Bot, llm: LLMock) -> N
     assert await bot.event(envelope) == 200
     final = await bot.final(status)
 
-    assert f"Stopped by <@{DEFAULT_USER}>" in block_text(final)
+    assert f"User interlude: stopped by <@{DEFAULT_USER}>" in block_text(final)
     assert offered_tools(llm.requests[-1]) == ["final_report"]
 
 

@@ -163,7 +163,7 @@ async def test_readyz_turns_503_when_shutdown_starts_while_healthz_stays_200(
 
     final = bot.slack.message(running.channel, running.ts)
     assert is_final(final)
-    assert "Interrupted by a restart" in block_text(final)
+    assert "Blocked: interrupted by a restart" in block_text(final)
     late_thread = bot.slack.thread(DEFAULT_CHANNEL, late["event"]["ts"])
     assert [m for m in late_thread if m.is_bot] == []  # no run for the refused event
 
@@ -218,7 +218,7 @@ async def test_socket_mode_events_and_clicks_are_acked_and_work(
     request.node.user_properties.append(("stop_ack_latency_s", round(ack.latency, 4)))
     assert ack.latency < 3.0  # Slack's own limit
     final = await bot.final(status)
-    assert f"Stopped by <@{DEFAULT_USER}>" in block_text(final)
+    assert f"User interlude: stopped by <@{DEFAULT_USER}>" in block_text(final)
     assert offered_tools(llm.requests[-1]) == ["final_report"]
     # No HTTP events endpoint in Socket Mode: nothing checks signatures there.
     async with bot.http.post(f"{bot.url}/slack/events", json=envelope) as unsigned:
@@ -275,7 +275,7 @@ async def test_sigterm_interrupts_live_runs_and_exits_0(
     for thread_ts in threads:
         (final,) = [m for m in slack.thread(DEFAULT_CHANNEL, thread_ts) if is_status(m)]
         assert not buttons(final)
-        assert "Interrupted by a restart" in block_text(final)
+        assert "Blocked: interrupted by a restart" in block_text(final)
         assert slack.state.session_status(DEFAULT_CHANNEL, thread_ts) == "closed"
 
 

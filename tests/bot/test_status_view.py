@@ -297,27 +297,45 @@ def test_mention(actor: str | None, expected: str) -> None:
     ("outcome", "reason", "code", "by", "expected"),
     [
         (Outcome.FINISHED, None, ExitCode.FINAL_ANSWER, None, "Finished"),
-        (Outcome.USERINTERLUDE, StopReason.STOP, ExitCode.USER_STOP, "U1", "Stopped by <@U1>"),
-        (Outcome.USERINTERLUDE, StopReason.ABORT, ExitCode.USER_ABORT, "U1", "Aborted by <@U1>"),
+        (
+            Outcome.USERINTERLUDE,
+            StopReason.STOP,
+            ExitCode.USER_STOP,
+            "U1",
+            "User interlude: stopped by <@U1>",
+        ),
+        (
+            Outcome.USERINTERLUDE,
+            StopReason.ABORT,
+            ExitCode.USER_ABORT,
+            "U1",
+            "User interlude: aborted by <@U1>",
+        ),
         # Legacy records without a stop reason: the exit code tells stop from abort.
-        (Outcome.USERINTERLUDE, None, ExitCode.USER_ABORT, "U2", "Aborted by <@U2>"),
-        (Outcome.USERINTERLUDE, None, None, None, "Stopped"),
+        (
+            Outcome.USERINTERLUDE,
+            None,
+            ExitCode.USER_ABORT,
+            "U2",
+            "User interlude: aborted by <@U2>",
+        ),
+        (Outcome.USERINTERLUDE, None, None, None, "User interlude: stopped"),
         (
             Outcome.USERINTERLUDE,
             StopReason.ABORT,
             ExitCode.USER_ABORT,
             "system:final-turn-timeout",
-            "Aborted by threadpilot",
+            "User interlude: aborted by threadpilot",
         ),
         (
             Outcome.BLOCKED,
             StopReason.SHUTDOWN,
             ExitCode.SHUTDOWN,
             "signal:SIGTERM",
-            "Interrupted by a restart",
+            "Blocked: interrupted by a restart",
         ),
         (Outcome.BLOCKED, None, ExitCode.ERROR, None, "Blocked"),
-        (Outcome.ASK_USER_QUESTION, None, ExitCode.FINAL_ANSWER, None, "Needs your answer"),
+        (Outcome.ASK_USER_QUESTION, None, ExitCode.FINAL_ANSWER, None, "Question for you"),
         (Outcome.FAILED, None, ExitCode.ERROR, None, "Failed"),
         (
             Outcome.FINISHED,
@@ -344,9 +362,13 @@ def test_ephemeral_replies() -> None:
         "Only <@U1> or an admin can stop or abort this run."
     )
     assert "people taking part in this thread" in m.not_allowed("participants", "U1")
-    assert "(Aborted by <@U2>)" in m.run_already_finished("Aborted by <@U2>")
+    assert "(User interlude: aborted by <@U2>)" in m.run_already_finished(
+        "User interlude: aborted by <@U2>"
+    )
     aborted = CASES["done_aborted"].result
-    assert m.run_already_finished(aborted) == m.run_already_finished("Aborted by <@U2>")
+    assert m.run_already_finished(aborted) == m.run_already_finished(
+        "User interlude: aborted by <@U2>"
+    )
     assert m.run_already_finished(None) == m.RUN_ALREADY_FINISHED
     assert m.ALREADY_STOPPING.startswith("Already stopping: press Abort")
 

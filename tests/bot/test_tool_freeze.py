@@ -141,7 +141,7 @@ async def test_a_spinning_tool_leaves_health_checks_and_clicks_answered(
     assert health.worst_gap < RESPONSIVE_S
     assert stop_ack_s < RESPONSIVE_S
     assert abort_ack_s < RESPONSIVE_S
-    assert "Aborted by" in block_text(final)
+    assert "User interlude: aborted by" in block_text(final)
     assert len(llm.requests) == 1  # no final turn after an Abort
 
 
@@ -160,7 +160,7 @@ async def test_abort_during_a_sync_tool_that_never_returns_ends_the_run_at_once(
         ended_s = time.perf_counter() - clicked
         assert stuck.running == 1  # its thread is still blocked; its result will be dropped
 
-    assert "Aborted by" in block_text(final)
+    assert "User interlude: aborted by" in block_text(final)
     assert ended_s < 2.0
 
 

@@ -49,7 +49,7 @@ async def test_a_stop_committed_by_a_worker_killed_at_once_still_takes_effect(
         await click  # b may have died before or after answering: either is fine
     final = await cluster.final(status)
 
-    assert f"Stopped by <@{DEFAULT_USER}>" in block_text(final)
+    assert f"User interlude: stopped by <@{DEFAULT_USER}>" in block_text(final)
     assert (request.kind, request.requested_by) == ("stop", DEFAULT_USER)
     assert a.logged("stop.delivered", run_id=run_id, request_id=request.id)
     records = journal.records()

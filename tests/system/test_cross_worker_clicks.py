@@ -56,7 +56,7 @@ async def test_stop_clicked_on_another_worker_ends_with_the_owners_final_turn(
     final = await cluster.final(status)
 
     text = block_text(final)
-    assert f"Stopped by <@{DEFAULT_USER}>" in text
+    assert f"User interlude: stopped by <@{DEFAULT_USER}>" in text
     assert "Stopped early: nothing was checked yet." in text
     streamed, final_turn = await model_requests(journal, 2)
     assert committed_at < streamed.ended_at  # the click landed while the model stalled...
@@ -90,7 +90,7 @@ async def test_abort_clicked_on_another_worker_closes_the_owners_model_stream(
     committed_at = time.monotonic()
     final = await cluster.final(status)
 
-    assert f"Aborted by <@{DEFAULT_USER}>" in block_text(final)
+    assert f"User interlude: aborted by <@{DEFAULT_USER}>" in block_text(final)
     (record,) = await model_requests(journal, 1)
     assert not record.completed  # llmock saw the client close the stream...
     assert record.ended_at - committed_at < ABORT_STALL_S / 2  # ...long before the stall ended

@@ -149,4 +149,4 @@ async def test_stops_arrive_while_listen_is_down_and_notify_wakes_after_reconnec
     assert span < POLL_BACKSTOP_S
     for status in (first, second):
         final = await cluster.final(status)
-        assert f"Aborted by <@{DEFAULT_USER}>" in block_text(final)
+        assert f"User interlude: aborted by <@{DEFAULT_USER}>" in block_text(final)

@@ -63,7 +63,7 @@ async def test_a_stop_committed_while_the_run_is_queued_ends_it_without_the_mode
     final = await cluster.final(status)
 
     text = block_text(final)
-    assert f"Stopped by <@{DEFAULT_USER}>" in text
+    assert f"User interlude: stopped by <@{DEFAULT_USER}>" in text
     assert "the model was not called" in text
     assert journal.records() == [] and journal.in_flight == 0
     assert a.logged("stop.delivered", run_id=run.id, kind="stop")
