@@ -15,10 +15,11 @@ of tens of seconds dwarfs their skew.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import uuid
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 import asyncpg  # type: ignore[import-untyped]
 
@@ -27,12 +28,19 @@ from agent_core.ports import StopRequestRecord
 from agent_core.states import LIVE_STATES, TERMINAL_STATES, RunState
 from agent_core.stop import utcnow
 from agent_core.stores import _codec as codec
-from agent_core.stores._pg import DRIVER_ERRORS, STOP_CHANNEL, describe_dsn
+from agent_core.stores._cleanup import Cleanups
+from agent_core.stores._pg import (
+    DRIVER_ERRORS,
+    STOP_CHANNEL,
+    connection_lost,
+    describe_dsn,
+    is_driver_error,
+)
 from agent_core.stores.migrations import upgrade_postgres
 from agent_core.stores.postgres_listener import PostgresStopListener
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Collection, Iterator, Mapping
+    from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterator, Mapping
     from datetime import datetime
 
     from agent_core.outcomes import ExitCode
@@ -46,7 +54,22 @@ if TYPE_CHECKING:
     )
     from agent_core.stop import StopReason
 
-__all__ = ["PostgresStore"]
+__all__ = ["RELEASE_TIMEOUT_S", "RETRY_BUDGET_S", "PostgresStore"]
+
+RETRY_BUDGET_S = 3.0
+"""A call whose connection was lost is retried only if that happened within this many
+seconds of its start, and the retry gets as long again: Slack's ack budget for a click.
+A caller that can wait longer (a terminal write) retries on its own, with backoff."""
+
+RELEASE_TIMEOUT_S = 5.0
+"""How long handing a connection back to the pool (asyncpg resets it) may take before
+asyncpg closes it instead."""
+
+_T = TypeVar("_T")
+
+if TYPE_CHECKING:
+    _Work: TypeAlias = Callable[[Any, bool], Awaitable[_T]]
+    """One attempt of a call: ``(connection, retrying) -> answer``."""
 
 _LIVE = sorted(LIVE_STATES)
 _NEVER_RESUMES = sorted(TERMINAL_STATES - {RunState.BLOCKED})
@@ -60,6 +83,18 @@ def _insert_sql(table: str, values: Mapping[str, Any]) -> str:
 def _count(status: str) -> int:
     """Rows affected, from a command tag such as ``UPDATE 3``."""
     return int(status.rsplit(" ", 1)[-1])
+
+
+class _Failed(Exception):
+    """One attempt failed with a driver error; the store decides whether to retry."""
+
+    def __init__(self, cause: Exception, *, sent: bool, lost: bool) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+        self.sent = sent
+        """The statement may have reached the server (False: failed getting a connection)."""
+        self.lost = lost
+        """The connection is gone: another one may succeed."""
 
 
 def _cannot_connect(where: str, exc: BaseException, connect_timeout_s: float) -> str:
@@ -91,6 +126,7 @@ class PostgresStore:
         self._pool = pool
         self._dsn = dsn
         self._where = describe_dsn(dsn)
+        self._cleanups = Cleanups(self._where)
 
     @classmethod
     async def open(
@@ -131,6 +167,7 @@ class PostgresStore:
         return cls(pool, dsn)
 
     async def close(self) -> None:
+        await self._cleanups.wait()  # connections released by cancelled calls come back
         await self._pool.close()
 
     def listen_stops(
@@ -141,32 +178,109 @@ class PostgresStore:
         return PostgresStopListener(self._dsn, on_stop, on_reconnect=on_reconnect)
 
     # -- plumbing ----------------------------------------------------------------------
+    #
+    # Every call runs as ``work(connection, retrying)`` through :meth:`_call`, which
+    # translates the driver's errors and, when the connection was lost, retries once on a
+    # fresh one (the pool's connections are expired: after a fail-over they are all
+    # dead). ``idempotent`` calls are retried whatever the moment of the loss; the others
+    # only when it came before their statement was sent (getting a connection). A write
+    # that is retried after an unknown outcome is written so that the retry answers what
+    # really happened; ``retrying`` lets it say so in SQL (see ``set_state``).
+
+    def _error(self, action: str, exc: BaseException, *, retried: bool = False) -> StorageError:
+        again = " (also on a new connection)" if retried else ""
+        return StorageError(f"PostgreSQL could not {action} at {self._where}: {exc}{again}")
 
     @contextlib.contextmanager
     def _errors(self, action: str) -> Iterator[None]:
         try:
             yield
-        except DRIVER_ERRORS as exc:
-            raise StorageError(f"PostgreSQL could not {action} at {self._where}: {exc}") from exc
+        except Exception as exc:
+            if not is_driver_error(exc):
+                raise
+            raise self._error(action, exc) from exc
+
+    async def _call(self, action: str, work: _Work[_T], *, idempotent: bool = False) -> _T:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        try:
+            return await self._attempt(work, retrying=False)
+        except _Failed as failed:
+            first = failed
+        if first.lost:
+            # After a fail-over every pooled connection is dead: replace them all, so that
+            # neither the retry nor the next caller gets another dead one.
+            await self._pool.expire_connections()
+        in_time = loop.time() - started < RETRY_BUDGET_S
+        if not (first.lost and in_time and (idempotent or not first.sent)):
+            raise self._error(action, first.cause) from first.cause
+        try:
+            async with asyncio.timeout(RETRY_BUDGET_S):
+                return await self._attempt(work, retrying=True)
+        except _Failed as failed:
+            second = failed.cause
+        except TimeoutError as exc:  # the budget's own: the attempt's are _Failed
+            second = exc
+        raise self._error(action, second, retried=True) from second
+
+    async def _attempt(self, work: _Work[_T], *, retrying: bool) -> _T:
+        try:
+            conn = await self._pool.acquire()
+        except Exception as exc:
+            if not is_driver_error(exc):
+                raise
+            raise _Failed(exc, sent=False, lost=True) from exc
+        try:
+            result = await work(conn, retrying)
+        except BaseException as exc:
+            # Also on cancellation: the connection goes back in a task of the store's, so a
+            # cancelled caller does not wait for asyncpg to cancel the query and reset.
+            self._release(conn)
+            if isinstance(exc, Exception) and is_driver_error(exc):
+                lost = connection_lost(exc) or conn.is_closed()
+                raise _Failed(exc, sent=True, lost=lost) from exc
+            raise
+        self._release(conn)
+        return result
+
+    def _release(self, conn: Any) -> None:
+        self._cleanups.spawn(self._give_back(conn), "release a connection")
+
+    async def _give_back(self, conn: Any) -> None:
+        # asyncpg closes a connection whose reset fails; its error is no caller's concern.
+        with contextlib.suppress(*DRIVER_ERRORS):
+            await self._pool.release(conn, timeout=RELEASE_TIMEOUT_S)
 
     @contextlib.asynccontextmanager
     async def _connection(self, action: str) -> AsyncIterator[Any]:
+        """A pooled connection for several statements; errors translated, no retry."""
         with self._errors(action):
-            async with self._pool.acquire() as conn:
+            conn = await self._pool.acquire()
+        try:
+            with self._errors(action):
                 yield conn
+        finally:
+            self._release(conn)
 
-    async def _execute(self, action: str, sql: str, *params: Any) -> int:
-        async with self._connection(action) as conn:
+    async def _execute(self, action: str, sql: str, *params: Any, idempotent: bool = False) -> int:
+        async def work(conn: Any, _retrying: bool) -> int:
             return _count(await conn.execute(sql, *params))
 
+        return await self._call(action, work, idempotent=idempotent)
+
     async def _fetch(self, action: str, sql: str, *params: Any) -> list[Any]:
-        async with self._connection(action) as conn:
+        async def work(conn: Any, _retrying: bool) -> list[Any]:
             return list(await conn.fetch(sql, *params))
 
-    async def _changed(self, action: str, sql: str, *params: Any) -> bool:
+        return await self._call(action, work, idempotent=True)
+
+    async def _changed(self, action: str, sql: str, *params: Any, idempotent: bool = False) -> bool:
         """Run a ``... RETURNING`` write; True if it touched a row."""
-        async with self._connection(action) as conn:
+
+        async def work(conn: Any, _retrying: bool) -> bool:
             return await conn.fetchval(sql, *params) is not None
+
+        return await self._call(action, work, idempotent=idempotent)
 
     async def _runs(self, action: str, sql: str, *params: Any) -> list[RunRecord]:
         return [codec.run_from_row(r) for r in await self._fetch(action, sql, *params)]
@@ -175,13 +289,23 @@ class PostgresStore:
 
     async def create_run(self, run: RunRecord) -> None:
         values = codec.run_values(run)
-        try:
-            await self._execute("create a run", _insert_sql("runs", values), *values.values())
-        except StorageError as exc:
-            if isinstance(exc.__cause__, asyncpg.UniqueViolationError):
+        sql = _insert_sql("runs", values)
+        same = (
+            "SELECT 1 FROM runs WHERE id = $1 AND created_at = $2 AND requester = $3 AND task = $4"
+        )
+
+        async def work(conn: Any, retrying: bool) -> None:
+            try:
+                await conn.execute(sql, *values.values())
+            except asyncpg.UniqueViolationError as exc:
+                # On a retry the row may be our own first attempt's, which landed.
+                mine = (values["id"], values["created_at"], values["requester"], values["task"])
+                if retrying and await conn.fetchval(same, *mine) is not None:
+                    return
                 # The same error as MemoryStore's, so callers handle one.
                 raise ValueError(f"run {run.id} already exists") from exc
-            raise
+
+        await self._call("create a run", work, idempotent=True)
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         runs = await self._runs("read a run", "SELECT * FROM runs WHERE id = $1", run_id)
@@ -197,12 +321,23 @@ class PostgresStore:
     ) -> bool:
         columns = codec.run_changes(changes)
         columns |= {"state": str(new), "updated_at": utcnow()}
-        assignments = ", ".join(f"{c} = ${i}" for i, c in enumerate(columns, start=3))
-        sql = (
-            f"UPDATE runs SET {assignments} WHERE id = $1 AND state = ANY($2::text[]) RETURNING id"
-        )
-        states = [str(s) for s in expected]
-        return await self._changed("change a run's state", sql, run_id, states, *columns.values())
+        marks = {c: f"${i}" for i, c in enumerate(columns, start=3)}
+        assignments = ", ".join(f"{c} = {mark}" for c, mark in marks.items())
+        update = f"UPDATE runs SET {assignments} WHERE id = $1 AND"
+        cas = "state = ANY($2::text[])"
+        # A retry after an unknown outcome must not run the compare-and-set blindly: if
+        # the first attempt landed, the state is no longer expected and the retry would
+        # report a loss. So it also matches the row as our own write left it: our new
+        # state and our ``updated_at``, a timestamp taken once for this call. (Only on a
+        # retry: two writers could, in principle, stamp the same microsecond.)
+        ours = f"state = {marks['state']} AND updated_at = {marks['updated_at']}"
+        params = [run_id, [str(s) for s in expected], *columns.values()]
+
+        async def work(conn: Any, retrying: bool) -> bool:
+            condition = f"({cas} OR ({ours}))" if retrying else cas
+            return await conn.fetchval(f"{update} {condition} RETURNING id", *params) is not None
+
+        return await self._call("change a run's state", work, idempotent=True)
 
     async def save_checkpoint(self, checkpoint: Checkpoint) -> None:
         values = codec.checkpoint_values(checkpoint)
@@ -210,7 +345,7 @@ class PostgresStore:
             " ON CONFLICT (run_id) DO UPDATE SET turn = excluded.turn, "
             "messages = excluded.messages, created_at = excluded.created_at"
         )
-        await self._execute("save a checkpoint", sql, *values.values())
+        await self._execute("save a checkpoint", sql, *values.values(), idempotent=True)
 
     async def latest_checkpoint(self, run_id: str) -> Checkpoint | None:
         sql = "SELECT * FROM checkpoints WHERE run_id = $1"
@@ -276,7 +411,7 @@ class PostgresStore:
         columns["updated_at"] = utcnow()
         assignments = ", ".join(f"{c} = ${i}" for i, c in enumerate(columns, start=2))
         sql = f"UPDATE runs SET {assignments} WHERE id = $1 RETURNING id"
-        return await self._changed("update a run", sql, run_id, *columns.values())
+        return await self._changed("update a run", sql, run_id, *columns.values(), idempotent=True)
 
     async def stop_requests_for(self, run_id: str) -> list[StopRequestRecord]:
         sql = "SELECT * FROM stop_requests WHERE run_id = $1 ORDER BY requested_at, seq"
@@ -294,11 +429,16 @@ class PostgresStore:
         values = codec.stop_values(record)
         # One statement is one transaction: the row and its NOTIFY commit together (a
         # NOTIFY is only delivered at commit), in one round trip before the click's ack.
+        # It is idempotent by the request's id, generated here: a retry after an unknown
+        # outcome inserts nothing if the first attempt landed, and notifies again anyway
+        # (the WITH's insert runs whether or not the SELECT reads it): a wake-up is a
+        # hint, a second one costs a table read, a missing one a poll interval.
         sql = (
-            f"WITH added AS ({_insert_sql('stop_requests', values)} RETURNING run_id) "
-            f"SELECT pg_notify('{STOP_CHANNEL}', run_id) FROM added"
+            f"WITH added AS ({_insert_sql('stop_requests', values)} ON CONFLICT (id) DO NOTHING) "
+            f"SELECT pg_notify('{STOP_CHANNEL}', $2)"
         )
-        await self._execute("commit a stop request", sql, *values.values())
+        assert list(values)[1] == "run_id"  # $2 above
+        await self._execute("commit a stop request", sql, *values.values(), idempotent=True)
         return record
 
     async def pending_stop_requests(
@@ -313,11 +453,18 @@ class PostgresStore:
         return [codec.stop_from_row(r) for r in rows]
 
     async def mark_stop_handled(self, request_id: str) -> bool:
-        sql = (
-            "UPDATE stop_requests SET status = 'handled', handled_at = $2 "
-            "WHERE id = $1 AND status = 'requested' RETURNING id"
-        )
-        return await self._changed("mark a stop request handled", sql, request_id, utcnow())
+        update = "UPDATE stop_requests SET status = 'handled', handled_at = $2 WHERE id = $1 AND"
+        # On a retry, a request handled at exactly our ``handled_at`` was handled by us.
+        handled_at = utcnow()
+
+        async def work(conn: Any, retrying: bool) -> bool:
+            condition = (
+                "(status = 'requested' OR handled_at = $2)" if retrying else "status = 'requested'"
+            )
+            sql = f"{update} {condition} RETURNING id"
+            return await conn.fetchval(sql, request_id, handled_at) is not None
+
+        return await self._call("mark a stop request handled", work, idempotent=True)
 
     # -- LeaseStore --------------------------------------------------------------------
 
@@ -331,14 +478,22 @@ class PostgresStore:
             "OR lease_expires_at IS NULL OR lease_expires_at <= $5) RETURNING id"
         )
         expires = now + timedelta(seconds=ttl_s)
-        return await self._changed("claim a run", sql, run_id, owner, expires, _LIVE, now)
+        # Idempotent: a retry after our claim landed finds the lease ours, and renews it.
+        params = (run_id, owner, expires, _LIVE, now)
+        return await self._changed("claim a run", sql, *params, idempotent=True)
 
     async def release_run(self, run_id: str, owner: str) -> bool:
-        sql = (
-            "UPDATE runs SET owner = NULL, lease_expires_at = NULL "
-            "WHERE id = $1 AND owner = $2 RETURNING id"
-        )
-        return await self._changed("release a run", sql, run_id, owner)
+        update = "UPDATE runs SET owner = NULL, lease_expires_at = NULL WHERE id = $1 AND"
+
+        async def work(conn: Any, retrying: bool) -> bool:
+            # On a retry a free lease may be our first attempt's doing: either way the
+            # caller no longer holds it, which is what it asked for.
+            condition = "(owner = $2 OR owner IS NULL)" if retrying else "owner = $2"
+            return (
+                await conn.fetchval(f"{update} {condition} RETURNING id", run_id, owner) is not None
+            )
+
+        return await self._call("release a run", work, idempotent=True)
 
     async def heartbeat(
         self, owner: str, run_ids: Collection[str], ttl_s: float, *, now: datetime | None = None
@@ -375,27 +530,23 @@ class PostgresStore:
 
     async def purge(self, older_than: datetime) -> int:
         cutoff = codec.to_utc(older_than)
-        deleted = 0
-        async with self._connection("purge old rows") as conn, conn.transaction():
-            deleted += _count(
-                await conn.execute(
-                    "DELETE FROM stop_requests WHERE status = 'handled' AND handled_at < $1",
-                    cutoff,
-                )
-            )
-            deleted += _count(await conn.execute("DELETE FROM events WHERE at < $1", cutoff))
-            deleted += _count(
-                await conn.execute(
-                    "DELETE FROM checkpoints WHERE created_at < $1 AND run_id IN "
-                    "(SELECT id FROM runs WHERE state = ANY($2::text[]))",
-                    cutoff,
-                    _NEVER_RESUMES,
-                )
-            )
-            deleted += _count(
-                await conn.execute("DELETE FROM deliveries WHERE seen_at < $1", cutoff)
-            )
-        return deleted
+        statements: list[tuple[str, tuple[Any, ...]]] = [
+            ("DELETE FROM stop_requests WHERE status = 'handled' AND handled_at < $1", (cutoff,)),
+            ("DELETE FROM events WHERE at < $1", (cutoff,)),
+            (
+                "DELETE FROM checkpoints WHERE created_at < $1 AND run_id IN "
+                "(SELECT id FROM runs WHERE state = ANY($2::text[]))",
+                (cutoff, _NEVER_RESUMES),
+            ),
+            ("DELETE FROM deliveries WHERE seen_at < $1", (cutoff,)),
+        ]
+
+        async def work(conn: Any, _retrying: bool) -> int:
+            async with conn.transaction():
+                return sum([_count(await conn.execute(sql, *params)) for sql, params in statements])
+
+        # Idempotent: what the first attempt deleted, if it committed, the retry cannot find.
+        return await self._call("purge old rows", work, idempotent=True)
 
     # -- DeliveryLog -------------------------------------------------------------------
 
@@ -406,5 +557,15 @@ class PostgresStore:
             "INSERT INTO deliveries (key, token, seen_at) VALUES ($1, $2, $3) "
             "ON CONFLICT (key) DO NOTHING RETURNING key"
         )
+        token = uuid.uuid4().hex
         seen_at = codec.to_utc(now or utcnow())
-        return await self._changed("record a delivery", sql, key, uuid.uuid4().hex, seen_at)
+
+        async def work(conn: Any, retrying: bool) -> bool:
+            if await conn.fetchval(sql, key, token, seen_at) is not None:
+                return True
+            # On a retry the key may be there because our first attempt landed: the
+            # token on the row says whose insert it was.
+            mine = "SELECT 1 FROM deliveries WHERE key = $1 AND token = $2"
+            return retrying and await conn.fetchval(mine, key, token) is not None
+
+        return await self._call("record a delivery", work, idempotent=True)

@@ -99,6 +99,41 @@ async def _migrate(url: str) -> None:
     await store.close()
 
 
+@pytest.fixture
+async def own_pg_url(pg_url: str) -> AsyncIterator[str]:
+    """A migrated database for this test alone: for tests that terminate its backends.
+
+    (Depends on ``pg_url`` only so that an unreachable server skips or fails alike.)
+    """
+    name = f"threadpilot_test_{uuid.uuid4().hex[:12]}"
+    await admin_execute(f'CREATE DATABASE "{name}"')
+    url = database_url(name)
+    try:
+        await _migrate(url)
+        yield url
+    finally:
+        await admin_execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+async def terminate_backends(url: str, admin: Any = None) -> int:
+    """``pg_terminate_backend`` every session on ``url``'s database; returns how many.
+
+    ``admin`` is an open asyncpg connection to another database, for loops.
+    """
+    name = urlsplit(url).path.lstrip("/")
+    sql = (
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+        "WHERE datname = $1 AND pid <> pg_backend_pid()"
+    )
+    if admin is not None:
+        return int(await admin.fetchval(sql, name))
+    conn = await asyncpg.connect(ADMIN_URL, timeout=5)
+    try:
+        return int(await conn.fetchval(sql, name))
+    finally:
+        await conn.close()
+
+
 @dataclass
 class Backend:
     """One database; :meth:`open` gives another store instance (another worker's view)."""
