@@ -31,6 +31,7 @@ from agent_core.events import (
     StopRequested,
     TextDelta,
     ToolFinished,
+    ToolProgress,
     ToolStarted,
     TurnFinished,
     TurnStarted,
@@ -64,7 +65,8 @@ from agent_core.ports import (
 from agent_core.retry import RetryPolicy
 from agent_core.states import LIVE_STATES, TERMINAL_STATES, RunState, transition
 from agent_core.stop import RunControl, StopReason, StopRequest
-from agent_core.tools import Tool, tool
+from agent_core.tool_progress import report_progress
+from agent_core.tools import Tool, ToolError, remote_tool, tool
 
 __all__ = [
     "BUILTIN_TOOLS",
@@ -116,7 +118,9 @@ __all__ = [
     "ThreadpilotError",
     "Timings",
     "Tool",
+    "ToolError",
     "ToolFinished",
+    "ToolProgress",
     "ToolStarted",
     "TurnFinished",
     "TurnStarted",
@@ -126,6 +130,8 @@ __all__ = [
     "current_run",
     "normalize_outcome",
     "outcome_label",
+    "remote_tool",
+    "report_progress",
     "strip_softeners",
     "tool",
     "transition",

@@ -32,6 +32,7 @@ __all__ = [
     "StopRequested",
     "TextDelta",
     "ToolFinished",
+    "ToolProgress",
     "ToolStarted",
     "TurnFinished",
     "TurnStarted",
@@ -77,6 +78,22 @@ class ToolStarted:
     call_id: str
     name: str
     arguments: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolProgress:
+    """A running tool call reported how far it has got (e.g. an MCP progress notification).
+
+    ``progress`` grows with each report of a call; ``total`` is None when the tool does
+    not know it; ``message`` is the tool's own words, if any.
+    """
+
+    run_id: str
+    call_id: str
+    name: str
+    progress: float
+    total: float | None
+    message: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +147,7 @@ RunEvent = (
     | StepRestarted
     | TurnFinished
     | ToolStarted
+    | ToolProgress
     | ToolFinished
     | Retrying
     | StopRequested

@@ -27,6 +27,15 @@ interpreter lock for that whole call, freezing every other task of the process, 
 checks and clicks included; so a sync tool must bound the work its arguments can ask for,
 as :mod:`agent_core.builtin_tools` does.
 
+A tool can also be carried out elsewhere: :func:`remote_tool` wraps ``async fn(arguments)``
+with a JSON schema given as is (an MCP server's tool, see :mod:`agent_core.mcp`). Both kinds
+go through the same :class:`Toolbox` path: the same timeout, the same error results, the
+same cut of results longer than :data:`MAX_TOOL_RESULT_CHARS` (with a note saying so, so
+one tool cannot blow the context). A tool that can explain its failure raises
+:class:`ToolError`; the model reads ``error: <tool>: <message>``. A tool may call
+:func:`agent_core.tool_progress.report_progress` while it works; the run shows it as the
+call's progress.
+
 Two tools are built into every run and handled by the loop, not executed:
 ``final_report`` (ends the run with the four-part handoff) and ``ask_user`` (ends it with
 one blocking question).
@@ -40,25 +49,30 @@ import functools
 import inspect
 import json
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, overload
 
 import pydantic
 import structlog
 
+from agent_core.errors import ThreadpilotError
 from agent_core.ports import ToolCall, ToolSpec
+from agent_core.tool_progress import OnProgress, reporting_progress
 from agent_core.tool_threads import SHARED_TOOL_THREADS, ToolThreads
 
 __all__ = [
     "ASK_USER",
     "DEFAULT_TOOL_TIMEOUT_S",
     "FINAL_REPORT",
+    "MAX_TOOL_RESULT_CHARS",
     "FinalReport",
     "Tool",
+    "ToolError",
     "ToolOutcome",
     "Toolbox",
     "gather_tools",
+    "remote_tool",
     "tool",
 ]
 
@@ -67,25 +81,51 @@ ToolFn = Callable[..., Any]
 DEFAULT_TOOL_TIMEOUT_S = 120.0
 """How long one tool call may take before it is cancelled (SPEC.md: ``TOOL_TIMEOUT``)."""
 
+MAX_TOOL_RESULT_CHARS = 20_000
+"""The most of one tool result the model reads (about 5,000 tokens); the rest is cut with
+a note. A constant, not a setting: it protects the context window, whatever the tool."""
+
 log = structlog.get_logger("agent_core.tools")
+
+
+class ToolError(ThreadpilotError):
+    """A tool failed and can say why in a sentence: the model reads
+    ``error: <tool>: <message>`` (no exception class name)."""
 
 
 @dataclass(frozen=True, slots=True)
 class Tool:
+    """A tool the model can call: a Python function, or a tool carried out elsewhere.
+
+    A Python function (made by :func:`tool`) has an ``args_model``: its arguments are
+    validated here and passed as keywords. A remote tool (made by :func:`remote_tool`, e.g.
+    an MCP server's) has none: ``fn`` is ``async fn(arguments) -> str`` taking the
+    arguments object whole, and ``parameters`` is the JSON schema offered to the model (the
+    server checks the arguments against it).
+    """
+
     name: str
     description: str
     fn: ToolFn
-    args_model: type[pydantic.BaseModel]
+    args_model: type[pydantic.BaseModel] | None = None
+    parameters: Mapping[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if (self.args_model is None) == (self.parameters is None):
+            raise TypeError(f"tool {self.name}: give exactly one of args_model and parameters")
 
     @property
     def spec(self) -> ToolSpec:
+        if self.parameters is not None:
+            return ToolSpec(self.name, self.description, dict(self.parameters))
+        assert self.args_model is not None
         schema = self.args_model.model_json_schema()
         schema.pop("title", None)
         return ToolSpec(self.name, self.description, schema)
 
     @property
     def is_async(self) -> bool:
-        return inspect.iscoroutinefunction(self.fn)
+        return self.args_model is None or inspect.iscoroutinefunction(self.fn)
 
     async def invoke(
         self, arguments: dict[str, Any], threads: ToolThreads = SHARED_TOOL_THREADS
@@ -95,6 +135,8 @@ class Tool:
         Cancelling this returns at once even while a sync function still runs; its
         result is then dropped (see the module docstring for what that costs).
         """
+        if self.args_model is None:
+            return _as_text(await self.fn(arguments))
         args = self.args_model.model_validate(arguments)
         kwargs = {name: getattr(args, name) for name in type(args).model_fields}
         if self.is_async:
@@ -134,6 +176,17 @@ def tool(
         )
 
     return wrap(fn) if fn is not None else wrap
+
+
+def remote_tool(
+    name: str,
+    description: str,
+    parameters: Mapping[str, Any],
+    fn: Callable[[dict[str, Any]], typing.Awaitable[str]],
+) -> Tool:
+    """A tool carried out elsewhere: ``await fn(arguments)`` with the arguments object
+    whole; ``parameters`` is its JSON schema, offered to the model as is."""
+    return Tool(name=name, description=description, fn=fn, parameters=parameters)
 
 
 def _first_paragraph(doc: str) -> str:
@@ -209,7 +262,8 @@ class ToolOutcome:
 
 
 class Toolbox:
-    """The tools of one agent, looked up by name; every call bounded by ``timeout_s``."""
+    """The tools of one agent, looked up by name; every call bounded by ``timeout_s``,
+    every result by ``max_result_chars``."""
 
     def __init__(
         self,
@@ -217,10 +271,14 @@ class Toolbox:
         *,
         timeout_s: float = DEFAULT_TOOL_TIMEOUT_S,
         threads: ToolThreads = SHARED_TOOL_THREADS,
+        max_result_chars: int = MAX_TOOL_RESULT_CHARS,
     ) -> None:
         if not timeout_s > 0:
             raise ValueError(f"timeout_s must be positive, not {timeout_s}")
+        if max_result_chars < 1:
+            raise ValueError(f"max_result_chars must be positive, not {max_result_chars}")
         self.timeout_s = timeout_s
+        self.max_result_chars = max_result_chars
         self._threads = threads
         self._tools = {t.name: t for t in tools}
         reserved = {FINAL_REPORT.name, ASK_USER.name} & set(self._tools)
@@ -238,10 +296,16 @@ class Toolbox:
         self,
         call: ToolCall,
         on_start: Callable[[ToolCall], None] | None = None,
+        on_progress: OnProgress | None = None,
     ) -> ToolOutcome:
         """Run one call and turn every ordinary failure into an error result."""
         if on_start is not None:
             on_start(call)
+        with reporting_progress(call, on_progress):
+            outcome = await self._run(call)
+        return _cut(outcome, self.max_result_chars)
+
+    async def _run(self, call: ToolCall) -> ToolOutcome:
         found = self._tools.get(call.name)
         if found is None:
             known = ", ".join(sorted(self._tools)) or "none"
@@ -271,6 +335,8 @@ class Toolbox:
             return ToolOutcome(
                 call, f"error: invalid arguments for {call.name}: {_brief(exc)}", ok=False
             )
+        except ToolError as exc:
+            return ToolOutcome(call, f"error: {call.name}: {exc}", ok=False)
         except Exception as exc:
             return ToolOutcome(call, _raised(call, exc), ok=False)
 
@@ -291,6 +357,19 @@ class Toolbox:
         )
 
 
+def _cut(outcome: ToolOutcome, budget: int) -> ToolOutcome:
+    """At most ``budget`` characters of the result, and a note when some were cut."""
+    size = len(outcome.output)
+    if size <= budget:
+        return outcome
+    log.info("tool.result_cut", tool=outcome.call.name, chars=size, kept=budget)
+    note = (
+        f"\n\n[threadpilot cut this result: it had {size:,} characters and only the first "
+        f"{budget:,} are shown. If you need more, ask the tool for less at a time.]"
+    )
+    return ToolOutcome(outcome.call, outcome.output[:budget] + note, outcome.ok)
+
+
 def _raised(call: ToolCall, exc: Exception) -> str:
     return f"error: {call.name} raised {type(exc).__name__}: {exc}"
 
@@ -306,6 +385,7 @@ async def gather_tools(
     calls: Sequence[ToolCall],
     on_start: Callable[[ToolCall], None],
     on_done: Callable[[ToolOutcome], None],
+    on_progress: OnProgress | None = None,
 ) -> list[ToolOutcome]:
     """Run a batch of parallel calls; results come back in call order.
 
@@ -313,7 +393,7 @@ async def gather_tools(
     """
 
     async def one(call: ToolCall) -> ToolOutcome:
-        outcome = await toolbox.run(call, on_start)
+        outcome = await toolbox.run(call, on_start, on_progress)
         on_done(outcome)
         return outcome
 

@@ -1,0 +1,191 @@
+"""The MCP servers an admin lists in the JSON file named by ``MCP_CONFIG``.
+
+The file has the shape MCP clients share (Claude Desktop, Claude Code's ``.mcp.json``)::
+
+    {
+      "mcpServers": {
+        "git":  {"command": "mcp-server-git", "args": ["--repository", "/srv/repo"]},
+        "time": {"command": "mcp-server-time", "env": {"TZ": "UTC"}, "cwd": "/tmp"},
+        "wiki": {"url": "https://wiki.example.com/mcp",
+                 "headers": {"Authorization": "Bearer ${WIKI_TOKEN}"}}
+      }
+    }
+
+An entry with ``command`` is a stdio server (``args``, ``env`` and ``cwd`` optional); one
+with ``url`` is a streamable HTTP server (``headers`` optional). ``type`` may say so
+(``stdio``, ``http`` or ``streamable-http``); SSE servers are not supported. Any other key
+is refused, so a typo cannot silently drop a setting.
+
+Like ``.mcp.json``, the string values of ``command``, ``args``, ``env``, ``url`` and
+``headers`` may name variables of threadpilot's own environment: ``${VAR}``, or
+``${VAR:-default}`` when VAR may be unset or empty. Nothing else is expanded (``$VAR``
+stays as written). A ``${VAR}`` that is unset is an error, not an empty string.
+
+A stdio server does not inherit threadpilot's environment (its Slack and OpenAI keys):
+it gets ``HOME``, ``PATH``, ``LOGNAME``, ``SHELL``, ``TERM`` and ``USER``, plus its ``env``.
+
+Every problem raises :class:`~agent_core.errors.ConfigError` with one line naming
+``MCP_CONFIG`` and the entry.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from agent_core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+__all__ = [
+    "SETTING",
+    "HttpServer",
+    "ServerConfig",
+    "StdioServer",
+    "load_mcp_config",
+    "parse_mcp_config",
+]
+
+SETTING = "MCP_CONFIG"
+
+ProtocolMode = Literal["auto", "legacy", "2026-07-28"]
+"""How the protocol version is agreed: ``auto`` asks the server (``server/discover``) and
+falls back to the ``initialize`` handshake (up to 2025-11-25); ``legacy`` always uses the
+handshake; a version pins that version. Set in code (tests); the file has no key for it."""
+
+
+@dataclass(frozen=True, slots=True)
+class StdioServer:
+    name: str
+    command: str
+    args: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    cwd: str | None = None
+    protocol: ProtocolMode = "auto"
+
+    @property
+    def where(self) -> str:
+        return " ".join([self.command, *self.args])
+
+
+@dataclass(frozen=True, slots=True)
+class HttpServer:
+    name: str
+    url: str
+    headers: Mapping[str, str] = field(default_factory=dict)
+    protocol: ProtocolMode = "auto"
+
+    @property
+    def where(self) -> str:
+        return self.url
+
+
+ServerConfig = StdioServer | HttpServer
+
+_STDIO_KEYS = frozenset({"type", "command", "args", "env", "cwd"})
+_HTTP_KEYS = frozenset({"type", "url", "headers"})
+_TYPES = {"stdio": _STDIO_KEYS, "http": _HTTP_KEYS, "streamable-http": _HTTP_KEYS}
+_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def load_mcp_config(
+    path: str | Path, environ: Mapping[str, str] | None = None
+) -> tuple[ServerConfig, ...]:
+    """The servers listed in the file at ``path`` (the value of ``MCP_CONFIG``)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(SETTING, f"cannot read {path}: {exc.strerror or exc}") from exc
+    try:
+        document = json.loads(text)
+    except ValueError as exc:
+        raise ConfigError(SETTING, f"{path} is not valid JSON: {exc}") from exc
+    return parse_mcp_config(document, os.environ if environ is None else environ)
+
+
+def parse_mcp_config(document: object, environ: Mapping[str, str]) -> tuple[ServerConfig, ...]:
+    """The servers of an already-decoded ``{"mcpServers": {...}}`` document."""
+    if not isinstance(document, dict) or not isinstance(document.get("mcpServers"), dict):
+        raise ConfigError(SETTING, 'the file must hold an object {"mcpServers": {"NAME": {...}}}')
+    servers: dict[str, Any] = document["mcpServers"]
+    return tuple(_server(name, entry, environ) for name, entry in servers.items())
+
+
+def _server(name: str, entry: object, environ: Mapping[str, str]) -> ServerConfig:
+    if not name.strip():
+        raise ConfigError(SETTING, "a server has an empty name")
+    if not isinstance(entry, dict):
+        raise _bad(name, "must be an object with a command or a url")
+    kind = entry.get("type")
+    if kind is not None and kind not in _TYPES:
+        raise _bad(name, f"type {kind!r} is not supported (use stdio, http or streamable-http)")
+    if ("command" in entry) == ("url" in entry):
+        raise _bad(name, "needs exactly one of command (stdio) or url (streamable HTTP)")
+    allowed = _STDIO_KEYS if "command" in entry else _HTTP_KEYS
+    if kind is not None and _TYPES[kind] is not allowed:
+        given = "command" if "command" in entry else "url"
+        raise _bad(name, f"type {kind!r} does not go with a {given}")
+    unknown = sorted(set(entry) - allowed)
+    if unknown:
+        raise _bad(name, f"unknown key {unknown[0]!r} (allowed: {', '.join(sorted(allowed))})")
+    expand = _Expander(name, environ)
+    if "command" in entry:
+        return StdioServer(
+            name=name,
+            command=expand(_text(name, "command", entry["command"])),
+            args=tuple(expand(a) for a in _texts(name, "args", entry.get("args", []))),
+            env={k: expand(v) for k, v in _pairs(name, "env", entry.get("env", {})).items()},
+            cwd=_text(name, "cwd", entry["cwd"]) if "cwd" in entry else None,
+        )
+    url = expand(_text(name, "url", entry["url"]))
+    if not url.startswith(("http://", "https://")):
+        raise _bad(name, f"url must start with http:// or https://, not {url[:40]!r}")
+    headers = _pairs(name, "headers", entry.get("headers", {}))
+    return HttpServer(name=name, url=url, headers={k: expand(v) for k, v in headers.items()})
+
+
+class _Expander:
+    """``${VAR}`` and ``${VAR:-default}`` from threadpilot's environment."""
+
+    def __init__(self, server: str, environ: Mapping[str, str]) -> None:
+        self._server = server
+        self._environ = environ
+
+    def __call__(self, value: str) -> str:
+        return _VARIABLE.sub(self._value, value)
+
+    def _value(self, match: re.Match[str]) -> str:
+        variable, default = match.group(1), match.group(2)
+        value = self._environ.get(variable)
+        if default is not None:
+            return value or default  # POSIX ":-": unset or empty takes the default
+        if value is None:
+            raise _bad(self._server, f"${{{variable}}} is not set in the environment")
+        return value
+
+
+def _text(server: str, key: str, value: object) -> str:
+    if not isinstance(value, str) or not value:
+        raise _bad(server, f"{key} must be a non-empty string")
+    return value
+
+
+def _texts(server: str, key: str, value: object) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise _bad(server, f"{key} must be a list of strings")
+    return value
+
+
+def _pairs(server: str, key: str, value: object) -> dict[str, str]:
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise _bad(server, f"{key} must be an object of strings")
+    return value
+
+
+def _bad(server: str, problem: str) -> ConfigError:
+    return ConfigError(SETTING, f"server {server!r}: {problem}")

@@ -1,0 +1,163 @@
+"""The MCP servers of one threadpilot process: started together, offered as tools, closed.
+
+The app owns one :class:`McpManager`::
+
+    manager = McpManager(load_mcp_config(settings.MCP_CONFIG), reserved=builtin_names)
+    await manager.start()            # each server started and listed, at the same time
+    agent = Agent(model, [*builtin_tools, *manager.tools], ...)
+    ...
+    await manager.close()            # on shutdown, SIGTERM included: every server ends
+
+A server that fails to start or to list its tools is reported once (one ``error`` log
+line, and a line in :meth:`McpManager.check_lines` for a ``--check`` command); its tools
+are not offered, and the other servers work as usual. A server that stops later is
+restarted on the next call to one of its tools.
+
+stdio servers run in a session of their own, so a signal to threadpilot's process group
+does not reach them: :meth:`McpManager.close` ends them (stdin closed, then SIGTERM, then
+SIGKILL). If threadpilot dies without closing (``kill -9``), their stdin closes with it
+and they exit on their own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, TextIO
+
+import structlog
+
+from agent_core.mcp.adapter import mcp_tool
+from agent_core.mcp.connection import DEFAULT_START_TIMEOUT_S, ServerConnection
+from agent_core.mcp.naming import assign_tool_names
+from agent_core.tools import ASK_USER, FINAL_REPORT, Tool
+
+if TYPE_CHECKING:
+    from collections.abc import Collection, Sequence
+    from types import TracebackType
+
+    from mcp_types import Tool as McpTool
+
+    from agent_core.mcp.config import ServerConfig
+
+__all__ = ["McpManager", "ServerStatus"]
+
+log = structlog.get_logger("agent_core.mcp")
+
+
+@dataclass(frozen=True, slots=True)
+class ServerStatus:
+    """How one configured server started: its tools, or why it did not."""
+
+    name: str
+    where: str
+    tools: tuple[str, ...] = ()
+    """The names its tools are offered under."""
+    protocol: str | None = None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def line(self) -> str:
+        """One line for ``--check``."""
+        if self.error is not None:
+            return f"FAIL {self.name}: {self.error}"
+        return f"ok   {self.name}: {len(self.tools)} tools, protocol {self.protocol} ({self.where})"
+
+
+class McpManager:
+    """Starts the configured servers, offers their tools, and closes them."""
+
+    def __init__(
+        self,
+        servers: Sequence[ServerConfig],
+        *,
+        reserved: Collection[str] = (),
+        start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
+        errlog: TextIO | None = None,
+    ) -> None:
+        """``reserved``: names other tools already use (the built-in ones)."""
+        names = [s.name for s in servers]
+        if len(set(names)) != len(names):
+            raise ValueError(f"server names must be unique: {names}")
+        self._connections = [
+            ServerConnection(s, start_timeout_s=start_timeout_s, errlog=errlog) for s in servers
+        ]
+        self._reserved = {*reserved, FINAL_REPORT.name, ASK_USER.name}
+        self._statuses: list[ServerStatus] = []
+        self.tools: tuple[Tool, ...] = ()
+        """Every tool of every server that started, once :meth:`start` returned."""
+
+    async def start(self) -> None:
+        """Start every server at once and list its tools; failures are reported, not raised."""
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(self._start(c)) for c in self._connections]
+        started = {c.name: t.result() for c, t in zip(self._connections, tasks, strict=True)}
+        names = assign_tool_names(
+            (
+                (server, tool.name)
+                for server, listed in started.items()
+                if not isinstance(listed, str)
+                for tool in listed
+            ),
+            taken=self._reserved,
+        )
+        tools: list[Tool] = []
+        self._statuses = []
+        for connection in self._connections:
+            listed = started[connection.name]
+            where = connection.config.where
+            if isinstance(listed, str):
+                self._statuses.append(ServerStatus(connection.name, where, error=listed))
+                continue
+            offered = [mcp_tool(connection, t, names[(connection.name, t.name)]) for t in listed]
+            tools.extend(offered)
+            offered_names = tuple(t.name for t in offered)
+            self._statuses.append(
+                ServerStatus(connection.name, where, offered_names, connection.protocol_version)
+            )
+        self.tools = tuple(tools)
+
+    def connection(self, name: str) -> ServerConnection:
+        """The connection to the server named ``name`` in the config."""
+        for connection in self._connections:
+            if connection.name == name:
+                return connection
+        raise KeyError(name)
+
+    def status(self) -> list[ServerStatus]:
+        """One status per configured server, in the file's order (after :meth:`start`)."""
+        return list(self._statuses)
+
+    def check_lines(self) -> list[str]:
+        """One line per configured server, for a ``--check`` command."""
+        return [s.line() for s in self._statuses]
+
+    async def close(self) -> None:
+        """End every server (at the same time); calls still in flight are cancelled."""
+        async with asyncio.TaskGroup() as group:
+            for connection in self._connections:
+                group.create_task(connection.close())
+
+    async def __aenter__(self) -> McpManager:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_val: BaseException | None,
+        exc_tb: TracebackType | None,
+    ) -> None:
+        await asyncio.shield(self.close())
+
+    async def _start(self, connection: ServerConnection) -> tuple[McpTool, ...] | str:
+        """The server's tools, or why it could not start (logged here, once)."""
+        try:
+            return await connection.start()
+        except Exception as exc:  # one broken server must not keep the others from working
+            error = str(exc) or type(exc).__name__
+            log.error("mcp.server_unavailable", server=connection.name, error=error)
+            return error
