@@ -5,8 +5,16 @@ its own connection to the file, configured so that processes cooperate:
 
 - ``journal_mode=WAL``: readers never block the writer nor the writer the readers, so a
   worker's stop-request poll is not held up by another worker's checkpoint.
-- ``busy_timeout``: a writer that finds the file locked waits (in aiosqlite's thread,
-  never on the event loop) instead of failing at once with "database is locked".
+- ``busy_timeout``: a writer that finds the file locked by another process waits
+  instead of failing at once with "database is locked", up to ``busy_timeout_s``. Not
+  in one long wait in aiosqlite's thread, though: every call of this store queues behind
+  that thread, and a cancelled caller would have to wait for it to roll back. Each try
+  waits at most ``BUSY_TRY_MS`` there; between tries the store lets go and waits on the
+  event loop, so reads go on, a cancelled call returns at once, and a write still locked
+  out when the budget is spent fails with "the database is busy" (a
+  :class:`~agent_core.errors.StorageError`). That is the only retry that means anything
+  here: SQLite's other failures (a full disk, a corrupt file) do not heal in a moment,
+  and a statement's outcome is never in doubt as it is over a lost network connection.
 - ``synchronous=NORMAL``: with WAL this cannot corrupt the file, and a commit survives
   the crash or ``kill -9`` of any process (it is in the WAL, which the OS holds); only
   an OS crash or power cut can lose the last commits. ``FULL`` would add an fsync to
@@ -16,8 +24,11 @@ its own connection to the file, configured so that processes cooperate:
   waiting (SQLite's deadlock avoidance); an immediate one waits its turn.
 
 Within a process one connection serves every call, behind an :class:`asyncio.Lock` so
-that a transaction's statements are never interleaved with another task's. There are no
-wake-ups: callers poll :meth:`SqliteStore.pending_stop_requests` (SPEC.md: 250 ms).
+that a transaction's statements are never interleaved with another task's. A call
+cancelled inside a transaction returns at once; the ROLLBACK (queued behind whatever
+aiosqlite's thread is doing) and the lock's release happen in a task the store owns and
+awaits in :meth:`SqliteStore.close`. There are no wake-ups: callers poll
+:meth:`SqliteStore.pending_stop_requests` (SPEC.md: 250 ms).
 """
 
 from __future__ import annotations
@@ -37,6 +48,7 @@ from agent_core.ports import StopRequestRecord
 from agent_core.states import LIVE_STATES, TERMINAL_STATES, RunState
 from agent_core.stop import utcnow
 from agent_core.stores import _codec as codec
+from agent_core.stores._cleanup import Cleanups
 from agent_core.stores.migrations import upgrade_sqlite
 
 if TYPE_CHECKING:
@@ -46,7 +58,15 @@ if TYPE_CHECKING:
     from agent_core.ports import AuditEvent, Checkpoint, RunRecord, ThreadKey
     from agent_core.stop import StopReason
 
-__all__ = ["SqliteStore"]
+__all__ = ["BUSY_TRY_MS", "SqliteStore"]
+
+BUSY_TRY_MS = 25
+"""How long one try at a locked file may wait in aiosqlite's thread (SQLite's own busy
+handler polls within it); see the module docstring."""
+
+_BUSY_PAUSE_S = 0.005
+"""Between tries, on the event loop: a lock SQLite reports busy without waiting (it
+does for some) must not make the store spin."""
 
 _LIVE = tuple(sorted(LIVE_STATES))
 _NEVER_RESUMES = tuple(sorted(TERMINAL_STATES - {RunState.BLOCKED}))
@@ -76,6 +96,9 @@ class SqliteStore:
         self._conn = conn
         self._path = path
         self._lock = asyncio.Lock()
+        self._cleanups = Cleanups(path)
+        self._busy_budget_s: float | None = None
+        """The connection's busy timeout as :meth:`open` set it, taken over at first use."""
 
     @classmethod
     async def open(
@@ -107,6 +130,7 @@ class SqliteStore:
         return cls(conn, path)
 
     async def close(self) -> None:
+        await self._cleanups.wait()  # cancelled calls' roll-backs
         async with self._lock:
             await self._conn.close()
 
@@ -119,24 +143,76 @@ class SqliteStore:
         except sqlite3.Error as exc:
             raise StorageError(f"SQLite could not {action} in {self._path}: {exc}") from exc
 
+    def _busy(self, action: str) -> StorageError:
+        return StorageError(
+            f"the database is busy (another process holds the write lock on {self._path}): "
+            f"could not {action} within {self._busy_budget_s:g} s; try again in a moment, "
+            "and if this lasts, look for a process keeping a transaction open on that file"
+        )
+
+    async def _acquire(self) -> None:
+        """Take the store's lock; the first time, take over the connection's busy wait."""
+        await self._lock.acquire()
+        if self._busy_budget_s is not None:
+            return
+        try:
+            async with self._conn.execute("PRAGMA busy_timeout") as cursor:
+                row = await cursor.fetchone()
+            self._busy_budget_s = (int(row[0]) if row else 0) / 1000
+            await self._conn.execute(f"PRAGMA busy_timeout = {BUSY_TRY_MS}")
+        except BaseException:
+            self._lock.release()
+            raise
+
+    async def _roll_back(self) -> None:
+        """Roll back whatever transaction is open, then let the next call in."""
+        try:
+            # Without a transaction (a BEGIN that failed, a COMMIT that went through)
+            # ROLLBACK fails harmlessly.
+            with contextlib.suppress(sqlite3.Error):
+                await self._conn.execute("ROLLBACK")
+        finally:
+            self._lock.release()
+
+    async def _begin(self, action: str) -> None:
+        """Hold the store's lock and the file's write lock (``BEGIN IMMEDIATE``), trying
+        until the busy budget is spent; then :meth:`_busy`."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        while True:
+            await self._acquire()
+            try:
+                await self._conn.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.OperationalError as exc:
+                self._lock.release()  # no transaction began
+                if not _is_busy(exc):
+                    raise
+                assert self._busy_budget_s is not None
+                if loop.time() - started >= self._busy_budget_s:
+                    raise self._busy(action) from exc
+            except BaseException:
+                # Cancelled while the BEGIN is queued or running in aiosqlite's thread: it
+                # will still run and may take the write lock, so a ROLLBACK must follow it
+                # before anyone else uses the connection. Not here: the caller goes now.
+                self._cleanups.spawn(self._roll_back(), f"roll back: {action}")
+                raise
+            await asyncio.sleep(_BUSY_PAUSE_S)
+
     @contextlib.asynccontextmanager
     async def _write(self, action: str) -> AsyncIterator[aiosqlite.Connection]:
         """One ``BEGIN IMMEDIATE`` transaction: commit on success, roll back otherwise."""
         with self._errors(action):
-            async with self._lock:
-                try:
-                    await self._conn.execute("BEGIN IMMEDIATE")
-                    yield self._conn
-                except BaseException:
-                    # Also on cancellation, even one that lands while BEGIN waits for the
-                    # lock: aiosqlite runs every call queued to its thread, in order, so
-                    # the BEGIN still happens and this ROLLBACK must follow it, or the
-                    # connection would keep the file's write lock. (Without a transaction
-                    # ROLLBACK fails harmlessly.)
-                    with contextlib.suppress(sqlite3.Error):
-                        await self._conn.execute("ROLLBACK")
-                    raise
+            await self._begin(action)
+            try:
+                yield self._conn
                 await self._conn.execute("COMMIT")
+            except BaseException:
+                # Failed or cancelled (even during COMMIT, which then still completes):
+                # the roll-back and the lock's release go to a task of the store's.
+                self._cleanups.spawn(self._roll_back(), f"roll back: {action}")
+                raise
+            self._lock.release()
 
     async def _change(self, action: str, sql: str, params: Sequence[Any]) -> int:
         """Run one write statement in its own transaction; returns the rows it changed."""
@@ -144,9 +220,25 @@ class SqliteStore:
             return cursor.rowcount
 
     async def _rows(self, action: str, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
         with self._errors(action):
-            async with self._lock, self._conn.execute(sql, _params(params)) as cursor:
-                return list(await cursor.fetchall())
+            while True:
+                # WAL readers are not blocked by a writer, but can find the file busy
+                # for a moment (another process recovering it): the same budget applies.
+                await self._acquire()
+                try:
+                    async with self._conn.execute(sql, _params(params)) as cursor:
+                        return list(await cursor.fetchall())
+                except sqlite3.OperationalError as exc:
+                    assert self._busy_budget_s is not None
+                    if not _is_busy(exc):
+                        raise
+                    if loop.time() - started >= self._busy_budget_s:
+                        raise self._busy(action) from exc
+                finally:
+                    self._lock.release()
+                await asyncio.sleep(_BUSY_PAUSE_S)
 
     async def _insert(self, action: str, table: str, values: Mapping[str, Any]) -> None:
         await self._change(action, _insert_sql(table, values), list(values.values()))
@@ -411,6 +503,12 @@ async def _switch_to_wal(conn: aiosqlite.Connection, busy_timeout_s: float) -> s
                 raise
         await asyncio.sleep(delay)
         delay = min(delay * 2, 0.2)
+
+
+def _is_busy(exc: sqlite3.OperationalError) -> bool:
+    """SQLITE_BUSY (another connection has the lock) and its extended codes, or
+    SQLITE_LOCKED; "database is locked" in the message."""
+    return (exc.sqlite_errorname or "").startswith(("SQLITE_BUSY", "SQLITE_LOCKED"))
 
 
 def _probe(path: str) -> None:
