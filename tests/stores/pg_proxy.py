@@ -8,6 +8,8 @@ store's retry logic also needs the two moments that matter, made to happen exact
 - :meth:`PgProxy.cut_after_commit`: the server runs and commits that statement, and the
   connection dies before the client reads the answer. The client cannot tell this from
   the first case: only the database knows whether the write landed.
+- :meth:`PgProxy.stall`: the server's answer to that statement is held back until
+  :meth:`PgProxy.resume` (a slow or stuck server), for callers that give up on a deadline.
 - :meth:`PgProxy.sever`: a fail-over. Every open connection is dead, but the client
   learns it only when it next uses one (as with a server or a network path that went
   away without a word): the server side is closed now, the client side is reset the
@@ -30,7 +32,7 @@ from urllib.parse import urlsplit, urlunsplit
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Coroutine
 
-Cut = Literal["before_send", "after_commit"]
+Cut = Literal["before_send", "after_commit", "stall"]
 
 
 @dataclass
@@ -50,6 +52,8 @@ class _Link:
         self.targeted = False  # this link carries the statement the proxy waits for
         self.completed = False  # ... and the server has sent its CommandComplete
         self.severed = False
+        self.held = asyncio.Event()  # set: answers flow; clear: held back (a stall)
+        self.held.set()
 
     def close(self) -> None:
         for writer in (self.client, self.server):
@@ -93,6 +97,13 @@ class PgProxy:
             if link.server is not None:
                 link.server.transport.abort()
         self.links.clear()
+
+    def stall(self, sql: str) -> None:
+        self._arm("stall", sql)
+
+    def resume(self) -> None:
+        for link in self.links:
+            link.held.set()
 
     def cut_before_send(self, sql: str) -> None:
         self._arm("before_send", sql)
@@ -167,6 +178,8 @@ class PgProxy:
                         return
                     out += message
                 if out:
+                    if not from_client:
+                        await link.held.wait()
                     writer.write(out)
                     await writer.drain()
         if from_client or not link.severed:  # a severed link fails at the client's next word
@@ -183,6 +196,11 @@ class PgProxy:
                 self._armed = None
                 link.cut()
                 return True
+            if armed.cut == "stall":
+                self._armed = None
+                link.held.clear()
+                self.cut_done.set()
+                return False
             link.targeted = True
         elif not from_client and link.targeted:
             if kind in {b"C", b"s"}:  # CommandComplete, or PortalSuspended (a row limit)

@@ -35,6 +35,8 @@ pytestmark = pytest.mark.postgres
 
 THREAD = ThreadKey("T1", "C1", "1700000000.000100")
 DEADLINE_S = 10.0
+SLACK_S = 0.25
+"""What a cancelled call may take beyond its caller's deadline (a loaded machine)."""
 
 
 def a_run(run_id: str, state: RunState = RunState.RUNNING) -> RunRecord:
@@ -287,6 +289,34 @@ async def test_a_lost_compare_and_set_is_not_a_win_when_another_writer_moved_the
             assert run.state == (RunState.FINISHED if theirs else RunState.FAILED)
         finally:
             await other.close()
+
+
+# -- a caller that gives up ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("op", OPS, ids=lambda op: op.name)
+async def test_a_call_cancelled_on_a_stuck_server_returns_at_once(own_pg_url: str, op: Op) -> None:
+    budget = 0.5
+    async with proxied_store(own_pg_url) as (store, proxy):
+        await op.setup(store)
+        proxy.stall(op.sql)
+
+        async def click() -> Any:
+            async with asyncio.timeout(budget):  # as the click path does
+                return await op.call(store)
+
+        call = asyncio.create_task(click())
+        done, _ = await asyncio.wait({call}, timeout=budget + SLACK_S)
+        proxy.resume()  # only now: a cancelled caller must not wait for the server
+        assert done, "the cancelled call waited for the stuck server"
+        with pytest.raises(TimeoutError):  # the caller's own deadline, not a StorageError
+            call.result()
+
+        # Once the server answers again the store works; the stalled call's outcome is
+        # whatever the server made of it, so start over on another run.
+        async with asyncio.timeout(DEADLINE_S):
+            await store.create_run(a_run("run-after"))
+            assert await store.get_run("run-after") is not None
 
 
 # -- a storm: sessions terminated over and over while workers read and write -----------------
