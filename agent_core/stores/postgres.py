@@ -40,7 +40,7 @@ from agent_core.stores.migrations import upgrade_postgres
 from agent_core.stores.postgres_listener import PostgresStopListener
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterator, Mapping
+    from collections.abc import Awaitable, Callable, Collection, Mapping
     from datetime import datetime
 
     from agent_core.outcomes import ExitCode
@@ -191,15 +191,6 @@ class PostgresStore:
         again = " (also on a new connection)" if retried else ""
         return StorageError(f"PostgreSQL could not {action} at {self._where}: {exc}{again}")
 
-    @contextlib.contextmanager
-    def _errors(self, action: str) -> Iterator[None]:
-        try:
-            yield
-        except Exception as exc:
-            if not is_driver_error(exc):
-                raise
-            raise self._error(action, exc) from exc
-
     async def _call(self, action: str, work: _Work[_T], *, idempotent: bool = False) -> _T:
         loop = asyncio.get_running_loop()
         started = loop.time()
@@ -251,17 +242,6 @@ class PostgresStore:
         with contextlib.suppress(*DRIVER_ERRORS):
             await self._pool.release(conn, timeout=RELEASE_TIMEOUT_S)
 
-    @contextlib.asynccontextmanager
-    async def _connection(self, action: str) -> AsyncIterator[Any]:
-        """A pooled connection for several statements; errors translated, no retry."""
-        with self._errors(action):
-            conn = await self._pool.acquire()
-        try:
-            with self._errors(action):
-                yield conn
-        finally:
-            self._release(conn)
-
     async def _execute(self, action: str, sql: str, *params: Any, idempotent: bool = False) -> int:
         async def work(conn: Any, _retrying: bool) -> int:
             return _count(await conn.execute(sql, *params))
@@ -269,6 +249,8 @@ class PostgresStore:
         return await self._call(action, work, idempotent=idempotent)
 
     async def _fetch(self, action: str, sql: str, *params: Any) -> list[Any]:
+        """Rows of a read, or of an idempotent ``... RETURNING`` write: both are retried."""
+
         async def work(conn: Any, _retrying: bool) -> list[Any]:
             return list(await conn.fetch(sql, *params))
 
