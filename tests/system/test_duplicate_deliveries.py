@@ -102,7 +102,7 @@ async def test_a_click_delivered_to_both_workers_is_one_stop(
     await b.wait_log("click.handled", run_id=run_id, count=2)
     final = await cluster.final(status)
     text = block_text(final)
-    assert f"Stopped by <@{DEFAULT_USER}>" in text
+    assert f"User interlude: stopped by <@{DEFAULT_USER}>" in text
     assert "Stopped early: nothing was checked yet." in text
     requests = await store.stop_requests_for(run_id)
     assert [(r.kind, r.requested_by) for r in requests] == [(StopReason.STOP, DEFAULT_USER)]
