@@ -16,6 +16,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from llmock.scenarios import Reply, ToolCall
 
 from agent_core.agent import AgentConfig
 from agent_core.events import ToolFinished, ToolProgress
@@ -39,9 +40,9 @@ ERAS: list[tuple[ProtocolMode, str]] = [("legacy", "2025-11-25"), ("2026-07-28",
 
 @contextlib.asynccontextmanager
 async def fake_server(
-    protocol: ProtocolMode = "auto",
+    protocol: ProtocolMode = "auto", fake: FakeMcpServer | None = None
 ) -> AsyncIterator[tuple[FakeMcpServer, McpManager]]:
-    fake = FakeMcpServer()
+    fake = fake or FakeMcpServer()
     async with serve_http(fake) as url:
         manager = McpManager([HttpServer("fake", url, protocol=protocol)])
         async with manager:
@@ -152,3 +153,29 @@ async def test_the_server_still_answers_after_a_cancelled_call(
 
     assert tool_messages(llm, 2)[-1] == "still here"
     assert result.exit_code is ExitCode.FINAL_ANSWER
+
+
+async def test_every_call_in_flight_is_cancelled_at_once_not_one_answer_after_another(
+    llm: LLMock, make_agent: AgentFactory
+) -> None:
+    # The server answers each cancellation POST only once all three have arrived: a client
+    # that waits for one answer before sending the next (the SDK's own transport does, for
+    # notifications) would leave the last two behind for seconds.
+    fake = FakeMcpServer(hold_cancellations=3)
+    async with fake_server("legacy", fake) as (fake, manager):
+        llm.add(Reply(tool_calls=tuple(ToolCall("fake__slow", {"steps": n}) for n in (1, 2, 3))))
+        run = make_agent(manager.tools).new_run("work slowly, three ways")
+        events = EventLog(run)
+        async with asyncio.TaskGroup() as group:
+            running = group.create_task(run.run())
+            await events.first(ToolProgress, lambda e: len(events.of(ToolProgress)) == 3)
+            run.request_stop(StopReason.ABORT, "U1")
+            async with asyncio.timeout(PROMPT_S):
+                result = await running
+
+        await fake.until(lambda: len(fake.held_together) == 3, "three cancellations answered")
+        assert fake.held_together == [True, True, True]
+        assert sorted(fake.cancel_notifications) == sorted(c.request_id for c in fake.calls)
+        await fake.until(lambda: len(fake.cancelled) == 3, "three calls cancelled")
+
+    assert result.exit_code is ExitCode.USER_ABORT

@@ -14,7 +14,8 @@ Served two ways: :func:`serve_http` runs it over streamable HTTP on loopback in 
 test's event loop, where the test reads what it recorded (calls, cancellations, and
 every ``notifications/cancelled`` POSTed to it) and waits on :attr:`changes`; or
 ``python -m tests.fakes.mcp_server`` runs it over stdio. The SDK serves both protocol
-eras at once; the client decides which one is spoken.
+eras at once; the client decides which one is spoken. (``--http-fd FD`` serves it over
+HTTP in a process of its own, on a listening socket the parent hands over: the benchmark.)
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import contextlib
 import json
 import os
 import socket
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -45,6 +47,7 @@ if TYPE_CHECKING:
 __all__ = ["Call", "FakeMcpServer", "serve_http"]
 
 WAIT_S = 10.0
+HOLD_S = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,8 +64,17 @@ class FakeMcpServer:
     calls: list[Call] = field(default_factory=list)
     cancelled: list[Call] = field(default_factory=list)
     """Tool calls whose handler was cancelled (by a notification or a closed stream)."""
+    cancelled_at: list[float] = field(default_factory=list)
+    """When each cancellation reached the tool (``time.monotonic()``, comparable across
+    processes on one machine)."""
     cancel_notifications: list[str] = field(default_factory=list)
     """Request ids named by every ``notifications/cancelled`` POSTed over HTTP."""
+    hold_cancellations: int = 0
+    """If set, each ``notifications/cancelled`` POST is answered only once this many have
+    arrived (or after :data:`HOLD_S`): a client that waits for one answer before sending
+    the next is caught out."""
+    held_together: list[bool] = field(default_factory=list)
+    """For each held POST: answered because the others arrived (True) or after HOLD_S."""
     changes: Changes = field(default_factory=Changes)
     _release: anyio.Event = field(default_factory=anyio.Event)
 
@@ -107,6 +119,7 @@ def _build(fake: FakeMcpServer) -> MCPServer:
             for step in range(1, steps + 1):
                 await ctx.report_progress(step, steps, f"step {step} of {steps}")
         except anyio.get_cancelled_exc_class():
+            fake.cancelled_at.append(time.monotonic())
             fake.record(fake.cancelled, call)
             raise
         return f"slow finished {steps} steps"
@@ -139,9 +152,10 @@ def _build(fake: FakeMcpServer) -> MCPServer:
 
     @mcp.tool()
     async def cancellations(at_least: int) -> str:
-        """The cancelled calls recorded so far, once there are at least this many."""
+        """When each cancelled call was cancelled (``time.monotonic()``), once there are at
+        least this many."""
         await fake.until(lambda: len(fake.cancelled) >= at_least, f"{at_least} cancellations")
-        return json.dumps([c.tool for c in fake.cancelled])
+        return json.dumps(fake.cancelled_at)
 
     return mcp
 
@@ -174,6 +188,19 @@ async def serve_http(fake: FakeMcpServer) -> AsyncIterator[str]:
             await serving
 
 
+async def _hold(fake: FakeMcpServer) -> None:
+    try:
+        await fake.changes.until(
+            lambda: len(fake.cancel_notifications) >= fake.hold_cancellations,
+            timeout=HOLD_S,
+            describe=lambda: "the other cancellations",
+        )
+    except TimeoutError:
+        fake.record(fake.held_together, False)
+    else:
+        fake.record(fake.held_together, True)
+
+
 def _recording_cancellations(fake: FakeMcpServer, app: App) -> App:
     """Record the request ids of ``notifications/cancelled`` POSTs, then serve them."""
 
@@ -191,6 +218,8 @@ def _recording_cancellations(fake: FakeMcpServer, app: App) -> App:
             decoded = json.loads(body)
             if isinstance(decoded, dict) and decoded.get("method") == "notifications/cancelled":
                 fake.record(fake.cancel_notifications, str(decoded["params"]["requestId"]))
+                if fake.hold_cancellations:
+                    await _hold(fake)
         replayed = False
 
         async def replay() -> Message:
@@ -205,5 +234,15 @@ def _recording_cancellations(fake: FakeMcpServer, app: App) -> App:
     return recording
 
 
+async def _serve_http_forever(fd: int) -> None:
+    app = FakeMcpServer().mcp.streamable_http_app()
+    await uvicorn.Server(uvicorn.Config(app, fd=fd, log_level="warning")).serve()
+
+
 if __name__ == "__main__":
-    FakeMcpServer().mcp.run("stdio")
+    import sys
+
+    if sys.argv[1:2] == ["--http-fd"]:  # on a listening socket handed over by the parent
+        anyio.run(_serve_http_forever, int(sys.argv[2]))
+    else:
+        FakeMcpServer().mcp.run("stdio")
