@@ -29,6 +29,8 @@ from agent_core.mcp.transport import open_transport
 from agent_core.tools import ToolError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from mcp_types import CallToolResult
     from mcp_types import Tool as McpTool
 
@@ -124,6 +126,11 @@ class ServerConnection:
             self._session.end()
         await _drain(self._holders, CLOSE_TIMEOUT_S)
 
+    def _own(self, holder: asyncio.Task[None]) -> None:
+        # Every holder is awaited by close(), even one whose start was abandoned.
+        self._holders.add(holder)
+        holder.add_done_callback(self._holders.discard)
+
     async def _live(self) -> _Session:
         async with self._lock:
             if self._closed:
@@ -135,9 +142,7 @@ class ServerConnection:
                 session.end()  # its holder is owned by self._holders until close()
                 log.info("mcp.server_restarting", server=self.name)
             session = _Session(self.config, self._errlog or sys.stderr)
-            holder = await session.open(self.start_timeout_s)
-            self._holders.add(holder)
-            holder.add_done_callback(self._holders.discard)
+            await session.open(self.start_timeout_s, owner=self._own)
             self._session = session
             self.starts += 1
             log.info(
@@ -164,10 +169,11 @@ class _Session:
     def protocol_version(self) -> str | None:
         return self._client.protocol_version if self._client is not None else None
 
-    async def open(self, timeout_s: float) -> asyncio.Task[None]:
-        """Start the holder and wait (bounded) until the handshake is done."""
+    async def open(self, timeout_s: float, owner: Callable[[asyncio.Task[None]], None]) -> None:
+        """Start the holder (handed to ``owner``) and wait (bounded) for the handshake."""
         ready: asyncio.Future[Client] = asyncio.get_running_loop().create_future()
         holder = asyncio.create_task(self._hold(ready), name=f"mcp:{self.config.name}")
+        owner(holder)
         try:
             async with asyncio.timeout(timeout_s):
                 self._client = await asyncio.shield(ready)
@@ -177,7 +183,6 @@ class _Session:
         except asyncio.CancelledError:
             holder.cancel()
             raise
-        return holder
 
     async def list_tools(self) -> tuple[McpTool, ...]:
         assert self._client is not None

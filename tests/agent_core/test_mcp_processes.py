@@ -12,7 +12,7 @@ import signal
 import sys
 from typing import TYPE_CHECKING, Any
 
-from agent_core.mcp import McpManager
+from agent_core.mcp import McpManager, StdioServer
 from agent_core.outcomes import ExitCode
 from agent_core.ports import ToolCall
 from agent_core.tools import Toolbox
@@ -89,9 +89,25 @@ async def test_close_ends_every_stdio_server(tmp_path: Path) -> None:
     assert children_of(os.getpid()) - before == set()
 
 
+async def test_a_server_that_never_answers_is_reported_and_its_process_still_ends() -> None:
+    before = children_of(os.getpid())
+    mute = StdioServer("mute", sys.executable, ("-c", "import time; time.sleep(60)"))
+    manager = McpManager([mute, time_server()], start_timeout_s=3.0)
+    await manager.start()
+    lines = manager.check_lines()
+    await manager.close()
+
+    assert lines[0] == (
+        f"FAIL mute: the MCP server 'mute' ({sys.executable} -c import time; time.sleep(60)) "
+        "could not start: it did not answer within 3 s"
+    )
+    assert lines[1].startswith("ok   time: ")
+    assert children_of(os.getpid()) - before == set()  # the mute one was ended too
+
+
 HOLDER = """
 import asyncio, os, sys
-from agent_core.mcp import McpManager
+from agent_core.mcp import McpManager, StdioServer
 from tests.agent_core.mcp_helpers import children_of, fake_stdio_server, git_server, time_server
 
 async def main():
