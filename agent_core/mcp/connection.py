@@ -143,6 +143,9 @@ class ServerConnection:
                 log.info("mcp.server_restarting", server=self.name)
             session = _Session(self.config, self._errlog or sys.stderr)
             await session.open(self.start_timeout_s, owner=self._own)
+            if self._closed:  # closed while it started: end it now, close() is waiting
+                session.end()
+                raise ServerUnavailable(self.name, "threadpilot is shutting down")
             self._session = session
             self.starts += 1
             log.info(

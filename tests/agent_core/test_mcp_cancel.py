@@ -86,9 +86,18 @@ async def test_stop_lets_the_slow_call_finish_then_takes_the_final_turn(
     ]
 
 
+@pytest.mark.parametrize(
+    ("reason", "exit_code"),
+    [(StopReason.ABORT, ExitCode.USER_ABORT), (StopReason.SHUTDOWN, ExitCode.SHUTDOWN)],
+)
 @pytest.mark.parametrize(("protocol", "version"), ERAS)
-async def test_abort_cancels_the_call_as_its_protocol_says_and_ends_the_run_at_once(
-    llm: LLMock, make_agent: AgentFactory, protocol: ProtocolMode, version: str
+async def test_abort_and_shutdown_cancel_the_call_as_its_protocol_says_and_end_the_run_at_once(
+    llm: LLMock,
+    make_agent: AgentFactory,
+    protocol: ProtocolMode,
+    version: str,
+    reason: StopReason,
+    exit_code: ExitCode,
 ) -> None:
     async with fake_server(protocol) as (fake, manager):
         llm.call_tool("fake__slow", {"steps": 3})
@@ -98,7 +107,7 @@ async def test_abort_cancels_the_call_as_its_protocol_says_and_ends_the_run_at_o
             running = group.create_task(run.run())
             await events.first(ToolProgress)
             aborted = time.perf_counter()
-            run.request_stop(StopReason.ABORT, "U1")
+            run.request_stop(reason, "U1")
             async with asyncio.timeout(PROMPT_S):
                 result = await running
             took = time.perf_counter() - aborted
@@ -113,7 +122,7 @@ async def test_abort_cancels_the_call_as_its_protocol_says_and_ends_the_run_at_o
         else:
             assert fake.cancel_notifications == []  # the closed stream was the signal
 
-    assert result.exit_code is ExitCode.USER_ABORT
+    assert result.exit_code is exit_code
     assert took < PROMPT_S
     assert len(llm.requests) == 1
 
