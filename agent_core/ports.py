@@ -13,12 +13,17 @@ all of them. The core never imports an adapter.
   state: what the reconciler needs to repost final messages and resume runs.
 - :class:`DeliveryLog` tells every worker whether a Slack delivery (an event, a click)
   was already taken by some worker, so a re-delivery changes nothing.
+- :class:`ParticipantStore` remembers who wrote in which Slack thread, so every worker
+  decides alike who may stop a run under ``STOP_POLICY=participants``.
+- :class:`GuidanceStore` keeps the replies people write to a live run until its owner
+  has given them to the model, or the run ended first (SPEC.md section 4, seed 002).
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from agent_core.states import RunState
@@ -36,9 +41,13 @@ __all__ = [
     "ChatModel",
     "Checkpoint",
     "DeliveryLog",
+    "GuidanceRecord",
+    "GuidanceStatus",
+    "GuidanceStore",
     "LeaseStore",
     "ModelRequest",
     "ModelResponse",
+    "ParticipantStore",
     "Reconnected",
     "RetentionStore",
     "RunQueries",
@@ -231,9 +240,20 @@ class StopRequestRecord:
 
 class StopRequestStore(Protocol):
     async def add_stop_request(
-        self, run_id: str, thread: ThreadKey, kind: StopReason, requested_by: str
+        self,
+        run_id: str,
+        thread: ThreadKey,
+        kind: StopReason,
+        requested_by: str,
+        *,
+        request_id: str | None = None,
     ) -> StopRequestRecord:
-        """Commit a request. It is durable when this returns (before the click's ack)."""
+        """Commit a request. It is durable when this returns (before the click's ack).
+
+        ``request_id`` (default: a new one) lets the caller know the id before the
+        commit: the worker that applies its own request tells its stop watcher first, so
+        the watcher never applies it again. It must be new.
+        """
         ...
 
     async def pending_stop_requests(
@@ -302,9 +322,10 @@ class RetentionStore(Protocol):
         """Delete what is no longer needed from before ``older_than``; returns rows deleted.
 
         Goes: handled stop requests (by ``handled_at``), audit events (by ``at``), the
-        checkpoints of runs that can never resume (terminal, except ``blocked``), and
-        delivery keys (by when they were first seen). Runs and pending stop requests are
-        kept.
+        checkpoints of runs that can never resume (terminal, except ``blocked``),
+        delivery keys (by when they were first seen), settled guidance (by
+        ``settled_at``) and thread participants (by when they last wrote). Runs, pending
+        stop requests and queued guidance are kept.
         """
         ...
 
@@ -329,8 +350,100 @@ class DeliveryLog(Protocol):
         ...
 
 
+# -- guidance (SPEC.md section 4, seed 002) --------------------------------------------
+
+
+class GuidanceStatus(StrEnum):
+    """Where a reply to a live run is. ``queued`` moves once, and only to ``delivered``
+    (it went out with a model request) or ``undelivered`` (the run ended first: a Stop
+    or Abort won); a settled status never changes again."""
+
+    QUEUED = "queued"
+    DELIVERED = "delivered"
+    UNDELIVERED = "undelivered"
+
+
+@dataclass(frozen=True, slots=True)
+class GuidanceRecord:
+    """A reply written to a live run, as stored (the ``guidance`` table)."""
+
+    id: str
+    """Unique; the Slack layer derives it from the reply's message, so a re-delivered
+    event is the same guidance."""
+    run_id: str
+    thread: ThreadKey
+    author: str
+    """Who wrote it (a Slack user id)."""
+    text: str
+    message_ts: str | None = None
+    """The reply's Slack message (in ``thread.channel``), where its reaction goes."""
+    status: GuidanceStatus = GuidanceStatus.QUEUED
+    queued_at: datetime = field(default_factory=utcnow)
+    settled_at: datetime | None = None
+    """When it became ``delivered`` or ``undelivered``."""
+
+
+class GuidanceStore(Protocol):
+    async def add_guidance(self, record: GuidanceRecord) -> bool:
+        """Commit a queued reply. It is durable when this returns (before the event's ack).
+
+        False, writing nothing, if guidance with this id exists (the same reply delivered
+        again); a store that retried after losing its connection still answers True when
+        its own first attempt landed. A store with :class:`StopWakeups` wakes the run's
+        owner with the commit, as for a stop request. ValueError unless ``status`` is
+        ``queued`` and ``settled_at`` unset.
+        """
+        ...
+
+    async def pending_guidance(
+        self, run_ids: Collection[str] | None = None
+    ) -> list[GuidanceRecord]:
+        """Guidance still ``queued``, oldest ``queued_at`` first (ties in commit order);
+        all runs when ``run_ids`` is None."""
+        ...
+
+    async def mark_guidance(
+        self, ids: Collection[str], status: GuidanceStatus, *, at: datetime | None = None
+    ) -> set[str]:
+        """Move each of ``ids`` that is still ``queued`` to ``status`` (``delivered`` or
+        ``undelivered``, ValueError for ``queued``), settled ``at`` (default: now).
+
+        Returns the ids this call moved: of two workers marking the same guidance, one
+        gets it and the other an empty set, so only one writes its audit event.
+        """
+        ...
+
+    async def guidance_for(self, run_id: str) -> list[GuidanceRecord]:
+        """Every guidance of the run, whatever its status, ordered as
+        :meth:`pending_guidance` (until purged)."""
+        ...
+
+
+# -- who wrote in a thread (SPEC.md sections 2 and 4) ----------------------------------
+
+
+class ParticipantStore(Protocol):
+    """Who wrote in which Slack thread: with ``STOP_POLICY=participants`` they may stop
+    or abort its run, and a click is decided by whichever worker receives it.
+
+    The requester needs no entry: it is on the run (:attr:`RunRecord.requester`).
+    """
+
+    async def add_participant(
+        self, thread: ThreadKey, user: str, *, now: datetime | None = None
+    ) -> None:
+        """Record that ``user`` wrote in ``thread``, seen ``now`` (default: the wall
+        clock). Idempotent: writing again only moves when they were last seen."""
+        ...
+
+    async def participants(self, thread: ThreadKey) -> set[str]:
+        """Everyone recorded as having written in ``thread`` (until purged)."""
+        ...
+
+
 StopWakeup = Callable[[str], Awaitable[None]]
-"""Called with the run id of a newly committed stop request; read the table to act."""
+"""Called with the run id of a newly committed stop request or guidance; read the tables
+to act."""
 
 Reconnected = Callable[[], Awaitable[None]]
 """Called after a wake-up channel came back: anything sent meanwhile was lost, re-scan."""
@@ -345,10 +458,11 @@ class StopListener(Protocol):
 
 @runtime_checkable
 class StopWakeups(Protocol):
-    """A store that can wake workers when a stop request is committed (PostgreSQL).
+    """A store that can wake workers when a stop request or guidance is committed
+    (PostgreSQL).
 
-    A wake-up is a hint, never the truth: the ``stop_requests`` table is. Stores without
-    this capability (SQLite, memory) are polled.
+    A wake-up is a hint, never the truth: the ``stop_requests`` and ``guidance`` tables
+    are. Stores without this capability (SQLite, memory) are polled.
     """
 
     def listen_stops(
@@ -404,6 +518,8 @@ class Store(
     LeaseStore,
     RetentionStore,
     DeliveryLog,
+    GuidanceStore,
+    ParticipantStore,
     Protocol,
 ):
     """Everything a worker needs from one database.

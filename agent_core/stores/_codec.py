@@ -23,6 +23,8 @@ from agent_core.outcomes import ExitCode, normalize_outcome
 from agent_core.ports import (
     AuditEvent,
     Checkpoint,
+    GuidanceRecord,
+    GuidanceStatus,
     RunRecord,
     StopRequestRecord,
     ThreadKey,
@@ -36,6 +38,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CHECKPOINT_COLUMNS",
     "EVENT_COLUMNS",
+    "GUIDANCE_COLUMNS",
     "RUN_COLUMNS",
     "STOP_COLUMNS",
     "Row",
@@ -45,6 +48,9 @@ __all__ = [
     "event_from_row",
     "event_values",
     "from_db_time",
+    "guidance_from_row",
+    "guidance_settled",
+    "guidance_values",
     "run_changes",
     "run_from_row",
     "run_query",
@@ -88,6 +94,19 @@ STOP_COLUMNS = (
     "status",
     "requested_at",
     "handled_at",
+)
+GUIDANCE_COLUMNS = (
+    "id",
+    "run_id",
+    "team",
+    "channel",
+    "thread_ts",
+    "author",
+    "text",
+    "message_ts",
+    "status",
+    "queued_at",
+    "settled_at",
 )
 CHECKPOINT_COLUMNS = ("run_id", "turn", "messages", "created_at")
 EVENT_COLUMNS = ("run_id", "kind", "actor", "at", "detail")
@@ -304,6 +323,48 @@ def stop_from_row(row: Row) -> StopRequestRecord:
         status=row["status"],
         requested_at=_time(row["requested_at"]),
         handled_at=from_db_time(row["handled_at"]),
+    )
+
+
+def guidance_values(record: GuidanceRecord) -> dict[str, Any]:
+    """The columns of a guidance to add; ValueError unless it is still queued."""
+    if record.status is not GuidanceStatus.QUEUED or record.settled_at is not None:
+        raise ValueError(
+            f"guidance {record.id} is added queued and unsettled, not {record.status.value}"
+        )
+    return {
+        "id": record.id,
+        "run_id": record.run_id,
+        "team": record.thread.team,
+        "channel": record.thread.channel,
+        "thread_ts": record.thread.thread_ts,
+        "author": record.author,
+        "text": record.text,
+        "message_ts": record.message_ts,
+        "status": str(record.status),
+        "queued_at": to_utc(record.queued_at),
+        "settled_at": None,
+    }
+
+
+def guidance_settled(status: GuidanceStatus) -> str:
+    """The status value ``mark_guidance`` writes; ValueError for ``queued``."""
+    if status is GuidanceStatus.QUEUED:
+        raise ValueError("guidance is marked delivered or undelivered, never queued again")
+    return str(status)
+
+
+def guidance_from_row(row: Row) -> GuidanceRecord:
+    return GuidanceRecord(
+        id=row["id"],
+        run_id=row["run_id"],
+        thread=ThreadKey(row["team"], row["channel"], row["thread_ts"]),
+        author=row["author"],
+        text=row["text"],
+        message_ts=row["message_ts"],
+        status=GuidanceStatus(row["status"]),
+        queued_at=_time(row["queued_at"]),
+        settled_at=from_db_time(row["settled_at"]),
     )
 
 

@@ -1,4 +1,5 @@
-"""In-memory :class:`~agent_core.ports.Store`: runs, stop requests, leases, retention.
+"""In-memory :class:`~agent_core.ports.Store`: runs, stop requests, leases, retention,
+guidance.
 
 For the terminal runner, single-process use and tests. Nothing survives the process; the
 durable adapters (SQLite, PostgreSQL) keep the same contract, checked by one suite in
@@ -16,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 from agent_core.ports import (
     AuditEvent,
     Checkpoint,
+    GuidanceRecord,
+    GuidanceStatus,
     RunRecord,
     StopRequestRecord,
     ThreadKey,
@@ -44,6 +47,10 @@ class MemoryStore:
         self._events: dict[str, list[AuditEvent]] = {}
         self._stops: dict[str, StopRequestRecord] = {}
         self._deliveries: dict[str, datetime] = {}
+        self._guidance: dict[str, GuidanceRecord] = {}
+        self._participants: dict[tuple[ThreadKey, str], datetime] = {}
+        """(thread, user) -> when they last wrote there."""
+        """By id, in commit order: ties in ``queued_at`` keep it (sorting is stable)."""
 
     # -- RunStore ----------------------------------------------------------------------
 
@@ -139,10 +146,16 @@ class MemoryStore:
     # -- StopRequestStore --------------------------------------------------------------
 
     async def add_stop_request(
-        self, run_id: str, thread: ThreadKey, kind: StopReason, requested_by: str
+        self,
+        run_id: str,
+        thread: ThreadKey,
+        kind: StopReason,
+        requested_by: str,
+        *,
+        request_id: str | None = None,
     ) -> StopRequestRecord:
         record = StopRequestRecord(
-            id=uuid.uuid4().hex,
+            id=request_id or uuid.uuid4().hex,
             run_id=run_id,
             thread=thread,
             kind=kind,
@@ -254,7 +267,24 @@ class MemoryStore:
             deliveries = [key for key, seen in self._deliveries.items() if seen < older_than]
             for key in deliveries:
                 del self._deliveries[key]
-            return len(stops) + events + len(checkpoints) + len(deliveries)
+            guidance = [
+                key
+                for key, g in self._guidance.items()
+                if g.settled_at is not None and g.settled_at < older_than
+            ]
+            for key in guidance:
+                del self._guidance[key]
+            quiet = [key for key, seen in self._participants.items() if seen < older_than]
+            for participant in quiet:
+                del self._participants[participant]
+            return (
+                len(stops)
+                + events
+                + len(checkpoints)
+                + len(deliveries)
+                + len(guidance)
+                + len(quiet)
+            )
 
     # -- DeliveryLog -------------------------------------------------------------------
 
@@ -265,6 +295,61 @@ class MemoryStore:
                 return False
             self._deliveries[key] = seen_at
             return True
+
+    # -- ParticipantStore --------------------------------------------------------------
+
+    async def add_participant(
+        self, thread: ThreadKey, user: str, *, now: datetime | None = None
+    ) -> None:
+        self._participants[(thread, user)] = codec.to_utc(now or utcnow())
+
+    async def participants(self, thread: ThreadKey) -> set[str]:
+        return {user for (where, user) in self._participants if where == thread}
+
+    # -- GuidanceStore ----------------------------------------------------------------
+
+    async def add_guidance(self, record: GuidanceRecord) -> bool:
+        codec.guidance_values(record)  # the SQL stores' checks
+        async with self._lock:
+            if record.id in self._guidance:
+                return False
+            self._guidance[record.id] = dataclasses.replace(
+                record, queued_at=codec.to_utc(record.queued_at)
+            )
+            return True
+
+    async def pending_guidance(
+        self, run_ids: Collection[str] | None = None
+    ) -> list[GuidanceRecord]:
+        wanted = None if run_ids is None else set(run_ids)
+        pending = (
+            g
+            for g in self._guidance.values()
+            if g.status is GuidanceStatus.QUEUED and (wanted is None or g.run_id in wanted)
+        )
+        return sorted(pending, key=lambda g: g.queued_at)
+
+    async def mark_guidance(
+        self, ids: Collection[str], status: GuidanceStatus, *, at: datetime | None = None
+    ) -> set[str]:
+        codec.guidance_settled(status)
+        settled_at = codec.to_utc(at or utcnow())
+        moved: set[str] = set()
+        async with self._lock:
+            for guidance_id in set(ids):
+                record = self._guidance.get(guidance_id)
+                if record is None or record.status is not GuidanceStatus.QUEUED:
+                    continue
+                self._guidance[guidance_id] = dataclasses.replace(
+                    record, status=status, settled_at=settled_at
+                )
+                moved.add(guidance_id)
+        return moved
+
+    async def guidance_for(self, run_id: str) -> list[GuidanceRecord]:
+        return sorted(
+            (g for g in self._guidance.values() if g.run_id == run_id), key=lambda g: g.queued_at
+        )
 
     async def close(self) -> None:
         """Nothing to release; here so this store is a :class:`~agent_core.ports.Store`."""

@@ -2,11 +2,12 @@
 
 Queries go through an asyncpg pool. Compare-and-set is one ``UPDATE ... WHERE id = $1
 AND state = ANY($2) RETURNING id``: PostgreSQL row locks make exactly one of any number
-of racing writers see the row in an expected state. A committed stop request also sends
-``NOTIFY threadpilot_stop, '<run id>'`` in the same statement, so the notification goes
-out with the commit and never without it; :meth:`PostgresStore.listen_stops` receives
-those wake-ups (see :mod:`agent_core.stores.postgres_listener`). The table stays the
-truth: a worker that missed a notification finds the request on its next poll or scan.
+of racing writers see the row in an expected state. A committed stop request or guidance
+also sends ``NOTIFY threadpilot_stop, '<run id>'`` in the same statement, so the
+notification goes out with the commit and never without it;
+:meth:`PostgresStore.listen_stops` receives those wake-ups (see
+:mod:`agent_core.stores.postgres_listener`). The tables stay the truth: a worker that
+missed a notification finds the request or the guidance on its next poll or scan.
 
 Lease times come from the caller's clock, as in every adapter, so that all of them
 behave alike and tests can pass ``now``; hosts are expected to run NTP, and a lease TTL
@@ -47,6 +48,8 @@ if TYPE_CHECKING:
     from agent_core.ports import (
         AuditEvent,
         Checkpoint,
+        GuidanceRecord,
+        GuidanceStatus,
         Reconnected,
         RunRecord,
         StopWakeup,
@@ -403,10 +406,20 @@ class PostgresStore:
     # -- StopRequestStore --------------------------------------------------------------
 
     async def add_stop_request(
-        self, run_id: str, thread: ThreadKey, kind: StopReason, requested_by: str
+        self,
+        run_id: str,
+        thread: ThreadKey,
+        kind: StopReason,
+        requested_by: str,
+        *,
+        request_id: str | None = None,
     ) -> StopRequestRecord:
         record = StopRequestRecord(
-            id=uuid.uuid4().hex, run_id=run_id, thread=thread, kind=kind, requested_by=requested_by
+            id=request_id or uuid.uuid4().hex,
+            run_id=run_id,
+            thread=thread,
+            kind=kind,
+            requested_by=requested_by,
         )
         values = codec.stop_values(record)
         # One statement is one transaction: the row and its NOTIFY commit together (a
@@ -521,6 +534,8 @@ class PostgresStore:
                 (cutoff, _NEVER_RESUMES),
             ),
             ("DELETE FROM deliveries WHERE seen_at < $1", (cutoff,)),
+            ("DELETE FROM guidance WHERE status <> 'queued' AND settled_at < $1", (cutoff,)),
+            ("DELETE FROM thread_participants WHERE seen_at < $1", (cutoff,)),
         ]
 
         async def work(conn: Any, _retrying: bool) -> int:
@@ -551,3 +566,90 @@ class PostgresStore:
             return retrying and await conn.fetchval(mine, key, token) is not None
 
         return await self._call("record a delivery", work, idempotent=True)
+
+    # -- ParticipantStore --------------------------------------------------------------
+
+    async def add_participant(
+        self, thread: ThreadKey, user: str, *, now: datetime | None = None
+    ) -> None:
+        sql = (
+            "INSERT INTO thread_participants (team, channel, thread_ts, user_id, seen_at) "
+            "VALUES ($1, $2, $3, $4, $5) ON CONFLICT (team, channel, thread_ts, user_id) "
+            "DO UPDATE SET seen_at = excluded.seen_at"
+        )
+        seen_at = codec.to_utc(now or utcnow())
+        params = (thread.team, thread.channel, thread.thread_ts, user, seen_at)
+        # Idempotent: a retry writes the same row again.
+        await self._execute("record a thread participant", sql, *params, idempotent=True)
+
+    async def participants(self, thread: ThreadKey) -> set[str]:
+        sql = (
+            "SELECT user_id FROM thread_participants "
+            "WHERE team = $1 AND channel = $2 AND thread_ts = $3"
+        )
+        rows = await self._fetch(
+            "read thread participants", sql, thread.team, thread.channel, thread.thread_ts
+        )
+        return {str(row["user_id"]) for row in rows}
+
+    # -- GuidanceStore -----------------------------------------------------------------
+
+    async def add_guidance(self, record: GuidanceRecord) -> bool:
+        values = codec.guidance_values(record)
+        assert list(values)[:2] == ["id", "run_id"]  # $1 and $2 below
+        # As for a stop request: the row and its NOTIFY commit together, in one round
+        # trip before the event's ack, and the owner wakes at once. The NOTIFY goes out
+        # even for a reply already there (a re-delivery): a hint costs a table read.
+        sql = (
+            f"WITH added AS ({_insert_sql('guidance', values)} ON CONFLICT (id) DO NOTHING "
+            f"RETURNING id) SELECT (SELECT count(*) FROM added), pg_notify('{STOP_CHANNEL}', $2)"
+        )
+        # On a retry the row may be our own first attempt's, which landed: the same
+        # reply, queued at the same instant by the same author.
+        mine = "SELECT 1 FROM guidance WHERE id = $1 AND queued_at = $2 AND author = $3"
+
+        async def work(conn: Any, retrying: bool) -> bool:
+            if await conn.fetchval(sql, *values.values()) == 1:
+                return True
+            same = (values["id"], values["queued_at"], values["author"])
+            return retrying and await conn.fetchval(mine, *same) is not None
+
+        return await self._call("commit guidance", work, idempotent=True)
+
+    async def pending_guidance(
+        self, run_ids: Collection[str] | None = None
+    ) -> list[GuidanceRecord]:
+        sql = "SELECT * FROM guidance WHERE status = 'queued'"
+        params: list[Any] = []
+        if run_ids is not None:
+            sql += " AND run_id = ANY($1::text[])"
+            params.append(list(run_ids))
+        rows = await self._fetch("read queued guidance", sql + " ORDER BY queued_at, seq", *params)
+        return [codec.guidance_from_row(r) for r in rows]
+
+    async def mark_guidance(
+        self, ids: Collection[str], status: GuidanceStatus, *, at: datetime | None = None
+    ) -> set[str]:
+        value = codec.guidance_settled(status)
+        wanted = sorted(set(ids))
+        settled_at = codec.to_utc(at or utcnow())
+        if not wanted:
+            return set()
+        update = "UPDATE guidance SET status = $2, settled_at = $3 WHERE id = ANY($1::text[]) AND"
+
+        async def work(conn: Any, retrying: bool) -> set[str]:
+            # On a retry, a row settled to our status at exactly our time was ours.
+            condition = (
+                "(status = 'queued' OR (status = $2 AND settled_at = $3))"
+                if retrying
+                else "status = 'queued'"
+            )
+            rows = await conn.fetch(f"{update} {condition} RETURNING id", wanted, value, settled_at)
+            return {str(row["id"]) for row in rows}
+
+        return await self._call("mark guidance", work, idempotent=True)
+
+    async def guidance_for(self, run_id: str) -> list[GuidanceRecord]:
+        sql = "SELECT * FROM guidance WHERE run_id = $1 ORDER BY queued_at, seq"
+        rows = await self._fetch("read a run's guidance", sql, run_id)
+        return [codec.guidance_from_row(r) for r in rows]

@@ -28,7 +28,8 @@ that a transaction's statements are never interleaved with another task's. A cal
 cancelled inside a transaction returns at once; the ROLLBACK (queued behind whatever
 aiosqlite's thread is doing) and the lock's release happen in a task the store owns and
 awaits in :meth:`SqliteStore.close`. There are no wake-ups: callers poll
-:meth:`SqliteStore.pending_stop_requests` (SPEC.md: 250 ms).
+:meth:`SqliteStore.pending_stop_requests` and :meth:`SqliteStore.pending_guidance`
+(SPEC.md: 250 ms).
 """
 
 from __future__ import annotations
@@ -55,7 +56,14 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Collection, Iterator, Mapping, Sequence
 
     from agent_core.outcomes import ExitCode
-    from agent_core.ports import AuditEvent, Checkpoint, RunRecord, ThreadKey
+    from agent_core.ports import (
+        AuditEvent,
+        Checkpoint,
+        GuidanceRecord,
+        GuidanceStatus,
+        RunRecord,
+        ThreadKey,
+    )
     from agent_core.stop import StopReason
 
 __all__ = ["BUSY_TRY_MS", "SqliteStore"]
@@ -357,10 +365,20 @@ class SqliteStore:
     # -- StopRequestStore --------------------------------------------------------------
 
     async def add_stop_request(
-        self, run_id: str, thread: ThreadKey, kind: StopReason, requested_by: str
+        self,
+        run_id: str,
+        thread: ThreadKey,
+        kind: StopReason,
+        requested_by: str,
+        *,
+        request_id: str | None = None,
     ) -> StopRequestRecord:
         record = StopRequestRecord(
-            id=uuid.uuid4().hex, run_id=run_id, thread=thread, kind=kind, requested_by=requested_by
+            id=request_id or uuid.uuid4().hex,
+            run_id=run_id,
+            thread=thread,
+            kind=kind,
+            requested_by=requested_by,
         )
         await self._insert("commit a stop request", "stop_requests", codec.stop_values(record))
         return record
@@ -450,6 +468,8 @@ class SqliteStore:
                 [cutoff, *_NEVER_RESUMES],
             ),
             ("DELETE FROM deliveries WHERE seen_at < ?", [cutoff]),
+            ("DELETE FROM guidance WHERE status <> 'queued' AND settled_at < ?", [cutoff]),
+            ("DELETE FROM thread_participants WHERE seen_at < ?", [cutoff]),
         ]
         deleted = 0
         async with self._write("purge old rows") as db:
@@ -469,6 +489,70 @@ class SqliteStore:
         )
         params = [key, uuid.uuid4().hex, now or utcnow()]
         return await self._change("record a delivery", sql, params) == 1
+
+    # -- ParticipantStore --------------------------------------------------------------
+
+    async def add_participant(
+        self, thread: ThreadKey, user: str, *, now: datetime | None = None
+    ) -> None:
+        sql = (
+            "INSERT INTO thread_participants (team, channel, thread_ts, user_id, seen_at) "
+            "VALUES (?, ?, ?, ?, ?) ON CONFLICT (team, channel, thread_ts, user_id) "
+            "DO UPDATE SET seen_at = excluded.seen_at"
+        )
+        seen_at = codec.to_utc(now or utcnow())
+        params = [thread.team, thread.channel, thread.thread_ts, user, seen_at]
+        await self._change("record a thread participant", sql, params)
+
+    async def participants(self, thread: ThreadKey) -> set[str]:
+        sql = (
+            "SELECT user_id FROM thread_participants "
+            "WHERE team = ? AND channel = ? AND thread_ts = ?"
+        )
+        params = [thread.team, thread.channel, thread.thread_ts]
+        return {str(r[0]) for r in await self._rows("read thread participants", sql, params)}
+
+    # -- GuidanceStore -----------------------------------------------------------------
+
+    async def add_guidance(self, record: GuidanceRecord) -> bool:
+        values = codec.guidance_values(record)
+        sql = _insert_sql("guidance", values) + " ON CONFLICT (id) DO NOTHING"
+        return await self._change("commit guidance", sql, list(values.values())) == 1
+
+    async def pending_guidance(
+        self, run_ids: Collection[str] | None = None
+    ) -> list[GuidanceRecord]:
+        sql = "SELECT * FROM guidance WHERE status = 'queued'"
+        params: list[str] = []
+        if run_ids is not None:
+            params = list(run_ids)
+            if not params:
+                return []
+            sql += f" AND run_id IN ({_marks(len(params))})"
+        rows = await self._rows("read queued guidance", sql + " ORDER BY queued_at, seq", params)
+        return [codec.guidance_from_row(r) for r in rows]
+
+    async def mark_guidance(
+        self, ids: Collection[str], status: GuidanceStatus, *, at: datetime | None = None
+    ) -> set[str]:
+        value = codec.guidance_settled(status)
+        wanted = sorted(set(ids))
+        settled_at = at or utcnow()
+        codec.to_utc(settled_at)  # a naive time is refused before the store is touched
+        if not wanted:
+            return set()
+        sql = (
+            "UPDATE guidance SET status = ?, settled_at = ? "
+            f"WHERE status = 'queued' AND id IN ({_marks(len(wanted))}) RETURNING id"
+        )
+        params = _params([value, settled_at, *wanted])
+        async with self._write("mark guidance") as db, db.execute(sql, params) as cursor:
+            return {str(row[0]) for row in await cursor.fetchall()}
+
+    async def guidance_for(self, run_id: str) -> list[GuidanceRecord]:
+        sql = "SELECT * FROM guidance WHERE run_id = ? ORDER BY queued_at, seq"
+        rows = await self._rows("read a run's guidance", sql, [run_id])
+        return [codec.guidance_from_row(r) for r in rows]
 
 
 async def _configure(conn: aiosqlite.Connection, path: str, busy_timeout_s: float) -> None:

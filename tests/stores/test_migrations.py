@@ -34,7 +34,16 @@ if TYPE_CHECKING:
 
     from agent_core.ports import Store
 
-TABLES = {"runs", "stop_requests", "checkpoints", "events", "deliveries", VERSION_TABLE}
+TABLES = {
+    "runs",
+    "stop_requests",
+    "checkpoints",
+    "events",
+    "deliveries",
+    "guidance",
+    "thread_participants",
+    VERSION_TABLE,
+}
 T0 = datetime(2026, 3, 1, 12, 0, 0, 123456, tzinfo=UTC)
 T0_SQLITE = "2026-03-01T12:00:00.123456+00:00"  # how r0001 code wrote T0 into SQLite
 

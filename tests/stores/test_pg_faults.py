@@ -18,7 +18,14 @@ import asyncpg  # type: ignore[import-untyped]
 import pytest
 
 from agent_core.errors import StorageError
-from agent_core.ports import Checkpoint, RunRecord, StopRequestRecord, ThreadKey
+from agent_core.ports import (
+    Checkpoint,
+    GuidanceRecord,
+    GuidanceStatus,
+    RunRecord,
+    StopRequestRecord,
+    ThreadKey,
+)
 from agent_core.states import RunState
 from agent_core.stop import StopReason
 from agent_core.stores._pg import STOP_CHANNEL
@@ -150,6 +157,24 @@ async def _mark_handled(store: PostgresStore) -> bool:
 
 
 CHECKPOINT = Checkpoint("run-1", 3, ({"role": "user", "content": "hi"},))
+GUIDANCE = GuidanceRecord("g1", "run-1", THREAD, "U2", "Use Bergen.", "1700000000.000300")
+
+
+async def _add_guidance(store: PostgresStore) -> None:
+    assert await store.add_guidance(GUIDANCE)
+
+
+async def _check_guidance_added(store: PostgresStore, answer: Any, heard: Heard) -> None:
+    assert answer is True  # our insert landed: the reply is ours to announce
+    assert await store.guidance_for("run-1") == [GUIDANCE]  # stored once
+    await heard.until("run-1")  # and the owner was woken
+
+
+async def _check_guidance_marked(store: PostgresStore, answer: Any, _heard: Heard) -> None:
+    assert answer == {"g1"}  # we moved it: nobody else did
+    [record] = await store.guidance_for("run-1")
+    assert record.status is GuidanceStatus.DELIVERED
+
 
 OPS = [
     Op("get_run", "FROM runs WHERE id", _create, lambda s: s.get_run("run-1"), _check_read),
@@ -203,6 +228,20 @@ OPS = [
         _nothing,
         lambda s: s.first_delivery("event:Ev1"),
         _check_first,
+    ),
+    Op(
+        "add_guidance",
+        "INSERT INTO guidance",
+        _nothing,
+        lambda s: s.add_guidance(GUIDANCE),
+        _check_guidance_added,
+    ),
+    Op(
+        "mark_guidance",
+        "UPDATE guidance",
+        _add_guidance,
+        lambda s: s.mark_guidance(["g1"], GuidanceStatus.DELIVERED),
+        _check_guidance_marked,
     ),
 ]
 WRITES = [op for op in OPS if op.name != "get_run"]
