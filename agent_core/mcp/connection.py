@@ -126,6 +126,10 @@ class ServerConnection:
             self._session.end()
         await _drain(self._holders, CLOSE_TIMEOUT_S)
 
+    def _refuse_if_closed(self) -> None:
+        if self._closed:
+            raise ServerUnavailable(self.name, "threadpilot is shutting down")
+
     def _own(self, holder: asyncio.Task[None]) -> None:
         # Every holder is awaited by close(), even one whose start was abandoned.
         self._holders.add(holder)
@@ -133,8 +137,7 @@ class ServerConnection:
 
     async def _live(self) -> _Session:
         async with self._lock:
-            if self._closed:
-                raise ServerUnavailable(self.name, "threadpilot is shutting down")
+            self._refuse_if_closed()
             session = self._session
             if session is not None and not session.lost:
                 return session
@@ -143,9 +146,11 @@ class ServerConnection:
                 log.info("mcp.server_restarting", server=self.name)
             session = _Session(self.config, self._errlog or sys.stderr)
             await session.open(self.start_timeout_s, owner=self._own)
-            if self._closed:  # closed while it started: end it now, close() is waiting
+            try:
+                self._refuse_if_closed()  # closed while it started: close() waits for it
+            except ServerUnavailable:
                 session.end()
-                raise ServerUnavailable(self.name, "threadpilot is shutting down")
+                raise
             self._session = session
             self.starts += 1
             log.info(
