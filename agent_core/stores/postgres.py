@@ -201,9 +201,11 @@ class PostgresStore:
             return await self._attempt(work, retrying=False)
         except _Failed as failed:
             first = failed
-        if first.lost:
-            # After a fail-over every pooled connection is dead: replace them all, so that
-            # neither the retry nor the next caller gets another dead one.
+        if first.lost and first.sent:
+            # A connection the pool handed out was dead: after a fail-over they all are,
+            # so replace them all, and neither the retry nor the next caller gets another.
+            # (Failing to open a new connection says nothing about the open ones: expiring
+            # them then would turn a server that refuses new connections into an outage.)
             await self._pool.expire_connections()
         in_time = loop.time() - started < RETRY_BUDGET_S
         if not (first.lost and in_time and (idempotent or not first.sent)):
