@@ -17,6 +17,7 @@ BENCHMARKS = (
     "click_ack",
     "memory",
     "stop_propagation",
+    "mcp_abort_cancel",
 )
 CHILD_LIMIT_S = 150.0
 OUTCOME = {0: "all targets met", 1: "MISS (see its table)", 2: "gave up (time limit)"}
