@@ -21,6 +21,8 @@ from agent_core.errors import (
     UnknownOutcome,
 )
 from agent_core.events import (
+    ChildFinished,
+    ChildStarted,
     EventHub,
     GuidanceDelivered,
     Retrying,
@@ -80,6 +82,8 @@ __all__ = [
     "ChatMessage",
     "ChatModel",
     "Checkpoint",
+    "ChildFinished",
+    "ChildStarted",
     "ConfigError",
     "ContextOverflow",
     "EventHub",

@@ -3,10 +3,12 @@ per-run state; everything about one run lives in :class:`agent_core.loop.Run`.""
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from agent_core.delegation import CHILD_HOW_TO_CONTINUE, DELEGATE
 from agent_core.loop import Run
 from agent_core.ports import ThreadKey
 from agent_core.prompts import SYSTEM_PROMPT
@@ -61,10 +63,17 @@ class Agent:
         self.tools = tuple(tools)
         self.config = config or AgentConfig()
         self.store = store
+        if any(t.name == DELEGATE for t in self.tools):
+            raise ValueError(f"the tool name {DELEGATE!r} is the loop's own (sub-agents)")
 
     def with_tools(self, tools: Sequence[Tool]) -> Agent:
-        """The same model, limits and store with other tools (for sub-agents)."""
+        """The same model, limits and store with other tools."""
         return Agent(self.model, tools, config=self.config, store=self.store)
+
+    def for_child(self, tools: Sequence[Tool]) -> Agent:
+        """The agent of a sub-agent run: these tools, and handoff lines for its parent."""
+        config = dataclasses.replace(self.config, how_to_continue=CHILD_HOW_TO_CONTINUE)
+        return Agent(self.model, tools, config=config, store=self.store)
 
     def new_run(
         self,
@@ -76,8 +85,12 @@ class Agent:
         history: Sequence[ChatMessage] = (),
         parent: Run | None = None,
         restore: Checkpoint | None = None,
+        may_delegate: bool = True,
     ) -> Run:
-        """A new run; with ``restore``, one that resumes from that checkpoint."""
+        """A new run; with ``restore``, one that resumes from that checkpoint.
+
+        ``may_delegate``: offer the model ``delegate`` (while the run's depth allows).
+        """
         run_id = run_id or uuid.uuid4().hex
         return Run(
             self,
@@ -88,4 +101,5 @@ class Agent:
             history=history,
             parent=parent,
             restore=restore,
+            may_delegate=may_delegate,
         )

@@ -5,7 +5,8 @@ for an Abort; SIGTERM is a shutdown. Exit statuses (SPEC.md section 6): 0 finish
 stopped, 130 aborted, 143 shutdown, 1 failed, 2 bad usage or configuration.
 
 The answer streams to stdout; with ``--json`` it streams to stderr and stdout carries only
-the final JSON object, so scripts can parse it.
+the final JSON object, so scripts can parse it. Tool calls, and sub-agents as they start
+and end (at every depth, indented), are shown on stderr.
 """
 
 from __future__ import annotations
@@ -22,7 +23,14 @@ from typing import TYPE_CHECKING, TextIO
 from agent_core.agent import Agent, AgentConfig
 from agent_core.builtin_tools import BUILTIN_TOOLS
 from agent_core.errors import ConfigError
-from agent_core.events import RunEvent, TextDelta, ToolStarted, TurnStarted
+from agent_core.events import (
+    ChildFinished,
+    ChildStarted,
+    RunEvent,
+    TextDelta,
+    ToolStarted,
+    TurnStarted,
+)
 from agent_core.logs import configure_logging
 from agent_core.model import OpenAIChatModel
 from agent_core.stop import StopReason
@@ -121,6 +129,7 @@ async def _run(agent: Agent, task: str, as_json: bool) -> RunResult:
     run = agent.new_run(task, requester="terminal")
     stream = sys.stderr if as_json else sys.stdout
     run.events.add_listener(lambda event: _show(event, stream))
+    _show_children(run)
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGINT, _on_interrupt, run)
     loop.add_signal_handler(signal.SIGTERM, run.request_stop, StopReason.SHUTDOWN, "signal:SIGTERM")
@@ -152,6 +161,42 @@ def _show(event: RunEvent, stream: TextIO) -> None:
             print("\n-- final turn --", file=sys.stderr, flush=True)
         case _:
             pass
+
+
+def _show_children(run: Run) -> None:
+    """Print on stderr when ``run``'s sub-agents (and theirs) start and end."""
+
+    def show(event: RunEvent) -> None:
+        match event:
+            case ChildStarted(child_id=child_id, task=task, depth=depth):
+                task_line = " ".join(task.split())
+                if len(task_line) > _TASK_SHOWN:
+                    task_line = task_line[: _TASK_SHOWN - 3] + "..."
+                print(
+                    f"\n{_indent(depth)}=> sub-agent {child_id[:8]} started: {task_line}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                (child,) = [c for c in run.children if c.id == child_id]
+                _show_children(child)
+            case ChildFinished(child_id=child_id, result=result):
+                print(
+                    f"\n{_indent(run.depth + 1)}<= sub-agent {child_id[:8]} ended: "
+                    f"{result.label()} [{result.exit_code.value}]",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            case _:
+                pass
+
+    run.events.add_listener(show)
+
+
+_TASK_SHOWN = 100
+
+
+def _indent(depth: int) -> str:
+    return "  " * (depth - 1)
 
 
 def _print_handoff(result: RunResult, out: TextIO) -> None:

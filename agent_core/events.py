@@ -22,6 +22,8 @@ if TYPE_CHECKING:
     from agent_core.stop import StopReason
 
 __all__ = [
+    "ChildFinished",
+    "ChildStarted",
     "EventHub",
     "GuidanceDelivered",
     "Retrying",
@@ -136,6 +138,33 @@ class GuidanceDelivered:
 
 
 @dataclass(frozen=True, slots=True)
+class ChildStarted:
+    """The run handed a task to a sub-agent (``delegate``): a child run has started.
+
+    The child's own events go to the child's hub (``Run.children`` holds the runs); the
+    parent's hub only tells when each child starts and ends.
+    """
+
+    run_id: str
+    child_id: str
+    task: str
+    tools: tuple[str, ...]
+    """The tools the child may use (besides ``final_report`` and ``ask_user``)."""
+    depth: int
+    """The child's depth: 1 for a child of a top-level run, 2 for a grandchild."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChildFinished:
+    """A child run ended (finished, or early: stopped, aborted, failed, blocked); its
+    result is what the parent reads as the ``delegate`` call's result."""
+
+    run_id: str
+    child_id: str
+    result: RunResult
+
+
+@dataclass(frozen=True, slots=True)
 class RunFinished:
     run_id: str
     result: RunResult
@@ -153,6 +182,8 @@ RunEvent = (
     | StopRequested
     | StopHonoured
     | GuidanceDelivered
+    | ChildStarted
+    | ChildFinished
     | RunFinished
 )
 

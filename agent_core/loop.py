@@ -8,12 +8,16 @@ or cancelled — into exactly one :class:`RunResult` and one terminal state::
       │                      │
       │                      ├─ step boundary: stop? limits? → final turn (only final_report)
       │                      ├─ model turn (streamed; retries wait interruptibly)
-      │                      └─ tool batch (TaskGroup: cancelled together)
+      │                      └─ tool batch (TaskGroup: cancelled together; a
+      │                         ``delegate`` call runs a child Run inside its task)
       └─ Ending → RunResult → store (compare-and-set) → RunFinished event
 
 A stop never cancels anything: it is read at the step boundary. Abort and shutdown cancel
 the inner task; the model adapter closes its HTTP stream during that unwinding, so the
-run reports its end only after the connection is closed.
+run reports its end only after the connection is closed. Child runs (sub-agents,
+:mod:`agent_core.delegation`) get every request of their parent with the same reason, so a
+Stop lets each finish and report before the parent's batch completes, and an Abort
+cancels them with it.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from agent_core.delegation import MAX_DEPTH, SUB_AGENT_NOTE, Delegation
 from agent_core.errors import ContextOverflow, FatalModelError, ModelError, RetryableModelError
 from agent_core.events import (
     EventHub,
@@ -112,19 +117,28 @@ class Run:
         history: Sequence[ChatMessage],
         parent: Run | None,
         restore: Checkpoint | None = None,
+        may_delegate: bool = True,
     ) -> None:
         self.id = run_id
         self.task = task
         self.requester = requester
         self.thread = thread
         self.parent = parent
+        self.depth: int = 0 if parent is None else parent.depth + 1
+        """0 for a top-level run, 1 for its children, 2 (:data:`MAX_DEPTH`) at most."""
+        if self.depth > MAX_DEPTH:
+            raise ValueError(f"a run may be at most {MAX_DEPTH} levels deep, not {self.depth}")
         self.agent = agent
         self.control = RunControl(run_id)
         self.events = EventHub()
         self.result: RunResult | None = None
-        self._toolbox = Toolbox(agent.tools, timeout_s=agent.config.tool_timeout_s)
+        # ``delegate`` is this run's own tool (it starts children of this run).
+        self._delegation = Delegation(self) if may_delegate and self.depth < MAX_DEPTH else None
+        tools = agent.tools if self._delegation is None else (*agent.tools, self._delegation.tool)
+        self._toolbox = Toolbox(tools, timeout_s=agent.config.tool_timeout_s)
         self._messages: list[ChatMessage] = [
             {"role": "system", "content": agent.config.system_prompt},
+            *([{"role": "system", "content": SUB_AGENT_NOTE}] if parent is not None else []),
             *history,
             {"role": "user", "content": task},
         ]
@@ -149,6 +163,11 @@ class Run:
     def messages(self) -> list[ChatMessage]:
         return list(self._messages)
 
+    @property
+    def children(self) -> tuple[Run, ...]:
+        """The child runs started so far (sub-agents), oldest first."""
+        return tuple(self._children)
+
     def request_stop(self, reason: StopReason, requested_by: str, *, source: str = "local") -> bool:
         """Ask the run to end; see :meth:`RunControl.request_stop`."""
         return self.control.request_stop(reason, requested_by, source=source)
@@ -163,10 +182,27 @@ class Run:
             self._log.info("guidance.queued", guidance_id=guidance.id, author=guidance.author)
         return queued
 
-    def child(self, task: str, *, tools: Sequence[Tool] | None = None) -> Run:
-        """A sub-agent run: it inherits every stop and abort of this run."""
-        agent = self.agent if tools is None else self.agent.with_tools(tools)
-        child = agent.new_run(task, requester=self.requester, thread=self.thread, parent=self)
+    def child(
+        self, task: str, *, tools: Sequence[Tool] | None = None, may_delegate: bool = True
+    ) -> Run:
+        """A sub-agent run: it inherits every stop and abort of this run.
+
+        ``tools``: this run's tools by default. ``may_delegate``: whether the child is
+        offered ``delegate`` itself (only ever while it is under :data:`MAX_DEPTH`).
+        """
+        if self.depth >= MAX_DEPTH:
+            raise ValueError(
+                f"run {self.id} is at depth {self.depth}, the deepest allowed: "
+                "it cannot start a sub-agent"
+            )
+        agent = self.agent.for_child(self.agent.tools if tools is None else tools)
+        child = agent.new_run(
+            task,
+            requester=self.requester,
+            thread=self.thread,
+            parent=self,
+            may_delegate=may_delegate,
+        )
         self._children.append(child)
         return child
 
@@ -175,12 +211,8 @@ class Run:
             raise RuntimeError(f"run {self.id} was already started")
         self._started = True
         started_at = utcnow()
-        await self._recorder.started()
-        self._log.info("run.started", task=self.task[:200], parent=self.parent and self.parent.id)
-        inner = asyncio.create_task(self._drive_in_context(), name=f"run:{self.id}")
-        self.control.attach(inner)
         try:
-            ending = await inner
+            ending = await self._start_and_drive()
         except asyncio.CancelledError:
             if _cancelled_from_outside():
                 # Not ours to swallow: record a terminal state (bounded), then propagate.
@@ -198,6 +230,15 @@ class Run:
         return await self._finish(ending, started_at)
 
     # -- the loop ----------------------------------------------------------------------
+
+    async def _start_and_drive(self) -> Ending:
+        # Recording the start is inside run()'s handlers: a run cancelled or crashed
+        # while it is being recorded still ends with exactly one result.
+        await self._recorder.started()
+        self._log.info("run.started", task=self.task[:200], parent=self.parent and self.parent.id)
+        inner = asyncio.create_task(self._drive_in_context(), name=f"run:{self.id}")
+        self.control.attach(inner)
+        return await inner
 
     async def _drive_in_context(self) -> Ending:
         _current_run.set(self)
@@ -426,6 +467,8 @@ class Run:
             self._log.info("guidance.undelivered", guidance_ids=[g.id for g in undelivered])
         result = self._result(ending, started_at, undelivered)
         self.result = result
+        if self.parent is not None:
+            self.parent.control.release(self.control)
         await self._recorder.finished(result)
         self._log.info(
             "run.finished",

@@ -83,7 +83,7 @@ class RunControl:
     it cancels the run's task directly. Nothing polls.
 
     Child runs (sub-agents) register with :meth:`adopt`; every request reaches them with
-    the same reason.
+    the same reason until they end and :meth:`release` them.
     """
 
     def __init__(self, run_id: str) -> None:
@@ -145,6 +145,11 @@ class RunControl:
         self._children.append(child)
         if self._request is not None:
             child.request_stop(self._request.reason, self._request.requested_by, source="parent")
+
+    def release(self, child: RunControl) -> None:
+        """Forget a child that has ended: later requests have nothing to reach there."""
+        if child in self._children:
+            self._children.remove(child)
 
     def add_listener(self, listener: Callable[[StopRequest], None]) -> None:
         """Call ``listener`` synchronously each time the effective request changes."""

@@ -13,7 +13,9 @@ A tool that raises gives the model an error result, never a crash; arguments tha
 not valid JSON, or do not match the signature, are reported back to the model the same
 way. Every call is bounded by the toolbox's timeout (``TOOL_TIMEOUT``, default 120 s):
 after it the call is cancelled and the model reads ``error: <tool> timed out after N s``.
-Cancellation is never caught here: an Abort cancels a running tool at once.
+The one exception is a tool that bounds itself (:attr:`Tool.bounded` false): ``delegate``,
+whose child run has limits of its own. Cancellation is never caught here: an Abort
+cancels a running tool at once.
 
 Prefer ``async def`` tools. An async tool that is timed out or aborted is really
 cancelled: its awaits raise ``CancelledError`` and its HTTP streams close. A sync tool
@@ -38,7 +40,8 @@ call's progress.
 
 Two tools are built into every run and handled by the loop, not executed:
 ``final_report`` (ends the run with the four-part handoff) and ``ask_user`` (ends it with
-one blocking question).
+one blocking question). A third, ``delegate``, is a real tool each run makes for itself
+(:mod:`agent_core.delegation`): it starts a sub-agent.
 """
 
 from __future__ import annotations
@@ -109,6 +112,10 @@ class Tool:
     fn: ToolFn
     args_model: type[pydantic.BaseModel] | None = None
     parameters: Mapping[str, Any] | None = None
+    bounded: bool = True
+    """False for a tool that bounds itself, so the toolbox's ``TOOL_TIMEOUT`` does not
+    apply: ``delegate``, whose child run has its own limits (turns, each of its tool
+    calls, the model's idle timeout) and obeys its parent's Stop and Abort."""
 
     def __post_init__(self) -> None:
         if (self.args_model is None) == (self.parameters is None):
@@ -323,7 +330,7 @@ class Toolbox:
                 f"({exc}); call {call.name} again with valid JSON",
                 ok=False,
             )
-        deadline = asyncio.timeout(self.timeout_s)
+        deadline = asyncio.timeout(self.timeout_s if found.bounded else None)
         try:
             async with deadline:
                 return ToolOutcome(call, await found.invoke(arguments, self._threads), ok=True)

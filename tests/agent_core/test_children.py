@@ -1,4 +1,5 @@
-"""Child runs (sub-agents) inherit every stop and abort of their parent."""
+"""Child runs made with :meth:`Run.child` (the API under the ``delegate`` tool, see
+test_delegate.py) inherit every stop and abort of their parent."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ def delegating_tool(
     children: list[Run], streaming: asyncio.Event, script_child: Callable[[], object]
 ) -> Tool:
     @tool
-    async def delegate(task: str) -> str:
+    async def spawn(task: str) -> str:
         """Hand a sub-task to a child agent."""
         script_child()  # queued now, so the parent's own request cannot consume it
         child = current_run().child(task)
@@ -42,7 +43,7 @@ def delegating_tool(
         result = await child.run()
         return f"child ended {result.outcome.value}: {result.summary}"
 
-    return delegate
+    return spawn
 
 
 async def test_stop_reaches_the_child_and_both_report(
@@ -50,11 +51,11 @@ async def test_stop_reaches_the_child_and_both_report(
 ) -> None:
     children: list[Run] = []
     streaming = asyncio.Event()
-    llm.call_tool("delegate", {"task": "count the files"})
+    llm.call_tool("spawn", {"task": "count the files"})
 
     def script_child() -> None:
         # The child is mid-answer, about to call a tool, when the stop lands.
-        more_work = (ToolCall("delegate", {"task": "count the rest"}),)
+        more_work = (ToolCall("spawn", {"task": "count the rest"}),)
         llm.add(
             Reply(text=LONG_TEXT, tool_calls=more_work),
             StreamFault("stall", after_chunks=2, stall_seconds=0.3),
@@ -62,8 +63,8 @@ async def test_stop_reaches_the_child_and_both_report(
         llm.reply("Child summary: counted half the files.")  # the child's final turn
         llm.reply("Parent summary: the child stopped halfway.")  # the parent's final turn
 
-    delegate = delegating_tool(children, streaming, script_child)
-    parent = make_agent([delegate]).new_run("audit the repo")
+    spawn = delegating_tool(children, streaming, script_child)
+    parent = make_agent([spawn]).new_run("audit the repo")
     task = asyncio.create_task(parent.run())
     async with asyncio.timeout(10):
         await streaming.wait()
@@ -89,13 +90,13 @@ async def test_abort_reaches_the_child_and_closes_its_stream(
 ) -> None:
     children: list[Run] = []
     streaming = asyncio.Event()
-    llm.call_tool("delegate", {"task": "count the files"})
+    llm.call_tool("spawn", {"task": "count the files"})
 
     def script_child() -> None:
         llm.add(Reply(text=LONG_TEXT), StreamFault("stall", after_chunks=2))
 
-    delegate = delegating_tool(children, streaming, script_child)
-    parent = make_agent([delegate]).new_run("audit the repo")
+    spawn = delegating_tool(children, streaming, script_child)
+    parent = make_agent([spawn]).new_run("audit the repo")
     task = asyncio.create_task(parent.run())
     async with asyncio.timeout(10):
         await streaming.wait()

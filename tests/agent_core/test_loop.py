@@ -57,7 +57,7 @@ async def test_tool_results_are_fed_back_and_usage_counted(
     second = llm.requests[1].body
     tool_messages = [m for m in second["messages"] if m["role"] == "tool"]
     assert [m["content"] for m in tool_messages] == ["21C in Paris"]
-    assert offered_tools(llm.requests[0]) == ["lookup", "final_report", "ask_user"]
+    assert offered_tools(llm.requests[0]) == ["lookup", "delegate", "final_report", "ask_user"]
 
 
 async def test_parallel_tool_calls_run_concurrently(llm: LLMock, make_agent: AgentFactory) -> None:
