@@ -46,6 +46,7 @@ from bot.dedupe import Deliveries, EventDeduper
 from bot.handlers import actions, events, mentions
 from bot.http_guard import Refusal, SlackRequestGuard, on_bolt_error
 from bot.session import RunSession
+from bot.stops import ACK_BUDGET_S, StopService
 from bot.supervisor import Supervisor
 from bot.surface import Workspaces
 from bot.worker import Worker, default_worker_id
@@ -147,8 +148,9 @@ class ThreadpilotApp:
         )
         supervisor.stop_scan = self._worker.watcher.scan
         supervisor.run_ended = self._worker.watcher.run_ended
+        stops = StopService(self._store, supervisor, self._worker, workspaces, settings)
         self.ctx = BotContext(
-            settings, supervisor, workspaces, bot_user_id, self._store, self._worker
+            settings, supervisor, workspaces, bot_user_id, self._store, self._worker, stops
         )
         # Leases, the stop watcher and the reconciler run before we take any work: a run
         # started here must be heartbeated, and a click landing elsewhere must reach it.
@@ -211,7 +213,7 @@ class ThreadpilotApp:
         )
         bolt.error(on_bolt_error)
         # Durable and shared by every worker: a retry delivered elsewhere is dropped too.
-        deduper = EventDeduper(Deliveries(ctx.store), budget_s=actions.ACK_BUDGET_S)
+        deduper = EventDeduper(Deliveries(ctx.store), budget_s=ACK_BUDGET_S)
         bolt.middleware(deduper.middleware)
         mentions.register(bolt, ctx)
         actions.register(bolt, ctx)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from agent_core.ports import Store
     from bot.settings import Settings
+    from bot.stops import StopService
     from bot.supervisor import Supervisor
     from bot.surface import Workspaces
     from bot.worker import Worker
@@ -24,3 +25,5 @@ class BotContext:
     """The app's bot user, from ``auth.test``: mentions of it are stripped from tasks."""
     store: Store
     worker: Worker
+    stops: StopService
+    """The one way to ask a run to end (buttons, native stop, stop words, ...)."""

@@ -118,16 +118,54 @@ STREAM_RETRYING = "_(The model call failed partway and is being retried; text ab
 """Pushed into a streamed answer when a step restarts and its partial text is void."""
 
 
-def status_stopping(requested_by: str | None) -> str:
-    if not requested_by:
-        return "Stopping..."
-    return f"Stopping... (requested by {mention(requested_by)})"
+# The stop ladder (SPEC.md section 4, "Escalation"): level 1 is Stop (one final turn for
+# a summary); a second Stop, an Abort or FINAL_TURN_TIMEOUT is level 2 (cut off now).
+STATUS_STOPPING = (
+    "Stopping: finishing this step, then a summary. Stop again or Abort to cut it off."
+)
 
 
-def status_aborting(requested_by: str | None = None) -> str:
+def stop_requested_note(requested_by: str | None, activity: str = "") -> str:
+    """The line under :data:`STATUS_STOPPING`: who asked, and what the agent does now."""
+    who = f"Requested by {mention(requested_by)}" if requested_by else ""
+    return " · ".join(part for part in (who, activity) if part)
+
+
+def status_aborting(
+    requested_by: str | None = None,
+    *,
+    after_stop: bool = False,
+    final_turn_timeout_s: float | None = None,
+) -> str:
+    """Level 2. ``after_stop``: it was stopping (level 1) when this came; with
+    ``final_turn_timeout_s``, the summary took longer than ``FINAL_TURN_TIMEOUT``."""
+    if final_turn_timeout_s is not None:
+        return (
+            f"Aborting: the summary took longer than {final_turn_timeout_s:g}s "
+            "(FINAL_TURN_TIMEOUT), so it is cut off now."
+        )
+    if after_stop and requested_by:
+        return (
+            f"Aborting: {mention(requested_by)} asked again while it was stopping, "
+            "so it is cut off now, with no summary."
+        )
     if not requested_by:
         return "Aborting..."
     return f"Aborting... (requested by {mention(requested_by)})"
+
+
+def cut_off_after_stop(stopped_by: str, final_turn_timeout_s: float | None = None) -> str:
+    """Under the outcome of a run that was stopping (level 1) when it was aborted
+    (level 2): how it got there. ``final_turn_timeout_s``: ``FINAL_TURN_TIMEOUT`` did it."""
+    if final_turn_timeout_s is not None:
+        return (
+            f"{mention(stopped_by)} asked it to stop; its summary took longer than "
+            f"{final_turn_timeout_s:g}s (FINAL_TURN_TIMEOUT), so it was cut off."
+        )
+    return (
+        f"{mention(stopped_by)} asked it to stop; it was asked again while stopping, so it "
+        "was cut off with no summary."
+    )
 
 
 STATUS_RESTARTING = "Pausing for a restart..."
@@ -283,7 +321,8 @@ def run_already_finished(ended: RunResult | str | None = None) -> str:
 
 
 ALREADY_STOPPING = "Already stopping: press Abort to cancel immediately."
-ESCALATED_TO_ABORT = "Stop pressed again while stopping: aborting now, with no summary."
+"""A second press of Stop by the same person right after their first (a double click)."""
+ESCALATED_TO_ABORT = "Stop asked again while stopping: aborting now, with no summary."
 ALREADY_ABORTING = "Already aborting: the run ends in a moment."
 STOP_ACCEPTED = "Stopping: the agent finishes its current step, then writes a summary."
 ABORT_ACCEPTED = "Aborting: the agent is cancelled now and writes no summary."
@@ -295,6 +334,24 @@ STOP_NOT_RECORDED_BUSY = (
     "Your click was not recorded: threadpilot's database is busy right now. "
     "Nothing changed: please press the button again."
 )
+STOP_WORD_NOT_RECORDED = (
+    "Your stop could not be recorded (threadpilot's database did not answer). "
+    "Nothing changed: please say it again."
+)
+STOP_WORD_NOT_RECORDED_BUSY = (
+    "Your stop was not recorded: threadpilot's database is busy right now. "
+    "Nothing changed: please say it again."
+)
+
+
+def stop_not_recorded(*, busy: bool, typed: bool) -> str:
+    """A request to stop that could not be made durable: nothing changed. ``typed``: it
+    was written in the thread (a stop word), not pressed."""
+    if typed:
+        return STOP_WORD_NOT_RECORDED_BUSY if busy else STOP_WORD_NOT_RECORDED
+    return STOP_NOT_RECORDED_BUSY if busy else STOP_NOT_RECORDED
+
+
 CLICK_NOT_FROM_RUN = (
     "That button is not on this run's own status message, so nothing changed. "
     "Use the buttons on the run's status message in its thread."

@@ -25,6 +25,7 @@ from agent_core import (
     Retrying,
     RunEvent,
     StepRestarted,
+    StopReason,
     StopRequested,
     TextDelta,
     ToolFinished,
@@ -196,8 +197,20 @@ class RunSession:
                 s = replace(s, tokens=usage.total_tokens)
             case StopRequested(reason=reason, requested_by=who):
                 # The buttons must change now: Stop disappears, Abort stays.
+                request = self.run.control.request
+                timed_out = request is not None and request.source == "timer"
                 self._snapshot = replace(
-                    s, phase="stopping", stop_reason=reason, stop_requested_by=who
+                    s,
+                    phase="stopping",
+                    stop_reason=reason,
+                    stop_requested_by=who,
+                    escalated_from=(
+                        s.stop_requested_by if s.stop_reason is StopReason.STOP else None
+                    ),
+                    # The run's only timer: FINAL_TURN_TIMEOUT (agent_core/loop.py).
+                    final_turn_timeout_s=(
+                        self.run.agent.config.final_turn_timeout_s if timed_out else None
+                    ),
                 )
                 self._push_progress(urgent=True)
                 return

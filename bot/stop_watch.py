@@ -80,6 +80,16 @@ class StopWatcher:
         pending = await self._store.pending_stop_requests(wanted)
         return sum(self._deliver(request) for request in pending)
 
+    def applied_here(self, request_id: str) -> None:
+        """This worker applies the request itself (the stop service, before committing
+        it): the watcher must not apply it again when it finds it in the table."""
+        self._delivered.add(request_id)
+
+    def forget(self, request_id: str) -> None:
+        """The request :meth:`applied_here` announced was not applied after all (its
+        commit failed, maybe after landing): deliver it if it turns up."""
+        self._delivered.discard(request_id)
+
     async def run_ended(self, run_id: str) -> None:
         """Mark every request for a finished run handled: it was honoured, or moot.
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -46,9 +46,6 @@ class LiveRun:
     run: Run
     session: RunSession
     requester: str
-    participants: set[str] = field(default_factory=set)
-    stop_clicks: dict[str, float] = field(default_factory=dict)
-    """When each user last pressed Stop (monotonic), to tell a double click from escalation."""
     task: asyncio.Task[None] | None = None
     registered: bool = False
     """True once the database holds the run with this worker as its owner."""
@@ -142,7 +139,7 @@ class Supervisor:
     def _launch(
         self, run: Run, requester: str, make_session: Callable[[Run], RunSession], *, resumed: bool
     ) -> LiveRun:
-        live = LiveRun(run, make_session(run), requester, participants={requester})
+        live = LiveRun(run, make_session(run), requester)
         self._live[run.id] = live
         self._by_thread[run.thread] = run.id
         live.task = asyncio.create_task(self._drive(live, resumed), name=f"session:{run.id}")

@@ -1,4 +1,11 @@
-"""Slack's own lifecycle events: the native agent-session stop button."""
+"""Slack's own lifecycle events: the native agent-session stop button.
+
+Slack's native stop is a Stop (SPEC.md section 2) like any other: it goes through the
+stop service (:mod:`bot.stops`), with the same policy, double-press and escalation rules
+as the buttons, wherever it lands. Bolt acknowledges an event before its listener runs,
+so the part that must come before the ack (decide, commit, apply) runs in a listener
+middleware, which Bolt awaits before acknowledging; the listener does the rest.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +13,14 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from agent_core import LIVE_STATES, AuditEvent, StopReason, StorageError, ThreadKey
-from bot.policy import may_stop
+from agent_core import StopReason, ThreadKey
+from bot.dedupe import event_key
+from bot.stops import Source, StopAsk, StopDecision
 
 if TYPE_CHECKING:
-    from slack_bolt.async_app import AsyncApp
+    from collections.abc import Awaitable, Callable
+
+    from slack_bolt.async_app import AsyncApp, AsyncBoltContext
 
     from bot.context import BotContext
 
@@ -18,45 +28,52 @@ __all__ = ["register"]
 
 log = structlog.get_logger("bot.handlers.events")
 
+_DECISION = "threadpilot_stop_decision"
+"""Where the middleware leaves its decision for the listener, in Bolt's request context."""
+
 
 def register(app: AsyncApp, ctx: BotContext) -> None:
-    async def on_agent_session_stopped(body: dict[str, Any], event: dict[str, Any]) -> None:
-        """Slack's native stop is a graceful Stop (SPEC.md section 2), wherever it lands."""
-        thread = ThreadKey(body["team_id"], event["channel"], event["thread_ts"])
-        user = event.get("user", "")
-        live = ctx.supervisor.live_in_thread(thread)
-        if live is not None:
-            run_id, requester = live.run.id, live.requester
-            participants: frozenset[str] = frozenset(live.participants)
-        else:
-            stored = await ctx.store.find_runs(states=LIVE_STATES, thread=thread, limit=1)
-            if not stored:
-                log.info("native_stop.no_live_run", thread=str(thread))
-                return
-            run_id, requester, participants = stored[0].id, stored[0].requester, frozenset()
-        allowed = may_stop(
-            user,
-            policy=ctx.settings.STOP_POLICY,
-            requester=requester,
-            admins=ctx.settings.ADMIN_USER_IDS,
-            participants=participants,
-        )
-        if not allowed:
-            log.info("native_stop.not_allowed", run_id=run_id, user=user)
-            return
-        try:
-            await ctx.store.add_stop_request(run_id, thread, StopReason.STOP, user)
-            await ctx.store.record_event(
-                AuditEvent(
-                    run_id=run_id,
-                    kind="stop.requested",
-                    actor=user,
-                    detail={"source": "native", "worker": ctx.worker.id},
-                )
-            )
-        except StorageError:
-            log.exception("native_stop.commit_failed", run_id=run_id)
-        if live is not None:
-            live.run.request_stop(StopReason.STOP, user, source="native")
+    async def stop_before_ack(
+        body: dict[str, Any], context: AsyncBoltContext, next: Callable[[], Awaitable[None]]
+    ) -> None:
+        ask = _native_stop(body)
+        if ask is not None:
+            context[_DECISION] = await ctx.stops.request(ask)
+        await next()
 
-    app.event("agent_session_stopped")(on_agent_session_stopped)
+    async def on_agent_session_stopped(context: AsyncBoltContext) -> None:
+        decision = context.get(_DECISION)
+        if not isinstance(decision, StopDecision):
+            log.warning("native_stop.malformed")
+            return
+        await ctx.stops.after(decision)
+        verdict = decision.verdict
+        log.info(
+            "native_stop.handled",
+            run_id=decision.run_id,
+            user=decision.ask.user,
+            verdict=verdict.value if verdict is not None else "not_recorded",
+            local=decision.local,
+        )
+
+    app.event("agent_session_stopped", middleware=[stop_before_ack])(on_agent_session_stopped)
+
+
+def _native_stop(body: dict[str, Any]) -> StopAsk | None:
+    """The Stop an ``agent_session_stopped`` event asks for; None if it names no user or
+    thread (Slack always sends both)."""
+    event = body.get("event")
+    if not isinstance(event, dict):
+        return None
+    team, channel = body.get("team_id"), event.get("channel")
+    thread_ts, user = event.get("thread_ts"), event.get("user")
+    if not all(isinstance(v, str) and v for v in (team, channel, thread_ts, user)):
+        return None
+    event_id = body.get("event_id")
+    return StopAsk(
+        user=str(user),
+        kind=StopReason.STOP,
+        source=Source.NATIVE,
+        thread=ThreadKey(str(team), str(channel), str(thread_ts)),
+        delivery=event_key(str(event_id)) if isinstance(event_id, str) and event_id else None,
+    )

@@ -48,15 +48,16 @@ def register(app: AsyncApp, ctx: BotContext) -> None:
         if event.get("channel_type") == "im":
             await _start(ctx, body, event)
             return
+        if event.get("thread_ts"):  # who wrote in a thread may stop its runs (participants)
+            where = ThreadKey(body["team_id"], event["channel"], event["thread_ts"])
+            await ctx.stops.note_participant(where, event["user"])
         if f"<@{ctx.bot_user_id}>" in event.get("text", ""):
             return  # the app_mention event for the same message starts the run
         thread_ts = event.get("thread_ts")
         if not thread_ts:
             return
         thread = ThreadKey(body["team_id"], event["channel"], thread_ts)
-        live = ctx.supervisor.live_in_thread(thread)
-        if live is not None:
-            live.participants.add(event["user"])
+        if ctx.supervisor.live_in_thread(thread) is not None:
             return
         if await ctx.supervisor.had_run(thread):
             await _start(ctx, body, event)
@@ -77,8 +78,6 @@ async def _start(ctx: BotContext, body: dict[str, Any], event: dict[str, Any]) -
         team=team, channel=channel, thread=thread_ts, user=user
     ):
         busy = ctx.supervisor.live_in_thread(thread)
-        if busy is not None:
-            busy.participants.add(user)
         if busy is not None or await _live_elsewhere(ctx, thread):
             await _ephemeral(surface, channel, user, thread_ts, messages.THREAD_BUSY)
             return

@@ -7,10 +7,17 @@ phase        shows                                          buttons
 =========== ============================================== ===================
 starting     "Starting...", elapsed, tokens                 Stop, Abort
 running      "Working: turn n", activity, elapsed, tokens   Stop, Abort
-stopping     "Stopping... (requested by @U)"                Abort only
-             "Aborting..." / restart notice                 none
+stopping     level 1: "Stopping: finishing this step, then  Abort only
+             a summary. Stop again or Abort to cut it off."
+             level 2: "Aborting..." (and why, when it was   none
+             stopping or FINAL_TURN_TIMEOUT ran out);
+             a restart notice
 done         Outcome, Evidence, Artifacts, Handoff          none
 =========== ============================================== ===================
+
+The stopping phase shows where the run is on the stop ladder (SPEC.md section 4,
+"Escalation"): level 1 is a Stop (one final turn for a summary), level 2 an Abort, which
+a second Stop, the Abort button or ``FINAL_TURN_TIMEOUT`` running out brings.
 
 The answer streamed so far is appended below a divider when the caller has no streaming
 surface for it (the ``chat.update`` fallback).
@@ -113,6 +120,12 @@ class StatusSnapshot:
     stop_reason: StopReason | None = None
     """The pending request while ``stopping``."""
     stop_requested_by: str | None = None
+    escalated_from: str | None = None
+    """Who asked for the Stop (level 1) that the pending Abort (level 2) cut short; None
+    if the run was not stopping when the Abort came. Kept once the run is done."""
+    final_turn_timeout_s: float | None = None
+    """Set when the pending Abort is ``FINAL_TURN_TIMEOUT`` (this many seconds) running
+    out on the final turn."""
     answer: str = ""
     """The answer streamed so far, for the ``chat.update`` fallback (may be long)."""
     result: RunResult | None = None
@@ -172,12 +185,18 @@ def _live_state(snapshot: StatusSnapshot) -> tuple[str, str, list[Block]]:
     run_id = snapshot.run_id
     if snapshot.phase == "stopping":
         if snapshot.stop_reason is StopReason.ABORT:
-            return m.status_aborting(snapshot.stop_requested_by), "", []
+            status = m.status_aborting(
+                snapshot.stop_requested_by,
+                after_stop=snapshot.escalated_from is not None,
+                final_turn_timeout_s=snapshot.final_turn_timeout_s,
+            )
+            return status, "", []
         if snapshot.stop_reason is StopReason.SHUTDOWN:
             return m.STATUS_RESTARTING, m.RESTART_NOTE, []
-        # A graceful stop can still be escalated, so Abort stays; Stop would be a no-op.
-        status = m.status_stopping(snapshot.stop_requested_by)
-        return status, snapshot.activity, [_abort_button(run_id)]
+        # Level 1 can still be escalated, so Abort stays. Stop goes, as SPEC.md section 2
+        # asks: a second Stop comes from Slack's own stop button or a stop word.
+        note = m.stop_requested_note(snapshot.stop_requested_by, snapshot.activity)
+        return m.STATUS_STOPPING, note, [_abort_button(run_id)]
     status = m.STATUS_STARTING if snapshot.phase == "starting" else m.status_turn(snapshot.turn)
     return status, snapshot.activity, [_stop_button(run_id), _abort_button(run_id)]
 
@@ -225,8 +244,13 @@ def _render_done(snapshot: StatusSnapshot, result: RunResult) -> RenderedMessage
         # A long answer that is its own evidence: shown once, below, with all the room.
         evidence = m.EVIDENCE_IS_THE_ANSWER
     next_step = _handoff_text(result)
+    outcome = label
+    if snapshot.escalated_from is not None and result.stop_reason is StopReason.ABORT:
+        # Where it went on the stop ladder: a Stop first, then cut off (level 2).
+        ladder = m.cut_off_after_stop(snapshot.escalated_from, snapshot.final_turn_timeout_s)
+        outcome = f"{label}\n{ladder}"
     blocks = [
-        _section(_part(m.HEADING_OUTCOME, label)),
+        _section(_part(m.HEADING_OUTCOME, outcome)),
         _context(
             m.result_details(
                 result.exit_code,

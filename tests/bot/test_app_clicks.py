@@ -2,8 +2,10 @@
 
 SPEC.md section 2: every click is acknowledged; clicks on finished runs, duplicate
 clicks and clicks by people the stop policy does not allow get an ephemeral reply and
-change nothing. Section 1: a second Stop on a stopping run escalates to Abort, unless it
-is the same person's double click (``DOUBLE_CLICK_S``).
+change nothing. Section 4: a second deliberate Stop on a stopping run escalates to Abort
+(level 2); the same person's double press (``DOUBLE_PRESS_S``) and a re-delivery of the
+same click do not. The decision itself (:func:`bot.policy.decide`) is tested case by
+case at the end.
 
 End-to-end tests press buttons on status messages the app really rendered (the fake
 refuses to click a button that was not there); a "stale" click presses a button on an
@@ -12,17 +14,15 @@ older version of the message, as a client that has not re-rendered yet would.
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from agent_core import Agent, StopReason, ThreadKey
-from agent_core.testing import ScriptedChatModel
+from agent_core import StopReason
 from bot import messages
-from bot.handlers.clicks import DOUBLE_CLICK_S, Click, Origin, Verdict, decide
+from bot.policy import DOUBLE_PRESS_S, Origin, RunHome, RunView, Verdict, decide
 from bot.settings import Settings, StopPolicy
-from bot.supervisor import LiveRun
+from bot.stops import Source, StopAsk
 from tests.agent_core.helpers import offered_tools
 from tests.bot.harness import (
     ACTION_ABORT,
@@ -40,8 +40,6 @@ from tests.fakes.slack_workspace import DEFAULT_CHANNEL, DEFAULT_USER
 if TYPE_CHECKING:
     from llmock.pytest_plugin import LLMock
 
-    from agent_core import Run
-    from bot.session import RunSession
     from tests.bot.conftest import BotFactory
     from tests.bot.harness import Bot
 
@@ -102,8 +100,9 @@ async def test_stop_again_after_the_double_click_window_escalates_to_abort(
     assert await bot.click(running, ACTION_STOP) == 200
     live = bot.live_run(running)
     assert live is not None and live.run.control.reason is StopReason.STOP
-    # As if the first press were DOUBLE_CLICK_S ago, without waiting that long.
-    live.stop_clicks[DEFAULT_USER] -= DOUBLE_CLICK_S
+    # As if the first press were DOUBLE_PRESS_S ago, without waiting that long.
+    assert bot.app.ctx is not None
+    bot.app.ctx.stops.double_press_s = 0.0
 
     assert await bot.click_version(running, ACTION_STOP) == 200
 
@@ -125,9 +124,10 @@ async def test_a_stop_click_delivered_again_seconds_later_changes_nothing(
     assert (await bot.post(slack_requests.interaction_request(press, SECRET))).status == 200
     live = bot.live_run(running)
     assert live is not None and live.run.control.reason is StopReason.STOP
-    # As if the first delivery were DOUBLE_CLICK_S ago: past the double-click window, a
+    # As if the first delivery were DOUBLE_PRESS_S ago: past the double-press window, a
     # second press would escalate. This is no second press: the same click, again.
-    live.stop_clicks[DEFAULT_USER] -= DOUBLE_CLICK_S
+    assert bot.app.ctx is not None
+    bot.app.ctx.stops.double_press_s = 0.0
 
     again = await bot.post(slack_requests.interaction_request(press, SECRET))
 
@@ -222,6 +222,7 @@ async def test_an_unknown_button_gets_an_ephemeral_and_a_200(bot: Bot) -> None:
 
 REQUESTER = "U0TPREQ0001"
 PARTICIPANT = "U0TPPART001"
+RUN = "run-unit"
 
 
 def settings(policy: StopPolicy = StopPolicy.REQUESTER) -> Settings:
@@ -236,87 +237,94 @@ def settings(policy: StopPolicy = StopPolicy.REQUESTER) -> Settings:
     )
 
 
-def new_run(model: ScriptedChatModel | None = None) -> Run:
-    agent = Agent(model or ScriptedChatModel())
-    return agent.new_run("task", requester=REQUESTER, thread=ThreadKey("T1", "C1", "1.0"))
-
-
 STATUS_TS = "1.5"
-"""The ts of the unit runs' status message, in their thread ("T1", "C1", "1.0")."""
+"""The ts of the unit run's status message, in its thread ("T1", "C1", "1.0")."""
 ON_STATUS = Origin("T1", "C1", STATUS_TS, "1.0")
 
 
-def live_run(run: Run | None = None, status_ts: str | None = STATUS_TS) -> LiveRun:
-    # decide() reads only where the session's status message is.
-    session = cast("RunSession", SimpleNamespace(channel="C1", status_ts=status_ts))
-    return LiveRun(run or new_run(), session, REQUESTER, participants={REQUESTER, PARTICIPANT})
+def view(
+    pending: StopReason | None = None,
+    *,
+    finished: bool = False,
+    status_ts: str | None = STATUS_TS,
+    since_users_stop_s: float | None = None,
+) -> RunView:
+    return RunView(
+        requester=REQUESTER,
+        home=RunHome("T1", "C1", "1.0", status_ts),
+        finished=finished,
+        pending=pending,
+        since_users_stop_s=since_users_stop_s,
+        participants=frozenset({PARTICIPANT}),
+    )
 
 
-def click(
-    action: StopReason = StopReason.STOP,
+def ask(
+    kind: StopReason = StopReason.STOP,
     user: str = REQUESTER,
-    at: float = 100.0,
+    *,
+    source: Source = Source.BUTTON,
     origin: Origin | None = ON_STATUS,
-) -> Click:
-    return Click(user=user, action=action, at=at, origin=origin)
+) -> StopAsk:
+    return StopAsk(user=user, kind=kind, source=source, run_id=RUN, message=origin)
 
 
-@pytest.mark.parametrize("action", [StopReason.STOP, StopReason.ABORT])
-def test_decide_the_first_press_does_what_it_says(action: StopReason) -> None:
-    expected = Verdict.STOP if action is StopReason.STOP else Verdict.ABORT
-    assert decide(click(action), live_run(), None, settings()) is expected
+@pytest.mark.parametrize("kind", [StopReason.STOP, StopReason.ABORT])
+def test_decide_the_first_press_does_what_it_says(kind: StopReason) -> None:
+    expected = Verdict.STOP if kind is StopReason.STOP else Verdict.ABORT
+    assert decide(ask(kind), view(), settings()) is expected
     assert expected.changes_state
+    assert expected.level == (1 if kind is StopReason.STOP else 2)
 
 
-def test_decide_a_second_stop_inside_the_window_is_a_duplicate() -> None:
-    live = live_run()
-    live.run.request_stop(StopReason.STOP, REQUESTER)
-    live.stop_clicks[REQUESTER] = 100.0
+@pytest.mark.parametrize("source", [Source.BUTTON, Source.NATIVE, Source.HOME])
+def test_decide_the_same_persons_second_press_inside_the_window_is_a_duplicate(
+    source: Source,
+) -> None:
+    stopping = view(StopReason.STOP, since_users_stop_s=DOUBLE_PRESS_S - 0.01)
 
-    verdict = decide(click(at=100.0 + DOUBLE_CLICK_S - 0.01), live, None, settings())
+    verdict = decide(ask(source=source), stopping, settings())
 
     assert verdict is Verdict.DUPLICATE
     assert not verdict.changes_state
 
 
 def test_decide_a_second_stop_after_the_window_escalates() -> None:
-    live = live_run()
-    live.run.request_stop(StopReason.STOP, REQUESTER)
-    live.stop_clicks[REQUESTER] = 100.0
+    stopping = view(StopReason.STOP, since_users_stop_s=DOUBLE_PRESS_S)
 
-    verdict = decide(click(at=100.0 + DOUBLE_CLICK_S), live, None, settings())
+    verdict = decide(ask(), stopping, settings())
 
     assert verdict is Verdict.ESCALATE
-    assert verdict.changes_state
+    assert verdict.changes_state and verdict.requests is StopReason.ABORT
+    assert verdict.level == 2
 
 
 def test_decide_stop_on_a_stopping_run_by_someone_else_escalates() -> None:
-    # The window is per person: an admin's Stop on a run its requester stopped is no
-    # double click of theirs.
-    live = live_run()
-    live.run.request_stop(StopReason.STOP, REQUESTER)
-    live.stop_clicks[REQUESTER] = 100.0
+    # The window is per person: an admin's Stop on a run its requester stopped a moment
+    # ago is no double press of theirs (they have no Stop of their own on it).
+    assert decide(ask(user=ADMIN), view(StopReason.STOP), settings()) is Verdict.ESCALATE
 
-    assert decide(click(user=ADMIN, at=100.5), live, None, settings()) is Verdict.ESCALATE
+
+@pytest.mark.parametrize("source", [Source.STOP_WORD, Source.COMMAND])
+def test_decide_a_typed_stop_while_stopping_escalates_at_once(source: Source) -> None:
+    # Typing "stop" again is deliberate, however soon after the first.
+    stopping = view(StopReason.STOP, since_users_stop_s=0.1)
+
+    assert decide(ask(source=source, origin=None), stopping, settings()) is Verdict.ESCALATE
 
 
 def test_decide_abort_on_a_stopping_run_aborts() -> None:
-    live = live_run()
-    live.run.request_stop(StopReason.STOP, REQUESTER)
-    live.stop_clicks[REQUESTER] = 100.0
+    stopping = view(StopReason.STOP, since_users_stop_s=0.1)
 
-    assert decide(click(StopReason.ABORT, at=100.1), live, None, settings()) is Verdict.ABORT
+    assert decide(ask(StopReason.ABORT), stopping, settings()) is Verdict.ABORT
 
 
 @pytest.mark.parametrize("pending", [StopReason.ABORT, StopReason.SHUTDOWN])
-@pytest.mark.parametrize("action", [StopReason.STOP, StopReason.ABORT])
+@pytest.mark.parametrize("kind", [StopReason.STOP, StopReason.ABORT])
 def test_decide_anything_on_an_aborting_run_is_already_aborting(
-    pending: StopReason, action: StopReason
+    pending: StopReason, kind: StopReason
 ) -> None:
-    live = live_run()
-    live.run.request_stop(pending, REQUESTER)
-
-    verdict = decide(click(action), live, None, settings())
+    verdict = decide(ask(kind), view(pending), settings())
 
     assert verdict is Verdict.ALREADY_ABORTING
     assert not verdict.changes_state
@@ -334,39 +342,41 @@ def test_decide_anything_on_an_aborting_run_is_already_aborting(
     ],
 )
 def test_decide_follows_the_stop_policy(policy: StopPolicy, user: str, expected: Verdict) -> None:
-    verdict = decide(click(user=user), live_run(), None, settings(policy))
+    verdict = decide(ask(user=user), view(), settings(policy))
 
     assert verdict is expected
 
 
 def test_decide_not_allowed_comes_before_the_run_state() -> None:
     # Someone who may not stop learns that, not whether the run is already stopping.
-    live = live_run()
-    live.run.request_stop(StopReason.ABORT, REQUESTER)
-
-    verdict = decide(click(user=OTHER), live, None, settings())
+    verdict = decide(ask(user=OTHER), view(StopReason.ABORT), settings())
 
     assert verdict is Verdict.NOT_ALLOWED
     assert not verdict.changes_state
 
 
-async def test_decide_a_run_that_has_ended_is_finished() -> None:
-    run = new_run(ScriptedChatModel(default_text="Done."))
-    result = await run.run()
+def test_decide_a_run_that_has_ended_is_finished() -> None:
+    verdict = decide(ask(), view(finished=True), settings())
 
-    assert decide(click(), live_run(run), None, settings()) is Verdict.FINISHED  # still tracked
-    assert decide(click(), None, result, settings()) is Verdict.FINISHED  # remembered
-    assert not Verdict.FINISHED.changes_state
+    assert verdict is Verdict.FINISHED
+    assert not verdict.changes_state
 
 
 def test_decide_an_unknown_run_is_not_found() -> None:
-    verdict = decide(click(StopReason.ABORT), None, None, settings())
+    verdict = decide(ask(StopReason.ABORT), None, settings())
 
     assert verdict is Verdict.NOT_FOUND
     assert not verdict.changes_state
 
 
-# -- decide(): a click counts only on its run's own status message ----------------------
+def test_an_ask_is_a_stop_or_an_abort_of_a_run_or_a_thread() -> None:
+    with pytest.raises(ValueError, match="stop or abort"):
+        StopAsk(user=REQUESTER, kind=StopReason.SHUTDOWN, source=Source.BUTTON, run_id=RUN)
+    with pytest.raises(ValueError, match="run id or the run's thread"):
+        StopAsk(user=REQUESTER, kind=StopReason.STOP, source=Source.NATIVE)
+
+
+# -- decide(): a button counts only on its run's own status message ----------------------
 
 
 @pytest.mark.parametrize(
@@ -380,33 +390,38 @@ def test_decide_an_unknown_run_is_not_found() -> None:
     ],
     ids=["thread", "message", "channel", "team", "none"],
 )
-@pytest.mark.parametrize("action", [StopReason.STOP, StopReason.ABORT])
+@pytest.mark.parametrize("kind", [StopReason.STOP, StopReason.ABORT])
 def test_decide_a_click_from_anywhere_but_the_status_message_is_refused(
-    origin: Origin | None, action: StopReason
+    origin: Origin | None, kind: StopReason
 ) -> None:
-    verdict = decide(click(action, user=ADMIN, origin=origin), live_run(), None, settings())
+    verdict = decide(ask(kind, user=ADMIN, origin=origin), view(), settings())
 
     assert verdict is Verdict.NOT_THIS_RUN
     assert not verdict.changes_state
 
 
-async def test_decide_a_foreign_click_learns_nothing_about_the_run() -> None:
-    run = new_run(ScriptedChatModel(default_text="Done."))
-    await run.run()
+def test_decide_a_foreign_click_learns_nothing_about_the_run() -> None:
     elsewhere = Origin("T1", "C1", "9.0")
 
-    verdict = decide(click(origin=elsewhere), live_run(run), None, settings())
+    verdict = decide(ask(origin=elsewhere), view(finished=True), settings())
 
     assert verdict is Verdict.NOT_THIS_RUN  # not "finished"
+
+
+@pytest.mark.parametrize("source", [Source.NATIVE, Source.STOP_WORD])
+def test_decide_what_is_not_a_button_is_bound_by_its_thread_alone(source: Source) -> None:
+    # Slack's native stop and a stop word name the run's thread, not a message: the
+    # service found the run by that thread already.
+    assert decide(ask(source=source, origin=None), view(), settings()) is Verdict.STOP
 
 
 def test_decide_before_the_status_message_is_known_the_thread_is_the_bound() -> None:
     # The status post is in flight (or its answer was lost): a click from the run's
     # thread counts, one from anywhere else does not.
-    live = live_run(status_ts=None)
+    posting = view(status_ts=None)
     in_thread = Origin("T1", "C1", "1.7", "1.0")
 
-    assert decide(click(origin=in_thread), live, None, settings()) is Verdict.STOP
-    assert decide(click(origin=Origin("T1", "C1", "1.0")), live, None, settings()) is Verdict.STOP
+    assert decide(ask(origin=in_thread), posting, settings()) is Verdict.STOP
+    assert decide(ask(origin=Origin("T1", "C1", "1.0")), posting, settings()) is Verdict.STOP
     for elsewhere in (Origin("T1", "C1", "9.1", "9.0"), Origin("T1", "C2", "1.7", "1.0")):
-        assert decide(click(origin=elsewhere), live, None, settings()) is Verdict.NOT_THIS_RUN
+        assert decide(ask(origin=elsewhere), posting, settings()) is Verdict.NOT_THIS_RUN

@@ -180,7 +180,7 @@ async def test_a_stop_slower_than_slacks_3_seconds_is_never_taken_for_an_unknown
     assert bot.app.ctx is not None
     store = bot.app.ctx.store
 
-    async def stubborn(*args: object) -> StopRequestRecord:
+    async def stubborn(*args: object, **kwargs: object) -> StopRequestRecord:
         try:
             await asyncio.sleep(SLACK_ACK_S + 0.5)  # the fault: a call that will not end
         except asyncio.CancelledError:

@@ -98,6 +98,16 @@ CASES: dict[str, StatusSnapshot] = {
         activity=m.activity_tool("search"),
     ),
     "aborting": live("stopping", stop_reason=StopReason.ABORT, stop_requested_by="U2"),
+    "aborting_after_stop": live(
+        "stopping", stop_reason=StopReason.ABORT, stop_requested_by="U2", escalated_from="U1"
+    ),
+    "aborting_timed_out": live(
+        "stopping",
+        stop_reason=StopReason.ABORT,
+        stop_requested_by="system:final-turn-timeout",
+        escalated_from="U1",
+        final_turn_timeout_s=90.0,
+    ),
     "restarting": live(
         "stopping", stop_reason=StopReason.SHUTDOWN, stop_requested_by="signal:SIGTERM"
     ),
@@ -130,6 +140,18 @@ CASES: dict[str, StatusSnapshot] = {
             evidence="Aborted during turn 3 while running the tool search.",
             next_step="Nothing is running. Reply in the thread to start again.",
         )
+    ),
+    "done_aborted_after_stop": done(
+        result(
+            Outcome.USERINTERLUDE,
+            ExitCode.USER_ABORT,
+            reason=StopReason.ABORT,
+            stopped_by="system:final-turn-timeout",
+            evidence="Aborted during turn 4 while streaming the model's answer.",
+            next_step="Nothing is running. Reply in the thread to start again.",
+        ),
+        escalated_from="U1",
+        final_turn_timeout_s=90.0,
     ),
     "done_shutdown": done(
         result(
@@ -226,6 +248,8 @@ def test_blocks_are_valid_block_kit(name: str) -> None:
         ("running", [ACTION_STOP, ACTION_ABORT]),
         ("stopping", [ACTION_ABORT]),
         ("aborting", []),
+        ("aborting_after_stop", []),
+        ("aborting_timed_out", []),
         ("restarting", []),
         *[(name, []) for name in CASES if name.startswith("done_")],
     ],
@@ -379,8 +403,14 @@ def test_status_lines() -> None:
     assert m.activity_retry(12.4, "rate limited") == (
         "Waiting to retry the model (in 12s: rate limited)"
     )
-    assert m.status_stopping("U1") == "Stopping... (requested by <@U1>)"
+    assert m.STATUS_STOPPING == (
+        "Stopping: finishing this step, then a summary. Stop again or Abort to cut it off."
+    )
+    assert m.stop_requested_note("U1", "Writing the final report") == (
+        "Requested by <@U1> · Writing the final report"
+    )
     assert m.status_aborting() == "Aborting..."
+    assert m.status_aborting("U2") == "Aborting... (requested by <@U2>)"
     assert [m.format_elapsed(s) for s in (0, 65.9, 3_725)] == ["00:00", "01:05", "1:02:05"]
 
 

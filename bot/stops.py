@@ -1,0 +1,463 @@
+"""The one stop service: every way of asking a run to end goes through here.
+
+The Stop and Abort buttons, Slack's native stop (``agent_session_stopped``), a reply
+that is only a stop word, and later App Home and ``/threadpilot`` each turn what they
+received into a :class:`StopAsk` and call, in this order (SPEC.md section 4, "One stop
+service")::
+
+    decision = await stops.request(ask)   # before the click or event is acknowledged
+    ...ack...
+    await stops.after(decision)           # after it
+
+:meth:`StopService.request` does everything that must be done before the ack, all of
+its database work within :data:`ACK_BUDGET_S` of Slack's 3 seconds:
+
+1. find the run: this worker's own (memory), or the database's;
+2. decide, by the pure :func:`bot.policy.decide`; who wrote in the thread (for
+   ``STOP_POLICY=participants``) and the asker's own earlier Stops (for a double press)
+   are read from the database only when the answer depends on them, and the database
+   is what every worker reads, so every worker decides alike;
+3. for an ask that changes the run, check that its delivery was not taken before (Slack
+   re-delivers a click or an event, maybe to another worker) and commit the stop
+   request: durable before the ack (SPEC.md section 3);
+4. apply it at once if this worker owns the run. The stop watcher learns the request's
+   id before the commit, so when it finds the request in the table it does not apply it
+   a second time.
+
+A request that cannot be made durable in the budget changes nothing, anywhere, and the
+person is told so: a stop that took effect here but not in the table would be lost with
+this worker, and asking again would then read as an escalation.
+
+:meth:`StopService.after` does the slow part: the audit event, the person's answer
+(once per delivery, whatever Slack re-sends), and ending the run on the spot when the
+worker that owned it is gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from dataclasses import dataclass, replace
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from agent_core import LIVE_STATES, AuditEvent, RunResult, RunState, StopReason, StorageError
+from agent_core.stop import utcnow
+from bot import messages
+from bot.dedupe import Deliveries
+from bot.errors import BudgetNotRunning, SlackError
+from bot.policy import (
+    DOUBLE_PRESS_S,
+    RunHome,
+    RunView,
+    Verdict,
+    decide,
+    needs_participants,
+)
+from bot.settings import StopPolicy
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from agent_core import RunRecord, StopRequestRecord, ThreadKey
+    from agent_core.ports import Store
+    from bot.policy import Origin
+    from bot.settings import Settings
+    from bot.supervisor import LiveRun, Supervisor
+    from bot.surface import Workspaces
+    from bot.worker import Worker
+
+__all__ = ["ACK_BUDGET_S", "Source", "StopAsk", "StopDecision", "StopService"]
+
+log = structlog.get_logger("bot.stops")
+
+ACK_BUDGET_S = 2.0
+"""Database work before an ack gets this long; Slack wants the ack within 3 s."""
+
+
+class Source(StrEnum):
+    """Where a request to end a run came from."""
+
+    BUTTON = "button"
+    """Stop or Abort on the run's status message."""
+    NATIVE = "native"
+    """Slack's own stop button (the ``agent_session_stopped`` event)."""
+    HOME = "home"
+    """A button on App Home."""
+    COMMAND = "command"
+    """``/threadpilot``."""
+    STOP_WORD = "stop_word"
+    """A reply in the run's thread that is only a stop word."""
+
+    @property
+    def pressed(self) -> bool:
+        """A control that can be pressed twice before it re-renders (a double press)."""
+        return self in (Source.BUTTON, Source.NATIVE, Source.HOME)
+
+    @property
+    def typed(self) -> bool:
+        return self in (Source.STOP_WORD, Source.COMMAND)
+
+    @property
+    def on_status_message(self) -> bool:
+        """It counts only on the run's own status message (team, channel, message)."""
+        return self is Source.BUTTON
+
+
+@dataclass(frozen=True, slots=True)
+class StopAsk:
+    """Someone asks a run to end."""
+
+    user: str
+    kind: StopReason
+    """``stop`` or ``abort``."""
+    source: Source
+    run_id: str | None = None
+    """The run asked about (a button's ``value``; App Home, the command)."""
+    thread: ThreadKey | None = None
+    """Without ``run_id``: the run live in this thread (native stop, stop words)."""
+    delivery: str | None = None
+    """The Slack delivery's key (``click:<action_ts>:<user>``, ``event:<event_id>``): the
+    same delivery again changes nothing and is answered once."""
+    message: Origin | None = None
+    """Where a button was pressed: it must be the run's status message."""
+
+    def __post_init__(self) -> None:
+        if self.kind not in (StopReason.STOP, StopReason.ABORT):
+            raise ValueError(f"a person asks for stop or abort, not {self.kind.value}")
+        if self.run_id is None and self.thread is None:
+            raise ValueError("a StopAsk needs the run id or the run's thread")
+
+
+@dataclass(frozen=True, slots=True)
+class StopDecision:
+    """What became of a :class:`StopAsk` before the ack; :meth:`StopService.after` ends it."""
+
+    ask: StopAsk
+    verdict: Verdict | None
+    """None when it could not be decided or made durable (``failure`` says so)."""
+    run_id: str | None = None
+    thread: ThreadKey | None = None
+    requester: str = ""
+    result: RunResult | None = None
+    """How the run ended, if it has."""
+    record: RunRecord | None = None
+    """The stored run, when decided from the database (another worker owns it)."""
+    request: StopRequestRecord | None = None
+    """The committed stop request, if this ask made one."""
+    failure: str | None = None
+    """The answer saying nothing was recorded, and why."""
+    local: bool = False
+    """This worker owns the run, and applied the request already."""
+
+    @property
+    def changed(self) -> bool:
+        """True if this ask committed a request (and, on the owner, applied it)."""
+        return self.request is not None
+
+
+class StopService:
+    def __init__(
+        self,
+        store: Store,
+        supervisor: Supervisor,
+        worker: Worker,
+        workspaces: Workspaces,
+        settings: Settings,
+        *,
+        budget_s: float = ACK_BUDGET_S,
+    ) -> None:
+        self._store = store
+        self._supervisor = supervisor
+        self._worker = worker
+        self._workspaces = workspaces
+        self._settings = settings
+        self._deliveries = Deliveries(store)
+        self._budget_s = budget_s
+        self.double_press_s = DOUBLE_PRESS_S
+        """The double-press window (:data:`bot.policy.DOUBLE_PRESS_S`)."""
+
+    # -- who may stop ------------------------------------------------------------------
+
+    async def note_participant(self, thread: ThreadKey, user: str) -> None:
+        """``user`` wrote in ``thread``: under ``STOP_POLICY=participants`` they may stop
+        its run, whichever worker their click lands on. Recorded only under that policy;
+        a failure is logged (the next message records them again)."""
+        if self._settings.STOP_POLICY is not StopPolicy.PARTICIPANTS:
+            return
+        try:
+            await self._store.add_participant(thread, user)
+        except StorageError:
+            log.exception("participant.not_recorded", thread=str(thread), user=user)
+
+    # -- before the ack ----------------------------------------------------------------
+
+    async def request(self, ask: StopAsk) -> StopDecision:
+        """Decide, check the delivery, commit and apply; every store call in the budget.
+
+        Never raises for a database fault: the decision then has no verdict, and its
+        ``failure`` is the answer :meth:`after` gives.
+        """
+        live = self._live(ask)
+        try:
+            async with asyncio.timeout(self._budget_s):
+                decision = await self._decide(ask, live)
+                verdict = decision.verdict
+                if verdict is None or not verdict.changes_state:
+                    return decision
+                if ask.delivery is not None and not await self._deliveries.first(
+                    _delivery_key(ask.delivery)
+                ):
+                    return replace(decision, verdict=Verdict.REDELIVERED)
+                request = await self._commit(decision, verdict, live)
+        except TimeoutError:
+            log.warning("stop.not_recorded", reason="database_busy", budget_s=self._budget_s)
+            return StopDecision(ask, None, failure=_not_recorded(ask, busy=True))
+        except StorageError:
+            log.exception("stop.not_recorded", reason="database_error")
+            return StopDecision(ask, None, failure=_not_recorded(ask, busy=False))
+        if live is not None:
+            kind = verdict.requests
+            assert kind is not None
+            live.run.request_stop(kind, ask.user, source=ask.source.value)
+        return replace(decision, request=request)
+
+    def _live(self, ask: StopAsk) -> LiveRun | None:
+        """This worker's run for the ask; None if another worker owns it (or nobody)."""
+        if ask.run_id is not None:
+            live = self._supervisor.get(ask.run_id)
+        else:
+            assert ask.thread is not None
+            live = self._supervisor.live_in_thread(ask.thread)
+        # A run another worker took over is theirs to stop: ask the database.
+        return None if live is None or live.lost else live
+
+    async def _decide(self, ask: StopAsk, live: LiveRun | None) -> StopDecision:
+        requests: list[StopRequestRecord] | None = None
+        if live is not None:
+            view, base = _live_view(ask, live)
+        else:
+            record = await self._stored_run(ask)
+            if record is None:
+                return StopDecision(ask, Verdict.NOT_FOUND)
+            if not record.state.is_terminal:
+                requests = await self._store.pending_stop_requests([record.id])
+            view, base = _stored_view(ask, record, requests or [])
+        assert base.run_id is not None and base.thread is not None
+        verdict = decide(ask, view, self._settings, double_press_s=self.double_press_s)
+        # What the decision may depend on, read only when it could change the answer.
+        if verdict is Verdict.NOT_ALLOWED and needs_participants(
+            ask.user, view.requester, self._settings
+        ):
+            participants = await self._store.participants(base.thread)
+            view = replace(view, participants=frozenset(participants))
+            verdict = decide(ask, view, self._settings, double_press_s=self.double_press_s)
+        if verdict is Verdict.ESCALATE and ask.source.pressed:
+            if requests is None:
+                requests = await self._store.pending_stop_requests([base.run_id])
+            view = replace(view, since_users_stop_s=_since_own_stop(requests, ask.user))
+            verdict = decide(ask, view, self._settings, double_press_s=self.double_press_s)
+        return replace(base, verdict=verdict)
+
+    async def _stored_run(self, ask: StopAsk) -> RunRecord | None:
+        if ask.run_id is not None:
+            return await self._store.get_run(ask.run_id) if ask.run_id else None
+        assert ask.thread is not None
+        found = await self._store.find_runs(states=LIVE_STATES, thread=ask.thread, limit=1)
+        return found[0] if found else None
+
+    async def _commit(
+        self, decision: StopDecision, verdict: Verdict, live: LiveRun | None
+    ) -> StopRequestRecord:
+        kind = verdict.requests
+        assert kind is not None and decision.run_id is not None and decision.thread is not None
+        request_id = uuid.uuid4().hex
+        watcher = self._worker.watcher
+        if live is not None:
+            watcher.applied_here(request_id)  # before the commit: a scan may find it first
+        try:
+            return await self._store.add_stop_request(
+                decision.run_id, decision.thread, kind, decision.ask.user, request_id=request_id
+            )
+        except BaseException:
+            if live is not None:
+                watcher.forget(request_id)  # it may have landed: then the watcher applies it
+            raise
+
+    # -- after the ack -----------------------------------------------------------------
+
+    async def after(self, decision: StopDecision) -> None:
+        """The audit event, the person's answer, and the run's end if its owner is gone."""
+        ask = decision.ask
+        if decision.request is not None:
+            await self._audit(decision, decision.request)
+        decision = await self._answer_once(decision)
+        record = decision.record
+        if decision.request is not None and record is not None and _owner_gone(record):
+            # Its worker is gone: end it here, from the database, and say so in the thread.
+            try:
+                await self._worker.reconciler.end_orphan(record)
+            except StorageError:
+                log.exception("stop.orphan_not_ended", run_id=record.id)
+        reply = _reply(decision, self._settings)
+        if reply is not None:
+            await self._ephemeral(ask, reply)
+
+    async def _audit(self, decision: StopDecision, request: StopRequestRecord) -> None:
+        """Written after the ack: the stop request is the record that had to be durable
+        first; this says who did what, and how, and may trail it."""
+        verdict = decision.verdict
+        assert verdict is not None
+        kind = (
+            "stop.escalated" if verdict is Verdict.ESCALATE else f"{request.kind.value}.requested"
+        )
+        detail: dict[str, Any] = {
+            "request_id": request.id,
+            "worker": self._worker.id,
+            "source": decision.ask.source.value,
+            "level": verdict.level,
+        }
+        try:
+            await self._store.record_event(
+                AuditEvent(
+                    run_id=request.run_id,
+                    kind=kind,
+                    actor=request.requested_by,
+                    at=request.requested_at,
+                    detail=detail,
+                )
+            )
+        except StorageError:
+            log.exception("stop.audit_not_recorded", run_id=request.run_id)
+
+    async def _answer_once(self, decision: StopDecision) -> StopDecision:
+        """An ask that changes nothing is still answered once, not once per delivery
+        (those that change state were checked before their commit)."""
+        verdict = decision.verdict
+        delivery = decision.ask.delivery
+        if verdict is None or verdict.changes_state or verdict is Verdict.REDELIVERED:
+            return decision
+        if delivery is None:
+            return decision
+        try:
+            async with asyncio.timeout(self._budget_s):
+                first = await self._deliveries.first(_delivery_key(delivery))
+        except (StorageError, TimeoutError) as exc:
+            # Answering twice is the lesser harm than not answering at all.
+            log.warning("stop.dedupe_unavailable", error=str(exc) or type(exc).__name__)
+            return decision
+        return decision if first else replace(decision, verdict=Verdict.REDELIVERED)
+
+    async def _ephemeral(self, ask: StopAsk, text: str) -> None:
+        """Answer the person where they asked: the clicked message's thread, or the
+        run's thread."""
+        if ask.message is not None:
+            team, channel, thread_ts = ask.message.team, ask.message.channel, ask.message.thread_ts
+        elif ask.thread is not None:
+            team, channel, thread_ts = ask.thread.team, ask.thread.channel, ask.thread.thread_ts
+        else:
+            return  # App Home and the command answer in their own way
+        kwargs: dict[str, Any] = {"channel": channel, "user": ask.user, "text": text}
+        if thread_ts:
+            kwargs["thread_ts"] = thread_ts
+        try:
+            surface = await self._workspaces.get(team)
+            await surface.budget.call("chat.postEphemeral", **kwargs)
+        except SlackError as exc:
+            log.warning("stop.reply_failed", error=exc.error)
+        except BudgetNotRunning:
+            log.warning("stop.reply_failed", error="shutting down")
+
+
+def _delivery_key(delivery: str) -> str:
+    # Its own namespace: the event de-duplication middleware has already recorded
+    # ``event:<id>`` by the time an event's listener asks here.
+    return f"stop:{delivery}"
+
+
+def _live_view(ask: StopAsk, live: LiveRun) -> tuple[RunView, StopDecision]:
+    """A run this worker owns, as its memory has it (no database read)."""
+    run, session = live.run, live.session
+    view = RunView(
+        requester=live.requester,
+        home=RunHome(run.thread.team, session.channel, run.thread.thread_ts, session.status_ts),
+        finished=run.result is not None,
+        pending=run.control.reason,
+    )
+    base = StopDecision(
+        ask,
+        None,
+        run_id=run.id,
+        thread=run.thread,
+        requester=live.requester,
+        result=run.result,
+        local=True,
+    )
+    return view, base
+
+
+def _stored_view(
+    ask: StopAsk, record: RunRecord, pending: Sequence[StopRequestRecord]
+) -> tuple[RunView, StopDecision]:
+    """A run another worker owns (or nobody does), as the database has it."""
+    reasons = [r.kind for r in pending]
+    if record.state is RunState.STOPPING:
+        reasons.append(StopReason.STOP)
+    thread = record.thread
+    view = RunView(
+        requester=record.requester,
+        home=RunHome(thread.team, thread.channel, thread.thread_ts, record.status_ts),
+        finished=record.state.is_terminal,
+        pending=max(reasons, key=lambda r: r.rank, default=None),
+    )
+    base = StopDecision(
+        ask,
+        None,
+        run_id=record.id,
+        thread=thread,
+        requester=record.requester,
+        result=RunResult.from_dict(record.result) if record.result else None,
+        record=record,
+    )
+    return view, base
+
+
+def _since_own_stop(requests: Sequence[StopRequestRecord], user: str) -> float | None:
+    """Seconds since ``user``'s latest Stop among ``requests``; None if they made none."""
+    own = [r.requested_at for r in requests if r.kind is StopReason.STOP and r.requested_by == user]
+    return (utcnow() - max(own)).total_seconds() if own else None
+
+
+def _owner_gone(record: RunRecord) -> bool:
+    return record.lease_expires_at is None or record.lease_expires_at <= utcnow()
+
+
+def _not_recorded(ask: StopAsk, *, busy: bool) -> str:
+    return messages.stop_not_recorded(busy=busy, typed=ask.source.typed)
+
+
+def _reply(decision: StopDecision, settings: Settings) -> str | None:
+    """What to tell the person; None when the status message says it all."""
+    if decision.verdict is None:
+        return decision.failure
+    match decision.verdict:
+        case Verdict.STOP | Verdict.ABORT | Verdict.REDELIVERED:
+            return None  # the status message shows the change / the first was answered
+        case Verdict.ESCALATE:
+            return messages.ESCALATED_TO_ABORT
+        case Verdict.DUPLICATE:
+            return messages.ALREADY_STOPPING
+        case Verdict.ALREADY_ABORTING:
+            return messages.ALREADY_ABORTING
+        case Verdict.NOT_ALLOWED:
+            return messages.not_allowed(settings.STOP_POLICY.value, decision.requester)
+        case Verdict.NOT_THIS_RUN:
+            return messages.CLICK_NOT_FROM_RUN
+        case Verdict.FINISHED:
+            return messages.run_already_finished(decision.result)
+        case Verdict.NOT_FOUND:
+            # A thread with no live run (a stale native stop, a stop word too late)
+            # has nothing to say; a button naming a run we do not know has.
+            return messages.RUN_NOT_FOUND if decision.ask.run_id is not None else None
