@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from agent_core.delegation import CHILD_HOW_TO_CONTINUE, DELEGATE
+from agent_core.ended import EndedBecause
 from agent_core.loop import Run
 from agent_core.ports import ThreadKey
 from agent_core.prompts import SYSTEM_PROMPT
@@ -86,10 +87,16 @@ class Agent:
         parent: Run | None = None,
         restore: Checkpoint | None = None,
         may_delegate: bool = True,
+        resumed_because: EndedBecause = EndedBecause.SHUTDOWN,
+        continued_from: str | None = None,
     ) -> Run:
         """A new run; with ``restore``, one that resumes from that checkpoint.
 
         ``may_delegate``: offer the model ``delegate`` (while the run's depth allows).
+        ``resumed_because``: why the restored run had ended (``rate_limit``,
+        ``shutdown``...), which decides what the model is told about the gap.
+        ``continued_from``: the run this one continues from a summary (its context filled
+        up; see :func:`agent_core.compaction.continue_from`); kept on the result.
         """
         run_id = run_id or uuid.uuid4().hex
         return Run(
@@ -102,4 +109,6 @@ class Agent:
             parent=parent,
             restore=restore,
             may_delegate=may_delegate,
+            resumed_because=resumed_because,
+            continued_from=continued_from,
         )

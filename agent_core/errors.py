@@ -71,9 +71,11 @@ class StorageError(ThreadpilotError):
 class ModelError(ThreadpilotError):
     """The chat model endpoint failed."""
 
-    def __init__(self, message: str, *, status: int | None = None) -> None:
+    def __init__(self, message: str, *, status: int | None = None, code: str | None = None) -> None:
         super().__init__(message)
         self.status = status
+        self.code = code
+        """The provider's error code when it sent one (``context_length_exceeded``...)."""
 
 
 class RetryableModelError(ModelError):
@@ -83,8 +85,10 @@ class RetryableModelError(ModelError):
 class RateLimited(RetryableModelError):
     """HTTP 429. ``retry_after`` is the server's wait in seconds, when it sent one."""
 
-    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
-        super().__init__(message, status=429)
+    def __init__(
+        self, message: str, *, retry_after: float | None = None, code: str | None = None
+    ) -> None:
+        super().__init__(message, status=429, code=code)
         self.retry_after = retry_after
 
 

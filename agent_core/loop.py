@@ -24,12 +24,20 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import dataclasses
 from typing import TYPE_CHECKING
 
 import structlog
 
 from agent_core.delegation import MAX_DEPTH, SUB_AGENT_NOTE, Delegation
-from agent_core.errors import ContextOverflow, FatalModelError, ModelError, RetryableModelError
+from agent_core.ended import EndedBecause, classify
+from agent_core.errors import (
+    ContextOverflow,
+    FatalModelError,
+    ModelError,
+    RateLimited,
+    RetryableModelError,
+)
 from agent_core.events import (
     EventHub,
     GuidanceDelivered,
@@ -48,7 +56,7 @@ from agent_core.events import (
 from agent_core.guidance import Guidance, GuidanceInbox
 from agent_core.outcomes import ExitCode, Handoff, Outcome, RunResult, Timings
 from agent_core.ports import ModelRequest, ThreadKey
-from agent_core.prompts import RESUMED_NOTE, FinalTurnReason, final_turn_instruction
+from agent_core.prompts import FinalTurnReason, final_turn_instruction, resumed_note
 from agent_core.recording import RunRecorder
 from agent_core.steps import (
     AskedUser,
@@ -59,6 +67,7 @@ from agent_core.steps import (
     Step,
     assistant_message,
     cancelled_ending,
+    context_exhausted_ending,
     crashed_ending,
     default_outcome,
     ending_after_final_turn,
@@ -66,6 +75,7 @@ from agent_core.steps import (
     model_failed_ending,
     parse_ask,
     parse_report,
+    rate_limited_ending,
     stopped_before_work,
     tool_result,
 )
@@ -118,6 +128,8 @@ class Run:
         parent: Run | None,
         restore: Checkpoint | None = None,
         may_delegate: bool = True,
+        resumed_because: EndedBecause = EndedBecause.SHUTDOWN,
+        continued_from: str | None = None,
     ) -> None:
         self.id = run_id
         self.task = task
@@ -132,6 +144,8 @@ class Run:
         self.control = RunControl(run_id)
         self.events = EventHub()
         self.result: RunResult | None = None
+        self.continued_from = continued_from
+        """The run whose context filled up and whose summary this run starts from."""
         # ``delegate`` is this run's own tool (it starts children of this run).
         self._delegation = Delegation(self) if may_delegate and self.depth < MAX_DEPTH else None
         tools = agent.tools if self._delegation is None else (*agent.tools, self._delegation.tool)
@@ -146,10 +160,13 @@ class Run:
         if restore is not None:
             # Resumed after an interruption: the conversation continues from the last
             # completed turn, and the model is told what happened in between.
-            self._messages = [*restore.messages, {"role": "system", "content": RESUMED_NOTE}]
+            note = resumed_note(resumed_because)
+            self._messages = [*restore.messages, {"role": "system", "content": note}]
             self._tally.turns = self._tally.steps_completed = restore.turn
         self._children: list[Run] = []
         self._guidance = GuidanceInbox()
+        self._stop_cut_rate_limit = False
+        """A Stop ended a rate-limit wait: the final turn gets one attempt, no more waits."""
         self._started = False
         self._log = log.bind(run_id=run_id, thread=str(thread), requester=requester)
         self._recorder = RunRecorder(agent.store, self)
@@ -258,11 +275,13 @@ class Run:
                 continue
             except _RetriesExhausted as exc:
                 self._tally.last_error = exc.error
+                if isinstance(exc.error, RateLimited):
+                    await self._checkpoint_unfinished_turn()
+                    return rate_limited_ending(exc.error, exc.error.retry_after, self._tally)
                 return await self._final_turn(FinalTurnReason.MAX_RETRIES)
             except ContextOverflow as exc:
-                return model_failed_ending(
-                    exc, Outcome.BLOCKED, ExitCode.TOKEN_LIMIT, self._tally, how=self._how
-                )
+                await self._checkpoint_unfinished_turn()
+                return context_exhausted_ending(exc, self._tally, how=self._how)
             except FatalModelError as exc:
                 return model_failed_ending(
                     exc, Outcome.FAILED, ExitCode.ERROR, self._tally, how=self._how
@@ -347,13 +366,16 @@ class Run:
         if final:
             await asyncio.sleep(delay)
             return
-        if self.control.reason is StopReason.STOP:
-            raise _StopDuringWait
-        try:
-            async with asyncio.timeout(delay):
-                await self.control.wait_requested()
-        except TimeoutError:
-            return
+        if self.control.reason is not StopReason.STOP:
+            try:
+                async with asyncio.timeout(delay):
+                    await self.control.wait_requested()
+            except TimeoutError:
+                return
+        # SPEC.md section 1: a Stop ends the wait at once and goes to the final turn. After
+        # a rate limit that turn gets one attempt: the provider has just said it will
+        # refuse for a while, and the person asked for the run to end now, not later.
+        self._stop_cut_rate_limit = isinstance(error, RateLimited)
         raise _StopDuringWait
 
     async def _take_step(self, response: ModelResponse) -> Step:
@@ -396,7 +418,9 @@ class Run:
         timer = self._arm_final_turn_timeout(reason)
         instruction = {"role": "system", "content": final_turn_instruction(reason)}
         request = ModelRequest([*self._messages, instruction], tools=[FINAL_REPORT])
-        attempts = 1 if reason is FinalTurnReason.MAX_RETRIES else None
+        one_attempt = reason is FinalTurnReason.MAX_RETRIES or self._stop_cut_rate_limit
+        attempts = 1 if one_attempt else None
+        cause = self._tally.last_error if reason is FinalTurnReason.MAX_RETRIES else None
         try:
             response = await self._call_model(request, final=True, attempts=attempts)
         except (_RetriesExhausted, ModelError) as exc:
@@ -409,6 +433,7 @@ class Run:
                 default_outcome=default_outcome(reason, error),
                 error=str(error),
                 fallback_evidence=self._tally.progress_summary(error),
+                cause=cause,
             )
         finally:
             if timer is not None:
@@ -430,6 +455,7 @@ class Run:
             how=self._how,
             default_outcome=default_outcome(reason, self._tally.last_error),
             fallback_evidence=self._tally.progress_summary(None),
+            cause=cause,
         )
 
     # -- helpers -----------------------------------------------------------------------
@@ -438,6 +464,11 @@ class Run:
     def _how(self) -> str:
         """How a person continues after this run ends, in its surface's words."""
         return self.agent.config.how_to_continue
+
+    async def _checkpoint_unfinished_turn(self) -> None:
+        """Store the conversation as the turn that failed would have seen it (guidance
+        delivered for it included), so a resumed or continued run starts from there."""
+        await self._recorder.checkpoint(self._tally.steps_completed, self._messages)
 
     def _arm_final_turn_timeout(self, reason: FinalTurnReason) -> asyncio.TimerHandle | None:
         timeout = self.agent.config.final_turn_timeout_s
@@ -475,6 +506,7 @@ class Run:
             outcome=result.outcome.value,
             exit_code=result.exit_code.value,
             stop_reason=result.stop_reason and result.stop_reason.value,
+            ended_because=result.ended_because.value,
             stopped_by=result.handoff.stopped_by,
             turns=result.turns,
         )
@@ -509,6 +541,11 @@ class Run:
             error=ending.error,
             children=tuple(c.result for c in self._children if c.result is not None),
             undelivered_guidance=undelivered,
+            ended_because=classify(
+                dataclasses.replace(ending.clues, stop=request.reason if request else None)
+            ),
+            retry_after_s=ending.retry_after_s,
+            continued_from=self.continued_from,
         )
 
     def _on_text(self, text: str) -> None:

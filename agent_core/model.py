@@ -155,13 +155,14 @@ def _translate(exc: openai.APIError) -> ModelError:
     if isinstance(exc, openai.APIStatusError):
         status = exc.status_code
         message = _error_message(exc)
+        code = _error_code(exc)
         if status == 429:
-            return RateLimited(message, retry_after=retry_after_s(exc.response.headers))
+            return RateLimited(message, retry_after=retry_after_s(exc.response.headers), code=code)
         if status >= 500 or status in _RETRYABLE_STATUS:
-            return RetryableModelError(message, status=status)
+            return RetryableModelError(message, status=status, code=code)
         if _is_context_overflow(exc):
-            return ContextOverflow(message, status=status)
-        return FatalModelError(message, status=status)
+            return ContextOverflow(message, status=status, code=code)
+        return FatalModelError(message, status=status, code=code)
     return RetryableModelError(f"the model endpoint failed: {exc}")
 
 
@@ -169,9 +170,16 @@ def _error_message(exc: openai.APIStatusError) -> str:
     return f"model endpoint answered HTTP {exc.status_code}: {exc.message}"
 
 
-def _is_context_overflow(exc: openai.APIStatusError) -> bool:
+def _error_code(exc: openai.APIStatusError) -> str | None:
+    """The provider's error code (``body.code`` or ``body.error.code``), if any."""
     body = exc.body if isinstance(exc.body, dict) else {}
-    code = body.get("code") or (body.get("error") or {}).get("code")
+    nested = body.get("error")
+    code = body.get("code") or (nested.get("code") if isinstance(nested, dict) else None)
+    return str(code) if code else None
+
+
+def _is_context_overflow(exc: openai.APIStatusError) -> bool:
+    code = _error_code(exc)
     return code == "context_length_exceeded" or "context length" in str(exc.message).lower()
 
 

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
+from agent_core.ended import Clues, EndedBecause, classify
 from agent_core.errors import UnknownOutcome
 from agent_core.guidance import Guidance
 from agent_core.stop import StopReason
@@ -28,6 +29,7 @@ __all__ = [
     "RunResult",
     "Timings",
     "Usage",
+    "ended_because_of",
     "normalize_outcome",
     "outcome_label",
     "strip_softeners",
@@ -268,6 +270,25 @@ class RunResult:
     children: tuple[RunResult, ...] = field(default=())
     undelivered_guidance: tuple[Guidance, ...] = field(default=())
     """Guidance still queued when the run ended (a stop won, or it came too late)."""
+    ended_because: EndedBecause = EndedBecause.UNKNOWN
+    """Why the run ended (:mod:`agent_core.ended`). A result built without it (older
+    code, a stored result from before it existed) is classified from what it records."""
+    retry_after_s: float | None = None
+    """For ``rate_limit``: the provider's Retry-After in seconds, when it sent one."""
+    continued_from: str | None = None
+    """The run whose context filled up and whose summary this run started from."""
+
+    def __post_init__(self) -> None:
+        if self.ended_because is EndedBecause.UNKNOWN:
+            derived = ended_because_of(self.exit_code, self.outcome, self.stop_reason, self.error)
+            object.__setattr__(self, "ended_because", derived)
+
+    @property
+    def resume_after(self) -> datetime | None:
+        """The earliest time a resume may start (the end plus the Retry-After), if any."""
+        if self.retry_after_s is None:
+            return None
+        return self.timings.ended_at + timedelta(seconds=self.retry_after_s)
 
     @property
     def process_status(self) -> int:
@@ -315,6 +336,9 @@ class RunResult:
             error=data.get("error"),
             children=tuple(cls.from_dict(c) for c in data.get("children", ())),
             undelivered_guidance=_guidance_from(data.get("undelivered_guidance", ())),
+            ended_because=_ended_because_from(data.get("ended_because")),
+            retry_after_s=_optional_float(data.get("retry_after_s")),
+            continued_from=data.get("continued_from"),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -342,7 +366,37 @@ class RunResult:
             "error": self.error,
             "children": [c.to_dict() for c in self.children],
             "undelivered_guidance": [g.to_dict() for g in self.undelivered_guidance],
+            "ended_because": self.ended_because.value,
+            "retry_after_s": self.retry_after_s,
+            "resume_after": _iso(self.resume_after),
+            "continued_from": self.continued_from,
         }
+
+
+def ended_because_of(
+    exit_code: ExitCode, outcome: Outcome, stop_reason: StopReason | None, error: str | None
+) -> EndedBecause:
+    """Why a run ended, from what a result records (for results built without it)."""
+    clues = Clues(
+        stop=stop_reason or _REASON_FROM_EXIT.get(exit_code),
+        answered=exit_code is ExitCode.FINAL_ANSWER
+        or (exit_code is ExitCode.MAX_TURNS and outcome is Outcome.FINISHED),
+        context_full=exit_code is ExitCode.TOKEN_LIMIT,
+        message=error if exit_code in (ExitCode.MAX_RETRIES, ExitCode.ERROR) else None,
+    )
+    return classify(clues)
+
+
+def _ended_because_from(value: Any) -> EndedBecause:
+    """A stored reason; missing or unreadable means "classify from the record"."""
+    try:
+        return EndedBecause(value)
+    except ValueError:
+        return EndedBecause.UNKNOWN
+
+
+def _optional_float(value: Any) -> float | None:
+    return None if value is None else float(value)
 
 
 def _guidance_from(items: Any) -> tuple[Guidance, ...]:

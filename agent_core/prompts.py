@@ -8,12 +8,17 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+from agent_core.ended import EndedBecause
+
 __all__ = [
     "RESUMED_NOTE",
+    "SUMMARY_INSTRUCTION",
     "SYSTEM_PROMPT",
     "FinalTurnReason",
+    "continuation_note",
     "final_turn_instruction",
     "guidance_note",
+    "resumed_note",
 ]
 
 SYSTEM_PROMPT = (
@@ -29,6 +34,41 @@ RESUMED_NOTE = (
     "the last completed turn. Anything after that turn was lost: check before you assume a "
     "step you were in the middle of took effect, then continue the work."
 )
+
+_RATE_LIMITED_NOTE = (
+    "This run paused because the model provider rate-limited it, and has been resumed "
+    "from where it stopped: nothing was lost. Continue the work."
+)
+
+
+def resumed_note(ended_because: EndedBecause) -> str:
+    """What a run resumed from its checkpoint is told about the gap."""
+    if ended_because is EndedBecause.RATE_LIMIT:
+        return _RATE_LIMITED_NOTE
+    return RESUMED_NOTE
+
+
+SUMMARY_INSTRUCTION = (
+    "You summarise an agent's work so that a fresh run can continue it: the conversation "
+    "below no longer fits the model's context window. Write at most 400 words, plain text, "
+    "under exactly these headings:\n"
+    "Task: what the person asked for, with every constraint they gave.\n"
+    "Done and verified: what was done, with concrete results and how they were checked.\n"
+    "Artifacts: files, links and ids produced (exact names).\n"
+    "Remaining: what is left to do, in order.\n"
+    "Open questions: anything undecided or waiting on a person (or 'none').\n"
+    "Keep exact values (names, numbers, ids, errors); leave out chatter and raw tool output."
+)
+
+
+def continuation_note(previous_run_id: str) -> str:
+    """The system note opening a run that continues one whose context filled up."""
+    return (
+        f"This run continues run {previous_run_id}, whose conversation filled the context "
+        "window. The assistant message below is a summary of that work; the request is "
+        "repeated after it. Continue from where the summary leaves off: do not redo work it "
+        "lists as done and verified, and check anything it is unsure about."
+    )
 
 
 class FinalTurnReason(StrEnum):

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import pydantic
 
+from agent_core.ended import Clues
 from agent_core.outcomes import ExitCode, Outcome, strip_softeners
 from agent_core.prompts import FinalTurnReason
 from agent_core.stop import StopReason
@@ -36,6 +37,7 @@ __all__ = [
     "Step",
     "assistant_message",
     "cancelled_ending",
+    "context_exhausted_ending",
     "crashed_ending",
     "default_outcome",
     "ending_after_final_turn",
@@ -43,6 +45,7 @@ __all__ = [
     "model_failed_ending",
     "parse_ask",
     "parse_report",
+    "rate_limited_ending",
     "stopped_before_work",
     "tool_result",
 ]
@@ -85,6 +88,10 @@ class Ending:
     final_text: str = ""
     question: str | None = None
     error: str | None = None
+    clues: Clues = field(default_factory=Clues)
+    """What ended the run, for :func:`agent_core.ended.classify` (the loop adds the stop)."""
+    retry_after_s: float | None = None
+    """For a rate-limited ending: the provider's Retry-After, when it sent one."""
 
 
 def parse_report(arguments: str) -> FinalReport | None:
@@ -121,9 +128,12 @@ def ending_for_step(step: FinalAnswer | Reported | AskedUser) -> Ending:
                 next_step=_DONE,
                 artifacts=_artifacts_in(clean),
                 final_text=clean,
+                clues=_ANSWERED,
             )
         case Reported(report=report, text=text):
-            return _from_report(Outcome(report.outcome), ExitCode.FINAL_ANSWER, report, text)
+            return _from_report(
+                Outcome(report.outcome), ExitCode.FINAL_ANSWER, report, text, clues=_ANSWERED
+            )
         case AskedUser(question=question, text=text):
             return Ending(
                 Outcome.ASK_USER_QUESTION,
@@ -132,7 +142,11 @@ def ending_for_step(step: FinalAnswer | Reported | AskedUser) -> Ending:
                 next_step=f"The requester answers: {question}",
                 question=question,
                 final_text=strip_softeners(text),
+                clues=_ANSWERED,
             )
+
+
+_ANSWERED = Clues(answered=True)
 
 
 _EXIT_FOR = {
@@ -152,19 +166,28 @@ def ending_after_final_turn(
     default_outcome: Outcome,
     error: str | None = None,
     fallback_evidence: str = "",
+    cause: ModelError | None = None,
 ) -> Ending:
     """The ending after a forced final turn (or after the final turn itself failed).
 
     A user stop is always ``userinterlude``: the stop was theirs, not the model's. For the
     limits, the model's own report decides; without one, ``default_outcome`` does.
+    ``cause``: the model error that forced the final turn (spent retries), a clue to why
+    the run ended; a failure of the final turn itself is only reported (``error``).
     """
     exit_code = _EXIT_FOR[reason]
     if reason is FinalTurnReason.USER_STOP:
         outcome = Outcome.USERINTERLUDE
     else:
         outcome = Outcome(report.outcome) if report is not None else default_outcome
+    clues = Clues(
+        error=cause,
+        context_full=reason is FinalTurnReason.TOKEN_LIMIT,
+        # A turn limit is no reason of its own: finished work is completed, else unknown.
+        answered=reason is FinalTurnReason.MAX_TURNS and outcome is Outcome.FINISHED,
+    )
     if report is not None:
-        return _from_report(outcome, exit_code, report, text, error=error)
+        return _from_report(outcome, exit_code, report, text, error=error, clues=clues)
     clean = strip_softeners(text)
     return Ending(
         outcome,
@@ -174,6 +197,7 @@ def ending_after_final_turn(
         artifacts=_artifacts_in(clean),
         final_text=clean,
         error=error,
+        clues=clues,
     )
 
 
@@ -195,6 +219,7 @@ def _from_report(
     report: FinalReport,
     text: str,
     error: str | None = None,
+    clues: Clues | None = None,
 ) -> Ending:
     return Ending(
         outcome,
@@ -204,6 +229,7 @@ def _from_report(
         artifacts=tuple(report.artifacts),
         final_text=strip_softeners(text),
         error=error,
+        clues=clues or Clues(),
     )
 
 
@@ -225,6 +251,7 @@ def crashed_ending(exc: Exception, how: str) -> Ending:
         evidence=f"threadpilot failed internally: {exc}",
         next_step=f"An admin checks the logs; {how} to retry.",
         error=repr(exc),
+        clues=Clues(error=exc),
     )
 
 
@@ -245,6 +272,43 @@ def model_failed_ending(
         evidence=f"{error}. {tally.progress_summary()}",
         next_step=f"An admin checks the model settings (OPENAI_*); then {how} to retry.",
         error=str(error),
+        clues=Clues(error=error),
+    )
+
+
+def rate_limited_ending(error: ModelError, retry_after_s: float | None, tally: RunTally) -> Ending:
+    """The in-run retries were spent on rate limits: blocked, resumable from the checkpoint.
+
+    No final turn: the provider has just refused for a while, so a last request would
+    only be refused too. The handoff is built from what the run recorded.
+    """
+    wait = f"{retry_after_s:g} s" if retry_after_s is not None else "a backoff"
+    return Ending(
+        Outcome.BLOCKED,
+        ExitCode.MAX_RETRIES,
+        evidence=f"The model provider is rate-limiting requests ({error}). "
+        f"{tally.progress_summary()} The conversation up to turn {tally.steps_completed} "
+        "is checkpointed.",
+        next_step=f"threadpilot resumes it from the checkpoint after {wait} when policy "
+        "allows; otherwise retry once the provider's rate limit has passed.",
+        error=str(error),
+        clues=Clues(error=error),
+        retry_after_s=retry_after_s,
+    )
+
+
+def context_exhausted_ending(error: ModelError, tally: RunTally, *, how: str) -> Ending:
+    """The conversation no longer fits the context window: blocked, to be continued in a
+    new run from a summary (:mod:`agent_core.compaction`)."""
+    return Ending(
+        Outcome.BLOCKED,
+        ExitCode.TOKEN_LIMIT,
+        evidence=f"The conversation no longer fits the model's context window ({error}). "
+        f"{tally.progress_summary()}",
+        next_step="threadpilot continues in a new run from a summary of this one when "
+        f"policy allows; otherwise {how} with a narrower request.",
+        error=str(error),
+        clues=Clues(error=error),
     )
 
 

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from llmock.scenarios import Reply, StreamFault
 
 from agent_core.agent import AgentConfig
+from agent_core.ended import EndedBecause
 from agent_core.events import Retrying, StepRestarted
 from agent_core.outcomes import ExitCode, Outcome
 from agent_core.retry import RetryPolicy
@@ -92,14 +93,17 @@ async def test_exhausted_retries_force_a_final_turn(llm: LLMock, make_agent: Age
 async def test_exhausted_retries_and_a_failing_final_turn_still_end_the_run(
     llm: LLMock, make_agent: AgentFactory
 ) -> None:
-    llm.rate_limit(retry_after=0, times=4)
+    # Rate limits end without a final turn (test_rate_limit_ending.py); other failures
+    # still take one, and its own failure still ends the run.
+    llm.fail(503, times=4)
     agent = make_agent(config=AgentConfig(retry=FAST_RETRY))
     result = await agent.new_run("work").run()
 
-    assert [r.status for r in llm.requests] == [429, 429, 429, 429]
+    assert [r.status for r in llm.requests] == [503, 503, 503, 503]
     assert result.exit_code is ExitCode.MAX_RETRIES
-    assert result.outcome is Outcome.BLOCKED  # rate limited: resumable, not failed
-    assert "429" in (result.error or "")
+    assert result.outcome is Outcome.FAILED
+    assert result.ended_because is EndedBecause.ERROR
+    assert "503" in (result.error or "")
 
 
 async def test_retry_after_is_honoured(llm: LLMock, make_agent: AgentFactory) -> None:
