@@ -178,11 +178,13 @@ class ThreadpilotApp:
         """Continue an interrupted run here, in its existing status message."""
         assert self.ctx is not None
         surface = await self.ctx.workspaces.get(record.thread.team)
+        store = self.ctx.store
 
         def make_session(run: Run) -> RunSession:
             return RunSession(
                 run,
                 surface,
+                store=store,
                 channel=record.thread.channel,
                 thread_ts=record.thread.thread_ts,
                 requester=record.requester,

@@ -382,3 +382,41 @@ def not_allowed(policy: str, requester: str) -> str:
         # Not reachable under "anyone" unless a run-specific rule refused the click.
         return "You can't stop or abort this run."
     return f"Only {mention(requester)} or an admin can stop or abort this run."
+
+
+# -- steering: replies in a live run's thread (SPEC.md section 4) ----------------------
+
+
+def guidance_too_long(length: int, limit: int) -> str:
+    """A reply too long to pass to the agent; nothing was queued."""
+    return (
+        f"Your reply is {length:,} characters; the agent takes at most {limit:,} while it "
+        "works. Nothing was passed to it: shorten your reply and send it again."
+    )
+
+
+def guidance_not_allowed(policy: str, requester: str) -> str:
+    """A reply by someone the stop policy does not allow to steer the run (see
+    :func:`not_allowed` for ``policy``); nothing was queued."""
+    if policy == "participants":
+        who = f"{mention(requester)}, people taking part in this thread, or an admin"
+    else:
+        who = f"{mention(requester)} or an admin"
+    return f"Only {who} can guide this run while it works. Your reply was not passed to it."
+
+
+GUIDANCE_NOT_RECORDED = (
+    "Your reply could not be recorded (threadpilot's database did not answer), so the "
+    "agent will not see it. Please send it again."
+)
+GUIDANCE_NOT_RECORDED_BUSY = (
+    "Your reply was not recorded: threadpilot's database is busy right now, so the agent "
+    "will not see it. Please send it again."
+)
+UNDELIVERED_GUIDANCE = "The run ended before the agent saw these replies; send them again to go on:"
+"""Heads the replies listed in the handoff that never reached the model (a Stop won)."""
+
+
+def undelivered_reply(author: str, text: str) -> str:
+    """One reply the agent never saw; ``text`` is already escaped and cut to fit."""
+    return bullet(f"{mention(author)}: {text}")

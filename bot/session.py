@@ -9,6 +9,12 @@ the answer is shown in the status message instead, through ``chat.update``.
 A model call that fails partway is retried; the text it streamed is void. It is dropped
 from the answer at once; a stream (append-only) shows a "retrying" marker meanwhile, and
 its message is rewritten with the answer that counts once the run has ended.
+
+Guidance (replies written to the run while it works) is marked on the reply itself by
+the session's :class:`~bot.guidance.GuidanceMarks`: taken, sent with a model request, or
+never seen because the run ended first; what the model never saw is listed in the
+handoff. A run interrupted by a shutdown leaves its guidance queued: the run is resumed,
+and the resumed run takes it.
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from agent_core import (
+    ExitCode,
+    GuidanceDelivered,
     Outcome,
     Retrying,
     RunEvent,
@@ -35,11 +43,13 @@ from agent_core import (
 )
 from bot import messages
 from bot.errors import SlackError
+from bot.guidance import GuidanceMarks
 from bot.views.answer import answer_metadata, render_answer
 from bot.views.status import StatusSnapshot, render_status
 
 if TYPE_CHECKING:
-    from agent_core import Run, RunResult
+    from agent_core import GuidanceRecord, Run, RunResult
+    from agent_core.ports import Store
     from bot.surface import SlackSurface
 
 __all__ = ["AnswerStream", "RunSession"]
@@ -59,6 +69,7 @@ class RunSession:
         run: Run,
         surface: SlackSurface,
         *,
+        store: Store,
         channel: str,
         thread_ts: str,
         requester: str,
@@ -86,6 +97,7 @@ class RunSession:
         self._stream = AnswerStream(
             surface, channel, thread_ts, requester, team_id, metadata=answer_metadata(run.id)
         )
+        self._guidance = GuidanceMarks(run.id, store, surface)
         run.events.add_listener(self._on_event)
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -126,6 +138,10 @@ class RunSession:
         """
         self._cancel_render()
         await self._stream.drain()
+        if result.exit_code is not ExitCode.SHUTDOWN:
+            # Ended for good: what the model never saw is marked, and listed in the handoff.
+            undelivered = await self._guidance.undelivered(result.undelivered_guidance)
+            result = replace(result, undelivered_guidance=undelivered)
         snapshot = replace(
             self._snapshot,
             phase="done",
@@ -148,17 +164,26 @@ class RunSession:
             await self._stream.rewrite("".join(self._answer))
         waiting = result.outcome is Outcome.ASK_USER_QUESTION
         await self._session_status("active" if waiting else "closed")
+        # Last: reactions are rate-limited harder than anything above (Tier 2 removes).
+        await self._guidance.drain()
         return delivered
 
     async def abandon(self) -> None:
-        """Leave the Slack message to the run's new owner: only close our stream."""
+        """Leave the Slack message (and the guidance) to the run's new owner: only close
+        our stream."""
         self._cancel_render()
+        await self._guidance.cancel()
         await self._stream.finish()
 
     async def discard(self) -> None:
         """Stop the answer pump without flushing (the run task is being torn down)."""
         self._cancel_render()
+        await self._guidance.cancel()
         await self._stream.cancel()
+
+    def guidance_received(self, record: GuidanceRecord) -> None:
+        """The run took a reply into its inbox (:meth:`bot.supervisor.Supervisor.guide`)."""
+        self._guidance.received(record)
 
     # -- progress ----------------------------------------------------------------------
 
@@ -195,6 +220,9 @@ class RunSession:
                 s = replace(s, activity=messages.activity_retry(delay, error))
             case TurnFinished(usage=usage):
                 s = replace(s, tokens=usage.total_tokens)
+            case GuidanceDelivered(turn=turn, guidance=guidance):
+                self._guidance.delivered(guidance, turn)
+                return
             case StopRequested(reason=reason, requested_by=who):
                 # The buttons must change now: Stop disappears, Abort stays.
                 request = self.run.control.request

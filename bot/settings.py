@@ -58,6 +58,7 @@ class Settings(BaseSettings):
     MAX_TURNS: int = Field(default=20, ge=1)
     FINAL_TURN_TIMEOUT: float | None = Field(default=None, gt=0)
     TOOL_TIMEOUT: float = Field(default=120.0, gt=0)
+    GUIDANCE_MAX_CHARS: int = Field(default=4000, ge=1)
     AUTO_RESUME_ON_RESTART: bool = True
     RETENTION_DAYS: int = Field(default=30, ge=1)
     LEASE_TTL: float = Field(default=30.0, ge=3.0)

@@ -1,4 +1,5 @@
-"""Delivers stop requests committed by any worker to the runs this worker owns.
+"""Delivers stop requests and guidance committed by any worker to the runs this worker
+owns.
 
 Slack hands each click to one of the app's connections at random, so with several
 workers a Stop usually lands in a process that does not own the run (SLACK_NOTES.md).
@@ -14,6 +15,14 @@ run they target has ended (see :meth:`StopWatcher.run_ended`), and for a while a
 click that read the run while it was live may commit its request just after the run
 ended (the click path has up to its ack budget to do so), and a request must never stay
 ``requested`` on a run that has ended.
+
+Guidance (replies to a live run, SPEC.md section 4) travels the same way: committed to
+the ``guidance`` table by whichever worker got the reply, found here by the same scans
+(a commit on PostgreSQL sends the same wake-up) and handed to the run, which takes each
+reply once (:meth:`bot.supervisor.Supervisor.guide`), however often a scan finds it still
+queued. Guidance committed as its run ended for good is settled ``undelivered`` by the
+same late passes; a run interrupted by a shutdown keeps its guidance queued for the
+resumed run, whose first scan delivers it.
 """
 
 from __future__ import annotations
@@ -25,12 +34,15 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from agent_core import StorageError
+from agent_core import ExitCode, GuidanceStatus, StorageError
 from agent_core.ports import StopWakeups
+from agent_core.stop import utcnow
+from bot.guidance import QUEUED, UNDELIVERED, react, settle
 
 if TYPE_CHECKING:
-    from agent_core.ports import StopRequestRecord, Store
+    from agent_core.ports import GuidanceRecord, StopRequestRecord, Store
     from bot.supervisor import Supervisor
+    from bot.surface import Workspaces
 
 __all__ = ["StopWatcher"]
 
@@ -44,9 +56,17 @@ click's ack budget, the longest a click that saw the run live can take to commit
 
 
 class StopWatcher:
-    def __init__(self, store: Store, supervisor: Supervisor, *, poll_s: float = 0.25) -> None:
+    def __init__(
+        self,
+        store: Store,
+        supervisor: Supervisor,
+        workspaces: Workspaces,
+        *,
+        poll_s: float = 0.25,
+    ) -> None:
         self._store = store
         self._supervisor = supervisor
+        self._workspaces = workspaces
         self._poll_s = poll_s
         self._delivered: set[str] = set()
         self._ended: dict[str, float] = {}
@@ -73,12 +93,18 @@ class StopWatcher:
         await self._listening.aclose()
 
     async def scan(self, run_ids: list[str] | None = None) -> int:
-        """Deliver every pending request for the given (default: all local) runs."""
+        """Deliver every pending request, then every queued guidance, for the given
+        (default: all local) runs; returns how many were delivered."""
         wanted = run_ids if run_ids is not None else [r.run.id for r in self._supervisor.live_runs]
         if not wanted:
             return 0
         pending = await self._store.pending_stop_requests(wanted)
-        return sum(self._deliver(request) for request in pending)
+        delivered = sum(self._deliver(request) for request in pending)
+        for guidance in await self._store.pending_guidance(wanted):
+            if self._supervisor.guide(guidance):
+                delivered += 1
+                log.info("guidance.taken", run_id=guidance.run_id, guidance_id=guidance.id)
+        return delivered
 
     def applied_here(self, request_id: str) -> None:
         """This worker applies the request itself (the stop service, before committing
@@ -116,7 +142,31 @@ class StopWatcher:
             settled += await self._store.mark_stop_handled(request.id)
             self._delivered.discard(request.id)
             log.info("stop.settled", run_id=request.run_id, request_id=request.id)
-        return settled
+        return settled + await self._settle_guidance(run_ids)
+
+    async def _settle_guidance(self, run_ids: list[str]) -> int:
+        """Mark undelivered the guidance still queued for those runs that the database
+        says ended for good (not by a shutdown: a resumed run takes it), and say so on
+        each reply. The run's own session settled what it saw; this is what was committed
+        as it ended."""
+        late: list[GuidanceRecord] = []
+        over: dict[str, bool] = {}
+        for guidance in await self._store.pending_guidance(run_ids):
+            if guidance.run_id not in over:
+                record = await self._store.get_run(guidance.run_id)
+                over[guidance.run_id] = (
+                    record is not None
+                    and record.state.is_terminal
+                    and record.exit_code is not ExitCode.SHUTDOWN
+                )
+            if over[guidance.run_id]:
+                late.append(guidance)
+        moved = await settle(self._store, late, GuidanceStatus.UNDELIVERED, utcnow())
+        for guidance in late:
+            if guidance.id in moved:
+                surface = await self._workspaces.get(guidance.thread.team)
+                await react(surface, [guidance], add=UNDELIVERED, remove=QUEUED)
+        return len(moved)
 
     async def _settle_late(self) -> None:
         """Settle requests committed for runs that ended here a moment ago."""

@@ -28,11 +28,20 @@ from agent_core.recording import record_ending, until_landed
 from agent_core.stop import utcnow
 from bot import messages
 from bot.errors import BudgetNotRunning, SlackError
+from bot.guidance import to_guidance
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Collection, Sequence
 
-    from agent_core import Agent, ChatMessage, Checkpoint, Run, RunResult, ThreadKey
+    from agent_core import (
+        Agent,
+        ChatMessage,
+        Checkpoint,
+        GuidanceRecord,
+        Run,
+        RunResult,
+        ThreadKey,
+    )
     from agent_core.ports import Store
     from bot.session import RunSession
 
@@ -75,6 +84,16 @@ class Supervisor:
     def live_in_thread(self, thread: ThreadKey) -> LiveRun | None:
         run_id = self._by_thread.get(thread)
         return self._live.get(run_id) if run_id else None
+
+    def guide(self, record: GuidanceRecord) -> bool:
+        """Hand a committed reply to its run, if this worker runs it (and still owns it):
+        the run gives it to the model at its next turn boundary, and the reply is marked
+        as taken. False if the run is not here, has it already, or has ended."""
+        live = self._live.get(record.run_id)
+        if live is None or live.lost or not live.run.add_guidance(to_guidance(record)):
+            return False
+        live.session.guidance_received(record)
+        return True
 
     def held_runs(self) -> set[str]:
         """The runs whose leases this process must keep: registered here, not lost, and

@@ -53,7 +53,9 @@ class Worker:
         self.store = store
         self._supervisor = supervisor
         self._settings = settings
-        self.watcher = StopWatcher(store, supervisor, poll_s=settings.STOP_POLL_INTERVAL)
+        self.watcher = StopWatcher(
+            store, supervisor, workspaces, poll_s=settings.STOP_POLL_INTERVAL
+        )
         self.reconciler = Reconciler(
             store,
             workspaces,

@@ -3,6 +3,11 @@ thread (SPEC.md section 2). A thread never gets a second live run, and is never 
 by a row nobody runs: a live run whose lease has run out is ended on the spot (as the
 reconciler would) instead of refusing the mention. Other apps' messages start nothing:
 two agents mentioning each other would talk forever.
+
+A reply (or a mention) in a thread whose run is still live starts nothing either: it is
+guidance for that run, or a stop word (:mod:`bot.handlers.steering`, whose middleware
+decides and commits it before the event is acknowledged; the listeners here then only
+finish what it began).
 """
 
 from __future__ import annotations
@@ -16,12 +21,14 @@ from agent_core import LIVE_STATES, StorageError, ThreadKey
 from agent_core.stop import utcnow
 from bot import messages
 from bot.errors import SlackError
+from bot.handlers.steering import STEERED, Steering
 from bot.session import RunSession
 
 if TYPE_CHECKING:
     from datetime import datetime
 
     from slack_bolt.async_app import AsyncApp
+    from slack_bolt.context.async_context import AsyncBoltContext
 
     from agent_core import ChatMessage, Run, RunRecord
     from bot.context import BotContext
@@ -36,13 +43,25 @@ _HISTORY_CHARS = 20_000
 
 
 def register(app: AsyncApp, ctx: BotContext) -> None:
-    async def on_mention(body: dict[str, Any], event: dict[str, Any]) -> None:
+    steering = Steering(ctx)
+
+    async def on_mention(
+        body: dict[str, Any], event: dict[str, Any], context: AsyncBoltContext
+    ) -> None:
         if event.get("bot_id") or event.get("subtype") == "bot_message":
             log.info("mention.from_bot_ignored", bot_id=event.get("bot_id"))
             return
+        if (steered := context.get(STEERED)) is not None:
+            await steering.after_ack(steered)
+            return
         await _start(ctx, body, event)
 
-    async def on_message(body: dict[str, Any], event: dict[str, Any]) -> None:
+    async def on_message(
+        body: dict[str, Any], event: dict[str, Any], context: AsyncBoltContext
+    ) -> None:
+        if (steered := context.get(STEERED)) is not None:
+            await steering.after_ack(steered)  # a reply to a live run (its middleware's)
+            return
         if event.get("subtype") or event.get("bot_id") or event.get("user") == ctx.bot_user_id:
             return  # edits, joins, and our own posts
         if event.get("channel_type") == "im":
@@ -62,8 +81,9 @@ def register(app: AsyncApp, ctx: BotContext) -> None:
         if await ctx.supervisor.had_run(thread):
             await _start(ctx, body, event)
 
-    app.event("app_mention")(on_mention)
-    app.event("message")(on_message)
+    # The middleware runs before Bolt acknowledges the event; the listener after.
+    app.event("app_mention", middleware=[steering.before_ack])(on_mention)
+    app.event("message", middleware=[steering.before_ack])(on_message)
 
 
 async def _start(ctx: BotContext, body: dict[str, Any], event: dict[str, Any]) -> None:
@@ -87,7 +107,13 @@ async def _start(ctx: BotContext, body: dict[str, Any], event: dict[str, Any]) -
 
         def make_session(run: Run) -> RunSession:
             return RunSession(
-                run, surface, channel=channel, thread_ts=thread_ts, requester=user, team_id=team
+                run,
+                surface,
+                store=ctx.store,
+                channel=channel,
+                thread_ts=thread_ts,
+                requester=user,
+                team_id=team,
             )
 
         live = ctx.supervisor.start(

@@ -94,6 +94,8 @@ _ARTIFACTS_BUDGET = 1_500
 _ARTIFACT_ITEM_BUDGET = 300
 _QUESTION_BUDGET = 1_000
 _HANDOFF_BUDGET = 1_500
+_UNDELIVERED_BUDGET = 1_000
+_UNDELIVERED_ITEM_BUDGET = 300
 _MIN_ANSWER_BUDGET = 200
 """Below this, an answer excerpt is too short to help and is left out."""
 _FENCE = "```"
@@ -261,7 +263,7 @@ def _render_done(snapshot: StatusSnapshot, result: RunResult) -> RenderedMessage
         ),
         _section(_part(m.HEADING_EVIDENCE, evidence or m.NO_EVIDENCE)),
         _section(_part(m.HEADING_ARTIFACTS, _artifacts_text(handoff.artifacts))),
-        _section(_part(m.HEADING_HANDOFF, next_step)),
+        _section(_part(m.HEADING_HANDOFF, next_step + _undelivered_text(result))),
     ]
     if answer.strip() and (not same or evidence == m.EVIDENCE_IS_THE_ANSWER):
         blocks += _answer_blocks(answer, _remaining(blocks), heading=m.HEADING_ANSWER)
@@ -284,6 +286,27 @@ def _handoff_text(result: RunResult) -> str:
     else:
         next_step = m.default_next_step(result.outcome)
     return "\n".join(part for part in (question, next_step) if part)
+
+
+def _undelivered_text(result: RunResult) -> str:
+    """The replies the model never saw (a Stop won; SPEC.md section 4), listed after the
+    handoff within their own budget, each cut to fit; "" when there are none."""
+    replies = result.undelivered_guidance
+    if not replies:
+        return ""
+    lines = [m.UNDELIVERED_GUIDANCE]
+    used = _units(lines[0])
+    for index, reply in enumerate(replies):
+        text = fit(" ".join(reply.text.split()), _UNDELIVERED_ITEM_BUDGET, sep=" ")
+        line = m.undelivered_reply(reply.author, text)
+        last = index == len(replies) - 1
+        reserve = 0 if last else _units(m.more_artifacts(len(replies))) + 1
+        if used + _units(line) + 1 > _UNDELIVERED_BUDGET - reserve:
+            lines.append(m.more_artifacts(len(replies) - index))
+            break
+        lines.append(line)
+        used += _units(line) + 1
+    return "\n\n" + "\n".join(lines)
 
 
 def _artifacts_text(artifacts: tuple[str, ...]) -> str:

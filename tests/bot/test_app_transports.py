@@ -122,7 +122,8 @@ async def test_a_second_mention_in_a_busy_thread_gets_an_ephemeral(bot: Bot, llm
     second = slack_requests.app_mention("and this too", thread_ts=thread_ts, user=OTHER)
     assert await bot.event(second) == 200
 
-    assert await bot.ephemerals(OTHER) == [messages.THREAD_BUSY]
+    # Not a second run: guidance for this one, which only its requester may give.
+    assert await bot.ephemerals(OTHER) == [messages.guidance_not_allowed("requester", DEFAULT_USER)]
     (ephemeral,) = bot.slack.ephemerals(DEFAULT_CHANNEL)
     assert ephemeral.thread_ts == thread_ts
     assert status_posts(bot.slack, thread_ts) == [running.ts]

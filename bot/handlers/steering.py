@@ -1,0 +1,301 @@
+"""Replies in a live run's thread: guidance for the run, or a stop word (SPEC.md section 4).
+
+A thread has at most one live run, and a reply there is never a second run: it is
+either a stop word (``stop``, ``abort``...; a Stop or Abort through the stop service) or
+guidance for the run. Guidance is committed to the database before Slack's event is
+acknowledged. Bolt acknowledges an Events API delivery *before* it runs the listener
+(unless ``process_before_response`` is set, which would hold every listener's slow work
+inside Slack's 3 s), but it runs a listener's middleware inside the dispatch, before the
+listener runner acks: :meth:`Steering.before_ack` is that middleware, attached to the
+``app_mention`` and ``message`` listeners of :mod:`bot.handlers.mentions`. In Socket Mode
+the envelope is acknowledged once the dispatch returns, so the order is the same.
+
+Before the ack, every database call within :data:`bot.stops.ACK_BUDGET_S`:
+
+1. Only a stop word: the stop service finds the thread's live run, decides and commits
+   (:meth:`bot.stops.StopService.request`); with no live run it does nothing (a bare
+   stop word never starts a run).
+2. Is the reply in a thread with a live run: this worker's, or one another worker holds
+   a live lease on? If not (or the database cannot say), nothing happens here and the
+   listener carries on (a reply in a finished run's thread continues it, as before).
+3. Longer than ``GUIDANCE_MAX_CHARS``, or by someone ``STOP_POLICY`` does not allow (the
+   policy that decides who may stop the run; under ``participants`` whoever writes in the
+   thread is one): refused, nothing is queued.
+4. Committed to ``guidance`` (on PostgreSQL the commit wakes the run's owner at once);
+   on this worker's own run, handed to it at once. Guidance that cannot be committed in
+   the budget is refused: "please send it again".
+
+After the ack (:meth:`Steering.after_ack`): the ``guidance.queued`` audit event (author
+and time), the stop service's own answer, or the ephemeral for a refused reply.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from agent_core import LIVE_STATES, AuditEvent, GuidanceRecord, StorageError, ThreadKey
+from agent_core.stop import utcnow
+from bot import messages
+from bot.errors import BudgetNotRunning, SlackError
+from bot.guidance import guidance_id, reply_text, stop_word
+from bot.policy import may_stop, needs_participants
+from bot.stops import ACK_BUDGET_S, Source, StopAsk
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from slack_bolt.context.async_context import AsyncBoltContext
+
+    from agent_core import StopReason
+    from bot.context import BotContext
+    from bot.stops import StopDecision
+
+__all__ = ["STEERED", "Reply", "Steered", "Steering"]
+
+log = structlog.get_logger("bot.handlers.steering")
+
+STEERED = "threadpilot_steered"
+"""The key under which the middleware leaves its :class:`Steered` in Bolt's context."""
+
+
+_REPLY_SUBTYPES = (None, "thread_broadcast")
+"""A person's new message: plain, or a reply also sent to the channel."""
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """A person's message inside a thread."""
+
+    thread: ThreadKey
+    user: str
+    ts: str
+    text: str
+    """As written (with any mention of the app)."""
+
+    @property
+    def delivery(self) -> str:
+        """The message, for the stop service's de-duplication of re-deliveries."""
+        return f"message:{self.thread.team}:{self.thread.channel}:{self.ts}"
+
+
+@dataclass(frozen=True, slots=True)
+class Steered:
+    """What a reply in a live run's thread became before the ack."""
+
+    reply: Reply
+    run_id: str | None = None
+    """The run steered (None for a stop word: the stop service found the run)."""
+    queued: GuidanceRecord | None = None
+    """The guidance committed (None: refused, a stop word, or already committed)."""
+    local: bool = False
+    """The run is this worker's, and has the guidance already."""
+    stop: StopDecision | None = None
+    refusal: str | None = None
+    """The ephemeral answer when nothing was queued."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Target:
+    run_id: str
+    requester: str
+    local: bool
+
+
+class Steering:
+    def __init__(self, ctx: BotContext) -> None:
+        self._ctx = ctx
+
+    # -- before the ack ------------------------------------------------------------------
+
+    async def before_ack(
+        self,
+        body: dict[str, Any],
+        context: AsyncBoltContext,
+        next: Callable[[], Awaitable[None]],
+    ) -> None:
+        """Bolt listener middleware: steer the run if the event is a reply in its thread."""
+        reply = self._reply(body)
+        if reply is not None:
+            with structlog.contextvars.bound_contextvars(
+                thread=str(reply.thread), user=reply.user, message_ts=reply.ts
+            ):
+                steered = await self.steer(reply)
+            if steered is not None:
+                context[STEERED] = steered
+        await next()
+
+    def _reply(self, body: dict[str, Any]) -> Reply | None:
+        """The reply an event carries, if it is a person's message inside a thread."""
+        event = body.get("event")
+        if not isinstance(event, dict) or event.get("type") not in ("message", "app_mention"):
+            return None
+        if event.get("subtype") not in _REPLY_SUBTYPES or event.get("bot_id"):
+            return None  # edits, deletions, joins, other apps
+        if not body.get("team_id"):
+            return None
+        user, ts, thread_ts = _text(event, "user"), _text(event, "ts"), _text(event, "thread_ts")
+        channel, text = _text(event, "channel"), event.get("text")
+        if not (user and ts and thread_ts and channel) or not isinstance(text, str):
+            return None
+        if thread_ts == ts or user == self._ctx.bot_user_id:
+            return None  # a new thread, or our own message
+        if event["type"] == "message" and f"<@{self._ctx.bot_user_id}" in text:
+            return None  # its app_mention event is the one that counts
+        return Reply(ThreadKey(str(body["team_id"]), channel, thread_ts), user, ts, text)
+
+    async def steer(self, reply: Reply) -> Steered | None:
+        """Decide and commit ``reply``; None if its thread has no live run (or the
+        database cannot say which), for the listener to carry on as before."""
+        kind = stop_word(reply.text, self._ctx.bot_user_id)
+        if kind is not None:
+            # The stop service finds the thread's live run itself, wherever it runs; in a
+            # thread with none, a bare stop word starts nothing and is answered nothing.
+            return Steered(reply, stop=await self._stop(reply, kind))
+        target: _Target | None = None
+        try:
+            # One budget for every database call before the ack.
+            async with asyncio.timeout(ACK_BUDGET_S):
+                target = await self._target(reply.thread)
+                if target is None:
+                    return None
+                return await self._queue(reply, target)
+        except (TimeoutError, StorageError) as exc:
+            busy = isinstance(exc, TimeoutError)
+            if target is None:
+                log.warning("guidance.thread_lookup_failed", error=str(exc) or "timed out")
+                return None
+            log.warning(
+                "guidance.not_recorded",
+                reason="database_busy" if busy else "database_error",
+                error=str(exc) or "timed out",
+            )
+            refusal = (
+                messages.GUIDANCE_NOT_RECORDED_BUSY if busy else messages.GUIDANCE_NOT_RECORDED
+            )
+            return Steered(reply, target.run_id, refusal=refusal)
+
+    async def _queue(self, reply: Reply, target: _Target) -> Steered:
+        """Guidance for ``target``: checked, committed, and handed over if it runs here."""
+        text = reply_text(reply.text, self._ctx.bot_user_id)
+        limit = self._ctx.settings.GUIDANCE_MAX_CHARS
+        if not text:
+            return Steered(reply, target.run_id)  # only our mention: nothing to pass on
+        if len(text) > limit:
+            log.info("guidance.refused", reason="too_long", chars=len(text), limit=limit)
+            refusal = messages.guidance_too_long(len(text), limit)
+            return Steered(reply, target.run_id, refusal=refusal)
+        if not await self._allowed(reply, target):
+            log.info("guidance.refused", reason="not_allowed", run_id=target.run_id)
+            policy = self._ctx.settings.STOP_POLICY.value
+            refusal = messages.guidance_not_allowed(policy, target.requester)
+            return Steered(reply, target.run_id, refusal=refusal)
+        record = GuidanceRecord(
+            id=guidance_id(reply.thread, reply.ts),
+            run_id=target.run_id,
+            thread=reply.thread,
+            author=reply.user,
+            text=text,
+            message_ts=reply.ts,
+        )
+        if not await self._ctx.store.add_guidance(record):
+            log.info("guidance.redelivered", guidance_id=record.id)
+            return Steered(reply, target.run_id)
+        # Our own run takes it now; another worker's learns of it through the table (its
+        # watcher: NOTIFY on PostgreSQL, the poll on SQLite).
+        local = target.local and self._ctx.supervisor.guide(record)
+        log.info("guidance.committed", run_id=target.run_id, guidance_id=record.id, local=local)
+        return Steered(reply, target.run_id, queued=record, local=local)
+
+    async def _target(self, thread: ThreadKey) -> _Target | None:
+        """The live run of ``thread``: this worker's, else one another worker holds a live
+        lease on (a row whose lease ran out has no worker: a reply there is a new run,
+        which ends the orphan first)."""
+        live = self._ctx.supervisor.live_in_thread(thread)
+        if live is not None and not live.lost:
+            return _Target(live.run.id, live.requester, local=True)
+        now = utcnow()
+        for row in await self._ctx.store.find_runs(states=LIVE_STATES, thread=thread):
+            leased = row.lease_expires_at is not None and row.lease_expires_at > now
+            # A sub-agent's row shares its parent's thread and has no lease of its own.
+            if leased and row.parent_id is None and row.owner != self._ctx.worker.id:
+                return _Target(row.id, row.requester, local=False)
+        return None
+
+    async def _allowed(self, reply: Reply, target: _Target) -> bool:
+        """``STOP_POLICY`` decides who may steer, as it decides who may stop. Under
+        ``participants`` the reply makes its author one (they wrote in the thread)."""
+        settings = self._ctx.settings
+        participants: frozenset[str] = frozenset()
+        if needs_participants(reply.user, target.requester, settings):
+            await self._ctx.stops.note_participant(reply.thread, reply.user)
+            participants = frozenset(await self._ctx.store.participants(reply.thread))
+        return may_stop(
+            reply.user,
+            policy=settings.STOP_POLICY,
+            requester=target.requester,
+            admins=settings.ADMIN_USER_IDS,
+            participants=participants,
+        )
+
+    async def _stop(self, reply: Reply, kind: StopReason) -> StopDecision:
+        """A stop word is a Stop (``abort``: an Abort), decided and committed by the stop
+        service like a button press, before the ack."""
+        log.info("stop_word.received", kind=kind.value)
+        ask = StopAsk(
+            reply.user, kind, Source.STOP_WORD, thread=reply.thread, delivery=reply.delivery
+        )
+        return await self._ctx.stops.request(ask)
+
+    # -- after the ack -------------------------------------------------------------------
+
+    async def after_ack(self, steered: Steered) -> None:
+        if steered.stop is not None:
+            await self._ctx.stops.after(steered.stop)
+        if steered.queued is not None:
+            await self._audit(steered.queued, local=steered.local)
+        if steered.refusal is not None:
+            await self._ephemeral(steered.reply, steered.refusal)
+
+    async def _audit(self, record: GuidanceRecord, *, local: bool) -> None:
+        """``guidance.queued``: who wrote what to which run, when (the guidance row is what
+        had to be durable before the ack; this may trail it)."""
+        detail = {
+            "guidance_id": record.id,
+            "message_ts": record.message_ts,
+            "chars": len(record.text),
+            "worker": self._ctx.worker.id,
+            "local": local,
+        }
+        try:
+            await self._ctx.store.record_event(
+                AuditEvent(
+                    record.run_id, "guidance.queued", record.author, record.queued_at, detail
+                )
+            )
+        except StorageError:
+            log.exception("guidance.audit_not_recorded", run_id=record.run_id)
+
+    async def _ephemeral(self, reply: Reply, text: str) -> None:
+        thread = reply.thread
+        try:
+            surface = await self._ctx.workspaces.get(thread.team)
+            await surface.budget.call(
+                "chat.postEphemeral",
+                channel=thread.channel,
+                user=reply.user,
+                text=text,
+                thread_ts=thread.thread_ts,
+            )
+        except SlackError as exc:
+            log.warning("guidance.reply_failed", error=exc.error)
+        except BudgetNotRunning:
+            log.warning("guidance.reply_failed", error="shutting down")
+
+
+def _text(event: dict[str, Any], key: str) -> str:
+    value = event.get(key)
+    return value if isinstance(value, str) else ""
