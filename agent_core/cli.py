@@ -1,8 +1,10 @@
 """``python -m agent_core run "TASK"``: the agent in a terminal, for trying it without Slack.
 
 Ctrl+C once asks for a Stop (the current step finishes, one final turn reports), twice
-for an Abort; SIGTERM is a shutdown. Exit statuses (SPEC.md section 6): 0 finished or
-stopped, 130 aborted, 143 shutdown, 1 failed, 2 bad usage or configuration.
+for an Abort; SIGTERM and SIGHUP (the terminal closed) are a shutdown. Exit statuses
+(SPEC.md section 6): 0 finished or stopped, 130 aborted, 143 shutdown (129 when SIGHUP
+asked for it), 1 failed, 2 bad usage or configuration. ``--json`` carries
+``ended_because`` (:mod:`agent_core.ended`) with the rest of the result.
 
 The answer streams to stdout; with ``--json`` it streams to stderr and stdout carries only
 the final JSON object, so scripts can parse it. Tool calls, and sub-agents as they start
@@ -33,6 +35,7 @@ from agent_core.events import (
 )
 from agent_core.logs import configure_logging
 from agent_core.model import OpenAIChatModel
+from agent_core.outcomes import ExitCode
 from agent_core.stop import StopReason
 from agent_core.tools import DEFAULT_TOOL_TIMEOUT_S
 
@@ -65,13 +68,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         tool_timeout_s=tool_timeout_s,
         how_to_continue=HOW_TO_CONTINUE,
     )
-    result = asyncio.run(_run(Agent(model, BUILTIN_TOOLS, config=config), args.task, args.json))
+    shutdowns: list[signal.Signals] = []
+    agent = Agent(model, BUILTIN_TOOLS, config=config)
+    result = asyncio.run(_run(agent, args.task, args.json, shutdowns))
     out = sys.stdout
     if args.json:
         out.write(json.dumps(result.to_dict()) + "\n")
     else:
         _print_handoff(result, out)
     out.flush()
+    return _process_status(result, shutdowns)
+
+
+def _process_status(result: RunResult, shutdowns: Sequence[signal.Signals]) -> int:
+    """The run's status, except that a shutdown SIGHUP asked for exits 128 + SIGHUP."""
+    if result.exit_code is ExitCode.SHUTDOWN and shutdowns[:1] == [signal.SIGHUP]:
+        return 128 + signal.SIGHUP
     return result.process_status
 
 
@@ -125,21 +137,34 @@ def _tool_timeout_from_env() -> float:
     return seconds
 
 
-async def _run(agent: Agent, task: str, as_json: bool) -> RunResult:
+async def _run(
+    agent: Agent, task: str, as_json: bool, shutdowns: list[signal.Signals]
+) -> RunResult:
     run = agent.new_run(task, requester="terminal")
     stream = sys.stderr if as_json else sys.stdout
     run.events.add_listener(lambda event: _show(event, stream))
     _show_children(run)
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGINT, _on_interrupt, run)
-    loop.add_signal_handler(signal.SIGTERM, run.request_stop, StopReason.SHUTDOWN, "signal:SIGTERM")
+    for signum in _SHUTDOWN_SIGNALS:
+        loop.add_signal_handler(signum, _on_shutdown, run, signum, shutdowns)
     try:
         return await run.run()
     finally:
-        loop.remove_signal_handler(signal.SIGINT)
-        loop.remove_signal_handler(signal.SIGTERM)
+        for signum in (signal.SIGINT, *_SHUTDOWN_SIGNALS):
+            loop.remove_signal_handler(signum)
         assert isinstance(agent.model, OpenAIChatModel)
         await agent.model.aclose()
+
+
+_SHUTDOWN_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+def _on_shutdown(run: Run, signum: signal.Signals, shutdowns: list[signal.Signals]) -> None:
+    """SIGTERM or SIGHUP: cancel now, checkpoint, leave the run resumable. The first one
+    decides the exit status (143 or 129)."""
+    shutdowns.append(signum)
+    run.request_stop(StopReason.SHUTDOWN, f"signal:{signum.name}", source="signal")
 
 
 def _on_interrupt(run: Run) -> None:

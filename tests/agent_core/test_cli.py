@@ -96,6 +96,7 @@ async def test_a_finished_run_exits_0_with_the_json_object(llm: LLMock) -> None:
     assert result["exit_code"] == "EXIT-FINAL-ANSWER"
     assert result["summary"] == "Hello from the terminal."
     assert result["turns"] == 1
+    assert result["ended_because"] == "completed"
     assert "Hello from the terminal." in cli.stderr  # streamed while it ran
 
 
@@ -127,6 +128,7 @@ async def test_ctrl_c_once_stops_with_a_final_turn(llm: LLMock) -> None:
     assert result["exit_code"] == "EXIT-USER-STOP"
     assert result["summary"] == "Stopped early; nothing was calculated."
     assert result["handoff"]["stopped_by"] == "terminal"
+    assert result["ended_because"] == "user_exit"
     assert offered_tools(llm.requests[-1]) == ["final_report"]
 
 
@@ -143,6 +145,7 @@ async def test_ctrl_c_twice_aborts_and_closes_the_stream(llm: LLMock) -> None:
     assert result["outcome"] == "userinterlude"
     assert result["stop_reason"] == "abort"
     assert result["exit_code"] == "EXIT-USER-ABORT"
+    assert result["ended_because"] == "user_exit"
     (record,) = llm.requests
     assert not record.completed
 
@@ -174,6 +177,38 @@ async def test_sigterm_is_a_shutdown(llm: LLMock) -> None:
     assert result["outcome"] == "blocked"
     assert result["stop_reason"] == "shutdown"
     assert result["exit_code"] == "EXIT-SHUTDOWN"
+    assert result["ended_because"] == "shutdown"
+
+
+async def test_sighup_is_a_shutdown_with_status_129(llm: LLMock) -> None:
+    """The terminal closed (seed 003): a shutdown, checkpointed and resumable, not a
+    person's exit; the status says which signal asked for it."""
+    llm.add(Reply(text=LONG_TEXT), StreamFault("stall", after_chunks=3))
+    cli = await Cli.start(llm, "write a lot", "--json")
+    await cli.wait_for_stderr("word0")
+    cli.signal(signal.SIGHUP)
+    status, result = await cli.finish_json()
+
+    assert status == 129
+    assert result["outcome"] == "blocked"
+    assert result["stop_reason"] == "shutdown"
+    assert result["exit_code"] == "EXIT-SHUTDOWN"
+    assert result["ended_because"] == "shutdown"
+    assert result["handoff"]["stopped_by"] == "signal:SIGHUP"
+    (record,) = llm.requests
+    assert not record.completed  # the stream was closed, not waited out
+
+
+async def test_a_rate_limit_past_the_retries_is_blocked_with_its_retry_after(llm: LLMock) -> None:
+    llm.rate_limit(retry_after=600)  # longer than a run waits: no retry, no final turn
+    status, result = await (await Cli.start(llm, "hello", "--json")).finish_json()
+
+    assert status == 0  # blocked is not a failure
+    assert [r.status for r in llm.requests] == [429]
+    assert result["outcome"] == "blocked"
+    assert result["ended_because"] == "rate_limit"
+    assert result["retry_after_s"] == 600
+    assert result["resume_after"] is not None
 
 
 async def test_a_failed_run_exits_1(llm: LLMock) -> None:
@@ -183,6 +218,7 @@ async def test_a_failed_run_exits_1(llm: LLMock) -> None:
     assert status == 1
     assert result["outcome"] == "failed"
     assert result["exit_code"] == "EXIT-ERROR"
+    assert result["ended_because"] == "error"
 
 
 async def test_missing_configuration_is_one_clear_line_and_status_2(llm: LLMock) -> None:
