@@ -17,6 +17,9 @@ all of them. The core never imports an adapter.
   decides alike who may stop a run under ``STOP_POLICY=participants``.
 - :class:`GuidanceStore` keeps the replies people write to a live run until its owner
   has given them to the model, or the run ended first (SPEC.md section 4, seed 002).
+- :class:`DashboardQueries` reads what App Home and ``/threadpilot`` list: a workspace's
+  runs (a person's or everyone's), the runs that changed lately, checkpoint turns and
+  audit events of some kinds (SPEC.md section 4, "Dashboard and command").
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ __all__ = [
     "ChatMessage",
     "ChatModel",
     "Checkpoint",
+    "DashboardQueries",
     "DeliveryLog",
     "GuidanceRecord",
     "GuidanceStatus",
@@ -511,9 +515,53 @@ class RunQueries(Protocol):
         ...
 
 
+class DashboardQueries(Protocol):
+    """What App Home and ``/threadpilot`` list, read by whichever worker is asked.
+
+    Only top-level runs are listed (a sub-agent's run is shown through its parent), so
+    the listings leave out runs with a ``parent_id``; :meth:`runs_changed_since` does
+    not, since a caller may care about any row. ``team`` is the thread's team.
+    """
+
+    async def team_live_runs(
+        self, team: str, *, requester: str | None = None, limit: int = 100
+    ) -> list[RunRecord]:
+        """Live top-level runs of ``team`` (``requester``'s, or everyone's when None),
+        newest ``created_at`` first (ties by id, descending), at most ``limit``."""
+        ...
+
+    async def team_ended_runs(
+        self, team: str, *, requester: str | None = None, limit: int = 10
+    ) -> list[RunRecord]:
+        """Terminal top-level runs of ``team`` (``requester``'s, or everyone's), the
+        latest ``updated_at`` first (ties by id, descending), at most ``limit``."""
+        ...
+
+    async def runs_changed_since(self, since: datetime, *, limit: int = 1000) -> list[RunRecord]:
+        """Runs whose ``updated_at`` is at or after ``since`` (any team, children too),
+        oldest ``updated_at`` first (ties by id), at most ``limit``.
+
+        ``updated_at`` is written with the writer's clock: a caller polling this should
+        ask again a little before its last answer and skip what it saw."""
+        ...
+
+    async def checkpoint_turns(self, run_ids: Collection[str]) -> dict[str, int]:
+        """The ``turn`` of each run's checkpoint, by run id (runs without one left out),
+        without reading the conversations."""
+        ...
+
+    async def events_of_kind(
+        self, run_ids: Collection[str], kinds: Collection[str]
+    ) -> list[AuditEvent]:
+        """The audit events of ``run_ids`` whose ``kind`` is among ``kinds``, in the order
+        they were recorded (until purged)."""
+        ...
+
+
 class Store(
     RunStore,
     RunQueries,
+    DashboardQueries,
     StopRequestStore,
     LeaseStore,
     RetentionStore,

@@ -143,6 +143,54 @@ class MemoryStore:
             key=lambda r: r.requested_at,
         )
 
+    # -- DashboardQueries --------------------------------------------------------------
+
+    async def team_live_runs(
+        self, team: str, *, requester: str | None = None, limit: int = 100
+    ) -> list[RunRecord]:
+        found = self._team_runs(team, requester, live=True)
+        return sorted(found, key=lambda r: (r.created_at, r.id), reverse=True)[: _limit(limit)]
+
+    async def team_ended_runs(
+        self, team: str, *, requester: str | None = None, limit: int = 10
+    ) -> list[RunRecord]:
+        found = self._team_runs(team, requester, live=False)
+        return sorted(found, key=lambda r: (r.updated_at, r.id), reverse=True)[: _limit(limit)]
+
+    def _team_runs(self, team: str, requester: str | None, *, live: bool) -> list[RunRecord]:
+        return [
+            r
+            for r in self._runs.values()
+            if r.thread.team == team
+            and r.parent_id is None
+            and (requester is None or r.requester == requester)
+            and (r.state in LIVE_STATES) == live
+        ]
+
+    async def runs_changed_since(self, since: datetime, *, limit: int = 1000) -> list[RunRecord]:
+        since = codec.to_utc(since)
+        found = [r for r in self._runs.values() if r.updated_at >= since]
+        return sorted(found, key=lambda r: (r.updated_at, r.id))[: _limit(limit)]
+
+    async def checkpoint_turns(self, run_ids: Collection[str]) -> dict[str, int]:
+        return {
+            run_id: checkpoint.turn
+            for run_id in set(run_ids)
+            if (checkpoint := self._checkpoints.get(run_id)) is not None
+        }
+
+    async def events_of_kind(
+        self, run_ids: Collection[str], kinds: Collection[str]
+    ) -> list[AuditEvent]:
+        wanted = set(kinds)
+        found = [
+            event
+            for run_id in dict.fromkeys(run_ids)
+            for event in self._events.get(run_id, ())
+            if event.kind in wanted
+        ]
+        return sorted(found, key=lambda e: e.at)  # stable: a run's ties stay in order
+
     # -- StopRequestStore --------------------------------------------------------------
 
     async def add_stop_request(
@@ -353,6 +401,12 @@ class MemoryStore:
 
     async def close(self) -> None:
         """Nothing to release; here so this store is a :class:`~agent_core.ports.Store`."""
+
+
+def _limit(limit: int) -> int:
+    if limit < 0:
+        raise ValueError(f"limit must not be negative, got {limit}")
+    return limit
 
 
 def _lease_free(run: RunRecord, owner: str, now: datetime) -> bool:

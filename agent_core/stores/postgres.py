@@ -405,6 +405,54 @@ class PostgresStore:
         rows = await self._fetch("read a run's stop requests", sql, run_id)
         return [codec.stop_from_row(r) for r in rows]
 
+    # -- DashboardQueries --------------------------------------------------------------
+
+    async def team_live_runs(
+        self, team: str, *, requester: str | None = None, limit: int = 100
+    ) -> list[RunRecord]:
+        where, params = _team_filter(team, requester)
+        sql = (
+            f"SELECT * FROM runs WHERE {where} AND state = ANY(${len(params) + 1}::text[]) "
+            f'ORDER BY created_at DESC, id COLLATE "C" DESC LIMIT ${len(params) + 2}'
+        )
+        return await self._runs("list a team's live runs", sql, *params, _LIVE, _limit(limit))
+
+    async def team_ended_runs(
+        self, team: str, *, requester: str | None = None, limit: int = 10
+    ) -> list[RunRecord]:
+        where, params = _team_filter(team, requester)
+        sql = (
+            f"SELECT * FROM runs WHERE {where} AND NOT state = ANY(${len(params) + 1}::text[]) "
+            f'ORDER BY updated_at DESC, id COLLATE "C" DESC LIMIT ${len(params) + 2}'
+        )
+        return await self._runs("list a team's ended runs", sql, *params, _LIVE, _limit(limit))
+
+    async def runs_changed_since(self, since: datetime, *, limit: int = 1000) -> list[RunRecord]:
+        order = 'ORDER BY updated_at, id COLLATE "C"'
+        sql = f"SELECT * FROM runs WHERE updated_at >= $1 {order} LIMIT $2"
+        return await self._runs("find changed runs", sql, codec.to_utc(since), _limit(limit))
+
+    async def checkpoint_turns(self, run_ids: Collection[str]) -> dict[str, int]:
+        wanted = sorted(set(run_ids))
+        if not wanted:
+            return {}
+        sql = "SELECT run_id, turn FROM checkpoints WHERE run_id = ANY($1::text[])"
+        rows = await self._fetch("read checkpoint turns", sql, wanted)
+        return {str(r["run_id"]): int(r["turn"]) for r in rows}
+
+    async def events_of_kind(
+        self, run_ids: Collection[str], kinds: Collection[str]
+    ) -> list[AuditEvent]:
+        runs, wanted = sorted(set(run_ids)), sorted(set(kinds))
+        if not runs or not wanted:
+            return []
+        sql = (
+            "SELECT * FROM events WHERE run_id = ANY($1::text[]) AND kind = ANY($2::text[]) "
+            "ORDER BY at, id"
+        )
+        rows = await self._fetch("read audit events", sql, runs, wanted)
+        return [codec.event_from_row(r) for r in rows]
+
     # -- StopRequestStore --------------------------------------------------------------
 
     async def add_stop_request(
@@ -655,3 +703,16 @@ class PostgresStore:
         sql = "SELECT * FROM guidance WHERE run_id = $1 ORDER BY queued_at, seq"
         rows = await self._fetch("read a run's guidance", sql, run_id)
         return [codec.guidance_from_row(r) for r in rows]
+
+
+def _team_filter(team: str, requester: str | None) -> tuple[str, list[Any]]:
+    """The WHERE clause (parameters ``$1``...) of a team's top-level runs, and its values."""
+    if requester is None:
+        return "team = $1 AND parent_id IS NULL", [team]
+    return "team = $1 AND parent_id IS NULL AND requester = $2", [team, requester]
+
+
+def _limit(limit: int) -> int:
+    if limit < 0:
+        raise ValueError(f"limit must not be negative, got {limit}")
+    return limit

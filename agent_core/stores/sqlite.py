@@ -362,6 +362,56 @@ class SqliteStore:
         rows = await self._rows("read a run's stop requests", sql, [run_id])
         return [codec.stop_from_row(r) for r in rows]
 
+    # -- DashboardQueries --------------------------------------------------------------
+
+    async def team_live_runs(
+        self, team: str, *, requester: str | None = None, limit: int = 100
+    ) -> list[RunRecord]:
+        where, params = _team_filter(team, requester)
+        sql = (
+            f"SELECT * FROM runs WHERE {where} AND state IN ({_marks(len(_LIVE))}) "
+            "ORDER BY created_at DESC, id DESC LIMIT ?"
+        )
+        rows = await self._rows("list a team's live runs", sql, [*params, *_LIVE, _limit(limit)])
+        return [codec.run_from_row(r) for r in rows]
+
+    async def team_ended_runs(
+        self, team: str, *, requester: str | None = None, limit: int = 10
+    ) -> list[RunRecord]:
+        where, params = _team_filter(team, requester)
+        sql = (
+            f"SELECT * FROM runs WHERE {where} AND state NOT IN ({_marks(len(_LIVE))}) "
+            "ORDER BY updated_at DESC, id DESC LIMIT ?"
+        )
+        rows = await self._rows("list a team's ended runs", sql, [*params, *_LIVE, _limit(limit)])
+        return [codec.run_from_row(r) for r in rows]
+
+    async def runs_changed_since(self, since: datetime, *, limit: int = 1000) -> list[RunRecord]:
+        sql = "SELECT * FROM runs WHERE updated_at >= ? ORDER BY updated_at, id LIMIT ?"
+        rows = await self._rows("find changed runs", sql, [since, _limit(limit)])
+        return [codec.run_from_row(r) for r in rows]
+
+    async def checkpoint_turns(self, run_ids: Collection[str]) -> dict[str, int]:
+        wanted = sorted(set(run_ids))
+        if not wanted:
+            return {}
+        sql = f"SELECT run_id, turn FROM checkpoints WHERE run_id IN ({_marks(len(wanted))})"
+        rows = await self._rows("read checkpoint turns", sql, wanted)
+        return {str(r["run_id"]): int(r["turn"]) for r in rows}
+
+    async def events_of_kind(
+        self, run_ids: Collection[str], kinds: Collection[str]
+    ) -> list[AuditEvent]:
+        runs, wanted = sorted(set(run_ids)), sorted(set(kinds))
+        if not runs or not wanted:
+            return []
+        sql = (
+            f"SELECT * FROM events WHERE run_id IN ({_marks(len(runs))}) "
+            f"AND kind IN ({_marks(len(wanted))}) ORDER BY at, id"
+        )
+        rows = await self._rows("read audit events", sql, [*runs, *wanted])
+        return [codec.event_from_row(r) for r in rows]
+
     # -- StopRequestStore --------------------------------------------------------------
 
     async def add_stop_request(
@@ -553,6 +603,19 @@ class SqliteStore:
         sql = "SELECT * FROM guidance WHERE run_id = ? ORDER BY queued_at, seq"
         rows = await self._rows("read a run's guidance", sql, [run_id])
         return [codec.guidance_from_row(r) for r in rows]
+
+
+def _team_filter(team: str, requester: str | None) -> tuple[str, list[Any]]:
+    """The WHERE clause (and its parameters) of a team's top-level runs."""
+    if requester is None:
+        return "team = ? AND parent_id IS NULL", [team]
+    return "team = ? AND parent_id IS NULL AND requester = ?", [team, requester]
+
+
+def _limit(limit: int) -> int:
+    if limit < 0:
+        raise ValueError(f"limit must not be negative, got {limit}")
+    return limit
 
 
 async def _configure(conn: aiosqlite.Connection, path: str, busy_timeout_s: float) -> None:
