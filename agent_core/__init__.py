@@ -6,6 +6,16 @@ The Slack app imports the core only through the names below. Adapters for the po
 
 from agent_core.agent import Agent, AgentConfig
 from agent_core.builtin_tools import BUILTIN_TOOLS
+from agent_core.compaction import (
+    Compacted,
+    Compaction,
+    CompactionFailed,
+    CompactionOutcome,
+    CompactionStopped,
+    continue_from,
+    window_from_error,
+)
+from agent_core.ended import Clues, EndedBecause, classify
 from agent_core.errors import (
     ConfigError,
     ContextOverflow,
@@ -66,6 +76,17 @@ from agent_core.ports import (
     StopRequestStore,
     ThreadKey,
 )
+from agent_core.resume_policy import (
+    DontResume,
+    ResumeAt,
+    ResumeDecision,
+    ResumeNow,
+    ResumeSettings,
+    decide_resume,
+    parse_auto_resume,
+    parse_max_auto_resumes,
+    parse_user_exit_grace,
+)
 from agent_core.retry import RetryPolicy
 from agent_core.states import LIVE_STATES, TERMINAL_STATES, RunState, transition
 from agent_core.stop import RunControl, StopReason, StopRequest
@@ -84,8 +105,16 @@ __all__ = [
     "Checkpoint",
     "ChildFinished",
     "ChildStarted",
+    "Clues",
+    "Compacted",
+    "Compaction",
+    "CompactionFailed",
+    "CompactionOutcome",
+    "CompactionStopped",
     "ConfigError",
     "ContextOverflow",
+    "DontResume",
+    "EndedBecause",
     "EventHub",
     "ExitCode",
     "FatalModelError",
@@ -100,6 +129,10 @@ __all__ = [
     "OpenAIChatModel",
     "Outcome",
     "RateLimited",
+    "ResumeAt",
+    "ResumeDecision",
+    "ResumeNow",
+    "ResumeSettings",
     "RetryPolicy",
     "RetryableModelError",
     "Retrying",
@@ -134,13 +167,20 @@ __all__ = [
     "TurnStarted",
     "UnknownOutcome",
     "Usage",
+    "classify",
     "configure_logging",
+    "continue_from",
     "current_run",
+    "decide_resume",
     "normalize_outcome",
     "outcome_label",
+    "parse_auto_resume",
+    "parse_max_auto_resumes",
+    "parse_user_exit_grace",
     "remote_tool",
     "report_progress",
     "strip_softeners",
     "tool",
     "transition",
+    "window_from_error",
 ]

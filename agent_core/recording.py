@@ -212,6 +212,7 @@ class RunRecorder:
                 detail={
                     "outcome": result.outcome.value,
                     "exit_code": result.exit_code.value,
+                    "ended_because": result.ended_because.value,
                     "recorded": won,
                 },
             )
