@@ -275,6 +275,11 @@ class Run:
                 continue
             except _RetriesExhausted as exc:
                 self._tally.last_error = exc.error
+                if isinstance(exc.error, RateLimited) and self.control.reason is StopReason.STOP:
+                    # Stopped while the last attempt was being refused: the person's stop
+                    # is the ending, with one final-turn attempt (as after a cut wait).
+                    self._stop_cut_rate_limit = True
+                    continue
                 if isinstance(exc.error, RateLimited):
                     await self._checkpoint_unfinished_turn()
                     return rate_limited_ending(exc.error, exc.error.retry_after, self._tally)

@@ -14,7 +14,7 @@ from llmock.scenarios import Reply
 
 from agent_core.agent import AgentConfig
 from agent_core.ended import EndedBecause
-from agent_core.events import Retrying, TextDelta, ToolStarted
+from agent_core.events import Retrying, RunEvent, TextDelta, ToolStarted, TurnStarted
 from agent_core.outcomes import ExitCode, Outcome
 from agent_core.prompts import RESUMED_NOTE, resumed_note
 from agent_core.resume_policy import ResumeAt, ResumeSettings, decide_resume
@@ -133,6 +133,27 @@ async def test_a_stop_during_the_rate_limit_wait_ends_without_waiting_again(
     assert result.handoff.stopped_by == "U1"
     assert "429" in (result.error or "")
     assert "noop: ok" in result.handoff.evidence
+
+
+async def test_a_stop_sent_with_the_refused_last_attempt_still_gets_its_final_turn(
+    llm: LLMock, make_agent: AgentFactory
+) -> None:
+    llm.call_tool("noop")
+    run = make_agent([noop]).new_run("work")
+    on_first(run, ToolStarted, lambda: llm.rate_limit(retry_after=300))  # no retry: too long
+
+    def stop_as_turn_two_goes_out(event: RunEvent) -> None:
+        if isinstance(event, TurnStarted) and event.turn == 2:
+            run.request_stop(StopReason.STOP, "U1")
+
+    run.events.add_listener(stop_as_turn_two_goes_out)
+    result = await run.run()
+
+    assert [r.status for r in llm.requests] == [200, 429, 200]
+    assert offered_tools(llm.requests[-1]) == ["final_report"]
+    assert result.outcome is Outcome.USERINTERLUDE
+    assert result.ended_because is EndedBecause.USER_EXIT
+    assert result.handoff.stopped_by == "U1"
 
 
 async def test_why_each_kind_of_ending_ended(llm: LLMock, make_agent: AgentFactory) -> None:
