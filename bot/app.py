@@ -215,7 +215,7 @@ class ThreadpilotApp:
         )
         bolt.error(on_bolt_error)
         # Durable and shared by every worker: a retry delivered elsewhere is dropped too.
-        deduper = EventDeduper(Deliveries(ctx.store), budget_s=ACK_BUDGET_S)
+        deduper = EventDeduper(Deliveries(ctx.store), ctx.store, budget_s=ACK_BUDGET_S)
         bolt.middleware(deduper.middleware)
         mentions.register(bolt, ctx)
         actions.register(bolt, ctx)

@@ -10,27 +10,42 @@ delivery log, which every worker shares (``Store.first_delivery``). Keys:
 ``event:<event_id>`` for events (:class:`EventDeduper`, a Bolt middleware, before any
 listener can start a run) and ``click:<action_ts>:<user>`` for button clicks
 (:mod:`bot.handlers.actions`): a deliberate second press has a new ``action_ts``.
+
+The log records that a delivery was *taken*, not that its work was done: a worker killed
+between the two would lose a mention to Slack's retries of it. So a repeated mention or
+message that another process took at least :data:`RETAKE_AFTER` ago, and that left no run
+in its thread from its time on, is taken again (Slack retries after about 3 s, 1 minute
+and 5 minutes; the thread's one-live-run rule and guidance ids make a second taking
+harmless). A repeat this process took itself is always dropped: its taker is alive.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import structlog
 from slack_bolt.response import BoltResponse
 
-from agent_core import StorageError
+from agent_core import StorageError, ThreadKey
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-    from agent_core.ports import DeliveryLog
+    from agent_core.ports import DeliveryLog, RunQueries
 
-__all__ = ["Deliveries", "EventDeduper", "click_key", "event_key"]
+__all__ = ["CLOCK_SKEW", "Deliveries", "EventDeduper", "click_key", "event_key"]
 
 log = structlog.get_logger("bot.dedupe")
+
+CLOCK_SKEW = timedelta(seconds=5)
+"""Slack's clock (a message's ``ts``) and ours may differ by this much."""
+RETAKE_AFTER = timedelta(seconds=10)
+"""A live taker has started its run long before this; a repeat later than it with no run
+to show means the taker died."""
+_STARTS_RUNS = frozenset({"app_mention", "message"})
 
 
 def event_key(event_id: str) -> str:
@@ -86,8 +101,9 @@ class EventDeduper:
     catches most repeats, and it is logged.
     """
 
-    def __init__(self, deliveries: Deliveries, *, budget_s: float) -> None:
+    def __init__(self, deliveries: Deliveries, runs: RunQueries, *, budget_s: float) -> None:
         self._deliveries = deliveries
+        self._runs = runs
         self._budget_s = budget_s
 
     async def first_time(self, event_id: str) -> bool:
@@ -105,11 +121,38 @@ class EventDeduper:
             self._deliveries.remember(key)
             return True
 
+    async def work_lost(self, body: dict[str, Any]) -> bool:
+        """For a repeat: True if it is a person's message whose taker left no run behind
+        (killed between taking it and starting the run), so it must be taken again."""
+        event = body.get("event")
+        if not isinstance(event, dict) or event.get("type") not in _STARTS_RUNS:
+            return False
+        try:
+            sent = datetime.fromtimestamp(float(event["ts"]), UTC)
+            if datetime.now(UTC) - sent < RETAKE_AFTER:
+                return False
+            at = sent - CLOCK_SKEW
+            thread = ThreadKey(
+                str(body["team_id"]),
+                str(event["channel"]),
+                str(event.get("thread_ts") or event["ts"]),
+            )
+            async with asyncio.timeout(self._budget_s):
+                runs = await self._runs.find_runs(thread=thread, limit=1_000)
+        except (KeyError, ValueError, OverflowError, StorageError, TimeoutError):
+            return False  # cannot tell: the log's answer stands
+        return not any(r.created_at >= at for r in runs)
+
     async def middleware(
         self, body: dict[str, Any], next: Callable[[], Awaitable[None]]
     ) -> BoltResponse | None:
         event_id = body.get("event_id") if body.get("type") == "event_callback" else None
+        taken_here = bool(event_id) and self._deliveries.seen_here(event_key(str(event_id)))
         if event_id and not await self.first_time(str(event_id)):
+            if not taken_here and await self.work_lost(body):
+                log.warning("event.retaken", event_id=event_id, reason="no run came of it")
+                await next()
+                return None
             event = body.get("event")
             log.info(
                 "event.duplicate_dropped",
