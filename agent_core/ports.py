@@ -489,13 +489,16 @@ class RunQueries(Protocol):
         final_posted: bool | None = None,
         thread: ThreadKey | None = None,
         owner: str | None = None,
+        top_level: bool | None = None,
         limit: int = 100,
     ) -> list[RunRecord]:
         """Runs matching every filter given (None: any), oldest ``created_at`` first
         (ties by id), at most ``limit`` of them.
 
         ``states`` empty matches nothing; ``final_posted=False`` means ``final_posted_at``
-        is NULL, True that it is set. A negative ``limit`` raises ValueError.
+        is NULL, True that it is set. ``top_level=True`` matches runs without a parent
+        (``parent_id`` NULL: not sub-agents), False only sub-agents' runs. A negative
+        ``limit`` raises ValueError.
         """
         ...
 

@@ -18,6 +18,14 @@ Runs on start-up and then periodically, in every worker (SPEC.md section 3):
    ``ABANDONED_LOOKUP_S`` without one, there is nothing to repair and the run is settled.
 4. **Moot stop requests.** A request still pending for a run that has ended is marked
    handled (pending requests are never purged).
+
+Sub-agents (a ``delegate`` call's child runs) are stored with their parent, in its thread,
+and hold no lease of their own: the parent's worker runs them, and they end before their
+parent does. So they are never orphans, resumed or repaired on their own account: when
+an orphaned run is ended, its live sub-agents (and theirs) are ended with it, with the
+same reason; a sub-agent row left live under a run that has ended (its own terminal
+write was lost) is ended by the next pass; a resumed run delegates again from its
+checkpoint; and a sub-agent, which has no Slack message, has none to repair.
 """
 
 from __future__ import annotations
@@ -41,6 +49,7 @@ from agent_core import (
     Timings,
     Usage,
 )
+from agent_core.delegation import MAX_DEPTH
 from agent_core.stop import utcnow
 from bot import messages
 from bot.errors import SlackError, SlackRefused
@@ -110,8 +119,9 @@ class Reconciler:
                 continue  # ours and alive: the next heartbeat renews it
             if await self.end_orphan(record, now=now):
                 ended += 1
+        await self._end_stray_sub_agents(now)
         candidates = await self._store.find_runs(
-            states=[RunState.BLOCKED], stop_reason=StopReason.SHUTDOWN
+            states=[RunState.BLOCKED], stop_reason=StopReason.SHUTDOWN, top_level=True
         )
         for record in candidates:
             if await self._try_resume(record, now):
@@ -149,6 +159,8 @@ class Reconciler:
         # Read again after the compare-and-set, whoever won it: a click that saw the run
         # live may have committed a request since, and then calls this to end it.
         await self._settle_if_ended(record.id)
+        # Its sub-agents ran in the same worker: they are gone too, whoever won.
+        await self._end_sub_agents(record, stops, now)
         if not won:
             return False
         await self._store.record_event(
@@ -171,6 +183,60 @@ class Reconciler:
             await self.post_final(fresh, now)
         return True
 
+    async def _end_sub_agents(
+        self, record: RunRecord, stops: list[StopRequestRecord], now: datetime
+    ) -> None:
+        """End the live sub-agents of ``record`` (and theirs), a run that has ended: with
+        its stop requests, so a person's stop ends them as the person's stop too."""
+        live = await self._store.find_runs(
+            states=LIVE_STATES, thread=record.thread, top_level=False, limit=1000
+        )
+        family = {record.id}
+        for child in live:  # oldest first: a sub-agent comes after its parent
+            if child.parent_id not in family:
+                continue
+            family.add(child.id)
+            checkpoint = await self._store.latest_checkpoint(child.id)
+            result = orphan_result(child, stops, checkpoint, now)
+            handoff = replace(
+                result.handoff, next_step=f"Its parent run {record.id} answers for it."
+            )
+            result = replace(result, handoff=handoff)
+            if await self._store.set_state(
+                child.id,
+                RunState(result.outcome.value),
+                expected=LIVE_STATES,
+                outcome=result.outcome,
+                stop_reason=result.stop_reason,
+                exit_code=result.exit_code,
+                stopped_by=result.handoff.stopped_by,
+                result=result.to_dict(),
+            ):
+                log.warning("run.sub_agent_ended", run_id=child.id, parent=record.id)
+
+    async def _end_stray_sub_agents(self, now: datetime) -> None:
+        """End the live sub-agents whose top-level run has ended without them (a sub-agent
+        whose own terminal write was lost would otherwise stay live for good)."""
+        live = await self._store.find_runs(states=LIVE_STATES, top_level=False, limit=1000)
+        seen: set[str] = set()
+        for child in live:
+            root = await self._root_of(child)
+            if root is None or root.id in seen or not root.state.is_terminal:
+                continue
+            seen.add(root.id)
+            await self._end_sub_agents(root, await self._store.stop_requests_for(root.id), now)
+
+    async def _root_of(self, record: RunRecord) -> RunRecord | None:
+        """The top-level run a sub-agent belongs to (None if a row on the way is gone)."""
+        for _ in range(MAX_DEPTH + 1):
+            if record.parent_id is None:
+                return record
+            parent = await self._store.get_run(record.parent_id)
+            if parent is None:
+                return None
+            record = parent
+        return None
+
     async def _settle_if_ended(self, run_id: str) -> None:
         """Mark the run's pending stop requests handled if it has ended."""
         pending = await self._store.pending_stop_requests([run_id])
@@ -184,8 +250,8 @@ class Reconciler:
     async def _thread_moved_on(self, record: RunRecord) -> bool:
         """True if a newer run started in the run's thread: the conversation went on
         without it, and resuming it would put an old task back over the newer one."""
-        runs = await self._store.find_runs(thread=record.thread, limit=1000)
-        return any(r.parent_id is None and r.created_at > record.created_at for r in runs)
+        runs = await self._store.find_runs(thread=record.thread, top_level=True, limit=1000)
+        return any(r.created_at > record.created_at for r in runs)
 
     async def post_final(
         self, record: RunRecord, now: datetime | None = None, *, also: tuple[str, ...] = ()
@@ -276,7 +342,10 @@ class Reconciler:
     async def _repost_finals(self, now: datetime) -> int:
         reposted = 0
         cutoff = now - timedelta(seconds=FINAL_GRACE_S)
-        for record in await self._store.find_runs(states=TERMINAL_STATES, final_posted=False):
+        unposted = await self._store.find_runs(
+            states=TERMINAL_STATES, final_posted=False, top_level=True
+        )
+        for record in unposted:
             # Resumable runs were resumed earlier in this pass; what is left here can no
             # longer resume (limit reached, or a person stopped it) and needs its message.
             if record.updated_at > cutoff or self._is_local(record.id):

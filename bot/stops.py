@@ -265,7 +265,9 @@ class StopService:
         if ask.run_id is not None:
             return await self._store.get_run(ask.run_id) if ask.run_id else None
         assert ask.thread is not None
-        found = await self._store.find_runs(states=LIVE_STATES, thread=ask.thread, limit=1)
+        found = await self._store.find_runs(
+            states=LIVE_STATES, thread=ask.thread, top_level=True, limit=1
+        )
         return found[0] if found else None
 
     async def _commit(

@@ -262,6 +262,8 @@ class RunQuery:
     equal: dict[str, Any]
     """Column -> the value it must equal."""
     final_posted: bool | None
+    top_level: bool | None
+    """True: ``parent_id`` must be NULL; False: it must be set."""
     limit: int
 
     @property
@@ -277,6 +279,7 @@ def run_query(
     final_posted: bool | None,
     thread: ThreadKey | None,
     owner: str | None,
+    top_level: bool | None,
     limit: int,
 ) -> RunQuery:
     """Check ``find_runs``' arguments (ValueError for a negative ``limit``) and encode them."""
@@ -292,7 +295,7 @@ def run_query(
     if owner is not None:
         equal["owner"] = owner
     wanted = None if states is None else tuple(sorted({str(s) for s in states}))
-    return RunQuery(wanted, equal, final_posted, limit)
+    return RunQuery(wanted, equal, final_posted, top_level, limit)
 
 
 # -- stop requests, checkpoints, events -------------------------------------------------

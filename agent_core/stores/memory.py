@@ -102,6 +102,7 @@ class MemoryStore:
         final_posted: bool | None = None,
         thread: ThreadKey | None = None,
         owner: str | None = None,
+        top_level: bool | None = None,
         limit: int = 100,
     ) -> list[RunRecord]:
         query = codec.run_query(
@@ -111,6 +112,7 @@ class MemoryStore:
             final_posted=final_posted,
             thread=thread,
             owner=owner,
+            top_level=top_level,
             limit=limit,
         )
         if query.matches_nothing:
@@ -124,6 +126,7 @@ class MemoryStore:
             and (final_posted is None or (r.final_posted_at is not None) == final_posted)
             and (thread is None or r.thread == thread)
             and (owner is None or r.owner == owner)
+            and (top_level is None or (r.parent_id is None) == top_level)
         )
         return found[:limit]
 

@@ -359,6 +359,7 @@ class PostgresStore:
         final_posted: bool | None = None,
         thread: ThreadKey | None = None,
         owner: str | None = None,
+        top_level: bool | None = None,
         limit: int = 100,
     ) -> list[RunRecord]:
         query = codec.run_query(
@@ -368,6 +369,7 @@ class PostgresStore:
             final_posted=final_posted,
             thread=thread,
             owner=owner,
+            top_level=top_level,
             limit=limit,
         )
         if query.matches_nothing:
@@ -382,6 +384,8 @@ class PostgresStore:
             where.append(f"{column} = ${len(params)}")
         if query.final_posted is not None:
             where.append(f"final_posted_at IS {'NOT ' if query.final_posted else ''}NULL")
+        if query.top_level is not None:
+            where.append(f"parent_id IS {'' if query.top_level else 'NOT '}NULL")
         sql = "SELECT * FROM runs"
         if where:
             sql += " WHERE " + " AND ".join(where)

@@ -318,6 +318,7 @@ class SqliteStore:
         final_posted: bool | None = None,
         thread: ThreadKey | None = None,
         owner: str | None = None,
+        top_level: bool | None = None,
         limit: int = 100,
     ) -> list[RunRecord]:
         query = codec.run_query(
@@ -327,6 +328,7 @@ class SqliteStore:
             final_posted=final_posted,
             thread=thread,
             owner=owner,
+            top_level=top_level,
             limit=limit,
         )
         if query.matches_nothing:
@@ -341,6 +343,8 @@ class SqliteStore:
             params.append(value)
         if query.final_posted is not None:
             where.append(f"final_posted_at IS {'NOT ' if query.final_posted else ''}NULL")
+        if query.top_level is not None:
+            where.append(f"parent_id IS {'' if query.top_level else 'NOT '}NULL")
         sql = "SELECT * FROM runs"
         if where:
             sql += " WHERE " + " AND ".join(where)

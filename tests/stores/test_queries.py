@@ -197,6 +197,29 @@ async def test_find_runs_defaults_to_a_hundred(store: Store) -> None:
     assert found == [f"run-{i:03}" for i in range(100)]
 
 
+async def test_find_runs_tells_sub_agents_from_top_level_runs(store: Store) -> None:
+    blocked = {"state": RunState.BLOCKED, "stop_reason": StopReason.SHUTDOWN}
+    for run in [
+        a_run("parent", created_at=at(0), **blocked),
+        a_run("child-1", created_at=at(1), parent_id="parent", **blocked),
+        a_run("child-2", created_at=at(2), parent_id="parent", state=RunState.RUNNING),
+        a_run("grandchild", created_at=at(3), parent_id="child-2", state=RunState.RUNNING),
+        a_run("other", created_at=at(4), thread=THREAD_2),
+    ]:
+        await store.create_run(run)
+
+    assert await ids(store.find_runs(top_level=True)) == ["parent", "other"]
+    assert await ids(store.find_runs(top_level=False)) == ["child-1", "child-2", "grandchild"]
+    # The reconciler's scans: what may resume, and the sub-agents still live in a thread.
+    resumable = store.find_runs(
+        states=[RunState.BLOCKED], stop_reason=StopReason.SHUTDOWN, top_level=True
+    )
+    assert await ids(resumable) == ["parent"]
+    live_children = store.find_runs(states=LIVE_STATES, thread=THREAD_1, top_level=False)
+    assert await ids(live_children) == ["child-2", "grandchild"]
+    assert await ids(store.find_runs(top_level=False, limit=1)) == ["child-1"]
+
+
 # -- update_run -----------------------------------------------------------------------
 
 
