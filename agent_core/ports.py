@@ -20,6 +20,8 @@ all of them. The core never imports an adapter.
 - :class:`DashboardQueries` reads what App Home and ``/threadpilot`` list: a workspace's
   runs (a person's or everyone's), the runs that changed lately, checkpoint turns and
   audit events of some kinds (SPEC.md section 4, "Dashboard and command").
+- :class:`ResumeStore` keeps each ended run's resume decision, the durable schedule any
+  worker starts a resume from (seed 003, SPEC.md section 4, "Why a run ended").
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ if TYPE_CHECKING:
     from contextlib import AbstractAsyncContextManager
     from datetime import datetime
 
+    from agent_core.ended import EndedBecause
     from agent_core.outcomes import ExitCode, Outcome, Usage
 
 __all__ = [
@@ -53,6 +56,8 @@ __all__ = [
     "ModelResponse",
     "ParticipantStore",
     "Reconnected",
+    "ResumeState",
+    "ResumeStore",
     "RetentionStore",
     "RunQueries",
     "RunRecord",
@@ -148,6 +153,24 @@ class ThreadKey:
         return f"{self.team}/{self.channel}/{self.thread_ts}"
 
 
+class ResumeState(StrEnum):
+    """Where an ended run's automatic resume stands (the ``resume`` column of ``runs``).
+
+    A run that ends is *decided* once: ``scheduled`` (with ``resume_at``) or ``declined``.
+    A scheduled resume is then ``claimed`` by the worker preparing it (a summary to
+    continue from; its ``owner`` and ``lease_expires_at`` hold the claim), and
+    ``started``, or ``cancelled`` by a person. A resume in place makes the run live again
+    with no decision (it is decided afresh when it ends). ``started``, ``declined`` and
+    ``cancelled`` never change again.
+    """
+
+    SCHEDULED = "scheduled"
+    CLAIMED = "claimed"
+    STARTED = "started"
+    DECLINED = "declined"
+    CANCELLED = "cancelled"
+
+
 @dataclass(frozen=True, slots=True)
 class RunRecord:
     """A run as stored (the ``runs`` table)."""
@@ -173,6 +196,23 @@ class RunRecord:
     updated_at: datetime = field(default_factory=utcnow)
     final_posted_at: datetime | None = None
     """When Slack accepted the run's terminal message; None until then (or never posted)."""
+    ended_because: EndedBecause | None = None
+    """Why it ended (seed 003), once terminal. Stores write it with ``result``, from it:
+    writing a result writes its ``ended_because``, writing none clears it."""
+    continued_from: str | None = None
+    """The run whose context filled up and whose summary this run starts from."""
+    auto_resumes: int = 0
+    """Automatic resumes in this run's thread since a person last started a run there,
+    counting this run's own start: 0 for a person's run, one more for each resume in
+    place or continuation after it (``MAX_AUTO_RESUMES`` caps it)."""
+    resume: ResumeState | None = None
+    """Its resume decision once ended; None while live, or ended and not yet decided."""
+    resume_at: datetime | None = None
+    """When a ``scheduled`` resume is due (any worker starts it then)."""
+    resume_reason: str | None = None
+    """Why the decision was made, for logs and the status message."""
+    resume_by: str | None = None
+    """Who cancelled or hurried a resume (a Slack user id); None for the policy."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -561,6 +601,49 @@ class DashboardQueries(Protocol):
         ...
 
 
+# -- the durable resume schedule (seed 003, SPEC.md section 4) -------------------------
+
+
+class ResumeStore(Protocol):
+    """Each ended run's resume decision: what any worker starts a resume from, on time,
+    whoever decided it and whatever happened to that worker since."""
+
+    async def set_resume(
+        self,
+        run_id: str,
+        new: ResumeState | None,
+        *,
+        expected: Collection[ResumeState | None],
+        due_by: datetime | None = None,
+        claimed_by: str | None = None,
+        state: RunState | None = None,
+        **changes: Any,
+    ) -> bool:
+        """Compare-and-set of the ``resume`` decision of a run that has ended.
+
+        Moves ``resume`` to ``new`` only if the run is in a terminal state and its
+        ``resume`` is in ``expected`` (None: not decided yet). ``due_by``: only a resume
+        due by then, ``scheduled`` with ``resume_at`` at or before it, or ``claimed``
+        with its claim (``lease_expires_at``) run out by then. ``claimed_by``: only a
+        resume that worker holds (``owner``). ``state``: move the run's state too (a
+        resume in place makes it live again). ``changes``: other :class:`RunRecord`
+        fields, checked as :meth:`RunStore.set_state` checks them. False, writing
+        nothing, when another writer got there first; exactly one of racing writers wins.
+        """
+        ...
+
+    async def pending_resumes(self, *, limit: int = 100) -> list[RunRecord]:
+        """Runs whose resume is ahead: ``scheduled`` or ``claimed``, and ``blocked`` runs
+        not decided yet; soonest ``resume_at`` (else ``updated_at``) first, at most
+        ``limit``."""
+        ...
+
+    async def last_user_stop(self, thread: ThreadKey) -> datetime | None:
+        """When a person last asked a run in ``thread`` to stop or abort (the newest stop
+        request of kind ``stop`` or ``abort``, handled or not, until purged)."""
+        ...
+
+
 class Store(
     RunStore,
     RunQueries,
@@ -571,6 +654,7 @@ class Store(
     DeliveryLog,
     GuidanceStore,
     ParticipantStore,
+    ResumeStore,
     Protocol,
 ):
     """Everything a worker needs from one database.

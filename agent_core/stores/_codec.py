@@ -17,14 +17,17 @@ import dataclasses
 import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Protocol
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from agent_core.ended import EndedBecause
 from agent_core.outcomes import ExitCode, normalize_outcome
 from agent_core.ports import (
     AuditEvent,
     Checkpoint,
     GuidanceRecord,
     GuidanceStatus,
+    ResumeState,
     RunRecord,
     StopRequestRecord,
     ThreadKey,
@@ -41,6 +44,7 @@ __all__ = [
     "GUIDANCE_COLUMNS",
     "RUN_COLUMNS",
     "STOP_COLUMNS",
+    "ResumeChange",
     "Row",
     "RunQuery",
     "checkpoint_from_row",
@@ -51,6 +55,7 @@ __all__ = [
     "guidance_from_row",
     "guidance_settled",
     "guidance_values",
+    "resume_change",
     "run_changes",
     "run_from_row",
     "run_query",
@@ -60,6 +65,7 @@ __all__ = [
     "stop_from_row",
     "stop_values",
     "to_utc",
+    "with_ended_because",
 ]
 
 RUN_COLUMNS = (
@@ -82,6 +88,13 @@ RUN_COLUMNS = (
     "created_at",
     "updated_at",
     "final_posted_at",
+    "ended_because",
+    "continued_from",
+    "auto_resumes",
+    "resume",
+    "resume_at",
+    "resume_reason",
+    "resume_by",
 )
 STOP_COLUMNS = (
     "id",
@@ -113,6 +126,8 @@ EVENT_COLUMNS = ("run_id", "kind", "actor", "at", "detail")
 
 # RunRecord fields that set_state and update_run may change. ``id`` names the row,
 # ``updated_at`` is the store's to set, and ``state`` moves by set_state's ``new`` alone.
+_E = TypeVar("_E", bound=StrEnum)
+
 _CHANGEABLE = frozenset(f.name for f in dataclasses.fields(RunRecord)) - {
     "id",
     "state",
@@ -178,15 +193,33 @@ def _opt_str(value: object) -> str | None:
     return None if value is None else str(value)
 
 
+def _opt_enum(kind: type[_E], value: str | None) -> _E | None:
+    return None if value is None else kind(value)
+
+
 # -- runs -----------------------------------------------------------------------------
 
 
 def run_values(run: RunRecord) -> dict[str, Any]:
     """Every column of ``runs`` for ``run``, in :data:`RUN_COLUMNS` order."""
     values = {"id": run.id, "state": str(run.state), "updated_at": to_utc(run.updated_at)}
-    for name in _CHANGEABLE:
-        values.update(_run_field(name, getattr(run, name)))
+    fields = {name: getattr(run, name) for name in _CHANGEABLE}
+    if run.ended_because is None:
+        fields = with_ended_because(fields)
+    for name, value in fields.items():
+        values.update(_run_field(name, value))
     return {column: values[column] for column in RUN_COLUMNS}
+
+
+def with_ended_because(changes: Mapping[str, Any]) -> dict[str, Any]:
+    """``changes`` with the ``ended_because`` of the ``result`` they write (None for no
+    result), unless they name it themselves: the column always agrees with the result."""
+    found = dict(changes)
+    if "result" in found and "ended_because" not in found:
+        result = found["result"]
+        reason = result.get("ended_because") if result is not None else None
+        found["ended_because"] = None if reason is None else EndedBecause(reason)
+    return found
 
 
 def run_changes(changes: Mapping[str, Any], *, caller: str = "set_state()") -> dict[str, Any]:
@@ -196,9 +229,10 @@ def run_changes(changes: Mapping[str, Any], *, caller: str = "set_state()") -> d
     ``updated_at`` or unknown), and ValueError for a naive datetime.
     """
     columns: dict[str, Any] = {}
-    for name, value in changes.items():
+    for name in changes:
         if name not in _CHANGEABLE:
             raise TypeError(f"{caller} cannot change RunRecord field {name!r}")
+    for name, value in with_ended_because(changes).items():
         columns.update(_run_field(name, value))
     return columns
 
@@ -217,11 +251,11 @@ def _run_field(name: str, value: Any) -> dict[str, Any]:
     if name == "thread":
         thread: ThreadKey = value
         return {"team": thread.team, "channel": thread.channel, "thread_ts": thread.thread_ts}
-    if name in {"lease_expires_at", "created_at", "final_posted_at"}:
+    if name in {"lease_expires_at", "created_at", "final_posted_at", "resume_at"}:
         return {name: _opt_time(value)}
     if name == "result":
         return {name: _opt_dump(value)}
-    if name in {"outcome", "stop_reason", "exit_code"}:
+    if name in {"outcome", "stop_reason", "exit_code", "ended_because", "resume"}:
         return {name: _opt_str(value)}
     return {name: value}
 
@@ -250,6 +284,13 @@ def run_from_row(row: Row) -> RunRecord:
         created_at=_time(row["created_at"]),
         updated_at=_time(row["updated_at"]),
         final_posted_at=from_db_time(row["final_posted_at"]),
+        ended_because=_opt_enum(EndedBecause, row["ended_because"]),
+        continued_from=row["continued_from"],
+        auto_resumes=int(row["auto_resumes"]),
+        resume=_opt_enum(ResumeState, row["resume"]),
+        resume_at=from_db_time(row["resume_at"]),
+        resume_reason=row["resume_reason"],
+        resume_by=row["resume_by"],
     )
 
 
@@ -296,6 +337,51 @@ def run_query(
         equal["owner"] = owner
     wanted = None if states is None else tuple(sorted({str(s) for s in states}))
     return RunQuery(wanted, equal, final_posted, top_level, limit)
+
+
+# -- resumes --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ResumeChange:
+    """``set_resume``'s arguments, checked and encoded; each adapter writes its own SQL."""
+
+    columns: dict[str, Any]
+    """Column -> new value: ``resume``, ``state`` if it moves, and the other changes."""
+    expected: tuple[str, ...]
+    """The ``resume`` values that may be replaced (sorted), NULL aside."""
+    undecided: bool
+    """NULL (not decided yet) may be replaced too."""
+    due_by: datetime | None
+    claimed_by: str | None
+
+    @property
+    def matches_nothing(self) -> bool:
+        return not self.expected and not self.undecided
+
+
+def resume_change(
+    new: ResumeState | None,
+    *,
+    expected: Collection[ResumeState | None],
+    due_by: datetime | None,
+    claimed_by: str | None,
+    state: RunState | None,
+    changes: Mapping[str, Any],
+) -> ResumeChange:
+    """Check ``set_resume``'s arguments (TypeError as ``set_state``'s) and encode them."""
+    columns = run_changes(changes, caller="set_resume()")
+    columns["resume"] = _opt_str(new)
+    if state is not None:
+        columns["state"] = str(state)
+    wanted = tuple(sorted({str(e) for e in expected if e is not None}))
+    return ResumeChange(
+        columns,
+        wanted,
+        None in expected,
+        None if due_by is None else to_utc(due_by),
+        claimed_by,
+    )
 
 
 # -- stop requests, checkpoints, events -------------------------------------------------

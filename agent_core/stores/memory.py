@@ -19,12 +19,13 @@ from agent_core.ports import (
     Checkpoint,
     GuidanceRecord,
     GuidanceStatus,
+    ResumeState,
     RunRecord,
     StopRequestRecord,
     ThreadKey,
 )
 from agent_core.states import LIVE_STATES, TERMINAL_STATES, RunState
-from agent_core.stop import utcnow
+from agent_core.stop import StopReason, utcnow
 from agent_core.stores import _codec as codec
 
 if TYPE_CHECKING:
@@ -32,7 +33,6 @@ if TYPE_CHECKING:
     from datetime import datetime
 
     from agent_core.outcomes import ExitCode
-    from agent_core.stop import StopReason
 
 __all__ = ["MemoryStore"]
 
@@ -76,7 +76,8 @@ class MemoryStore:
             run = self._runs.get(run_id)
             if run is None or run.state not in expected:
                 return False
-            self._runs[run_id] = dataclasses.replace(run, state=new, updated_at=utcnow(), **changes)
+            fields = codec.with_ended_because(changes)
+            self._runs[run_id] = dataclasses.replace(run, state=new, updated_at=utcnow(), **fields)
             return True
 
     async def save_checkpoint(self, checkpoint: Checkpoint) -> None:
@@ -137,7 +138,8 @@ class MemoryStore:
             if run is None:
                 return False
             if changes:
-                self._runs[run_id] = dataclasses.replace(run, updated_at=utcnow(), **changes)
+                fields = codec.with_ended_because(changes)
+                self._runs[run_id] = dataclasses.replace(run, updated_at=utcnow(), **fields)
             return True
 
     async def stop_requests_for(self, run_id: str) -> list[StopRequestRecord]:
@@ -402,6 +404,63 @@ class MemoryStore:
             (g for g in self._guidance.values() if g.run_id == run_id), key=lambda g: g.queued_at
         )
 
+    # -- ResumeStore -------------------------------------------------------------------
+
+    async def set_resume(
+        self,
+        run_id: str,
+        new: ResumeState | None,
+        *,
+        expected: Collection[ResumeState | None],
+        due_by: datetime | None = None,
+        claimed_by: str | None = None,
+        state: RunState | None = None,
+        **changes: Any,
+    ) -> bool:
+        codec.resume_change(  # the SQL stores' checks
+            new,
+            expected=expected,
+            due_by=due_by,
+            claimed_by=claimed_by,
+            state=state,
+            changes=changes,
+        )
+        async with self._lock:
+            run = self._runs.get(run_id)
+            if (
+                run is None
+                or run.state not in TERMINAL_STATES
+                or run.resume not in set(expected)
+                or (due_by is not None and not _resume_due(run, codec.to_utc(due_by)))
+                or (claimed_by is not None and run.owner != claimed_by)
+            ):
+                return False
+            fields = codec.with_ended_because(changes)
+            self._runs[run_id] = dataclasses.replace(
+                run,
+                state=run.state if state is None else state,
+                resume=new,
+                updated_at=utcnow(),
+                **fields,
+            )
+            return True
+
+    async def pending_resumes(self, *, limit: int = 100) -> list[RunRecord]:
+        found = [
+            r
+            for r in self._runs.values()
+            if r.resume in (ResumeState.SCHEDULED, ResumeState.CLAIMED)
+            or (r.state is RunState.BLOCKED and r.resume is None)
+        ]
+        return sorted(found, key=lambda r: (r.resume_at or r.updated_at, r.id))[: _limit(limit)]
+
+    async def last_user_stop(self, thread: ThreadKey) -> datetime | None:
+        people = (StopReason.STOP, StopReason.ABORT)
+        times = [
+            r.requested_at for r in self._stops.values() if r.thread == thread and r.kind in people
+        ]
+        return max(times, default=None)
+
     async def close(self) -> None:
         """Nothing to release; here so this store is a :class:`~agent_core.ports.Store`."""
 
@@ -419,6 +478,14 @@ def _lease_free(run: RunRecord, owner: str, now: datetime) -> bool:
         or run.lease_expires_at is None
         or run.lease_expires_at <= now
     )
+
+
+def _resume_due(run: RunRecord, due_by: datetime) -> bool:
+    if run.resume is ResumeState.SCHEDULED:
+        return run.resume_at is not None and run.resume_at <= due_by
+    if run.resume is ResumeState.CLAIMED:
+        return run.lease_expires_at is not None and run.lease_expires_at <= due_by
+    return False
 
 
 def _never_resumes(run: RunRecord | None) -> bool:

@@ -51,6 +51,7 @@ if TYPE_CHECKING:
         GuidanceRecord,
         GuidanceStatus,
         Reconnected,
+        ResumeState,
         RunRecord,
         StopWakeup,
         ThreadKey,
@@ -75,6 +76,7 @@ if TYPE_CHECKING:
     """One attempt of a call: ``(connection, retrying) -> answer``."""
 
 _LIVE = sorted(LIVE_STATES)
+_TERMINAL = sorted(TERMINAL_STATES)
 _NEVER_RESUMES = sorted(TERMINAL_STATES - {RunState.BLOCKED})
 
 
@@ -707,6 +709,93 @@ class PostgresStore:
         sql = "SELECT * FROM guidance WHERE run_id = $1 ORDER BY queued_at, seq"
         rows = await self._fetch("read a run's guidance", sql, run_id)
         return [codec.guidance_from_row(r) for r in rows]
+
+    # -- ResumeStore -------------------------------------------------------------------
+
+    async def set_resume(
+        self,
+        run_id: str,
+        new: ResumeState | None,
+        *,
+        expected: Collection[ResumeState | None],
+        due_by: datetime | None = None,
+        claimed_by: str | None = None,
+        state: RunState | None = None,
+        **changes: Any,
+    ) -> bool:
+        change = codec.resume_change(
+            new,
+            expected=expected,
+            due_by=due_by,
+            claimed_by=claimed_by,
+            state=state,
+            changes=changes,
+        )
+        if change.matches_nothing:
+            return False
+        columns = change.columns | {"updated_at": utcnow()}
+        params: list[Any] = [run_id, *columns.values()]
+        marks = {c: f"${i}" for i, c in enumerate(columns, start=2)}
+        assignments = ", ".join(f"{c} = {mark}" for c, mark in marks.items())
+        cas = _resume_filter(change, params)
+        # As in set_state: a retry after an unknown outcome also matches the row as our
+        # own first attempt left it (our decision, our ``updated_at``).
+        ours = (
+            f"resume IS NOT DISTINCT FROM {marks['resume']} AND updated_at = {marks['updated_at']}"
+        )
+
+        async def work(conn: Any, retrying: bool) -> bool:
+            condition = f"(({cas}) OR ({ours}))" if retrying else cas
+            sql = f"UPDATE runs SET {assignments} WHERE id = $1 AND {condition} RETURNING id"
+            return await conn.fetchval(sql, *params) is not None
+
+        return await self._call("change a run's resume", work, idempotent=True)
+
+    async def pending_resumes(self, *, limit: int = 100) -> list[RunRecord]:
+        sql = (
+            f"SELECT * FROM runs WHERE {_PENDING_RESUMES} "
+            'ORDER BY COALESCE(resume_at, updated_at), id COLLATE "C" LIMIT $1'
+        )
+        return await self._runs("list pending resumes", sql, _limit(limit))
+
+    async def last_user_stop(self, thread: ThreadKey) -> datetime | None:
+        sql = (
+            "SELECT MAX(requested_at) FROM stop_requests WHERE team = $1 AND channel = $2 "
+            "AND thread_ts = $3 AND kind IN ('stop', 'abort')"
+        )
+        rows = await self._fetch(
+            "read a thread's last stop", sql, thread.team, thread.channel, thread.thread_ts
+        )
+        return codec.from_db_time(rows[0][0]) if rows else None
+
+
+_PENDING_RESUMES = "(resume IN ('scheduled', 'claimed') OR (state = 'blocked' AND resume IS NULL))"
+"""The partial index ``ix_runs_resume_pending`` (r0007) holds exactly these rows."""
+
+
+def _resume_filter(change: codec.ResumeChange, params: list[Any]) -> str:
+    """The compare-and-set condition of ``set_resume``; its values are appended to
+    ``params``, and referred to by their positions there."""
+
+    def mark(value: Any) -> str:
+        params.append(value)
+        return f"${len(params)}"
+
+    which: list[str] = []
+    if change.expected:
+        which.append(f"resume = ANY({mark(list(change.expected))}::text[])")
+    if change.undecided:
+        which.append("resume IS NULL")
+    where = [f"state = ANY({mark(_TERMINAL)}::text[])", f"({' OR '.join(which)})"]
+    if change.due_by is not None:
+        due = mark(change.due_by)
+        where.append(
+            f"((resume = 'scheduled' AND resume_at <= {due}) "
+            f"OR (resume = 'claimed' AND lease_expires_at <= {due}))"
+        )
+    if change.claimed_by is not None:
+        where.append(f"owner = {mark(change.claimed_by)}")
+    return " AND ".join(where)
 
 
 def _team_filter(team: str, requester: str | None) -> tuple[str, list[Any]]:

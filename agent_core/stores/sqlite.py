@@ -61,6 +61,7 @@ if TYPE_CHECKING:
         Checkpoint,
         GuidanceRecord,
         GuidanceStatus,
+        ResumeState,
         RunRecord,
         ThreadKey,
     )
@@ -77,6 +78,7 @@ _BUSY_PAUSE_S = 0.005
 does for some) must not make the store spin."""
 
 _LIVE = tuple(sorted(LIVE_STATES))
+_TERMINAL = tuple(sorted(TERMINAL_STATES))
 _NEVER_RESUMES = tuple(sorted(TERMINAL_STATES - {RunState.BLOCKED}))
 
 
@@ -607,6 +609,81 @@ class SqliteStore:
         sql = "SELECT * FROM guidance WHERE run_id = ? ORDER BY queued_at, seq"
         rows = await self._rows("read a run's guidance", sql, [run_id])
         return [codec.guidance_from_row(r) for r in rows]
+
+    # -- ResumeStore -------------------------------------------------------------------
+
+    async def set_resume(
+        self,
+        run_id: str,
+        new: ResumeState | None,
+        *,
+        expected: Collection[ResumeState | None],
+        due_by: datetime | None = None,
+        claimed_by: str | None = None,
+        state: RunState | None = None,
+        **changes: Any,
+    ) -> bool:
+        change = codec.resume_change(
+            new,
+            expected=expected,
+            due_by=due_by,
+            claimed_by=claimed_by,
+            state=state,
+            changes=changes,
+        )
+        if change.matches_nothing:
+            return False
+        columns = change.columns | {"updated_at": utcnow()}
+        assignments = ", ".join(f"{c} = ?" for c in columns)
+        where, params = _resume_filter(change)
+        sql = f"UPDATE runs SET {assignments} WHERE id = ? AND {where}"
+        return (
+            await self._change("change a run's resume", sql, [*columns.values(), run_id, *params])
+            == 1
+        )
+
+    async def pending_resumes(self, *, limit: int = 100) -> list[RunRecord]:
+        sql = (
+            f"SELECT * FROM runs WHERE {_PENDING_RESUMES} "
+            "ORDER BY COALESCE(resume_at, updated_at), id LIMIT ?"
+        )
+        rows = await self._rows("list pending resumes", sql, [_limit(limit)])
+        return [codec.run_from_row(r) for r in rows]
+
+    async def last_user_stop(self, thread: ThreadKey) -> datetime | None:
+        sql = (
+            "SELECT MAX(requested_at) FROM stop_requests WHERE team = ? AND channel = ? "
+            "AND thread_ts = ? AND kind IN ('stop', 'abort')"
+        )
+        params = [thread.team, thread.channel, thread.thread_ts]
+        rows = await self._rows("read a thread's last stop", sql, params)
+        return codec.from_db_time(rows[0][0]) if rows else None
+
+
+_PENDING_RESUMES = "(resume IN ('scheduled', 'claimed') OR (state = 'blocked' AND resume IS NULL))"
+"""The partial index ``ix_runs_resume_pending`` (r0007) holds exactly these rows."""
+
+
+def _resume_filter(change: codec.ResumeChange) -> tuple[str, list[Any]]:
+    """The WHERE clause (after ``id = ?``) of ``set_resume``'s compare-and-set."""
+    which: list[str] = []
+    params: list[Any] = [*_TERMINAL]
+    if change.expected:
+        which.append(f"resume IN ({_marks(len(change.expected))})")
+        params += change.expected
+    if change.undecided:
+        which.append("resume IS NULL")
+    where = [f"state IN ({_marks(len(_TERMINAL))})", f"({' OR '.join(which)})"]
+    if change.due_by is not None:
+        where.append(
+            "((resume = 'scheduled' AND resume_at <= ?) "
+            "OR (resume = 'claimed' AND lease_expires_at <= ?))"
+        )
+        params += [change.due_by, change.due_by]
+    if change.claimed_by is not None:
+        where.append("owner = ?")
+        params.append(change.claimed_by)
+    return " AND ".join(where), params
 
 
 def _team_filter(team: str, requester: str | None) -> tuple[str, list[Any]]:

@@ -15,7 +15,7 @@ import asyncpg  # type: ignore[import-untyped]
 import pytest
 
 from agent_core.outcomes import ExitCode, Outcome
-from agent_core.ports import RunRecord, ThreadKey
+from agent_core.ports import ResumeState, RunRecord, ThreadKey
 from agent_core.states import TERMINAL_STATES, RunState
 from agent_core.stores.factory import open_store
 from agent_core.stores.migrations import (
@@ -80,6 +80,7 @@ R0001_RUN = RunRecord(
     result={"turns": 2},
     created_at=T0,
     updated_at=T0,
+    resume=ResumeState.DECLINED,  # r0007: it ended before any resume policy looked
 )
 
 
