@@ -39,6 +39,8 @@ from agent_core import (
     OpenAIChatModel,
     StorageError,
 )
+from agent_core.delegation import DELEGATE
+from agent_core.mcp import McpManager
 from agent_core.stores.factory import open_store
 from bot import messages
 from bot.context import BotContext
@@ -49,6 +51,7 @@ from bot.session import RunSession
 from bot.stops import ACK_BUDGET_S, StopService
 from bot.supervisor import Supervisor
 from bot.surface import Workspaces
+from bot.tools import SLACK_READ_THREAD, slack_read_thread
 from bot.worker import Worker, default_worker_id
 
 if TYPE_CHECKING:
@@ -66,6 +69,11 @@ SHUTDOWN_BUDGET_S = 15.0
 """Everything after SIGTERM fits in this, well inside the 20 s target (SPEC.md §5)."""
 
 _T = TypeVar("_T")
+
+MCP_CLOSE_S = 5.0
+"""Closing the MCP servers at shutdown: a stdio server that ignores its closed stdin is
+SIGTERMed after 2 s. One still running past this ends on its own when we exit (its stdin
+closes)."""
 
 STEP_TIMEOUT_S = 8.0
 """Each start-up step that waits on something outside (Slack, the database, the Socket
@@ -93,6 +101,12 @@ class ThreadpilotApp:
         self._worker: Worker | None = None
         self._guard: SlackRequestGuard | None = None
         self._started = False
+        self.mcp = McpManager(
+            settings.mcp_servers,
+            reserved=[*(t.name for t in BUILTIN_TOOLS), SLACK_READ_THREAD, DELEGATE],
+        )
+        """The MCP servers of ``MCP_CONFIG``: started by :meth:`start`, closed by
+        :meth:`shutdown` whatever happened in between."""
         self.port: int | None = None
         self.ctx: BotContext | None = None
         self.bolt: AsyncApp | None = None
@@ -123,9 +137,12 @@ class ThreadpilotApp:
             "DATABASE_URL", "the database", _open_store(settings.DATABASE_URL)
         )
         worker_id = settings.WORKER_ID or default_worker_id()
+        # A server that does not start is logged once and left out; the others serve.
+        await self.mcp.start()
+        workspaces = Workspaces(client)
         agent = Agent(
             self._model or self._openai_model(),
-            BUILTIN_TOOLS,
+            [*BUILTIN_TOOLS, slack_read_thread(workspaces, bot_user_id), *self.mcp.tools],
             config=AgentConfig(
                 max_turns=settings.MAX_TURNS,
                 final_turn_timeout_s=settings.FINAL_TURN_TIMEOUT,
@@ -137,7 +154,6 @@ class ThreadpilotApp:
         supervisor = Supervisor(
             agent, self._store, worker_id=worker_id, lease_ttl_s=settings.LEASE_TTL
         )
-        workspaces = Workspaces(client)
         self._worker = Worker(
             self._store,
             supervisor,
@@ -172,6 +188,7 @@ class ThreadpilotApp:
             port=self.port,
             bot_user_id=bot_user_id,
             api_url=settings.SLACK_API_URL,
+            mcp_tools=len(self.mcp.tools),
         )
 
     async def _resume(self, record: RunRecord, checkpoint: Checkpoint | None) -> None:
@@ -275,25 +292,33 @@ class ThreadpilotApp:
         self._ready = False
         say = log.info if self._started else log.debug
         say("app.shutting_down")
-        async with asyncio.timeout(timeout_s + 2):
-            if self._socket is not None:
-                await _bounded(
-                    self._socket.close_async(),  # type: ignore[no-untyped-call]
-                    2.0,
-                    "socket_mode.close",
-                )
-            if self.ctx is not None:
-                await self.ctx.supervisor.shutdown(timeout_s * 0.6)
-                await self.ctx.worker.close()
-                await _bounded(self.ctx.workspaces.close(), timeout_s * 0.25, "slack.flush")
-            if self._store is not None:
-                await self._store.close()
-            if self._owned_model is not None:
-                await self._owned_model.aclose()
-            if self._runner is not None:
-                await self._runner.cleanup()
-            if self._session is not None:
-                await self._session.close()
+        try:
+            async with asyncio.timeout(timeout_s + 2):
+                if self._socket is not None:
+                    await _bounded(
+                        self._socket.close_async(),  # type: ignore[no-untyped-call]
+                        2.0,
+                        "socket_mode.close",
+                    )
+                if self.ctx is not None:
+                    await self.ctx.supervisor.shutdown(timeout_s * 0.6)
+                # The runs have ended (their MCP calls were cancelled with them).
+                await _bounded(self.mcp.close(), MCP_CLOSE_S, "mcp.close")
+                if self.ctx is not None:
+                    await self.ctx.worker.close()
+                    await _bounded(self.ctx.workspaces.close(), timeout_s * 0.25, "slack.flush")
+                if self._store is not None:
+                    await self._store.close()
+                if self._owned_model is not None:
+                    await self._owned_model.aclose()
+                if self._runner is not None:
+                    await self._runner.cleanup()
+                if self._session is not None:
+                    await self._session.close()
+        finally:
+            # Whatever failed or ran out of time above: no stdio server outlives us.
+            # (A second close is quick: it finds every server ended.)
+            await _bounded(self.mcp.close(), MCP_CLOSE_S, "mcp.close")
         say("app.stopped")
 
 

@@ -117,6 +117,52 @@ def activity_retry(seconds: float, why: str) -> str:
 STREAM_RETRYING = "_(The model call failed partway and is being retried; text above may repeat.)_"
 """Pushed into a streamed answer when a step restarts and its partial text is void."""
 
+# -- tools' progress and sub-agents (SPEC.md section 4) --------------------------------
+
+ACTIVITY_SUB_AGENTS = "Waiting for sub-agents"
+HEADING_SUB_AGENTS = "Sub-agents"
+SUB_AGENT_STARTING = "starting"
+SUB_AGENT_REPORTING = "writing its report"
+_MAX_PROGRESS_MESSAGE_CHARS = 200
+
+
+def activity_tool_progress(
+    name: str, progress: float, total: float | None, message: str | None
+) -> str:
+    """A running tool said how far it has got (an MCP server's progress notification)."""
+    amount = f"{progress:g}/{total:g}" if total else f"{progress:g}"
+    said = " ".join((message or "").split())[:_MAX_PROGRESS_MESSAGE_CHARS]
+    head = activity_tool(name)
+    return f"{head}: {escape(said)} ({amount})" if said else f"{head} ({amount})"
+
+
+def sub_agent_turn(turn: int, doing: str = "") -> str:
+    """What a sub-agent is doing: its turn, and the tool it runs (worded here) if any."""
+    return f"turn {turn}: {doing}" if doing else f"turn {turn}"
+
+
+def sub_agent_working(task: str, activity: str) -> str:
+    """A live sub-agent's line; ``task`` is already escaped and cut."""
+    return f":hourglass_flowing_sand: {task} · {activity}"
+
+
+_SUB_AGENT_ICONS = {
+    Outcome.FINISHED: ":white_check_mark:",
+    Outcome.BLOCKED: ":warning:",
+    Outcome.FAILED: ":x:",
+    Outcome.USERINTERLUDE: ":black_square_for_stop:",
+    Outcome.ASK_USER_QUESTION: ":question:",
+}
+
+
+def sub_agent_ended(task: str, result: RunResult) -> str:
+    """An ended sub-agent's line, with its outcome label; ``task`` is escaped and cut."""
+    return f"{_SUB_AGENT_ICONS[result.outcome]} {task} · {result_label(result)}"
+
+
+def earlier_sub_agents(count: int) -> str:
+    return f"… and {count:,} earlier"
+
 
 # The stop ladder (SPEC.md section 4, "Escalation"): level 1 is Stop (one final turn for
 # a summary); a second Stop, an Abort or FINAL_TURN_TIMEOUT is level 2 (cut off now).

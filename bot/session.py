@@ -15,6 +15,11 @@ the session's :class:`~bot.guidance.GuidanceMarks`: taken, sent with a model req
 never seen because the run ended first; what the model never saw is listed in the
 handoff. A run interrupted by a shutdown leaves its guidance queued: the run is resumed,
 and the resumed run takes it.
+
+Tools and sub-agents: a running tool's progress (an MCP server's progress notifications)
+is shown as the run's activity. The run's sub-agents (``delegate``) are listed as its
+tasks, each with what it is doing (followed on the child's own events) and, once it has
+ended, its outcome.
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from agent_core import (
+    ChildFinished,
+    ChildStarted,
     ExitCode,
     GuidanceDelivered,
     Outcome,
@@ -37,15 +44,17 @@ from agent_core import (
     StopRequested,
     TextDelta,
     ToolFinished,
+    ToolProgress,
     ToolStarted,
     TurnFinished,
     TurnStarted,
 )
+from agent_core.delegation import DELEGATE
 from bot import messages
 from bot.errors import SlackError
 from bot.guidance import GuidanceMarks
 from bot.views.answer import answer_metadata, render_answer
-from bot.views.status import StatusSnapshot, render_status
+from bot.views.status import ChildTask, StatusSnapshot, render_status
 
 if TYPE_CHECKING:
     from agent_core import GuidanceRecord, Run, RunResult
@@ -213,7 +222,20 @@ class RunSession:
                 del self._answer[self._step_start :]
                 self._stream.void("\n\n" + messages.STREAM_RETRYING + "\n\n")
             case ToolStarted(name=name):
-                s = replace(s, activity=messages.activity_tool(name))
+                waiting = name == DELEGATE  # the sub-agents show their own progress
+                activity = messages.ACTIVITY_SUB_AGENTS if waiting else messages.activity_tool(name)
+                s = replace(s, activity=activity)
+            case ToolProgress(name=name) if name == DELEGATE:
+                return  # a sub-agent's turns: shown on its own line (_watch_child)
+            case ToolProgress(name=name, progress=progress, total=total, message=message):
+                s = replace(
+                    s, activity=messages.activity_tool_progress(name, progress, total, message)
+                )
+            case ChildStarted(child_id=child_id, task=task):
+                self._watch_child(child_id)
+                s = replace(s, children=(*s.children, ChildTask(child_id, task)))
+            case ChildFinished(child_id=child_id, result=result):
+                s = replace(s, children=_updated(s.children, child_id, result=result))
             case ToolFinished():
                 s = replace(s, activity=messages.ACTIVITY_WAITING_FOR_MODEL)
             case Retrying(delay_s=delay, error=error):
@@ -246,6 +268,32 @@ class RunSession:
                 return
         self._snapshot = s
         self._push_progress()
+
+    def _watch_child(self, child_id: str) -> None:
+        """Follow a sub-agent's own events (they stay on its hub) for its task line."""
+        child = next((c for c in self.run.children if c.id == child_id), None)
+        if child is None:
+            return
+        turn = 0
+
+        def on_child_event(event: RunEvent) -> None:
+            nonlocal turn
+            match event:
+                case TurnStarted(turn=n, final=final):
+                    turn = n
+                    doing = messages.SUB_AGENT_REPORTING if final else ""
+                case ToolStarted(name=name):
+                    doing = messages.activity_tool(name)
+                case ToolProgress(name=name, progress=progress, total=total, message=message):
+                    doing = messages.activity_tool_progress(name, progress, total, message)
+                case _:
+                    return
+            s = self._snapshot
+            activity = messages.sub_agent_turn(turn, doing)
+            self._snapshot = replace(s, children=_updated(s.children, child_id, activity=activity))
+            self._push_progress()
+
+        child.events.add_listener(on_child_event)
 
     def _push_progress(self, *, urgent: bool = False) -> None:
         """Re-render the status message, at most every RENDER_EVERY_S (a trailing render
@@ -292,6 +340,12 @@ class RunSession:
             status=status,
             title=self.run.task[:200],
         )
+
+
+def _updated(
+    children: tuple[ChildTask, ...], child_id: str, **changes: Any
+) -> tuple[ChildTask, ...]:
+    return tuple(replace(c, **changes) if c.child_id == child_id else c for c in children)
 
 
 class AnswerStream:

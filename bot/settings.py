@@ -9,10 +9,11 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from agent_core.errors import ConfigError
+from agent_core.mcp import ServerConfig, load_mcp_config
 from agent_core.stores.factory import parse_database_url
 
 __all__ = ["Settings", "StopPolicy", "load_settings"]
@@ -58,12 +59,18 @@ class Settings(BaseSettings):
     MAX_TURNS: int = Field(default=20, ge=1)
     FINAL_TURN_TIMEOUT: float | None = Field(default=None, gt=0)
     TOOL_TIMEOUT: float = Field(default=120.0, gt=0)
+    MCP_CONFIG: str | None = Field(
+        default=None,
+        description='A JSON file listing MCP servers ({"mcpServers": {...}}): their tools.',
+    )
     GUIDANCE_MAX_CHARS: int = Field(default=4000, ge=1)
     AUTO_RESUME_ON_RESTART: bool = True
     RETENTION_DAYS: int = Field(default=30, ge=1)
     LEASE_TTL: float = Field(default=30.0, ge=3.0)
     STOP_POLL_INTERVAL: float = Field(default=0.25, gt=0, le=10)
     WORKER_ID: str | None = None
+
+    _mcp_servers: tuple[ServerConfig, ...] = PrivateAttr(default=())
 
     @field_validator("SLACK_BOT_TOKEN")
     @classmethod
@@ -81,7 +88,7 @@ class Settings(BaseSettings):
             raise ValueError("must be an app-level token starting with xapp-")
         return value
 
-    @field_validator("SLACK_SIGNING_SECRET", "OPENAI_BASE_URL", mode="before")
+    @field_validator("SLACK_SIGNING_SECRET", "OPENAI_BASE_URL", "MCP_CONFIG", mode="before")
     @classmethod
     def _empty_is_unset(cls, value: Any) -> Any:
         return None if value == "" else value
@@ -133,9 +140,26 @@ class Settings(BaseSettings):
             )
         return self
 
+    @model_validator(mode="after")
+    def _mcp_config(self) -> Settings:
+        # Read and checked here, with the other settings: a bad file stops start-up with
+        # one line naming MCP_CONFIG and the file, before anything is started.
+        if self.MCP_CONFIG is not None:
+            try:
+                self._mcp_servers = load_mcp_config(self.MCP_CONFIG)
+            except ConfigError as exc:
+                where = "" if self.MCP_CONFIG in exc.problem else f" (in {self.MCP_CONFIG})"
+                raise ValueError(f"{exc.setting}: {exc.problem}{where}") from None
+        return self
+
     @property
     def socket_mode(self) -> bool:
         return self.SLACK_APP_TOKEN is not None
+
+    @property
+    def mcp_servers(self) -> tuple[ServerConfig, ...]:
+        """The MCP servers ``MCP_CONFIG`` lists (none without it)."""
+        return self._mcp_servers
 
 
 def load_settings(**overrides: Any) -> Settings:

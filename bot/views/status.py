@@ -22,6 +22,10 @@ a second Stop, the Abort button or ``FINAL_TURN_TIMEOUT`` running out brings.
 The answer streamed so far is appended below a divider when the caller has no streaming
 surface for it (the ``chat.update`` fallback).
 
+A run that delegated shows its sub-agents as a task list ("Sub-agents"), under the status
+line while it works and under the handoff once it has ended: each one's task, what it is
+doing, or how it ended.
+
 Everything here is about fitting Slack's limits without ever losing the handoff. Each
 handoff part has its own fixed budget, so the four parts always fit; the answer gets
 whatever is left of the whole message's budget and is cut first, with a visible marker.
@@ -48,6 +52,7 @@ __all__ = [
     "RUN_EVENT_TYPE",
     "SECTION_TEXT_LIMIT",
     "TEXT_LIMIT",
+    "ChildTask",
     "Phase",
     "RenderedMessage",
     "StatusSnapshot",
@@ -96,6 +101,9 @@ _QUESTION_BUDGET = 1_000
 _HANDOFF_BUDGET = 1_500
 _UNDELIVERED_BUDGET = 1_000
 _UNDELIVERED_ITEM_BUDGET = 300
+_CHILDREN_BUDGET = 1_200
+_CHILD_TASK_BUDGET = 120
+_CHILD_LINE_BUDGET = 300
 _MIN_ANSWER_BUDGET = 200
 """Below this, an answer excerpt is too short to help and is left out."""
 _FENCE = "```"
@@ -104,6 +112,19 @@ _REOPEN_FENCE = "```\n"
 
 Phase = Literal["starting", "running", "stopping", "done"]
 Block = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ChildTask:
+    """A sub-agent the run started (``delegate``), shown as one of the run's tasks."""
+
+    child_id: str
+    task: str
+    """What it was asked to do (the model's words)."""
+    activity: str = m.SUB_AGENT_STARTING
+    """While it works: an already-worded line (:func:`bot.messages.sub_agent_turn`)."""
+    result: RunResult | None = None
+    """Once it has ended."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +156,8 @@ class StatusSnapshot:
     answer_streamed: bool = False
     """True when the answer already has its own streamed message: then neither
     ``answer`` nor ``result.final_text`` is repeated here."""
+    children: tuple[ChildTask, ...] = ()
+    """The run's sub-agents, oldest first."""
 
     def __post_init__(self) -> None:
         if self.phase == "done" and self.result is None:
@@ -172,6 +195,7 @@ def _render_live(snapshot: StatusSnapshot) -> RenderedMessage:
     lines = m.heading(status) + (f"\n{note}" if note else "")
     blocks = [
         _section(_clip(lines, _STATUS_BUDGET)),
+        *_children_blocks(snapshot.children),
         _context(m.live_details(snapshot.elapsed_s, snapshot.tokens, snapshot.requester)),
     ]
     if buttons:
@@ -264,6 +288,7 @@ def _render_done(snapshot: StatusSnapshot, result: RunResult) -> RenderedMessage
         _section(_part(m.HEADING_EVIDENCE, evidence or m.NO_EVIDENCE)),
         _section(_part(m.HEADING_ARTIFACTS, _artifacts_text(handoff.artifacts))),
         _section(_part(m.HEADING_HANDOFF, next_step + _undelivered_text(result))),
+        *_children_blocks(snapshot.children),
     ]
     if answer.strip() and (not same or evidence == m.EVIDENCE_IS_THE_ANSWER):
         blocks += _answer_blocks(answer, _remaining(blocks), heading=m.HEADING_ANSWER)
@@ -326,6 +351,91 @@ def _artifacts_text(artifacts: tuple[str, ...]) -> str:
         lines.append(line)
         used += _units(line) + 1
     return "\n".join(lines)
+
+
+# -- sub-agents ------------------------------------------------------------------------
+
+
+def _children_blocks(children: tuple[ChildTask, ...]) -> list[Block]:
+    """The run's sub-agents as a task list within their own budget: the newest are
+    kept, oldest first, and the earlier ones counted."""
+    if not children:
+        return []
+    title = m.heading(m.HEADING_SUB_AGENTS)
+    reserve = _units(m.earlier_sub_agents(len(children))) + 1
+    used = _units(title)
+    kept: list[str] = []
+    for index, child in enumerate(reversed(children)):
+        line = _clip(_child_line(child), _CHILD_LINE_BUDGET)
+        room = _CHILDREN_BUDGET - (0 if index == len(children) - 1 else reserve)
+        if used + _units(line) + 1 > room:
+            break
+        kept.append(line)
+        used += _units(line) + 1
+    left = len(children) - len(kept)
+    lines = [title, *([m.earlier_sub_agents(left)] if left else []), *reversed(kept)]
+    return [_section("\n".join(lines))]
+
+
+def _child_line(child: ChildTask) -> str:
+    task = _clip(m.escape(" ".join(child.task.split())), _CHILD_TASK_BUDGET)
+    if child.result is not None:
+        return m.sub_agent_ended(task, child.result)
+    return m.sub_agent_working(task, child.activity)
+
+
+# -- why it ended, and its resume (seed 003) -------------------------------------------
+
+
+def _ending_blocks(run_id: str, ending: EndingView | None) -> list[Block]:
+    """Under the handoff: why the run ended and whether (and when) it resumes on its own;
+    ``Resume now`` and ``Don't resume`` while a resume is scheduled."""
+    if ending is None:
+        return []
+    lines = [m.why_ended(ending.ended_because)]
+    buttons: list[Block] = []
+    continuation = ending.ended_because == "context_exhausted"
+    match ending.resume:
+        case ResumeState.SCHEDULED if continuation:
+            lines.append(m.RESUME_CONTINUING)
+            buttons = [_dont_resume_button(run_id)]
+        case ResumeState.SCHEDULED if ending.resume_at is not None:
+            lines.append(m.resume_scheduled(ending.resume_at))
+            buttons = [_resume_now_button(run_id), _dont_resume_button(run_id)]
+        case ResumeState.SCHEDULED | ResumeState.CLAIMED:
+            lines.append(m.RESUME_CONTINUING if continuation else m.RESUMING_NOW)
+            buttons = [_dont_resume_button(run_id)]
+        case ResumeState.STARTED:
+            lines.append(m.RESUME_CONTINUED if continuation else m.RESUMING_NOW)
+        case ResumeState.CANCELLED:
+            lines.append(m.resume_cancelled(ending.by))
+        case ResumeState.DECLINED if ending.blocked and ending.reason:
+            lines.append(m.not_resuming(ending.reason))
+        case _:
+            pass
+    blocks = [_context(_clip("\n".join(lines), _STATUS_BUDGET))]
+    if buttons:
+        blocks.append({"type": "actions", "block_id": RESUME_BLOCK_ID, "elements": buttons})
+    return blocks
+
+
+def _resume_now_button(run_id: str) -> Block:
+    return {
+        "type": "button",
+        "action_id": ACTION_RESUME_NOW,
+        "text": _plain(m.RESUME_NOW_LABEL),
+        "value": run_id,
+        "style": "primary",
+    }
+
+
+def _dont_resume_button(run_id: str) -> Block:
+    return {
+        "type": "button",
+        "action_id": ACTION_DONT_RESUME,
+        "text": _plain(m.DONT_RESUME_LABEL),
+        "value": run_id,
+    }
 
 
 # -- the answer ------------------------------------------------------------------------
