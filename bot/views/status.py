@@ -384,60 +384,6 @@ def _child_line(child: ChildTask) -> str:
     return m.sub_agent_working(task, child.activity)
 
 
-# -- why it ended, and its resume (seed 003) -------------------------------------------
-
-
-def _ending_blocks(run_id: str, ending: EndingView | None) -> list[Block]:
-    """Under the handoff: why the run ended and whether (and when) it resumes on its own;
-    ``Resume now`` and ``Don't resume`` while a resume is scheduled."""
-    if ending is None:
-        return []
-    lines = [m.why_ended(ending.ended_because)]
-    buttons: list[Block] = []
-    continuation = ending.ended_because == "context_exhausted"
-    match ending.resume:
-        case ResumeState.SCHEDULED if continuation:
-            lines.append(m.RESUME_CONTINUING)
-            buttons = [_dont_resume_button(run_id)]
-        case ResumeState.SCHEDULED if ending.resume_at is not None:
-            lines.append(m.resume_scheduled(ending.resume_at))
-            buttons = [_resume_now_button(run_id), _dont_resume_button(run_id)]
-        case ResumeState.SCHEDULED | ResumeState.CLAIMED:
-            lines.append(m.RESUME_CONTINUING if continuation else m.RESUMING_NOW)
-            buttons = [_dont_resume_button(run_id)]
-        case ResumeState.STARTED:
-            lines.append(m.RESUME_CONTINUED if continuation else m.RESUMING_NOW)
-        case ResumeState.CANCELLED:
-            lines.append(m.resume_cancelled(ending.by))
-        case ResumeState.DECLINED if ending.blocked and ending.reason:
-            lines.append(m.not_resuming(ending.reason))
-        case _:
-            pass
-    blocks = [_context(_clip("\n".join(lines), _STATUS_BUDGET))]
-    if buttons:
-        blocks.append({"type": "actions", "block_id": RESUME_BLOCK_ID, "elements": buttons})
-    return blocks
-
-
-def _resume_now_button(run_id: str) -> Block:
-    return {
-        "type": "button",
-        "action_id": ACTION_RESUME_NOW,
-        "text": _plain(m.RESUME_NOW_LABEL),
-        "value": run_id,
-        "style": "primary",
-    }
-
-
-def _dont_resume_button(run_id: str) -> Block:
-    return {
-        "type": "button",
-        "action_id": ACTION_DONT_RESUME,
-        "text": _plain(m.DONT_RESUME_LABEL),
-        "value": run_id,
-    }
-
-
 # -- the answer ------------------------------------------------------------------------
 
 
