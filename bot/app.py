@@ -44,8 +44,10 @@ from agent_core.mcp import McpManager
 from agent_core.stores.factory import open_store
 from bot import messages
 from bot.context import BotContext
+from bot.dashboard import Dashboard
 from bot.dedupe import Deliveries, EventDeduper
-from bot.handlers import actions, events, mentions
+from bot.handlers import actions, command, events, feedback, home, mentions
+from bot.home_refresh import HomeRefresher
 from bot.http_guard import Refusal, SlackRequestGuard, on_bolt_error
 from bot.session import RunSession
 from bot.stops import ACK_BUDGET_S, StopService
@@ -99,6 +101,8 @@ class ThreadpilotApp:
         self._owned_model: OpenAIChatModel | None = None
         self._store: Store | None = None
         self._worker: Worker | None = None
+        self._dashboard: Dashboard | None = None
+        self._home: HomeRefresher | None = None
         self._guard: SlackRequestGuard | None = None
         self._started = False
         self.mcp = McpManager(
@@ -168,9 +172,12 @@ class ThreadpilotApp:
         self.ctx = BotContext(
             settings, supervisor, workspaces, bot_user_id, self._store, self._worker, stops
         )
+        self._dashboard = Dashboard(self._store, settings, workspaces, stops)
+        self._home = HomeRefresher(self._dashboard, self._store, workspaces)
         # Leases, the stop watcher and the reconciler run before we take any work: a run
         # started here must be heartbeated, and a click landing elsewhere must reach it.
         await self._worker.start()
+        await self._home.start()
         bolt = self.bolt = self._bolt(client, self.ctx)
         if settings.SLACK_APP_TOKEN is not None:
             self._socket = AsyncSocketModeHandler(bolt, settings.SLACK_APP_TOKEN, web_client=client)
@@ -235,6 +242,11 @@ class ThreadpilotApp:
         deduper = EventDeduper(Deliveries(ctx.store), ctx.store, budget_s=ACK_BUDGET_S)
         bolt.middleware(deduper.middleware)
         mentions.register(bolt, ctx)
+        # Before actions.register, whose last listener takes every button nobody took.
+        assert self._dashboard is not None and self._home is not None
+        home.register(bolt, ctx, self._dashboard, self._home)
+        command.register(bolt, self._dashboard)
+        feedback.register(bolt, ctx)
         actions.register(bolt, ctx)
         events.register(bolt, ctx)
         return bolt
@@ -304,6 +316,8 @@ class ThreadpilotApp:
                     await self.ctx.supervisor.shutdown(timeout_s * 0.6)
                 # The runs have ended (their MCP calls were cancelled with them).
                 await _bounded(self.mcp.close(), MCP_CLOSE_S, "mcp.close")
+                if self._home is not None:
+                    await self._home.close()
                 if self.ctx is not None:
                     await self.ctx.worker.close()
                     await _bounded(self.ctx.workspaces.close(), timeout_s * 0.25, "slack.flush")

@@ -10,10 +10,12 @@ Checks, in order, on the raw bytes before anything parses them:
    Headers that are missing or not in Slack's format are refused before any hashing.
 2. **Encoding** (400): UTF-8; JSON (``application/json``) for Events API envelopes, a
    form with one ``payload=<JSON>`` field for interactivity, as Slack sends them; the
-   JSON must be an object.
+   JSON must be an object. A slash command is a form of its own fields, without
+   ``payload`` (``command``, ``text``, ``team_id``, ``user_id``...), each given once.
 3. **Shape** (400): the fields the handlers index without looking (``team_id`` and the
    ``event`` object of an event callback with its ``channel``/``user``/``ts``, a click's
-   ``user.id`` and ``actions``) are there and are of the right type.
+   ``user.id`` and ``actions``, a command's ``command``/``team_id``/``user_id``) are there
+   and are of the right type.
 
 A refusal is one log line (``slack_request.refused``, no traceback) and changes nothing.
 Bolt still verifies the signature itself: the guard is the first check, not the only one.
@@ -72,7 +74,11 @@ _EVENT_FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "app_mention": (("channel", "ts"), _MESSAGE_FIELDS),
     "message": (("channel", "ts"), _MESSAGE_FIELDS),
     "agent_session_stopped": (("channel", "thread_ts"), ("user",)),
+    "app_home_opened": (("user",), ("tab", "channel")),
 }
+# A slash command's form: the fields the handler reads (Slack sends more; they may be
+# added to, so others are let through).
+_COMMAND_REQUIRED = ("command", "text", "team_id", "user_id", "channel_id", "response_url")
 _FROM_A_PERSON = frozenset({"app_mention", "message"})
 
 
@@ -101,10 +107,13 @@ class SlackRequestGuard:
         except UnicodeDecodeError:
             return Refusal(400, "the body is not UTF-8")
         content_type = lowered.get("content-type", "").split(";")[0].strip().lower()
-        payload = _parse(text, content_type)
-        if isinstance(payload, Refusal):
-            return payload
-        problem = _shape_problem(payload, form=content_type == FORM)
+        if content_type == FORM and _is_command(text):
+            problem = _command_problem(text)
+        else:
+            payload = _parse(text, content_type)
+            if isinstance(payload, Refusal):
+                return payload
+            problem = _shape_problem(payload, form=content_type == FORM)
         if problem is not None:
             return Refusal(400, problem)
         forwarded: dict[str, str | Sequence[str]] = {
@@ -156,6 +165,35 @@ def _parse(text: str, content_type: str) -> Any:
         return Refusal(400, "invalid JSON")
 
 
+def _is_command(text: str) -> bool:
+    """A form without a ``payload`` field: what Slack posts for a slash command."""
+    return not text.startswith("{") and not any(
+        part.split("=", 1)[0] == "payload" for part in text.split("&")
+    )
+
+
+def _command_problem(text: str) -> str | None:
+    """What is wrong with a slash command's form, or None."""
+    try:
+        fields = parse_qs(text, keep_blank_values=True, max_num_fields=20)
+    except ValueError:
+        return "too many form fields"
+    if "command" not in fields:
+        return "a form without a payload or a command field"
+    for name, values in fields.items():
+        if len(values) != 1:
+            return f"the slash command's {name[:40]!r} field is given {len(values)} times"
+    missing = [name for name in _COMMAND_REQUIRED if name not in fields]
+    if missing:
+        return f"the slash command has no {missing[0]}"
+    if not fields["command"][0].startswith("/"):
+        return "the slash command's command does not start with /"
+    for name in ("team_id", "user_id", "channel_id", "response_url"):
+        if not fields[name][0]:
+            return f"the slash command's {name} is empty"
+    return None
+
+
 def _shape_problem(payload: Any, *, form: bool) -> str | None:
     """What is wrong with the payload's shape, or None."""
     if not isinstance(payload, dict):
@@ -196,7 +234,7 @@ def _interaction_problem(payload: dict[str, Any], kind: str) -> str | None:
     user = payload.get("user")
     if not isinstance(user, dict) or not isinstance(user.get("id"), str):
         return f"the {kind} payload has no user.id"
-    for name in ("team", "channel", "container", "message"):
+    for name in ("team", "channel", "container", "message", "view"):
         value = payload.get(name)
         if value is not None and not isinstance(value, dict):
             return f"the {kind} payload's {name} is not an object"

@@ -466,3 +466,148 @@ UNDELIVERED_GUIDANCE = "The run ended before the agent saw these replies; send t
 def undelivered_reply(author: str, text: str) -> str:
     """One reply the agent never saw; ``text`` is already escaped and cut to fit."""
     return bullet(f"{mention(author)}: {text}")
+
+
+# -- App Home and /threadpilot (SPEC.md section 4, "Dashboard and command") -------------
+
+HOME_TITLE = APP_NAME
+HEADING_LIVE_RUNS = "Live runs"
+HEADING_ENDED_RUNS = "Recently ended"
+NO_LIVE_RUNS = "Nothing is running."
+NO_ENDED_RUNS = "No run has ended yet."
+HOME_QUEUED = "Waiting to start"
+HOME_STOPPING = "Stopping: finishing this step, then a summary"
+UNTITLED_RUN = "(no task text)"
+
+
+def home_intro(*, admin: bool, at_epoch: int, at_text: str) -> str:
+    """Under the title: whose runs these are, and when the list was read (Slack shows
+    the time in the viewer's own time zone; ``at_text`` is the fallback, in UTC)."""
+    whose = "Every run in this workspace (you are an admin)" if admin else "Your runs"
+    return f"{whose} · updated <!date^{at_epoch}^{{time}}|{at_text}>"
+
+
+def home_run_title(task: str, url: str | None, channel: str) -> str:
+    """A run's first line: its task (already escaped and cut), linked to its thread when
+    the link is known, and where it lives."""
+    title = f"<{url}|{task}>" if url else task
+    return f"*{title}* in <#{channel}>"
+
+
+def home_live_details(
+    status: str, elapsed_s: float, requester: str, *, show_requester: bool
+) -> str:
+    """A live run's second line: what it is doing, for how long, and whose it is."""
+    parts = [status, f"{format_elapsed(elapsed_s)} elapsed"]
+    if show_requester:
+        parts.append(f"started by {mention(requester)}")
+    return " · ".join(parts)
+
+
+def home_ended_details(
+    label: str,
+    why: str,
+    ended_epoch: int,
+    ended_text: str,
+    requester: str,
+    *,
+    show_requester: bool,
+) -> str:
+    """An ended run's second line: its outcome, why it ended, when, and whose it was."""
+    parts = [label]
+    if why:
+        parts.append(f"why: {why}")
+    parts.append(f"ended <!date^{ended_epoch}^{{date_short_pretty}} {{time}}|{ended_text}>")
+    if show_requester:
+        parts.append(f"started by {mention(requester)}")
+    return " · ".join(parts)
+
+
+_ENDED_BECAUSE = {
+    "completed": "it completed",
+    "rate_limit": "the model's rate limit",
+    "context_exhausted": "its context window filled up",
+    "user_exit": "a person stopped it",
+    "shutdown": "a restart",
+    "worker_lost": "its worker stopped",
+    "error": "an error",
+    "unknown": "unknown",
+}
+
+
+def ended_because(reason: str) -> str:
+    """Why a run ended (``ended_because``: ``rate_limit``, ``completed``...), for people."""
+    return _ENDED_BECAUSE.get(reason, escape(reason))
+
+
+def exit_note(exit_code: ExitCode) -> str:
+    """The short note for an exit code (``final answer``, ``stopped on request``...)."""
+    return _EXIT_NOTES[exit_code]
+
+
+FEEDBACK_POSITIVE_LABEL = "👍"
+FEEDBACK_NEGATIVE_LABEL = "👎"
+FEEDBACK_POSITIVE_HINT = "This answer helped"
+FEEDBACK_NEGATIVE_HINT = "This answer did not help"
+FEEDBACK_RECORDED = "Thanks: your feedback on this answer was recorded."
+FEEDBACK_NOT_FROM_RUN = (
+    "Those buttons are not on this run's own message, so no feedback was recorded."
+)
+FEEDBACK_NOT_RECORDED = (
+    "Your feedback could not be recorded (threadpilot's database did not answer). "
+    "Please press the button again."
+)
+
+
+def feedback_line(votes: list[tuple[str, bool]]) -> str:
+    """The feedback a run got, as App Home shows it: (who, positive) in order pressed."""
+    shown = [
+        f"{FEEDBACK_POSITIVE_LABEL if positive else FEEDBACK_NEGATIVE_LABEL} {mention(user)}"
+        for user, positive in votes
+    ]
+    return "Feedback: " + " · ".join(shown)
+
+
+def more_live_runs(count: int) -> str:
+    return f"… and {count:,} more live runs, not shown here."
+
+
+STOP_ALL_LABEL = "Stop all"
+STOP_ALL_CONFIRM_TITLE = "Stop every run?"
+STOP_ALL_CONFIRM_YES = "Stop all"
+STOP_ALL_CONFIRM_NO = "Cancel"
+
+
+def stop_all_confirm_text(count: int) -> str:
+    runs = "the live run" if count == 1 else f"all {count:,} live runs"
+    return f"Stop {runs} in this workspace? Each finishes its step, then writes a summary."
+
+
+STOP_ALL_NOT_ALLOWED = "Only admins (ADMIN_USER_IDS) can stop every run. Nothing changed."
+STOP_ALL_NOTHING = "Nothing is running, so there was nothing to stop."
+
+
+def stop_all_done(stopped: int, already: int, failed: int) -> str:
+    """What ``Stop all`` did: runs asked to stop, runs that were ending anyway, and runs
+    whose request could not be recorded (press again for those)."""
+    parts = [f"Stop all: {stopped:,} run{'' if stopped == 1 else 's'} asked to stop"]
+    if already:
+        parts.append(f"{already:,} already stopping or ending")
+    if failed:
+        parts.append(
+            f"{failed:,} could not be recorded (threadpilot's database did not answer); "
+            "press Stop all again for those"
+        )
+    return "; ".join(parts) + "."
+
+
+DASHBOARD_UNAVAILABLE = (
+    "Your runs cannot be listed right now: threadpilot's database did not answer. "
+    "Please try again in a moment."
+)
+COMMAND_HELP = (
+    "*/threadpilot list* shows your live runs (with Stop and Abort) and the runs that "
+    "ended lately; admins see every run.\n"
+    "*/threadpilot stop all* (admins) asks every live run in this workspace to stop.\n"
+    "The same list is on threadpilot's *Home* tab."
+)

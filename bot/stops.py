@@ -69,7 +69,7 @@ if TYPE_CHECKING:
     from bot.surface import Workspaces
     from bot.worker import Worker
 
-__all__ = ["ACK_BUDGET_S", "Source", "StopAsk", "StopDecision", "StopService"]
+__all__ = ["ACK_BUDGET_S", "Source", "StopAsk", "StopDecision", "StopService", "reply_text"]
 
 log = structlog.get_logger("bot.stops")
 
@@ -438,6 +438,12 @@ def _owner_gone(record: RunRecord) -> bool:
 
 def _not_recorded(ask: StopAsk, *, busy: bool) -> str:
     return messages.stop_not_recorded(busy=busy, typed=ask.source.typed)
+
+
+def reply_text(decision: StopDecision, settings: Settings) -> str | None:
+    """What to tell the person, for surfaces that answer in their own way (App Home,
+    ``/threadpilot``); None when the run's own messages say it all."""
+    return _reply(decision, settings)
 
 
 def _reply(decision: StopDecision, settings: Settings) -> str | None:

@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ACTION_ABORT",
+    "ACTION_FEEDBACK",
     "ACTION_STOP",
     "BLOCKS_TEXT_BUDGET",
     "CONTROLS_BLOCK_ID",
@@ -76,6 +77,9 @@ def run_metadata(run_id: str) -> dict[str, Any]:
 
 ACTION_STOP = "threadpilot_stop"
 ACTION_ABORT = "threadpilot_abort"
+ACTION_FEEDBACK = "threadpilot_feedback"
+"""The terminal message's feedback buttons; ``value`` is ``positive:<run id>`` or
+``negative:<run id>``."""
 CONTROLS_BLOCK_ID = "threadpilot_controls"
 """Stable across updates, so a click's ``block_id`` is the same whichever render it hit."""
 
@@ -292,8 +296,33 @@ def _render_done(snapshot: StatusSnapshot, result: RunResult) -> RenderedMessage
     ]
     if answer.strip() and (not same or evidence == m.EVIDENCE_IS_THE_ANSWER):
         blocks += _answer_blocks(answer, _remaining(blocks), heading=m.HEADING_ANSWER)
+    blocks.append(_feedback_block(snapshot.run_id))
     text = _clip(m.fallback_done(label, next_step), TEXT_LIMIT)
     return RenderedMessage(text=text, blocks=blocks, metadata=run_metadata(snapshot.run_id))
+
+
+def _feedback_block(run_id: str) -> Block:
+    """Thumbs up and down under the terminal report (Slack's ``feedback_buttons``, in a
+    ``context_actions`` block); a press is recorded as an audit event."""
+    return {
+        "type": "context_actions",
+        "elements": [
+            {
+                "type": "feedback_buttons",
+                "action_id": ACTION_FEEDBACK,
+                "positive_button": {
+                    "text": _plain(m.FEEDBACK_POSITIVE_LABEL),
+                    "accessibility_label": m.FEEDBACK_POSITIVE_HINT,
+                    "value": f"positive:{run_id}",
+                },
+                "negative_button": {
+                    "text": _plain(m.FEEDBACK_NEGATIVE_LABEL),
+                    "accessibility_label": m.FEEDBACK_NEGATIVE_HINT,
+                    "value": f"negative:{run_id}",
+                },
+            }
+        ],
+    }
 
 
 def _part(title: str, body: str) -> str:

@@ -6,6 +6,12 @@ HTTP side: decoding requests as Slack does, tokens, scripted faults (refusals, 4
 5xx and timeouts, each either "not done" or "done, but answered with the failure"),
 recording every call and waiting on recordings. What each method does to the workspace lives in
 `slack_state.py`; the WebSocket side in `slack_socket.py`.
+
+Rate limits are enforced when asked for (`FakeSlack(rate_limits=SLACK_TIERS)`, or a
+table of one's own): a method called more often than its limit in any 60 seconds is
+answered 429 `ratelimited` with `Retry-After`, as Slack does. Slack lets short bursts
+past its tiers ("Tier 4: 100+ per minute"); the fake does not, which is what a test of a
+budget wants.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -27,7 +34,7 @@ from tests.fakes.slack_workspace import DEFAULT_USER, DEFAULT_WORKSPACE, Json, W
 from tests.fakes.waiting import Changes
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
     from types import TracebackType
 
     from tests.fakes.slack_messages import Ephemeral, Message
@@ -47,6 +54,28 @@ TIMEOUT_STATUS = 504
 """What a timed-out call is answered, once `hold_s` is over (its client has given up)."""
 # Slack documents at most 5 posts to one response_url.
 RESPONSE_URL_USES = 5
+
+# Slack's rate tiers, in calls per minute per method (workspace and app): Tier 2 20+,
+# Tier 3 50+, Tier 4 100+ (chat.postMessage is per channel, about one a second, and not
+# listed here).
+TIER_2, TIER_3, TIER_4 = 20, 50, 100
+SLACK_TIERS: dict[str, int] = {
+    "chat.update": TIER_3,
+    "chat.delete": TIER_3,
+    "chat.postEphemeral": TIER_4,
+    "chat.startStream": TIER_2,
+    "chat.appendStream": TIER_4,
+    "chat.stopStream": TIER_2,
+    "reactions.add": TIER_3,
+    "reactions.remove": TIER_2,
+    "views.publish": TIER_4,
+    "agents.sessions.setStatus": TIER_3,
+    "assistant.threads.setStatus": TIER_3,
+    "conversations.replies": TIER_3,
+    "users.info": TIER_4,
+    "auth.test": TIER_4,
+}
+RATE_WINDOW_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -100,8 +129,16 @@ class ResponseUrlPost:
 class FakeSlack:
     """Slack's Web API, Socket Mode and response URLs on one local aiohttp server."""
 
-    def __init__(self, workspace: Workspace = DEFAULT_WORKSPACE) -> None:
+    def __init__(
+        self,
+        workspace: Workspace = DEFAULT_WORKSPACE,
+        *,
+        rate_limits: Mapping[str, int] | None = None,
+    ) -> None:
         self.workspace = workspace
+        self._rate_limits = dict(rate_limits or {})
+        self._recent: dict[str, deque[float]] = {}
+        """Per rate-limited method, when its admitted calls arrived (the last minute)."""
         self.state = SlackState(workspace)
         self._changes = Changes()
         self.socket = FakeSocketMode(workspace, self._changes)
@@ -297,7 +334,7 @@ class FakeSlack:
         fault: Fault | None = None
         try:
             args, token = await _read_args(request)
-            fault = self._next_fault(method)
+            fault = self._next_fault(method) or self._over_limit(method, arrived)
             landed = False
             if fault is None or fault.landed:
                 status, body, headers = self._answer(method, args, token)
@@ -318,6 +355,24 @@ class FakeSlack:
                 async with asyncio.timeout(fault.hold_s):
                     await self._closing.wait()
         return web.json_response(body, status=status, headers=headers)
+
+    def _over_limit(self, method: str, now: float) -> Fault | None:
+        """A 429 if `method` already had its limit of calls in the last 60 seconds."""
+        limit = self._rate_limits.get(method)
+        if limit is None or method in self._unknown:
+            return None
+        recent = self._recent.setdefault(method, deque())
+        while recent and recent[0] <= now - RATE_WINDOW_S:
+            recent.popleft()
+        if len(recent) >= limit:
+            retry_after = max(1, math.ceil(recent[0] + RATE_WINDOW_S - now))
+            return Fault(429, "ratelimited", retry_after)
+        recent.append(now)
+        return None
+
+    def rate_limited(self, method: str | None = None) -> list[ApiCall]:
+        """The calls answered 429 (by the rate limits or by `fail_next`)."""
+        return [call for call in self.calls(method) if call.status == 429]
 
     def _next_fault(self, method: str) -> Fault | None:
         """The fault scripted for this call, if any (a missing method never consumes one)."""

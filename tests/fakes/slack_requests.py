@@ -1,5 +1,6 @@
 """Builders for what Slack sends *to* the app: Events API envelopes, `block_actions`
-payloads, and the signed HTTP requests that carry them.
+payloads (from messages, ephemeral messages and App Home views), slash commands, and the
+signed HTTP requests that carry them.
 
 Shapes follow Slack's documentation (SLACK_NOTES.md). Builders return plain JSON-ready
 dicts, so one payload can be delivered over Socket Mode
@@ -170,15 +171,17 @@ def app_home_opened(
     user: str = DEFAULT_USER,
     channel: str = DEFAULT_DM_CHANNEL,
     view: Json | None = None,
+    tab: str = "home",
     workspace: Workspace = DEFAULT_WORKSPACE,
     event_id: str | None = None,
 ) -> Json:
-    """The user opened the app's Home tab (`view` is present once one was published)."""
+    """The user opened the app's Home tab (`view` is present once one was published);
+    `tab="messages"` is the Messages tab (an agent's chat, under `agent_view`)."""
     event: Json = {
         "type": "app_home_opened",
         "user": user,
         "channel": channel,
-        "tab": "home",
+        "tab": tab,
         "event_ts": next_ts(),
     }
     if view is not None:
@@ -331,6 +334,120 @@ def click_button(
     raise LookupError(f"no button {action_id!r} on message {message.ts}: {message.blocks}")
 
 
+def home_click(
+    view: Json,
+    action_id: str,
+    *,
+    value: str | None = None,
+    user: str = DEFAULT_USER,
+    username: str = DEFAULT_USERNAME,
+    workspace: Workspace = DEFAULT_WORKSPACE,
+) -> Json:
+    """Press a button the app published on a user's Home tab (`slack.state.home_view`):
+    the first `action_id` button, or the one whose `value` is `value`.
+
+    From a view, Slack sends the view and a `view` container, and no channel, message
+    or `response_url`. Raises `LookupError` if the view has no such button.
+    """
+    block_id, element = _find_button(view.get("blocks") or [], action_id, value)
+    return {
+        "type": "block_actions",
+        "user": {"id": user, "username": username, "name": username, "team_id": workspace.team_id},
+        "api_app_id": workspace.app_id,
+        "token": workspace.verification_token,
+        "container": {"type": "view", "view_id": view.get("id", "V0TPVIEW001")},
+        "trigger_id": f"{int(time.time())}.{uuid.uuid4().int % 10**12}.{uuid.uuid4().hex}",
+        "team": {"id": workspace.team_id, "domain": workspace.team_domain},
+        "enterprise": None,
+        "is_enterprise_install": False,
+        "view": view,
+        "actions": [_pressed(block_id, element)],
+    }
+
+
+def ephemeral_click(
+    blocks: list[Json],
+    action_id: str,
+    *,
+    response_url: str,
+    value: str | None = None,
+    channel: str = DEFAULT_CHANNEL,
+    user: str = DEFAULT_USER,
+    workspace: Workspace = DEFAULT_WORKSPACE,
+) -> Json:
+    """Press a button in an ephemeral message the app answered with (a slash command's
+    reply, given by its `blocks`): Slack sends no `message`, and a `response_url`."""
+    block_id, element = _find_button(blocks, action_id, value)
+    return button_click(
+        action_id=action_id,
+        value=str(element.get("value", "")),
+        message_ts=next_ts(),
+        channel=channel,
+        user=user,
+        block_id=block_id,
+        button_text=str(element.get("text", {}).get("text", action_id)),
+        response_url=response_url,
+        is_ephemeral=True,
+        workspace=workspace,
+    )
+
+
+def feedback_click(
+    message: Message,
+    *,
+    positive: bool,
+    user: str = DEFAULT_USER,
+    username: str = DEFAULT_USERNAME,
+    workspace: Workspace = DEFAULT_WORKSPACE,
+) -> Json:
+    """Press thumbs up (`positive`) or down on the `feedback_buttons` the app rendered
+    on a stored message (in a `context_actions` block); `LookupError` if there are none.
+
+    The action is `feedback_buttons`, with the pressed button's `value` and `text`.
+    """
+    for block in message.blocks or []:
+        for element in block.get("elements", []) if block.get("type") == "context_actions" else []:
+            if element.get("type") != "feedback_buttons":
+                continue
+            button = element["positive_button" if positive else "negative_button"]
+            payload = button_click(
+                action_id=str(element.get("action_id", "")),
+                value=str(button["value"]),
+                message_ts=message.ts,
+                channel=message.channel,
+                user=user,
+                username=username,
+                block_id=str(block.get("block_id", "feedback")),
+                thread_ts=message.thread_ts,
+                message_text=message.text,
+                message_blocks=message.blocks,
+                workspace=workspace,
+            )
+            action = payload["actions"][0]
+            action["type"] = "feedback_buttons"
+            action["text"] = button["text"]
+            return payload
+    raise LookupError(f"no feedback buttons on message {message.ts}: {message.blocks}")
+
+
+def _find_button(blocks: list[Json], action_id: str, value: str | None) -> tuple[str, Json]:
+    for block_id, element in _buttons(blocks):
+        if element.get("action_id") == action_id and value in (None, element.get("value")):
+            return block_id, element
+    raise LookupError(f"no button {action_id!r} (value {value!r}) in {blocks}")
+
+
+def _pressed(block_id: str, element: Json) -> Json:
+    return {
+        "type": "button",
+        "action_id": element["action_id"],
+        "block_id": block_id,
+        "text": element.get("text", {"type": "plain_text", "text": element["action_id"]}),
+        "value": str(element.get("value", "")),
+        "action_ts": next_ts(),
+    }
+
+
 def _buttons(blocks: list[Json]) -> Iterator[tuple[str, Json]]:
     for block in blocks:
         block_id = str(block.get("block_id", ""))
@@ -338,6 +455,57 @@ def _buttons(blocks: list[Json]) -> Iterator[tuple[str, Json]]:
         for element in candidates:
             if isinstance(element, dict) and element.get("type") == "button":
                 yield block_id, element
+
+
+# -- Slash commands --------------------------------------------------------------------
+
+
+def slash_command(
+    text: str,
+    *,
+    command: str = "/threadpilot",
+    channel: str = DEFAULT_CHANNEL,
+    user: str = DEFAULT_USER,
+    username: str = DEFAULT_USERNAME,
+    response_url: str | None = None,
+    workspace: Workspace = DEFAULT_WORKSPACE,
+) -> dict[str, str]:
+    """The fields Slack posts for `command text` (all strings). Over HTTP they are the
+    form itself (`command_request`), over Socket Mode the envelope's payload
+    (`slack.socket.send_envelope("slash_commands", ...)`). Pass
+    `slack.new_response_url()` as `response_url` to record what the app posts to it."""
+    return {
+        "token": workspace.verification_token,
+        "team_id": workspace.team_id,
+        "team_domain": workspace.team_domain,
+        "channel_id": channel,
+        "channel_name": f"channel-{channel.lower()}",
+        "user_id": user,
+        "user_name": username,
+        "command": command,
+        "text": text,
+        "api_app_id": workspace.app_id,
+        "is_enterprise_install": "false",
+        "response_url": response_url
+        or f"https://hooks.slack.com/commands/{workspace.team_id}/1/{uuid.uuid4().hex}",
+        "trigger_id": f"{int(time.time())}.{uuid.uuid4().int % 10**12}.{uuid.uuid4().hex}",
+    }
+
+
+def command_request(
+    fields: dict[str, str],
+    signing_secret: str,
+    *,
+    timestamp: int | None = None,
+    stale: bool = False,
+    forged: bool = False,
+) -> SignedRequest:
+    """A slash command POST: its fields form-encoded, without `payload=`, signed."""
+    body = urlencode(fields).encode()
+    content_type = "application/x-www-form-urlencoded"
+    return SignedRequest(
+        body, _headers(body, content_type, signing_secret, timestamp, stale, forged)
+    )
 
 
 # -- Signed HTTP requests --------------------------------------------------------------

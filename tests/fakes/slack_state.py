@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
 MAX_STREAM_MARKDOWN = 12_000
 MAX_VIEW_BYTES = 250_000
+MAX_VIEW_BLOCKS = 100
 SESSION_STATUSES = frozenset({"processing", "active", "suspended", "closed"})
 
 
@@ -44,6 +45,9 @@ class SlackState:
         self._messages: dict[str, dict[str, StoredMessage]] = {}
         self._ephemerals: dict[str, list[Ephemeral]] = {}
         self._views: dict[str, Json] = {}
+        self.home_tab_enabled = True
+        """False: the app's Home tab is off (manifest ``features.app_home``), and
+        `views.publish` of a home view answers `not_enabled`, as Slack does."""
         self._session_status: dict[tuple[str, str], str] = {}
         self._assistant_status: dict[tuple[str, str], str] = {}
         self._handlers: dict[str, Callable[[Json], Json]] = {
@@ -417,12 +421,22 @@ class SlackState:
         return {}
 
     def _views_publish(self, args: Json) -> Json:
+        """Slack's documented answers: `invalid_arguments` for a view that is not a home
+        view with at most 100 blocks, `view_too_large` above 250 kB, `not_enabled` when
+        the Home tab is off, `hash_conflict` for a stale `hash`."""
         user_id = required_arg(args, "user_id", "invalid_arguments")
         view = args.get("view")
         if not isinstance(view, dict) or view.get("type") != "home":
             raise Refused("invalid_arguments")
-        if len(json.dumps(view)) > MAX_VIEW_BYTES:
+        blocks = view.get("blocks")
+        if not isinstance(blocks, list) or len(blocks) > MAX_VIEW_BLOCKS:
+            raise Refused("invalid_arguments")
+        if not all(isinstance(block, dict) and block.get("type") for block in blocks):
+            raise Refused("invalid_blocks")
+        if len(json.dumps(view).encode()) > MAX_VIEW_BYTES:
             raise Refused("view_too_large")
+        if not self.home_tab_enabled:
+            raise Refused("not_enabled")
         previous = self._views.get(user_id)
         if args.get("hash") and previous is not None and args["hash"] != previous["hash"]:
             raise Refused("hash_conflict")

@@ -1,0 +1,194 @@
+"""What App Home and ``/threadpilot`` show and do (SPEC.md section 4, "Dashboard and
+command"): a viewer's runs, read from the database, and ``Stop all``.
+
+The listing is read from the database, never from this worker's memory: a click or an
+event lands on any worker, and every worker must show the same runs the same way,
+whichever worker runs them. A member sees the runs they started; an admin
+(``ADMIN_USER_IDS``) every run of the workspace. Only top-level runs are listed: a
+sub-agent is stopped through its parent.
+
+``Stop all`` (admins only) asks every live run of the workspace that is not already
+stopping for a Stop, each through the stop service (:mod:`bot.stops`), all committed
+before the click or the command is acknowledged; a run already stopping is left alone,
+since a second Stop would escalate it to an Abort.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import structlog
+
+from agent_core import RunState, StopReason, StorageError
+from agent_core.stop import utcnow
+from bot import messages
+from bot.errors import BudgetNotRunning, SlackError
+from bot.stops import Source, StopAsk, StopDecision
+from bot.views.home import FEEDBACK_KIND, ListedRun, Listing
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from agent_core import RunRecord, StopRequestRecord
+    from agent_core.ports import Store
+    from bot.settings import Settings
+    from bot.stops import StopService
+    from bot.surface import Workspaces
+
+__all__ = ["ENDED_LIMIT", "LIVE_LIMIT", "Dashboard", "StopAll"]
+
+log = structlog.get_logger("bot.dashboard")
+
+LIVE_LIMIT = 500
+"""Live runs read for one listing (and for Stop all): far more than a view can show."""
+ENDED_LIMIT = 10
+READ_BUDGET_S = 0.8
+"""Stop all reads the live runs within this, then commits each Stop within the stop
+service's own budget: together inside Slack's 3 seconds to acknowledge."""
+TEAM_URL_RETRY_S = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class StopAll:
+    """What ``Stop all`` did before the ack; :meth:`Dashboard.after_stop_all` ends it."""
+
+    decisions: tuple[StopDecision, ...] = ()
+    already: int = 0
+    """Live runs left alone: already stopping (a Stop there would be an Abort)."""
+    refusal: str | None = None
+    """Why nothing was asked (not an admin, the database did not answer)."""
+
+    @property
+    def answer(self) -> str:
+        """What to tell the admin who asked."""
+        if self.refusal is not None:
+            return self.refusal
+        stopped = sum(1 for d in self.decisions if d.changed)
+        failed = sum(1 for d in self.decisions if d.verdict is None)
+        ended = len(self.decisions) - stopped - failed  # ended or stopping meanwhile
+        if not stopped and not failed and not self.already and not ended:
+            return messages.STOP_ALL_NOTHING
+        return messages.stop_all_done(stopped, self.already + ended, failed)
+
+
+class Dashboard:
+    def __init__(
+        self, store: Store, settings: Settings, workspaces: Workspaces, stops: StopService
+    ) -> None:
+        self._store = store
+        self._settings = settings
+        self._workspaces = workspaces
+        self._stops = stops
+        self._team_urls: dict[str, str] = {}
+        self._team_url_failed: dict[str, float] = {}
+
+    def is_admin(self, user: str) -> bool:
+        return user in self._settings.ADMIN_USER_IDS
+
+    # -- reading -----------------------------------------------------------------------
+
+    async def listing(self, team: str, viewer: str, *, notice: str | None = None) -> Listing:
+        """What ``viewer`` sees now. Raises :class:`agent_core.StorageError`."""
+        admin = self.is_admin(viewer)
+        requester = None if admin else viewer
+        store = self._store
+        live = await store.team_live_runs(team, requester=requester, limit=LIVE_LIMIT)
+        ended = await store.team_ended_runs(team, requester=requester, limit=ENDED_LIMIT)
+        live_ids = [r.id for r in live]
+        turns = await store.checkpoint_turns(live_ids) if live_ids else {}
+        pending = _strongest(await store.pending_stop_requests(live_ids) if live_ids else [])
+        ended_ids = [r.id for r in ended]
+        votes = await store.events_of_kind(ended_ids, [FEEDBACK_KIND]) if ended_ids else []
+        return Listing(
+            viewer=viewer,
+            admin=admin,
+            now=utcnow(),
+            live=tuple(ListedRun(r, turns.get(r.id), pending.get(r.id)) for r in live),
+            ended=tuple(
+                ListedRun(r, feedback=tuple(v for v in votes if v.run_id == r.id)) for r in ended
+            ),
+            team_url=await self.team_url(team),
+            notice=notice,
+        )
+
+    async def team_url(self, team: str) -> str | None:
+        """``https://<workspace>.slack.com/`` from ``auth.test``, for links to threads;
+        None (the listing shows the channel alone) while it cannot be had."""
+        if (url := self._team_urls.get(team)) is not None:
+            return url
+        failed = self._team_url_failed.get(team)
+        if failed is not None and time.monotonic() - failed < TEAM_URL_RETRY_S:
+            return None
+        try:
+            surface = await self._workspaces.get(team)
+            answer = await surface.budget.call("auth.test")
+        except (SlackError, BudgetNotRunning) as exc:
+            log.warning("dashboard.team_url_unavailable", team=team, error=str(exc))
+            self._team_url_failed[team] = time.monotonic()
+            return None
+        url = answer.get("url")
+        if not isinstance(url, str) or not url.startswith("https://"):
+            self._team_url_failed[team] = time.monotonic()
+            return None
+        self._team_urls[team] = url
+        return url
+
+    # -- Stop all ----------------------------------------------------------------------
+
+    async def stop_all(
+        self, team: str, user: str, source: Source, *, delivery: str | None
+    ) -> StopAll:
+        """Ask every live run of ``team`` that is not stopping yet for a Stop; before the
+        ack. ``delivery`` is the click's (or command's) key: each run's request gets its
+        own key from it, so a re-delivery changes nothing and a new press can retry."""
+        if not self.is_admin(user):
+            return StopAll(refusal=messages.STOP_ALL_NOT_ALLOWED)
+        try:
+            async with asyncio.timeout(READ_BUDGET_S):
+                live = await self._store.team_live_runs(team, limit=LIVE_LIMIT)
+                pending = await self._store.pending_stop_requests([r.id for r in live])
+        except (StorageError, TimeoutError) as exc:
+            log.warning("stop_all.not_listed", error=str(exc) or type(exc).__name__)
+            return StopAll(refusal=messages.DASHBOARD_UNAVAILABLE)
+        stopping = {p.run_id for p in pending} | {
+            r.id for r in live if r.state is RunState.STOPPING
+        }
+        targets = [r for r in live if r.id not in stopping]
+        asks = [_ask(user, source, run, delivery) for run in targets]
+        decisions = await asyncio.gather(*(self._stops.request(ask) for ask in asks))
+        log.info(
+            "stop_all.requested",
+            user=user,
+            source=source.value,
+            asked=len(asks),
+            recorded=sum(1 for d in decisions if d.changed),
+            already_stopping=len(stopping),
+        )
+        return StopAll(tuple(decisions), already=len(stopping))
+
+    async def after_stop_all(self, result: StopAll) -> None:
+        """The audit events, and the runs whose worker is gone ended here."""
+        await asyncio.gather(*(self._stops.after(d) for d in result.decisions))
+
+
+def _ask(user: str, source: Source, run: RunRecord, delivery: str | None) -> StopAsk:
+    return StopAsk(
+        user=user,
+        kind=StopReason.STOP,
+        source=source,
+        run_id=run.id,
+        delivery=f"{delivery}:{run.id}" if delivery else None,
+    )
+
+
+def _strongest(requests: Sequence[StopRequestRecord]) -> dict[str, StopRequestRecord]:
+    """Each run's highest-ranked pending request (abort over stop; the first of a kind)."""
+    found: dict[str, StopRequestRecord] = {}
+    for request in requests:
+        current = found.get(request.run_id)
+        if current is None or request.kind.rank > current.kind.rank:
+            found[request.run_id] = request
+    return found

@@ -1,0 +1,213 @@
+"""App Home: the Home tab opened, and its buttons (Stop, Abort, Stop all), which the
+``/threadpilot`` list shows too (SPEC.md section 4, "Dashboard and command").
+
+Every button goes through the stop service (:mod:`bot.stops`): decided, checked against
+re-deliveries and committed before ``ack()``, then the audit event after it. A run owned
+by another worker is stopped through the database, as from its status message. The
+answer goes where the button was: the Home tab is published again with the answer on
+top (:class:`~bot.home_refresh.HomeRefresher`); the ``/threadpilot`` list (an ephemeral
+message) is replaced through its ``response_url``.
+
+``Stop all`` is for admins (``ADMIN_USER_IDS``), and Slack asks for confirmation before
+the click is sent; anyone else's click (the button is not shown to them, but a payload
+can be made up) is refused and changes nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+import structlog
+
+from agent_core import StopReason, StorageError
+from bot import messages
+from bot.dedupe import click_key
+from bot.policy import Verdict
+from bot.stops import Source, StopAsk, StopDecision, reply_text
+from bot.views.home import (
+    ACTION_HOME_ABORT,
+    ACTION_HOME_STOP,
+    ACTION_STOP_ALL,
+    render_list_message,
+)
+
+if TYPE_CHECKING:
+    from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncRespond
+
+    from bot.context import BotContext
+    from bot.dashboard import Dashboard
+    from bot.home_refresh import HomeRefresher
+    from bot.settings import Settings
+
+__all__ = ["Click", "register", "respond_with_list"]
+
+log = structlog.get_logger("bot.handlers.home")
+
+
+def register(
+    app: AsyncApp, ctx: BotContext, dashboard: Dashboard, refresher: HomeRefresher
+) -> None:
+    async def on_home_opened(body: dict[str, Any], event: dict[str, Any]) -> None:
+        # With an agent_view, the Messages tab sends this event too (tab "messages"):
+        # that is where people talk to the agent, not where the dashboard is.
+        if event.get("tab", "home") != "home":
+            return
+        refresher.show(str(body["team_id"]), str(event["user"]))
+
+    async def on_stop(ack: AsyncAck, body: dict[str, Any], respond: AsyncRespond) -> None:
+        await _control(ctx, dashboard, refresher, ack, body, respond, StopReason.STOP)
+
+    async def on_abort(ack: AsyncAck, body: dict[str, Any], respond: AsyncRespond) -> None:
+        await _control(ctx, dashboard, refresher, ack, body, respond, StopReason.ABORT)
+
+    async def on_stop_all(ack: AsyncAck, body: dict[str, Any], respond: AsyncRespond) -> None:
+        click = Click.read(body)
+        if click is None:
+            await ack()
+            log.warning("home.click_malformed", action=ACTION_STOP_ALL)
+            return
+        result = await dashboard.stop_all(
+            click.team, click.user, click.source, delivery=click.delivery
+        )
+        await ack()
+        await dashboard.after_stop_all(result)
+        log.info("home.stop_all", user=click.user, source=click.source.value)
+        await _answer(dashboard, refresher, click, respond, result.answer)
+
+    app.event("app_home_opened")(on_home_opened)
+    app.action(ACTION_HOME_STOP)(on_stop)
+    app.action(ACTION_HOME_ABORT)(on_abort)
+    app.action(ACTION_STOP_ALL)(on_stop_all)
+
+
+@dataclass(frozen=True, slots=True)
+class Click:
+    """A press of one of the dashboard's buttons, from App Home or the command's list."""
+
+    user: str
+    team: str
+    action_ts: str
+    value: str
+    """The run id (Stop, Abort), or ``all``."""
+    source: Source
+
+    @property
+    def delivery(self) -> str:
+        return click_key(self.action_ts, self.user)
+
+    @classmethod
+    def read(cls, body: dict[str, Any]) -> Click | None:
+        """The press a ``block_actions`` payload describes; None if it names no user,
+        team or button (Slack always sends them)."""
+        user = _field(body.get("user"), "id")
+        team = _field(body.get("team"), "id") or _field(body.get("user"), "team_id")
+        actions = body.get("actions")
+        pressed = actions[0] if isinstance(actions, list) and actions else None
+        action_ts = _field(pressed, "action_ts")
+        if not all(isinstance(v, str) and v for v in (user, team, action_ts)):
+            return None
+        # Pressed in the Home tab (a view), or in the /threadpilot list (a message).
+        in_view = _field(body.get("container"), "type") == "view"
+        source = Source.HOME if in_view else Source.COMMAND
+        return cls(user, team, action_ts, str(_field(pressed, "value") or ""), source)
+
+
+async def _control(
+    ctx: BotContext,
+    dashboard: Dashboard,
+    refresher: HomeRefresher,
+    ack: AsyncAck,
+    body: dict[str, Any],
+    respond: AsyncRespond,
+    kind: StopReason,
+) -> None:
+    click = Click.read(body)
+    if click is None:
+        await ack()
+        log.warning("home.click_malformed", action=kind.value)
+        return
+    ask = StopAsk(
+        user=click.user,
+        kind=kind,
+        source=click.source,
+        run_id=click.value,
+        delivery=click.delivery,
+    )
+    with structlog.contextvars.bound_contextvars(run_id=ask.run_id, user=ask.user):
+        decision = await ctx.stops.request(ask)
+        await ack()
+        await ctx.stops.after(decision)
+        verdict = decision.verdict
+        log.info(
+            "home.click_handled",
+            action=kind.value,
+            source=click.source.value,
+            verdict=verdict.value if verdict is not None else "not_recorded",
+            local=decision.local,
+        )
+    await _answer(dashboard, refresher, click, respond, _notice(decision, ctx.settings))
+
+
+def _notice(decision: StopDecision, settings: Settings) -> str | None:
+    """What to say on top of the list after a Stop or Abort (None: a re-delivery)."""
+    match decision.verdict:
+        case Verdict.STOP:
+            return messages.STOP_ACCEPTED
+        case Verdict.ABORT:
+            return messages.ABORT_ACCEPTED
+        case Verdict.REDELIVERED:
+            return None
+    return reply_text(decision, settings)
+
+
+async def _answer(
+    dashboard: Dashboard,
+    refresher: HomeRefresher,
+    click: Click,
+    respond: AsyncRespond,
+    notice: str | None,
+) -> None:
+    if click.source is Source.HOME:
+        refresher.show(click.team, click.user, notice=notice)
+        return
+    await respond_with_list(dashboard, respond, click.team, click.user, notice, replace=True)
+
+
+async def respond_with_list(
+    dashboard: Dashboard,
+    respond: AsyncRespond,
+    team: str,
+    user: str,
+    notice: str | None,
+    *,
+    replace: bool,
+) -> None:
+    """Post the ``/threadpilot`` list (with ``notice`` on top) to the ``response_url``,
+    replacing the list the person pressed a button in when ``replace``."""
+    try:
+        listing = await dashboard.listing(team, user, notice=notice)
+    except StorageError as exc:
+        log.warning("command.not_listed", user=user, error=str(exc))
+        text = f"{notice}\n{messages.DASHBOARD_UNAVAILABLE}" if notice else None
+        rendered_text, blocks = text or messages.DASHBOARD_UNAVAILABLE, None
+    else:
+        rendered = render_list_message(listing)
+        rendered_text, blocks = rendered.text, rendered.blocks
+    try:
+        response = await respond(
+            text=rendered_text,
+            blocks=blocks,
+            response_type="ephemeral",
+            replace_original=replace,
+        )
+    except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+        log.warning("command.respond_failed", error=str(exc) or type(exc).__name__)
+        return
+    if response.status_code >= 400:
+        log.warning("command.respond_refused", status=response.status_code, body=response.body)
+
+
+def _field(value: Any, key: str) -> Any:
+    return value.get(key) if isinstance(value, dict) else None
