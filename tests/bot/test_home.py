@@ -448,3 +448,22 @@ async def test_slash_commands_are_signed_and_checked(bot: Bot) -> None:
         **slack_requests.signed_request(body, SECRET),
     }
     assert (await bot.post(slack_requests.SignedRequest(body, headers))).status == 400
+
+
+async def test_the_command_over_socket_mode_is_answered_in_the_ack(
+    make_bot: BotFactory, llm: LLMock
+) -> None:
+    bot = await make_bot(SLACK_APP_TOKEN="xapp-1-test", SLACK_SIGNING_SECRET="")
+    await bot.slack.socket.wait_connected()
+    llm.add(*stalled_answer())
+    envelope = slack_requests.app_mention(f"<@{bot.slack.workspace.bot_user_id}> write a lot")
+    await bot.slack.socket.wait_for_ack(await bot.socket_event(envelope))
+    run_id = run_id_of(await bot.status_message(DEFAULT_CHANNEL, envelope["event"]["ts"]))
+
+    envelope_id = await bot.slack.socket.send_envelope(
+        "slash_commands", slack_requests.slash_command("list"), accepts_response_payload=True
+    )
+
+    ack = await bot.slack.socket.wait_for_ack(envelope_id)
+    assert ack.payload is not None and ack.payload["response_type"] == "ephemeral"
+    assert home_buttons(ack.payload)[:1] == [(ACTION_HOME_STOP, run_id)]

@@ -21,6 +21,7 @@ from slack_sdk.signature import SignatureVerifier
 from tests.fakes.slack_workspace import (
     DEFAULT_CHANNEL,
     DEFAULT_DM_CHANNEL,
+    DEFAULT_GROUP_DM_CHANNEL,
     DEFAULT_USER,
     DEFAULT_USERNAME,
     DEFAULT_WORKSPACE,
@@ -119,6 +120,28 @@ def dm_message(
     ts = ts or next_ts()
     event = _user_message("message", text, channel, user, ts, workspace)
     event["channel_type"] = "im"
+    if thread_ts is not None:
+        event["thread_ts"] = thread_ts
+    return event_callback(event, workspace=workspace, event_id=event_id)
+
+
+def group_dm_message(
+    text: str,
+    *,
+    channel: str = DEFAULT_GROUP_DM_CHANNEL,
+    user: str = DEFAULT_USER,
+    ts: str | None = None,
+    thread_ts: str | None = None,
+    mention: bool = False,
+    workspace: Workspace = DEFAULT_WORKSPACE,
+    event_id: str | None = None,
+) -> Json:
+    """A message in a group DM the app is in (`message` event, `channel_type: mpim`);
+    with `mention`, it @-mentions the app (Slack then also sends an `app_mention` for
+    it: `app_mention(text, channel=..., ts=...)` with the same `ts`)."""
+    ts = ts or next_ts()
+    event = _user_message("message", text, channel, user, ts, workspace, mention=mention)
+    event["channel_type"] = "mpim"
     if thread_ts is not None:
         event["thread_ts"] = thread_ts
     return event_callback(event, workspace=workspace, event_id=event_id)

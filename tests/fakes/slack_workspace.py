@@ -16,6 +16,8 @@ Json = dict[str, Any]
 
 DEFAULT_CHANNEL = "C0TPCHAN001"
 DEFAULT_DM_CHANNEL = "D0TPDM00001"
+DEFAULT_GROUP_DM_CHANNEL = "G0TPMPIM001"
+"""A group DM (``mpim``): Slack gives them ``G`` ids, like old private channels."""
 DEFAULT_USER = "U0TPUSER001"
 DEFAULT_USERNAME = "requester"
 
