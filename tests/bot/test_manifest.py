@@ -1,0 +1,84 @@
+"""``manifest.yml`` asks for exactly what the app uses (SPEC.md section 2), within the
+limits Slack puts on an agent's manifest (``agent_view``: a description of at most 300
+characters, at most four suggested prompts).
+
+Read line by line (the manifest is plain YAML lists and keys; the app has no YAML
+dependency of its own).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from bot.handlers.command import COMMAND
+
+MANIFEST = Path(__file__).resolve().parents[2] / "manifest.yml"
+
+
+def section(name: str) -> list[str]:
+    """The lines of the block under ``name:`` (by indentation), comments stripped."""
+    lines = MANIFEST.read_text("utf-8").splitlines()
+    start = next(i for i, line in enumerate(lines) if line.split(" #", 1)[0].strip() == f"{name}:")
+    indent = len(lines[start]) - len(lines[start].lstrip())
+    found = []
+    for line in lines[start + 1 :]:
+        text = line.split(" #", 1)[0].rstrip()
+        if not text.strip() or text.lstrip().startswith("#"):
+            continue
+        if len(text) - len(text.lstrip()) <= indent:
+            break
+        found.append(text)
+    return found
+
+
+def items(name: str) -> list[str]:
+    return [line.strip()[2:] for line in section(name) if line.strip().startswith("- ")]
+
+
+def value(lines: list[str], key: str) -> str:
+    for line in lines:
+        match = re.fullmatch(rf"\s*(?:- )?{key}: (.*)", line)
+        if match:
+            return match.group(1)
+    raise KeyError(key)
+
+
+def test_the_events_are_those_the_app_listens_to() -> None:
+    assert items("bot_events") == [
+        "app_mention",  # a mention starts a run (bot/handlers/mentions.py)
+        "message.channels",  # replies in a run's thread: guidance, stop words, follow-ups
+        "message.groups",
+        "message.im",  # DMs start runs
+        "message.mpim",  # group DMs, like DMs
+        "app_home_opened",  # the dashboard (bot/handlers/home.py)
+        "agent_session_stopped",  # Slack's native stop (bot/handlers/events.py)
+    ]
+
+
+def test_the_scopes_are_those_the_app_uses() -> None:
+    assert items("bot") == [
+        "app_mentions:read",
+        "chat:write",
+        "channels:history",
+        "groups:history",
+        "im:history",
+        "mpim:history",
+        "commands",
+        "reactions:write",
+        "assistant:write",
+    ]
+
+
+def test_home_tab_slash_command_and_agent_view() -> None:
+    app_home = section("app_home")
+    assert value(app_home, "home_tab_enabled") == "true"
+    assert value(app_home, "messages_tab_enabled") == "true"
+    commands = section("slash_commands")
+    assert value(commands, "command") == COMMAND
+    assert value(commands, "should_escape") == "false"
+    agent = section("agent_view")
+    assert len(value(agent, "agent_description")) <= 300
+    prompts = [line for line in agent if line.strip().startswith("- title:")]
+    assert 1 <= len(prompts) <= 4
+    assert value(section("interactivity"), "is_enabled") == "true"
