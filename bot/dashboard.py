@@ -49,6 +49,9 @@ READ_BUDGET_S = 0.8
 """Stop all reads the live runs within this, then commits each Stop within the stop
 service's own budget: together inside Slack's 3 seconds to acknowledge."""
 TEAM_URL_RETRY_S = 60.0
+TEAM_URL_BUDGET_S = 1.0
+"""``auth.test`` for the workspace's URL may hold a listing up this long, no longer: a
+listing answers a slash command, which Slack wants within 3 seconds."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,10 +126,12 @@ class Dashboard:
         if failed is not None and time.monotonic() - failed < TEAM_URL_RETRY_S:
             return None
         try:
-            surface = await self._workspaces.get(team)
-            answer = await surface.budget.call("auth.test")
-        except (SlackError, BudgetNotRunning) as exc:
-            log.warning("dashboard.team_url_unavailable", team=team, error=str(exc))
+            async with asyncio.timeout(TEAM_URL_BUDGET_S):
+                surface = await self._workspaces.get(team)
+                answer = await surface.budget.call("auth.test")
+        except (SlackError, BudgetNotRunning, TimeoutError) as exc:
+            error = str(exc) or type(exc).__name__
+            log.warning("dashboard.team_url_unavailable", team=team, error=error)
             self._team_url_failed[team] = time.monotonic()
             return None
         url = answer.get("url")

@@ -171,6 +171,8 @@ class HomeRefresher:
                     pass  # a burst of changes: read on at once
             except StorageError as exc:
                 log.warning("home.poll_failed", error=str(exc))
+            except Exception:  # a bug here must not stop every Home tab's refresh
+                log.exception("home.poll_crashed")
 
     async def poll_once(self) -> int:
         """Read the runs changed since the last poll and mark their viewers; how many
@@ -221,6 +223,9 @@ class HomeRefresher:
                     await asyncio.sleep(FAILURE_PAUSE_S)
             except BudgetNotRunning:
                 return  # shutting down
+            except Exception:  # a bug here must not stop the other viewers' refreshes
+                log.exception("home.publish_crashed", user=viewer.user)
+                await asyncio.sleep(FAILURE_PAUSE_S)
 
     def _next(self) -> tuple[_Key | None, float | None]:
         """The next viewer to publish (taken off the dirty list), or how long until one

@@ -166,10 +166,15 @@ def _parse(text: str, content_type: str) -> Any:
 
 
 def _is_command(text: str) -> bool:
-    """A form without a ``payload`` field: what Slack posts for a slash command."""
-    return not text.startswith("{") and not any(
-        part.split("=", 1)[0] == "payload" for part in text.split("&")
-    )
+    """A form without a ``payload`` field: what Slack posts for a slash command. (A body
+    that cannot be read as a form is left to :func:`_parse` to refuse.)"""
+    if text.startswith("{"):
+        return False
+    try:
+        fields = parse_qs(text, keep_blank_values=True, max_num_fields=20)
+    except ValueError:
+        return False
+    return "payload" not in fields
 
 
 def _command_problem(text: str) -> str | None:
