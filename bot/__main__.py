@@ -1,12 +1,14 @@
 """``python -m bot``: run the Slack app until SIGTERM or SIGINT, then shut down in order.
 
 Exit status: 0 after a signal (at any moment, start-up included), 2 when start-up fails.
-A start-up failure is one line on stderr naming what to fix, and nothing else: no
-traceback, no shutdown chatter.
+A start-up failure is one line on stderr per problem naming what to fix (every bad setting
+at once), and nothing else: no traceback, no shutdown chatter. ``--check`` checks the
+installation and starts nothing (:mod:`bot.check`); ``--help`` prints the usage.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import signal
 import sys
@@ -24,7 +26,34 @@ START_DRAIN_S = 5.0
 """How long a start-up interrupted by a signal may take to unwind once cancelled."""
 
 
-def main() -> int:
+USAGE = """\
+Runs threadpilot, the Slack app: an LLM agent in a Slack thread with Stop and Abort.
+
+Settings come from the environment and from .env in the working directory; every one is
+described in .env.example. Socket Mode when SLACK_APP_TOKEN is set, otherwise HTTP on
+PORT (POST /slack/events, GET /healthz, GET /readyz). SIGTERM or SIGINT shuts down in
+order.
+
+exit status: 0 after a signal, 2 when start-up (or --check) fails"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bot",
+        description=USAGE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="check the settings, the database, the Slack tokens, the model endpoint and "
+        "each MCP server, one line each; start nothing, write nothing",
+    )
+    args = parser.parse_args(argv)
+    if args.check:
+        from bot.check import run_checks  # only this mode needs it (and its imports)
+
+        return asyncio.run(run_checks())
     try:
         settings = load_settings()
     except ConfigError as exc:
@@ -77,7 +106,8 @@ async def _start_unless_stopped(app: ThreadpilotApp, stopping: asyncio.Event) ->
 
 
 def _failed(problem: str) -> int:
-    print(f"threadpilot: {problem}", file=sys.stderr)
+    for line in problem.splitlines():
+        print(f"threadpilot: {line}", file=sys.stderr)
     return 2
 
 

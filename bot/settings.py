@@ -6,17 +6,30 @@ one stops start-up with a single line that names it (:func:`load_settings`).
 
 from __future__ import annotations
 
+from datetime import timedelta
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from agent_core import (
+    EndedBecause,
+    ResumeSettings,
+    parse_auto_resume,
+    parse_max_auto_resumes,
+    parse_user_exit_grace,
+)
 from agent_core.errors import ConfigError
 from agent_core.mcp import ServerConfig, load_mcp_config
 from agent_core.stores.factory import parse_database_url
 
-__all__ = ["Settings", "StopPolicy", "load_settings"]
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+__all__ = ["Settings", "SettingsInvalid", "StopPolicy", "load_settings"]
+
+_T = TypeVar("_T")
 
 
 class StopPolicy(StrEnum):
@@ -59,12 +72,27 @@ class Settings(BaseSettings):
     MAX_TURNS: int = Field(default=20, ge=1)
     FINAL_TURN_TIMEOUT: float | None = Field(default=None, gt=0)
     TOOL_TIMEOUT: float = Field(default=120.0, gt=0)
+    MAX_RETRY_AFTER: float = Field(
+        default=120.0,
+        ge=0,
+        description="The longest Retry-After a run waits out in place; a longer one ends it "
+        "blocked, to resume after it (AUTO_RESUME).",
+    )
     MCP_CONFIG: str | None = Field(
         default=None,
         description='A JSON file listing MCP servers ({"mcpServers": {...}}): their tools.',
     )
     GUIDANCE_MAX_CHARS: int = Field(default=4000, ge=1)
-    AUTO_RESUME_ON_RESTART: bool = True
+    AUTO_RESUME: Annotated[frozenset[EndedBecause], NoDecode] = Field(
+        default=ResumeSettings().auto_resume,
+        description="Why a run may have ended for it to resume on its own (seed 003).",
+    )
+    MAX_AUTO_RESUMES: int = Field(default=ResumeSettings().max_auto_resumes, ge=0)
+    USER_EXIT_GRACE: timedelta = ResumeSettings().user_exit_grace
+    AUTO_RESUME_ON_RESTART: bool = Field(
+        default=True,
+        description="Deprecated alias: false takes shutdown and worker_lost out of AUTO_RESUME.",
+    )
     RETENTION_DAYS: int = Field(default=30, ge=1)
     LEASE_TTL: float = Field(default=30.0, ge=3.0)
     STOP_POLL_INTERVAL: float = Field(default=0.25, gt=0, le=10)
@@ -77,6 +105,15 @@ class Settings(BaseSettings):
     def _bot_token(cls, value: str) -> str:
         if not value.startswith("xoxb-"):
             raise ValueError("must be a bot token starting with xoxb-")
+        if _placeholder(value, "xoxb-"):
+            raise ValueError("is a placeholder: paste the Bot User OAuth Token (xoxb-...)")
+        return value
+
+    @field_validator("OPENAI_API_KEY")
+    @classmethod
+    def _api_key(cls, value: str) -> str:
+        if _placeholder(value, "sk-"):
+            raise ValueError("is a placeholder: set the model endpoint's API key")
         return value
 
     @field_validator("SLACK_APP_TOKEN")
@@ -86,6 +123,8 @@ class Settings(BaseSettings):
             return None
         if not value.startswith("xapp-"):
             raise ValueError("must be an app-level token starting with xapp-")
+        if _placeholder(value, "xapp-"):
+            raise ValueError("is a placeholder: paste the App-Level Token (xapp-...)")
         return value
 
     @field_validator("SLACK_SIGNING_SECRET", "OPENAI_BASE_URL", "MCP_CONFIG", mode="before")
@@ -113,6 +152,23 @@ class Settings(BaseSettings):
     def _user_ids(cls, value: Any) -> Any:
         if isinstance(value, str):
             return frozenset(v.strip() for v in value.split(",") if v.strip())
+        return value
+
+    @field_validator("AUTO_RESUME", mode="before")
+    @classmethod
+    def _auto_resume(cls, value: Any) -> Any:
+        return _parsed(parse_auto_resume, value) if isinstance(value, str) else value
+
+    @field_validator("MAX_AUTO_RESUMES", mode="before")
+    @classmethod
+    def _max_auto_resumes(cls, value: Any) -> Any:
+        return _parsed(parse_max_auto_resumes, value) if isinstance(value, str) else value
+
+    @field_validator("USER_EXIT_GRACE", mode="before")
+    @classmethod
+    def _user_exit_grace(cls, value: Any) -> Any:
+        if isinstance(value, str | int | float) and not isinstance(value, bool):
+            return _parsed(parse_user_exit_grace, str(value))
         return value
 
     @field_validator("LOG_LEVEL", mode="before")
@@ -157,22 +213,69 @@ class Settings(BaseSettings):
         return self.SLACK_APP_TOKEN is not None
 
     @property
+    def resume_settings(self) -> ResumeSettings:
+        """``AUTO_RESUME``, ``MAX_AUTO_RESUMES`` and ``USER_EXIT_GRACE`` for the policy.
+
+        ``AUTO_RESUME_ON_RESTART=false`` (the setting this one replaced, still read) takes
+        ``shutdown`` and ``worker_lost`` out of ``AUTO_RESUME``.
+        """
+        reasons = self.AUTO_RESUME
+        if not self.AUTO_RESUME_ON_RESTART:
+            reasons -= {EndedBecause.SHUTDOWN, EndedBecause.WORKER_LOST}
+        return ResumeSettings(reasons, self.MAX_AUTO_RESUMES, self.USER_EXIT_GRACE)
+
+    @property
     def mcp_servers(self) -> tuple[ServerConfig, ...]:
         """The MCP servers ``MCP_CONFIG`` lists (none without it)."""
         return self._mcp_servers
 
 
+def _parsed(parse: Callable[[str], _T], raw: str) -> _T:
+    """A setting read by the core's own parser, its ConfigError made pydantic's error."""
+    try:
+        return parse(raw)
+    except ConfigError as exc:
+        raise ValueError(exc.problem) from None
+
+
+class SettingsInvalid(ConfigError):
+    """Several settings are wrong: ``str()`` is one line per setting, all of them."""
+
+    def __init__(self, problems: list[ConfigError]) -> None:
+        super().__init__(problems[0].setting, problems[0].problem)
+        self.problems = problems
+        self.args = ("\n".join(str(p) for p in problems),)
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
 def load_settings(**overrides: Any) -> Settings:
-    """Read and validate the settings; raise :class:`ConfigError` naming the first bad one."""
+    """Read and validate the settings; raise :class:`ConfigError` naming every bad one
+    (one line each in its message; :class:`SettingsInvalid` when there are several)."""
     try:
         return Settings(**overrides)
     except ValidationError as exc:
-        error = exc.errors()[0]
-        location = [str(p) for p in error["loc"]]
-        message = str(error["msg"]).removeprefix("Value error, ")
-        if location:
-            name = location[0]
-            problem = "missing" if error["type"] == "missing" else message
-            raise ConfigError(name, problem) from None
-        name, _, problem = message.partition(": ")
-        raise ConfigError(name, problem) from None
+        problems = [_problem(error) for error in exc.errors()]
+    if len(problems) == 1:
+        raise problems[0] from None
+    raise SettingsInvalid(problems) from None
+
+
+def _problem(error: Any) -> ConfigError:
+    location = [str(p) for p in error["loc"]]
+    message = str(error["msg"]).removeprefix("Value error, ")
+    if location:
+        problem = "missing" if error["type"] == "missing" else message
+        return ConfigError(location[0], problem)
+    name, _, problem = message.partition(": ")
+    return ConfigError(name, problem)
+
+
+_PLACEHOLDER_MARKS = ("...", "<", ">", "your-", "your_", "changeme")
+
+
+def _placeholder(value: str, prefix: str = "") -> bool:
+    """A value copied from an example instead of a real one (``xoxb-``, ``sk-...``)."""
+    bare = value.strip()
+    return bare == prefix or any(mark in bare.lower() for mark in _PLACEHOLDER_MARKS)

@@ -1,0 +1,154 @@
+"""``python -m bot --check`` and ``--help`` as an admin runs them: a real process, the local
+fake Slack, llmock, a real SQLite file, and MCP servers from ``MCP_CONFIG``.
+
+One line per check; exit 0 when all pass, 2 otherwise; nothing written (the SQLite file
+is not created); every bad setting reported at once, placeholders included.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from tests.bot.harness import SECRET
+
+if TYPE_CHECKING:
+    from llmock.pytest_plugin import LLMock
+
+    from tests.fakes.slack_api import FakeSlack
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+CHECK_S = 60.0
+
+
+@dataclass(frozen=True)
+class Ran:
+    status: int
+    stdout: str
+    stderr: str
+
+    @property
+    def lines(self) -> list[str]:
+        return self.stdout.splitlines()
+
+    def line(self, name: str) -> str:
+        (found,) = [line for line in self.lines if line[5:].startswith(f"{name}:")]
+        return found
+
+
+async def run_bot(cwd: Path, *args: str, **settings: str) -> Ran:
+    env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(REPO), **settings}
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "bot",
+        *args,
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    async with asyncio.timeout(CHECK_S):
+        out, err = await process.communicate()
+    assert process.returncode is not None
+    return Ran(process.returncode, out.decode(), err.decode())
+
+
+def good_settings(slack: FakeSlack, model_url: str, cwd: Path) -> dict[str, str]:
+    return {
+        "SLACK_BOT_TOKEN": "xoxb-check-test",
+        "SLACK_SIGNING_SECRET": SECRET,
+        "SLACK_API_URL": slack.api_url,
+        "OPENAI_API_KEY": "test-key",
+        "OPENAI_BASE_URL": model_url,
+        "OPENAI_MODEL": "test-model",
+        "DATABASE_URL": f"sqlite:///{cwd}/threadpilot.db",
+    }
+
+
+async def test_a_ready_installation_passes_every_check_and_writes_nothing(
+    slack: FakeSlack, llm: LLMock, tmp_path: Path
+) -> None:
+    config = tmp_path / "mcp.json"
+    config.write_text(
+        json.dumps(
+            {
+                "mcpServers": {
+                    "time": {"command": sys.executable, "args": ["-m", "mcp_server_time"]},
+                    "broken": {"command": str(tmp_path / "no-such-server")},
+                }
+            }
+        )
+    )
+    ran = await run_bot(
+        tmp_path,
+        "--check",
+        **good_settings(slack, llm.base_url(), tmp_path),
+        MCP_CONFIG=str(config),
+    )
+
+    assert "Traceback" not in ran.stdout + ran.stderr
+    assert ran.line("settings").startswith("ok")
+    assert ran.line("database").startswith("ok")
+    assert "does not exist yet" in ran.line("database")
+    assert ran.line("Slack bot token").startswith("ok")
+    assert ran.line("model endpoint").startswith("ok")
+    assert ran.line("MCP server time").startswith("ok")
+    assert "time__get_current_time" in ran.line("MCP server time")
+    assert ran.line("MCP server broken").startswith("FAIL")
+    assert ran.status == 2  # one server failed
+    assert not (tmp_path / "threadpilot.db").exists()  # --check writes nothing
+    assert slack.calls("chat.postMessage") == []
+
+
+async def test_every_bad_setting_is_reported_at_once_placeholders_included(tmp_path: Path) -> None:
+    ran = await run_bot(
+        tmp_path,
+        SLACK_BOT_TOKEN="xoxb-",
+        SLACK_SIGNING_SECRET=SECRET,
+        OPENAI_API_KEY="sk-...",
+        PORT="not-a-port",
+    )
+
+    assert ran.status == 2
+    named = sorted(line.split(":")[1].strip() for line in ran.stderr.splitlines())
+    assert named == ["OPENAI_API_KEY", "OPENAI_MODEL", "PORT", "SLACK_BOT_TOKEN"]
+    assert all(line.startswith("threadpilot: ") for line in ran.stderr.splitlines())
+    assert "placeholder" in ran.stderr
+
+
+async def test_refused_tokens_and_an_unreachable_model_fail_their_checks(
+    slack: FakeSlack, tmp_path: Path
+) -> None:
+    slack.fail_next("auth.test", error="token_revoked")
+    settings = {
+        **good_settings(slack, "http://127.0.0.1:9/v1", tmp_path),
+        "SLACK_APP_TOKEN": "xapp-check-test",
+    }
+    slack.fail_next("apps.connections.open", error="invalid_auth")
+    ran = await run_bot(tmp_path, "--check", **settings)
+
+    assert ran.status == 2
+    assert ran.line("Slack bot token").startswith("FAIL")
+    assert "token_revoked" in ran.line("Slack bot token")
+    assert ran.line("Slack app token").startswith("FAIL")
+    assert ran.line("model endpoint").startswith("FAIL")
+    assert "Traceback" not in ran.stdout + ran.stderr
+
+
+async def test_help_prints_the_usage(tmp_path: Path) -> None:
+    ran = await run_bot(tmp_path, "--help")
+    assert ran.status == 0
+    assert "--check" in ran.stdout
+    assert ".env.example" in ran.stdout
