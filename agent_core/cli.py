@@ -2,7 +2,7 @@
 
 Ctrl+C once asks for a Stop (the current step finishes, one final turn reports), twice
 for an Abort; SIGTERM and SIGHUP (the terminal closed) are a shutdown. Exit statuses
-(SPEC.md section 6): 0 finished or stopped, 130 aborted, 143 shutdown (129 when SIGHUP
+(docs/stopping.md, In a terminal): 0 finished or stopped, 130 aborted, 143 shutdown (129 when SIGHUP
 asked for it), 1 failed, 2 bad usage or configuration. ``--json`` carries
 ``ended_because`` (:mod:`agent_core.ended`) with the rest of the result.
 

@@ -1,4 +1,4 @@
-"""Sub-agents: the ``delegate`` tool, which hands a task to a child run (SPEC.md section 4).
+"""Sub-agents: the ``delegate`` tool, which hands a task to a child run (docs/stopping.md).
 
 ``delegate(task, tools)`` is offered with a run's own tools while its depth allows: a
 top-level run is at depth 0, its children at 1 may delegate once more, and grandchildren

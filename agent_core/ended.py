@@ -1,4 +1,6 @@
-"""Why a run ended (seed 003): one pure function from :class:`Clues` to :class:`EndedBecause`.
+"""Why a run ended: one pure function from :class:`Clues` to :class:`EndedBecause`.
+
+The reasons and their order are explained for people in docs/stopping.md.
 
 The loop, the reconciler and the terminal runner each gather what they saw when a run
 ended (the exception that ended it, an HTTP status, a provider error code, the stop
@@ -10,7 +12,7 @@ When clues conflict, the highest class in :data:`PRIORITY` wins::
     rate_limit > completed > context_exhausted > user_exit > shutdown > worker_lost
                > error > unknown
 
-The first five and ``unknown`` are seed 003's order. The three it leaves out sit where
+The first five and ``unknown`` are the original order. The three it leaves out sit where
 they are for these reasons:
 
 - ``user_exit`` > ``shutdown``: a person's Stop or Abort says "do not resume this"; a
@@ -47,7 +49,7 @@ __all__ = ["PRIORITY", "Clues", "EndedBecause", "classify"]
 
 
 class EndedBecause(StrEnum):
-    """Why a run ended, as stored, logged and shown (SPEC.md section 4)."""
+    """Why a run ended, as stored, logged and shown (docs/stopping.md)."""
 
     RATE_LIMIT = "rate_limit"
     """The model provider refused with a rate limit after the in-run retries were spent."""
@@ -179,7 +181,7 @@ _SIGNALS: dict[int, EndedBecause] = {
     signals.SIGINT: EndedBecause.USER_EXIT,  # Ctrl+C
     signals.SIGQUIT: EndedBecause.USER_EXIT,  # Ctrl+\
     signals.SIGTERM: EndedBecause.SHUTDOWN,
-    signals.SIGHUP: EndedBecause.SHUTDOWN,  # the terminal closed (SPEC.md section 4)
+    signals.SIGHUP: EndedBecause.SHUTDOWN,  # the terminal closed: a shutdown
     signals.SIGKILL: EndedBecause.WORKER_LOST,  # no chance to say anything
 }
 

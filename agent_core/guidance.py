@@ -1,6 +1,6 @@
 """Guidance: what people write to a run while it works, and when the model sees it.
 
-A person steers a live run by replying in its thread (seed 002, SPEC.md section 4). The
+A person steers a live run by replying in its thread (docs/stopping.md, Guidance). The
 Slack layer commits each reply durably and hands it to the run's :class:`GuidanceInbox`;
 the loop takes everything queued at the next turn boundary (after the in-flight model
 stream or tool batch) and sends it with the next model request as **user-role**

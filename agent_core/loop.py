@@ -377,7 +377,7 @@ class Run:
                     await self.control.wait_requested()
             except TimeoutError:
                 return
-        # SPEC.md section 1: a Stop ends the wait at once and goes to the final turn. After
+        # A Stop ends the wait at once and goes to the final turn. After
         # a rate limit that turn gets one attempt: the provider has just said it will
         # refuse for a while, and the person asked for the run to end now, not later.
         self._stop_cut_rate_limit = isinstance(error, RateLimited)

@@ -1,4 +1,4 @@
-"""How a run ended, in the vocabulary users see (seed 001), and the result object.
+"""How a run ended, in the vocabulary users see (docs/stopping.md), and the result object.
 
 Every run ends in exactly one canonical :class:`Outcome`. Older words that may sit in
 stored state (``done``, ``cancelled``, ``blocked_on_user``...) are read through
@@ -52,7 +52,7 @@ class Outcome(StrEnum):
 
 
 class ExitCode(StrEnum):
-    """Why the loop ended, as SPEC.md section 1 labels it."""
+    """Why the loop ended, as docs/stopping.md labels it."""
 
     FINAL_ANSWER = "EXIT-FINAL-ANSWER"
     USER_STOP = "EXIT-USER-STOP"
@@ -64,7 +64,7 @@ class ExitCode(StrEnum):
     ERROR = "EXIT-ERROR"
 
 
-# How each canonical outcome is named to people, on every surface (seed 001): the label
+# How each canonical outcome is named to people, on every surface: the label
 # always starts with one of these, never with a legacy word such as "Aborted".
 OUTCOME_LABELS: dict[Outcome, str] = {
     Outcome.FINISHED: "Finished",
@@ -108,7 +108,8 @@ def outcome_label(
     return f"{base} (stop requested{by})" if stopped_by else base
 
 
-# Seed 001's legacy table. ``blocked_on_user`` depends on whether a question was asked.
+# Legacy words and their canonical outcomes. ``blocked_on_user`` depends on whether a
+# question was asked.
 _LEGACY: dict[str, Outcome] = {
     "finish": Outcome.FINISHED,
     "complete": Outcome.FINISHED,
@@ -148,7 +149,7 @@ def normalize_outcome(value: str, *, question_asked: bool = False) -> Outcome:
     raise UnknownOutcome(f"unknown run outcome {value!r}")
 
 
-# Closing softeners (seed 001, "forbidden terminal pattern"): optional offers that make
+# Closing softeners (never allowed at the end of a report): optional offers that make
 # the run's state ambiguous. Matched only as whole trailing sentences.
 _SOFTENER = re.compile(
     r"""(?isx)
@@ -246,7 +247,7 @@ class Timings:
         return (self.ended_at - self.started_at).total_seconds()
 
 
-# Process exit statuses for the terminal runner (SPEC.md section 6).
+# Process exit statuses for the terminal runner (docs/stopping.md, In a terminal).
 _PROCESS_STATUS = {
     ExitCode.USER_ABORT: 130,
     ExitCode.SHUTDOWN: 143,

@@ -1,7 +1,7 @@
 """Every instruction the loop itself sends to the model, in one place.
 
 User text never lands in a system message: guidance from the thread is injected as a
-user message, marked as such (SPEC.md section 4).
+user message, marked as such (docs/stopping.md, Guidance).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Whether and when a run that ended resumes on its own (seed 003, SPEC.md section 4).
+"""Whether and when a run that ended resumes on its own (docs/stopping.md).
 
 :func:`decide_resume` is pure: the caller says why the run ended, what the settings are,
 how many auto-resumes the thread has had, when a person last stopped a run there, the

@@ -10,7 +10,7 @@
 
 Terminal states are the canonical outcomes, so a stored run's state *is* its outcome
 once it has ended. ``blocked`` is the only terminal state with a way out: a resumer may
-queue it again (auto-resume after a restart, seed 003).
+queue it again (auto-resume after a restart).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Why a run is asked to end, and the per-run control object that carries that request.
 
 A stop is a *state*, not an event: once requested it stays requested. Three reasons exist
-(SPEC.md section 1):
+(docs/stopping.md):
 
 ========== ============= ======================================== ====================
 reason      final turn?   in-flight LLM stream and tool tasks      outcome

@@ -82,7 +82,7 @@ __all__ = [
 ToolFn = Callable[..., Any]
 
 DEFAULT_TOOL_TIMEOUT_S = 120.0
-"""How long one tool call may take before it is cancelled (SPEC.md: ``TOOL_TIMEOUT``)."""
+"""How long one tool call may take before it is cancelled (the ``TOOL_TIMEOUT`` setting)."""
 
 MAX_TOOL_RESULT_CHARS = 20_000
 """The most of one tool result the model reads (about 5,000 tokens); the rest is cut with

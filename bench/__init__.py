@@ -1,5 +1,7 @@
-"""Benchmarks for the SPEC.md section 5 targets, run by hand: ``python -m bench.<name>``.
+"""Benchmarks for the performance targets in bench/README.md, run by hand.
 
-Not part of the pytest suite (SPEC.md: targets are measured by benchmarks, never by
+Run one with ``python -m bench.<name>``, or all with ``python -m bench``.
+
+Not part of the pytest suite (targets are measured by benchmarks, never by
 timed unit tests). See ``bench/README.md`` for what each one measures and how.
 """

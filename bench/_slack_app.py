@@ -224,7 +224,7 @@ class LoadedApp:
     async def uncommitted(self, clicks: list[tuple[str, StopReason]]) -> int:
         """How many ``(run id, kind)`` clicks have no stop request in the database.
 
-        SPEC.md section 3: a stop request is committed before the click is acknowledged.
+        The rule: a stop request is committed before the click is acknowledged.
         The handler awaits the commit before it acks, and a commit it gives up on is
         rolled back, so a click whose row is missing afterwards was acked uncommitted.
         Read with a connection of our own, in a thread: through the app's store each
@@ -282,6 +282,6 @@ class LoadedApp:
 
 
 def _stop_rows(path: str) -> set[tuple[str, str]]:
-    """Every ``(run_id, kind)`` in the ``stop_requests`` table (SPEC.md section 3)."""
+    """Every ``(run_id, kind)`` in the ``stop_requests`` table."""
     with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
         return {(str(r), str(k)) for r, k in db.execute("SELECT run_id, kind FROM stop_requests")}

@@ -39,7 +39,7 @@ def percentile(samples: list[float], pct: float) -> float:
 
 @dataclass(frozen=True)
 class Row:
-    """One measured figure beside its SPEC target (``limit`` in the unit of the samples)."""
+    """One measured figure beside its target (``limit`` in the unit of the samples)."""
 
     what: str
     samples: list[float]

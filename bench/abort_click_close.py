@@ -1,5 +1,5 @@
 """Abort click over HTTP → upstream LLM connection closed, same worker: p99 < 50 ms
-(SPEC.md §5).
+(bench/README.md).
 
 The real ThreadpilotApp over HTTP, the fake Slack, and llmock in a thread of this process
 (so its journal's ``ended_at``, the moment the server saw the connection go, is on the
@@ -13,8 +13,8 @@ sent; the figure is ``ended_at`` of that run's model request - ``t0``. Two setti
   each aborted run is replaced by a new one.
 
 Also shown: the click's HTTP ack time. Every click is checked to have cut its run's
-model stream short, and to have its stop request committed in the store (SPEC.md
-section 3: committed before the ack).
+model stream short, and to have its stop request committed in the store (docs/architecture.md,
+The path of a click: committed before the ack).
 
 Usage: ``.venv/bin/python -m bench.abort_click_close [--trials N] [--runs N]
 [--chunk-ms MS] [--interval-ms MS]``
@@ -56,7 +56,7 @@ class Clicks:
     """Clicks whose model request was not cut short, or whose record never appeared."""
     clicked: list[tuple[str, StopReason]] = field(default_factory=list)
     uncommitted: int = 0
-    """Clicks acknowledged without their stop request committed (SPEC.md section 3)."""
+    """Clicks acknowledged without their stop request committed (it must be, before the ack)."""
     lag_ms: list[float] = field(default_factory=list)
 
     def settle(self, records: list[RequestRecord]) -> None:

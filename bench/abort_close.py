@@ -1,4 +1,4 @@
-"""Abort requested in-process → upstream LLM connection closed: p99 < 5 ms (SPEC.md §5).
+"""Abort requested in-process → upstream LLM connection closed: p99 < 5 ms (bench/README.md).
 
 Each trial runs the real loop with the real :class:`OpenAIChatModel` against llmock: the
 answer streams two chunks and then stalls for 30 s. Once the first text delta reaches the
@@ -9,7 +9,7 @@ run, the benchmark takes ``t0`` and calls ``run.request_stop(ABORT)``. Measured:
 - client close: when this process closed the socket (``bench/_probes.py``) - t0;
 - reported: the moment the run emitted ``RunFinished`` - t0, and when ``await run.run()``
   returned to the benchmark - t0;
-- order: the spec says the run reports its end only *after* the close. Checked twice:
+- order: the run must report its end only *after* the close. Checked twice:
   the socket close against ``RunFinished`` (what the process can promise; judged), and
   llmock's ``ended_at`` against the return of ``run.run()`` (reported, not judged: it
   also includes how late the server thread wakes up to notice a close that has already

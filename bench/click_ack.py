@@ -1,4 +1,4 @@
-"""Click → ack, HTTP and Socket Mode, 200 concurrent streaming runs: p99 < 250 ms (SPEC.md §5).
+"""Click → ack, HTTP and Socket Mode, 200 concurrent streaming runs: p99 < 250 ms (bench/README.md).
 
 For each transport in turn, the real ThreadpilotApp is started against the fake Slack and
 llmock (``bench/_slack_app.py``), and ``--runs`` (200) runs are started and kept streaming:
@@ -14,7 +14,7 @@ replaced by a new mention, so the app keeps about ``--runs`` runs streaming thro
   latency is the fake's ``Ack.latency`` (envelope sent → ack received).
 
 Every click is also checked to have taken effect by the time it was acknowledged, and
-(after the clicks) to have its stop request committed in the store: SPEC.md section 3
+(after the clicks) to have its stop request committed in the store: docs/architecture.md
 says it is committed before the ack.
 By default everything runs in this one process: the app, the fake Slack (same event
 loop) and llmock (another thread, sharing the GIL). The figures therefore include the
@@ -61,7 +61,7 @@ class Phase:
     """Clicks whose stop/abort was not in force when the ack arrived."""
     clicked: list[tuple[str, StopReason]] = field(default_factory=list)
     uncommitted: int = 0
-    """Clicks acknowledged without their stop request committed (SPEC.md section 3)."""
+    """Clicks acknowledged without their stop request committed (it must be, before the ack)."""
     streaming: list[int] = field(default_factory=list)
     """Runs streaming at each click."""
     lag_ms: list[float] = field(default_factory=list)

@@ -1,4 +1,4 @@
-"""mcp_abort_cancel: Abort → MCP cancellation sent for every call in flight (SPEC §5: p99 < 20 ms).
+"""mcp_abort_cancel: Abort → MCP cancellation sent for every call in flight (target: p99 < 20 ms).
 
 Each trial runs one agent turn (a scripted model, no network) that calls our fake MCP
 server's ``slow`` tool several times in parallel. Once every call has reported its first

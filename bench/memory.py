@@ -1,4 +1,4 @@
-"""Memory per live streaming run: < 200 KB, 1,000 runs in one process (SPEC.md §5).
+"""Memory per live streaming run: < 200 KB, 1,000 runs in one process (bench/README.md).
 
 Three kinds of run, each measured in fresh child processes so one cannot inherit
 another's freed heap:

@@ -1,4 +1,4 @@
-"""Abort / Stop committed in one worker -> seen by the owning worker (SPEC.md section 5).
+"""Abort / Stop committed in one worker -> seen by the owning worker (bench/README.md).
 
 Targets: PostgreSQL p99 < 100 ms (LISTEN/NOTIFY wake-up), SQLite p99 < 350 ms (250 ms
 poll). This process commits stop requests with the real store (``add_stop_request``

@@ -1,4 +1,4 @@
-"""Drop repeated deliveries of one Slack event or click (SPEC.md sections 2 and 4).
+"""Drop repeated deliveries of one Slack event or click (docs/architecture.md).
 
 Slack re-sends an event it thinks was not acknowledged in time (``X-Slack-Retry-Num``),
 maybe to another worker, and may deliver an event or a click twice. A repeat must change

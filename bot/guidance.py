@@ -1,4 +1,4 @@
-"""Steering a live run from its thread (SPEC.md section 4, seed 002): the rules, and the
+"""Steering a live run from its thread (docs/stopping.md, Guidance): the rules, and the
 marks one run's guidance leaves in Slack and in the database.
 
 A reply in a live run's thread is either a stop word (a Stop or Abort through the stop
@@ -66,7 +66,8 @@ STOP_WORDS: dict[str, StopReason] = {
     "/bye": StopReason.STOP,
     "abort": StopReason.ABORT,
 }
-"""A reply that is only one of these (seed 003 AC4) is a Stop or an Abort, not guidance."""
+"""A reply that is only one of these (any case, optionally with the app's mention) is a Stop
+or an Abort, not guidance."""
 
 MARKS_TIMEOUT_S = 10.0
 """How long the run's end waits for its last marks (statuses, then reactions) to be

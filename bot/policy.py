@@ -6,7 +6,7 @@ words, App Home, ``/threadpilot``) is decided here, by :func:`decide`, from a
 database. Keeping it free of I/O makes every case a plain unit test, and lets every
 worker decide alike.
 
-Rules, in the order they are checked (SPEC.md sections 1, 2 and 4):
+Rules, in the order they are checked (docs/stopping.md, Who may stop and Escalation):
 
 1. A button counts only on the run's own status message: its team, channel and message
    (:func:`comes_from`). The run id in a button's ``value`` can be copied by anyone who

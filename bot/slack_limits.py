@@ -27,7 +27,7 @@ __all__ = [
 ]
 
 TIER_2, TIER_3, TIER_4 = 20.0, 50.0, 100.0
-# Slack's limit in calls per minute. Sources: SLACK_NOTES.md and Slack's rate-limit docs;
+# Slack's limit in calls per minute. Source: Slack's rate-limit docs;
 # for the streaming and agent-session methods, slackapi/java-slack-sdk's tier registry
 # (MethodsRateLimits, and PR #1633 which adds agents.sessions.* as Tier 3).
 LIMITS_PER_MINUTE: dict[str, float] = {

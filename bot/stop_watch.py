@@ -2,8 +2,8 @@
 owns.
 
 Slack hands each click to one of the app's connections at random, so with several
-workers a Stop usually lands in a process that does not own the run (SLACK_NOTES.md).
-That worker commits the request to ``stop_requests`` (SPEC.md section 3); this watcher,
+workers a Stop usually lands in a process that does not own the run.
+That worker commits the request to ``stop_requests`` before the ack; this watcher,
 in the owner, notices it and calls ``run.request_stop`` locally:
 
 - PostgreSQL: ``LISTEN`` wakes the watcher at once; a slower poll is the backstop and a
@@ -16,7 +16,7 @@ click that read the run while it was live may commit its request just after the 
 ended (the click path has up to its ack budget to do so), and a request must never stay
 ``requested`` on a run that has ended.
 
-Guidance (replies to a live run, SPEC.md section 4) travels the same way: committed to
+Guidance (replies to a live run, docs/stopping.md) travels the same way: committed to
 the ``guidance`` table by whichever worker got the reply, found here by the same scans
 (a commit on PostgreSQL sends the same wake-up) and handed to the run, which takes each
 reply once (:meth:`bot.supervisor.Supervisor.guide`), however often a scan finds it still

@@ -1,7 +1,7 @@
 """One workspace's Slack surface: its Web API budget and which optional features work.
 
 Chat streaming (``chat.startStream``...) and agent-session status
-(``agents.sessions.setStatus``) are optional (SLACK_NOTES.md): a workspace or app may not
+(``agents.sessions.setStatus``) are optional (docs/slack-setup.md): a workspace or app may not
 have them. The first refusal switches the feature off for that workspace, logged once;
 the app falls back and keeps working.
 """

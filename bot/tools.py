@@ -1,4 +1,4 @@
-"""Tools the Slack app adds to its agent's own: ``slack_read_thread`` (SPEC.md section 4).
+"""Tools the Slack app adds to its agent's own: ``slack_read_thread``.
 
 ``slack_read_thread`` reads the thread of the run calling it (``conversations.replies``,
 through the workspace's :class:`~bot.slack_budget.SlackBudget`, like every Web API call),

@@ -1,4 +1,4 @@
-"""How an MCP tool is named to the model: ``SERVER__TOOL`` (SPEC.md §4).
+"""How an MCP tool is named to the model: ``SERVER__TOOL`` (docs/operations.md, MCP servers).
 
 Characters outside ``[A-Za-z0-9_-]`` become ``_`` and the name is cut to 64 characters
 (what the OpenAI API accepts). Two tools can then end up with the same name (servers

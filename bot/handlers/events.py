@@ -1,6 +1,6 @@
 """Slack's own lifecycle events: the native agent-session stop button.
 
-Slack's native stop is a Stop (SPEC.md section 2) like any other: it goes through the
+Slack's native stop is a Stop (docs/stopping.md) like any other: it goes through the
 stop service (:mod:`bot.stops`), with the same policy, double-press and escalation rules
 as the buttons, wherever it lands. Bolt acknowledges an event before its listener runs,
 so the part that must come before the ack (decide, commit, apply) runs in a listener

@@ -1,4 +1,4 @@
-"""Replies in a live run's thread: guidance for the run, or a stop word (SPEC.md section 4).
+"""Replies in a live run's thread: guidance for the run, or a stop word (docs/stopping.md).
 
 A thread has at most one live run, and a reply there is never a second run: it is
 either a stop word (``stop``, ``abort``...; a Stop or Abort through the stop service) or

@@ -1,4 +1,7 @@
-"""``python -m agent_core run``, driven as a subprocess with real signals (SPEC.md §6)."""
+"""``python -m agent_core run``, driven as a subprocess with real signals.
+
+What it must do: docs/stopping.md, In a terminal.
+"""
 
 from __future__ import annotations
 
@@ -181,7 +184,7 @@ async def test_sigterm_is_a_shutdown(llm: LLMock) -> None:
 
 
 async def test_sighup_is_a_shutdown_with_status_129(llm: LLMock) -> None:
-    """The terminal closed (seed 003): a shutdown, checkpointed and resumable, not a
+    """The terminal closed (SIGHUP): a shutdown, checkpointed and resumable, not a
     person's exit; the status says which signal asked for it."""
     llm.add(Reply(text=LONG_TEXT), StreamFault("stall", after_chunks=3))
     cli = await Cli.start(llm, "write a lot", "--json")

@@ -1,4 +1,4 @@
-"""Context exhausted (seed 003): llmock enforces a context window that fills up; the run
+"""Context exhausted (docs/stopping.md): llmock enforces a context window that fills up; the run
 ends ``blocked`` / ``context_exhausted``; one summary request that fits the same window
 compacts it; a new run continues from the summary, linked to the old one; the summary
 can be stopped like a run."""

@@ -1,4 +1,4 @@
-"""The ``delegate`` tool: sub-agents that Stop and Abort reach (SPEC.md sections 1 and 4).
+"""The ``delegate`` tool: sub-agents that Stop and Abort reach (docs/stopping.md).
 
 llmock answers requests in arrival order, so the scripts follow the runs' order: the
 parent's turn that delegates, then its children's turns (in either order between the

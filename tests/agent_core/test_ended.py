@@ -1,4 +1,4 @@
-"""Why a run ended (seed 003): the classifier's mappings and its priorities, and
+"""Why a run ended (docs/stopping.md): the classifier's mappings and its priorities, and
 ``ended_because`` on every result, stored and read back."""
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from agent_core.stop import StopReason
 
 R = EndedBecause
 
-# SPEC.md section 4 and seed 003, restated here rather than read from the module.
-SPEC_ORDER = [
+# docs/stopping.md's order, restated here rather than read from the module.
+DOCUMENTED_ORDER = [
     R.RATE_LIMIT,
     R.COMPLETED,
     R.CONTEXT_EXHAUSTED,
@@ -38,9 +38,9 @@ SPEC_ORDER = [
 
 
 def test_the_priority_is_the_specs() -> None:
-    assert list(PRIORITY) == SPEC_ORDER
-    seed = [R.RATE_LIMIT, R.COMPLETED, R.CONTEXT_EXHAUSTED, R.USER_EXIT, R.UNKNOWN]
-    assert [r for r in PRIORITY if r in seed] == seed
+    assert list(PRIORITY) == DOCUMENTED_ORDER
+    original = [R.RATE_LIMIT, R.COMPLETED, R.CONTEXT_EXHAUSTED, R.USER_EXIT, R.UNKNOWN]
+    assert [r for r in PRIORITY if r in original] == original
 
 
 def test_no_clue_is_unknown() -> None:
@@ -109,7 +109,7 @@ def test_single_clues(clues: Clues, expected: EndedBecause) -> None:
 
 
 def test_a_ctrl_c_with_an_error_is_a_user_exit_but_a_rate_limit_wins() -> None:
-    # Seed 003 AC5/AC6: user exit is lower than rate limit and context, not than errors.
+    # The documented rule: user exit is lower than rate limit and context, not than errors.
     assert classify(Clues(exit_status=130, error=RuntimeError("boom"))) is R.USER_EXIT
     assert classify(Clues(exit_status=130, status=429)) is R.RATE_LIMIT
     assert classify(Clues(stop=StopReason.STOP, code="context_length_exceeded")) is (
@@ -183,7 +183,7 @@ def test_conflicting_clues_resolve_by_the_specs_priority(clues: list[Clue]) -> N
     for values, _ in clues:
         fields.update(values)
     pointed = {reason for _, reason in clues}
-    expected = min(pointed, key=SPEC_ORDER.index, default=R.UNKNOWN)
+    expected = min(pointed, key=DOCUMENTED_ORDER.index, default=R.UNKNOWN)
     assert classify(Clues(**fields)) is expected
 
 

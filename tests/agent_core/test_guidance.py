@@ -1,5 +1,6 @@
 """Guidance written while a run works reaches the model at the next turn boundary, as a
-user-role message naming its author, and never earlier; a stop wins over it (seed 002).
+user-role message naming its author, and never earlier; a stop wins over it
+(docs/stopping.md, Guidance).
 
 Each reply is queued from the run's own progress events (a synchronous listener), so the
 moment is exact; llmock stalls the stream server-side where it must still be in flight.

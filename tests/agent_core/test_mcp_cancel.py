@@ -1,4 +1,4 @@
-"""Stop, Abort and TOOL_TIMEOUT reach MCP calls in flight (SPEC.md §4, issue 12).
+"""Stop, Abort and TOOL_TIMEOUT reach MCP calls in flight (docs/stopping.md, issue 12).
 
 Real runs: llmock streams the tool call, our own MCP server (:mod:`tests.fakes.mcp_server`,
 built with the ``mcp`` SDK) serves it over streamable HTTP on loopback and records every

@@ -1,4 +1,4 @@
-"""``MCP_CONFIG`` and ``SERVER__TOOL`` names (SPEC.md §4): unit tests, no server started."""
+"""``MCP_CONFIG`` and ``SERVER__TOOL`` names (docs/operations.md): unit tests, no server started."""
 
 from __future__ import annotations
 

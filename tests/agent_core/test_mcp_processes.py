@@ -1,5 +1,5 @@
 """MCP server processes: a crash mid-call, a restart on next use, and none left behind
-(SPEC.md §4): after ``close()``, and after ``kill -9`` of the process holding them (their
+(docs/stopping.md): after ``close()``, and after ``kill -9`` of the process holding them (their
 stdin closes and they exit on their own). Real stdio servers: ``mcp-server-time``,
 ``mcp-server-git`` and our own fake.
 """

@@ -1,4 +1,4 @@
-"""Canonical outcomes, legacy normalisation and softener stripping (seed 001)."""
+"""Canonical outcomes, legacy normalisation and softener stripping (docs/stopping.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Rate limits past the in-run retries (seed 003): the run ends ``blocked`` with
+"""Rate limits past the in-run retries (docs/stopping.md): the run ends ``blocked`` with
 ``ended_because=rate_limit`` and the provider's Retry-After, takes no doomed final turn,
 checkpoints the conversation, and a resumed run continues from it. Plus why every other
 kind of ending ended, as the loop classifies it."""
@@ -114,7 +114,7 @@ async def test_a_retry_after_beyond_what_a_run_waits_ends_it_at_once(
 async def test_a_stop_during_the_rate_limit_wait_ends_without_waiting_again(
     llm: LLMock, make_agent: AgentFactory
 ) -> None:
-    """SPEC.md section 1: the Stop ends the wait and goes to the final turn. That turn is
+    """The rule: the Stop ends the wait and goes to the final turn. That turn is
     rate-limited too here; it gets one attempt, so the person is not kept waiting."""
     llm.call_tool("noop")
     run = make_agent([noop]).new_run("work")

@@ -1,4 +1,4 @@
-"""Whether and when a run resumes on its own (seed 003): the policy table and the three
+"""Whether and when a run resumes on its own (docs/stopping.md): the policy table and the three
 settings' parsers."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Stop, Abort and Shutdown at every point of a run (seed 000's scenarios, SPEC.md §1).
+"""Stop, Abort and Shutdown at every point of a run (docs/stopping.md, Stop, Abort, Shutdown).
 
 Each test triggers the request from the run's own progress events (a synchronous
 listener), so the moment is exact and nothing sleeps. Where a stream must still be in

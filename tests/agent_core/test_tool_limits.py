@@ -1,4 +1,4 @@
-"""Every tool call is bounded (issue 7, class 1; SPEC.md §4 ``TOOL_TIMEOUT``).
+"""Every tool call is bounded (issue 7, class 1; ``TOOL_TIMEOUT``).
 
 - ``TOOL_TIMEOUT`` ends a stuck async tool (cancelled) and a stuck sync tool (abandoned
   in its thread), and the model reads ``error: <tool> timed out after N s``.

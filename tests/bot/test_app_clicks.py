@@ -1,6 +1,6 @@
 """Clicks that must change nothing, and the rules that decide what a click does.
 
-SPEC.md section 2: every click is acknowledged; clicks on finished runs, duplicate
+docs/stopping.md: every click is acknowledged; clicks on finished runs, duplicate
 clicks and clicks by people the stop policy does not allow get an ephemeral reply and
 change nothing. Section 4: a second deliberate Stop on a stopping run escalates to Abort
 (level 2); the same person's double press (``DOUBLE_PRESS_S``) and a re-delivery of the

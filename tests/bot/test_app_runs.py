@@ -1,4 +1,4 @@
-"""End to end: a mention starts a run in its thread; Stop and Abort do what SPEC.md §1-2 say.
+"""End to end: a mention starts a run in its thread; Stop and Abort do what docs/stopping.md says.
 
 The app runs for real on a loopback port; Slack is the local fake (real HTTP, signed
 requests), the model is llmock (real streaming HTTP).

@@ -1,8 +1,8 @@
 """When Slack says no: rate limits, server errors and refused optional methods.
 
-SPEC.md section 2: progress updates are coalesced and dropped before terminal messages
-are; 429s are retried after Retry-After; ``chat.postMessage`` is never blindly retried;
-terminal messages are written with ``chat.update`` on the stored ``ts``, once. The
+docs/slack-setup.md, Rate limits: progress updates are coalesced and dropped before
+terminal messages are; 429s are retried after Retry-After; ``chat.postMessage`` is never
+blindly retried; terminal messages are written with ``chat.update`` on the stored ``ts``, once. The
 streaming methods are optional: refused, the answer goes into the status message.
 """
 

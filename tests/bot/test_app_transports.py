@@ -1,4 +1,5 @@
-"""How requests reach the app, and how the app comes and goes (SPEC.md sections 2 and 5).
+"""How requests reach the app, and how the app comes and goes (docs/slack-setup.md and
+docs/operations.md).
 
 HTTP: signatures are checked (401, and nothing happens); Slack's redeliveries of an event
 start no second run; a busy thread gets no second run. Socket Mode: events and clicks
@@ -214,7 +215,7 @@ async def test_socket_mode_events_and_clicks_are_acked_and_work(
     click_id = await bot.slack.socket.send_envelope("interactive", click)
 
     ack = await bot.slack.socket.wait_for_ack(click_id)
-    # Recorded with the test's report (e.g. in --junitxml), not judged: SPEC.md §5's
+    # Recorded with the test's report (e.g. in --junitxml), not judged: the benchmarks'
     # latency target is for the benchmarks.
     request.node.user_properties.append(("stop_ack_latency_s", round(ack.latency, 4)))
     assert ack.latency < 3.0  # Slack's own limit
@@ -263,7 +264,7 @@ async def test_sigterm_interrupts_live_runs_and_exits_0(
 
             sent = time.monotonic()
             process.send_signal(signal.SIGTERM)
-            async with asyncio.timeout(20):  # SPEC.md §5: SIGTERM -> exit < 20 s
+            async with asyncio.timeout(20):  # SIGTERM -> exit < 20 s
                 status = await process.wait()
             took = time.monotonic() - sent
     finally:

@@ -1,6 +1,6 @@
 """Clicks meeting faults and forgeries: a busy database, a button that is not the run's.
 
-Issue 7, classes 6 and 8 (SPEC.md sections 2-4):
+Issue 7, classes 6 and 8 (docs/stopping.md, docs/operations.md):
 
 - With another process holding the SQLite write lock, a Stop click must still be
   acknowledged well inside Slack's 3 seconds (the app's budget is ``ACK_BUDGET_S``), say

@@ -1,6 +1,6 @@
 """App Home, ``/threadpilot`` and the feedback buttons, driven as Slack drives them.
 
-SPEC.md section 4, "Dashboard and command": App Home lists the viewer's live runs with
+docs/slack-setup.md (Home tab, /threadpilot): App Home lists the viewer's live runs with
 Stop and Abort and their recent runs with outcome and why they ended; admins see every
 run and ``Stop all`` (with a confirmation); every control goes through the stop
 service; the view refreshes when a listed run changes, within ``views.publish``'s

@@ -1,4 +1,4 @@
-"""``manifest.yml`` asks for exactly what the app uses (SPEC.md section 2), within the
+"""``manifest.yml`` asks for exactly what the app uses (docs/slack-setup.md), within the
 limits Slack puts on an agent's manifest (``agent_view``: a description of at most 300
 characters, at most four suggested prompts).
 

@@ -1,4 +1,4 @@
-"""MCP tools, ``slack_read_thread`` and sub-agents in the Slack app (SPEC.md section 4).
+"""MCP tools, ``slack_read_thread`` and sub-agents in the Slack app (docs/stopping.md).
 
 The app runs for real (tests/bot harness) with ``MCP_CONFIG`` naming two real MCP
 servers: our own (:mod:`tests.fakes.mcp_server`, over streamable HTTP in the test's loop,

@@ -1,4 +1,4 @@
-"""Settings (SPEC.md section 6): a missing or malformed one stops ``python -m bot`` with
+"""Settings (docs/operations.md): a missing or malformed one stops ``python -m bot`` with
 exit status 2 and one line that names it; the values that are accepted are normalised.
 
 The refusals run the real command, each in a clean environment and an empty working

@@ -1,9 +1,10 @@
 """When Slack fails the status post: one status message per run, and no eternal buttons.
 
-A ``chat.postMessage`` that answers 5xx or times out may or may not have posted (SPEC.md
-section 2: never resent blindly). The app tags every status message with its run id
-(message metadata), reads the thread for it before posting again, and the reconciler
-later ends any message that still shows Stop/Abort for a run that has ended.
+A ``chat.postMessage`` that answers 5xx or times out may or may not have posted
+(docs/slack-setup.md, Rate limits: never resent blindly). The app tags every status
+message with its run id (message metadata), reads the thread for it before posting
+again, and the reconciler later ends any message that still shows Stop/Abort for a run
+that has ended.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Steering a live run from its thread (SPEC.md section 4, seed 002), end to end.
+"""Steering a live run from its thread (docs/stopping.md, Guidance), end to end.
 
 A reply in a live run's thread by someone the stop policy allows is guidance: committed
 before Slack's event is acknowledged, marked ``eyes`` on the reply, sent with the very

@@ -1,6 +1,6 @@
 """One stop service for every way of asking a run to end, and the stop ladder.
 
-SPEC.md section 4: the Stop and Abort buttons and Slack's native stop go through one
+docs/stopping.md: the Stop and Abort buttons and Slack's native stop go through one
 service; it decides by policy, commits before the ack, applies the request in the
 worker that owns the run (once: the owner's stop watcher does not apply it again),
 writes the audit event and answers the person. Level 1 is Stop; a second deliberate

@@ -1,4 +1,4 @@
-"""One tool call must never freeze a worker (issue 7, class 1; SPEC.md §4 ``TOOL_TIMEOUT``).
+"""One tool call must never freeze a worker (issue 7, class 1; ``TOOL_TIMEOUT``).
 
 The real app runs on a loopback port with llmock streaming a tool call. While the tool
 runs, the test probes ``GET /healthz`` back to back, and presses Stop and Abort: all of

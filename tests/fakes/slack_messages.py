@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from tests.fakes.slack_workspace import Json
 
-# Documented limits (SLACK_NOTES.md): text is truncated, too many blocks is refused.
+# Slack's documented limits: text is truncated, too many blocks is refused.
 MAX_TEXT = 40_000
 MAX_MESSAGE_BLOCKS = 50
 

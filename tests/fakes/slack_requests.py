@@ -2,7 +2,7 @@
 payloads (from messages, ephemeral messages and App Home views), slash commands, and the
 signed HTTP requests that carry them.
 
-Shapes follow Slack's documentation (SLACK_NOTES.md). Builders return plain JSON-ready
+Shapes follow Slack's documentation. Builders return plain JSON-ready
 dicts, so one payload can be delivered over Socket Mode
 (`slack.socket.send_envelope("events_api", app_mention(...))`) or over HTTP
 (`event_request(app_mention(...), secret)` gives the body and headers to POST).

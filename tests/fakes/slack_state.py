@@ -360,7 +360,7 @@ class SlackState:
         channel = required_arg(args, "channel", "channel_not_found")
         thread_ts = required_arg(args, "thread_ts", "invalid_arguments")
         if not channel.startswith("D"):
-            # Streams outside DMs must name who they are for (SLACK_NOTES.md).
+            # Streams outside DMs must name who they are for (Slack's docs).
             for key in ("recipient_team_id", "recipient_user_id"):
                 required_arg(args, key, f"missing_{key}")
         text, chunks = _stream_delta(args)

@@ -1,6 +1,6 @@
 """Real worker processes on one database: concurrent writers, then ``kill -9``.
 
-SPEC.md section 5 wants zero stop requests lost to ``kill -9`` of any process. Each
+The targets allow zero stop requests lost to ``kill -9`` of any process. Each
 child commits stop requests, reports each one only after ``add_stop_request`` returned,
 and is then killed with SIGKILL while its store is still open. Every reported request
 must be there for the next worker.

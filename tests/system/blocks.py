@@ -31,7 +31,7 @@ def has_buttons(blocks: list[Json] | None) -> bool:
 
 
 def is_final_revision(revision: Revision) -> bool:
-    """A terminal report: no buttons, and the four-part handoff (SPEC.md section 1)."""
+    """A terminal report: no buttons, and the four-part handoff (docs/stopping.md)."""
     return not has_buttons(revision.blocks) and "Evidence" in revision_text(revision)
 
 

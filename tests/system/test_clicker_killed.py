@@ -1,5 +1,5 @@
 """``kill -9`` of the worker that took a click, right after it committed the stop request:
-the stop still reaches the owner (SPEC.md section 5: no stop request lost to ``kill -9``
+the stop still reaches the owner (docs/operations.md: no stop request lost to ``kill -9``
 of any process). The request is in the database, and the database is the truth.
 """
 

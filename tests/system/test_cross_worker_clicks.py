@@ -1,7 +1,7 @@
 """A Stop or Abort click handled by one worker takes effect in the worker that owns the run.
 
 Slack hands each click to any of the app's connections, so with several workers the
-click usually lands where the run is not (SPEC.md section 3, seed 004). Worker ``b``
+click usually lands where the run is not (docs/operations.md, Several workers). Worker ``b``
 commits the request; worker ``a``, the owner, must see it and end its run: Stop after a
 final turn, Abort by closing the model's stream at once.
 """

@@ -1,4 +1,4 @@
-"""Guidance written to a run that another worker owns (SPEC.md section 4, seed 002).
+"""Guidance written to a run that another worker owns (docs/stopping.md, Guidance).
 
 Slack hands each event to any of the app's connections, so a reply in a live run's
 thread usually lands in a worker that does not run it. Worker ``b`` commits the reply to

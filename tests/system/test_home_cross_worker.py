@@ -1,4 +1,4 @@
-"""A Stop pressed in App Home ends a run that another worker owns (SPEC.md section 4).
+"""A Stop pressed in App Home ends a run that another worker owns.
 
 App Home is published by whichever worker Slack handed the ``app_home_opened`` event to,
 and its buttons land on any worker: here worker ``b`` lists and stops a run that worker

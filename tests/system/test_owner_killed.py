@@ -1,6 +1,6 @@
 """``kill -9`` of the worker that owns a run: another worker (or the same one, restarted)
 ends it within the lease TTL + 10 s, says so in the thread, and resumes it from its
-checkpoint when ``AUTO_RESUME_ON_RESTART`` allows (SPEC.md sections 3 and 5).
+checkpoint when ``AUTO_RESUME_ON_RESTART`` allows (docs/operations.md, Restarts and crashes).
 
 The run is killed mid-way on purpose: its first turn (a tool call) is complete and
 checkpointed; its second turn's model stream is stalled when the owner dies.
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.slow
 
 RECONCILE_BOUND_S = LEASE_TTL_S + 10.0
-"""SPEC.md section 5: orphaned runs are reconciled within the lease TTL + 10 s."""
+"""The target: orphaned runs are reconciled within the lease TTL + 10 s."""
 STALL_S = 30.0
 """The owner is killed during this stall; it never ends on its own within a test."""
 RESUMED_ANSWER = "It is 12:00 UTC (answered after the restart)."

@@ -1,4 +1,4 @@
-"""``STOP_POLICY=participants`` decided alike by every worker (SPEC.md sections 2 and 4).
+"""``STOP_POLICY=participants`` decided alike by every worker (docs/stopping.md).
 
 Who wrote in a run's thread may stop it. The worker that sees their message is rarely
 the one their click lands on (Slack picks a connection at random), so who wrote where

@@ -1,6 +1,6 @@
 """PostgreSQL: the owner's LISTEN connection is terminated. A Stop clicked meanwhile on
 another worker still arrives (the poll backstop reads the table, the truth), and once
-the listener is back, NOTIFY wakes the owner again (SPEC.md section 3).
+the listener is back, NOTIFY wakes the owner again (docs/operations.md).
 
 To keep the listener down long enough to tell the backstop from the reconnect's
 re-scan, worker ``a`` reaches PostgreSQL through a loopback proxy that stops accepting

@@ -1,6 +1,6 @@
 """Races between the ways a run can end, forced many times: whatever wins, a run has
 exactly one terminal state in the database and its status message gets exactly one
-terminal report (SPEC.md section 3: terminal state by compare-and-set, the final Slack
+terminal report (docs/architecture.md: terminal state by compare-and-set, the final Slack
 message rendered from it).
 
 These run two real :class:`ThreadpilotApp` workers in the test process (each with its

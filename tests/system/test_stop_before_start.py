@@ -1,5 +1,5 @@
 """A Stop committed before the owner has started the run: the run ends without calling
-the model (SPEC.md section 1: "if no step has completed yet, the run ends at once").
+the model (docs/stopping.md: "if no step has completed yet, the run ends at once").
 
 The owner is held up at its first Slack post (a 429 with Retry-After), while the run is
 already registered and leased to it, still ``queued``. The Stop lands on the other

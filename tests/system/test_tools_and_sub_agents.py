@@ -1,4 +1,4 @@
-"""MCP servers and sub-agents in real worker processes (SPEC.md sections 4 and 5).
+"""MCP servers and sub-agents in real worker processes (docs/stopping.md).
 
 - No stdio MCP server outlives its worker: after SIGTERM the worker ends them before it
   exits; after ``kill -9`` they see their stdin close and exit on their own, within

@@ -59,7 +59,7 @@ STOP_POLL_S = 0.25
 READY_S = 30.0
 """Start-up on this 2-core machine takes 1-2 s (imports); a slow CI runner gets slack."""
 STOP_S = 20.0
-"""SIGTERM -> exit target (SPEC.md section 5); past it the worker is SIGKILLed."""
+"""SIGTERM -> exit target (docs/operations.md); past it the worker is SIGKILLed."""
 WAIT_S = 20.0
 RECHECK_S = 0.05
 
