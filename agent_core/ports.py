@@ -8,7 +8,7 @@ all of them. The core never imports an adapter.
 - :class:`RunStore` keeps runs, their checkpoints (the conversation after each turn) and
   the audit trail. Terminal state is written by compare-and-set: exactly one wins.
 - :class:`StopRequestStore` keeps stop requests so that a click landing in any worker
-  reaches the run's owner, and survives a restart (SPEC.md section 3, seed 004).
+  reaches the run's owner, and survives a restart (docs/operations.md, Several workers).
 - :class:`RunQueries` finds runs by what they became, and writes fields without moving
   state: what the reconciler needs to repost final messages and resume runs.
 - :class:`DeliveryLog` tells every worker whether a Slack delivery (an event, a click)
@@ -16,12 +16,12 @@ all of them. The core never imports an adapter.
 - :class:`ParticipantStore` remembers who wrote in which Slack thread, so every worker
   decides alike who may stop a run under ``STOP_POLICY=participants``.
 - :class:`GuidanceStore` keeps the replies people write to a live run until its owner
-  has given them to the model, or the run ended first (SPEC.md section 4, seed 002).
+  has given them to the model, or the run ended first (docs/stopping.md, Guidance).
 - :class:`DashboardQueries` reads what App Home and ``/threadpilot`` list: a workspace's
   runs (a person's or everyone's), the runs that changed lately, checkpoint turns and
-  audit events of some kinds (SPEC.md section 4, "Dashboard and command").
+  audit events of some kinds (docs/slack-setup.md, Home tab and /threadpilot).
 - :class:`ResumeStore` keeps each ended run's resume decision, the durable schedule any
-  worker starts a resume from (seed 003, SPEC.md section 4, "Why a run ended").
+  worker starts a resume from (docs/stopping.md, "Why a run ended").
 """
 
 from __future__ import annotations
@@ -197,7 +197,7 @@ class RunRecord:
     final_posted_at: datetime | None = None
     """When Slack accepted the run's terminal message; None until then (or never posted)."""
     ended_because: EndedBecause | None = None
-    """Why it ended (seed 003), once terminal. Stores write it with ``result``, from it:
+    """Why it ended (docs/stopping.md), once terminal. Stores write it with ``result``, from it:
     writing a result writes its ``ended_because``, writing none clears it."""
     continued_from: str | None = None
     """The run whose context filled up and whose summary this run starts from."""
@@ -269,7 +269,7 @@ class RunStore(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class StopRequestRecord:
-    """A stop request as stored (the ``stop_requests`` table, seed 004's fields)."""
+    """A stop request as stored (a row of the ``stop_requests`` table)."""
 
     id: str
     run_id: str
@@ -311,7 +311,7 @@ class StopRequestStore(Protocol):
         ...
 
 
-# -- leases, retention, wake-ups (SPEC.md section 3, seed 004) ------------------------
+# -- leases, retention, wake-ups (docs/operations.md) ---------------------------------
 
 
 class LeaseStore(Protocol):
@@ -394,7 +394,7 @@ class DeliveryLog(Protocol):
         ...
 
 
-# -- guidance (SPEC.md section 4, seed 002) --------------------------------------------
+# -- guidance (docs/stopping.md, Guidance) ---------------------------------------------
 
 
 class GuidanceStatus(StrEnum):
@@ -463,7 +463,7 @@ class GuidanceStore(Protocol):
         ...
 
 
-# -- who wrote in a thread (SPEC.md sections 2 and 4) ----------------------------------
+# -- who wrote in a thread (STOP_POLICY=participants) ----------------------------------
 
 
 class ParticipantStore(Protocol):
@@ -601,7 +601,7 @@ class DashboardQueries(Protocol):
         ...
 
 
-# -- the durable resume schedule (seed 003, SPEC.md section 4) -------------------------
+# -- the durable resume schedule (docs/stopping.md) ------------------------------------
 
 
 class ResumeStore(Protocol):

@@ -1,7 +1,7 @@
 """Clean-up a store owns: what a cancelled (or finished) call leaves to complete.
 
 A caller cancelled in the middle of a store call must get its cancellation at once
-(STYLE rule 5: "requested" is not "took effect", and a click has an ack budget), yet the
+("requested" is not "took effect", and a click has an ack budget), yet the
 connection it was using still needs tidying: SQLite's ROLLBACK and the per-store lock,
 or handing an asyncpg connection back to its pool. That work runs in tasks the store
 holds here and awaits in ``close()``, never in the cancelled caller and never fire-and-

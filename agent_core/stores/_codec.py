@@ -275,7 +275,7 @@ def run_from_row(row: Row) -> RunRecord:
         owner=row["owner"],
         lease_expires_at=from_db_time(row["lease_expires_at"]),
         status_ts=row["status_ts"],
-        # Older rows may hold legacy outcome words (seed 001); they are read normalised.
+        # Older rows may hold legacy outcome words (``done``...); they are read normalised.
         outcome=None if outcome is None else normalize_outcome(outcome),
         stop_reason=None if stop_reason is None else StopReason(stop_reason),
         exit_code=None if exit_code is None else ExitCode(exit_code),

@@ -1,6 +1,6 @@
 """``DATABASE_URL`` -> an open, migrated :class:`~agent_core.ports.Store`.
 
-Accepted forms (SPEC.md section 3):
+Accepted forms (docs/operations.md, Settings):
 
 - ``sqlite:///./threadpilot.db`` or ``sqlite:///threadpilot.db``: a file relative to the
   working directory (three slashes, then the relative path);

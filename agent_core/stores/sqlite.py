@@ -29,7 +29,7 @@ cancelled inside a transaction returns at once; the ROLLBACK (queued behind what
 aiosqlite's thread is doing) and the lock's release happen in a task the store owns and
 awaits in :meth:`SqliteStore.close`. There are no wake-ups: callers poll
 :meth:`SqliteStore.pending_stop_requests` and :meth:`SqliteStore.pending_guidance`
-(SPEC.md: 250 ms).
+(every ``STOP_POLL_INTERVAL``, 250 ms by default).
 """
 
 from __future__ import annotations

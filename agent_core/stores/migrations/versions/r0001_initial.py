@@ -1,4 +1,4 @@
-"""The first schema: runs, stop requests, checkpoints, audit events (SPEC.md section 3).
+"""The first schema: runs, stop requests, checkpoints, audit events.
 
 Decisions:
 

@@ -1,7 +1,7 @@
 """``guidance``: replies people wrote to a live run, until the model saw them or never will.
 
 A reply in a live run's thread is committed here before Slack's event is acknowledged
-(SPEC.md section 4, seed 002); the run's owner, whichever worker it is, delivers it at
+(docs/stopping.md, Guidance); the run's owner, whichever worker it is, delivers it at
 the run's next turn boundary and marks it ``delivered``, or ``undelivered`` when the run
 ended first (a Stop won).
 

@@ -1,9 +1,9 @@
 """``thread_participants``: who wrote in which Slack thread.
 
 With ``STOP_POLICY=participants`` the people who wrote in a run's thread may stop or
-abort it (SPEC.md section 2). A click lands on any worker, usually not the one that saw
-those messages, so who wrote where is kept here and every worker decides alike (SPEC.md
-section 4, "One stop service"). The requester needs no row: it is on the run.
+abort it (docs/stopping.md). A click lands on any worker, usually not the one that saw
+those messages, so who wrote where is kept here and every worker decides alike (one stop
+service, whichever worker it runs in). The requester needs no row: it is on the run.
 
 Decisions:
 

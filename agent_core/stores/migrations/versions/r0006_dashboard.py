@@ -2,7 +2,7 @@
 
 App Home lists a person's (or, for an admin, everyone's) runs of one workspace, and each
 worker with someone looking at App Home asks every second or so which runs changed
-(SPEC.md section 4, "Dashboard and command"). ``runs`` is never purged, so both must
+(docs/slack-setup.md, Home tab). ``runs`` is never purged, so both must
 stay index lookups as it grows.
 
 Decisions:

@@ -1,6 +1,6 @@
 """Why a run ended, and its resume: the durable schedule any worker starts it from.
 
-Seed 003 (SPEC.md section 4): every run stores ``ended_because``; a run that may resume
+See docs/stopping.md: every run stores ``ended_because``; a run that may resume
 has a decision (``resume``: scheduled, claimed, started, declined, cancelled) and, when
 scheduled, the moment it is due (``resume_at``), so that any worker starts it on time,
 even after the worker that decided it was restarted or killed.
