@@ -24,6 +24,10 @@ its database work within :data:`ACK_BUDGET_S` of Slack's 3 seconds:
    id before the commit, so when it finds the request in the table it does not apply it
    a second time.
 
+A Stop that finds no live run but a run whose automatic resume is ahead cancels that
+resume instead, and ``Resume now`` / ``Don't resume`` come here too
+(:mod:`bot.resume_controls`, in the same order: committed before the ack).
+
 A request that cannot be made durable in the budget changes nothing, anywhere, and the
 person is told so: a stop that took effect here but not in the table would be lost with
 this worker, and asking again would then read as an escalation.
@@ -56,6 +60,7 @@ from bot.policy import (
     decide,
     needs_participants,
 )
+from bot.resume_controls import ResumeControls, ResumeDecided
 from bot.settings import StopPolicy
 
 if TYPE_CHECKING:
@@ -64,6 +69,7 @@ if TYPE_CHECKING:
     from agent_core import RunRecord, StopRequestRecord, ThreadKey
     from agent_core.ports import Store
     from bot.policy import Origin
+    from bot.resume_controls import ResumeAsk
     from bot.settings import Settings
     from bot.supervisor import LiveRun, Supervisor
     from bot.surface import Workspaces
@@ -93,12 +99,14 @@ class Source(StrEnum):
 
     @property
     def pressed(self) -> bool:
-        """A control that can be pressed twice before it re-renders (a double press)."""
-        return self in (Source.BUTTON, Source.NATIVE, Source.HOME)
+        """A control that can be pressed twice before it re-renders (a double press):
+        the command's answer is a list of buttons too."""
+        return self in (Source.BUTTON, Source.NATIVE, Source.HOME, Source.COMMAND)
 
     @property
     def typed(self) -> bool:
-        return self in (Source.STOP_WORD, Source.COMMAND)
+        """Written in the thread (a stop word), so its answer says "write it again"."""
+        return self is Source.STOP_WORD
 
     @property
     def on_status_message(self) -> bool:
@@ -151,6 +159,8 @@ class StopDecision:
     """The answer saying nothing was recorded, and why."""
     local: bool = False
     """This worker owns the run, and applied the request already."""
+    resume_cancelled: bool = False
+    """No run was live: the ask cancelled the run's scheduled resume instead."""
 
     @property
     def changed(self) -> bool:
@@ -178,6 +188,7 @@ class StopService:
         self._budget_s = budget_s
         self.double_press_s = DOUBLE_PRESS_S
         """The double-press window (:data:`bot.policy.DOUBLE_PRESS_S`)."""
+        self.resume_controls = ResumeControls(store, worker, settings, self._deliveries, self._tell)
 
     # -- who may stop ------------------------------------------------------------------
 
@@ -205,6 +216,8 @@ class StopService:
             async with asyncio.timeout(self._budget_s):
                 decision = await self._decide(ask, live)
                 verdict = decision.verdict
+                if live is None and verdict in (Verdict.NOT_FOUND, Verdict.FINISHED):
+                    return await self.resume_controls.stop(ask, decision)
                 if verdict is None or not verdict.changes_state:
                     return decision
                 if ask.delivery is not None and not await self._deliveries.first(
@@ -297,7 +310,9 @@ class StopService:
             await self._audit(decision, decision.request)
         decision = await self._answer_once(decision)
         record = decision.record
-        if decision.request is not None and record is not None and _owner_gone(record):
+        if decision.resume_cancelled:
+            await self.resume_controls.stopped(decision)
+        elif decision.request is not None and record is not None and _owner_gone(record):
             # Its worker is gone: end it here, from the database, and say so in the thread.
             try:
                 await self._worker.reconciler.end_orphan(record)
@@ -352,16 +367,43 @@ class StopService:
             return decision
         return decision if first else replace(decision, verdict=Verdict.REDELIVERED)
 
+    # -- Resume now / Don't resume (seed 003) ------------------------------------------
+
+    async def resume(self, ask: ResumeAsk) -> ResumeDecided:
+        """Before the ack: decide and commit, every store call in the budget; never raises
+        for a database fault (the answer then says nothing was recorded)."""
+        try:
+            async with asyncio.timeout(self._budget_s):
+                return await self.resume_controls.request(ask)
+        except TimeoutError:
+            log.warning("resume.not_recorded", reason="database_busy", budget_s=self._budget_s)
+            failure = messages.stop_not_recorded(busy=True, typed=False)
+        except StorageError:
+            log.exception("resume.not_recorded", reason="database_error")
+            failure = messages.stop_not_recorded(busy=False, typed=False)
+        return ResumeDecided(ask, None, failure=failure)
+
+    async def resume_after(self, decided: ResumeDecided) -> None:
+        """After the ack: the audit event, the status message and the person's answer."""
+        await self.resume_controls.after(decided)
+
     async def _ephemeral(self, ask: StopAsk, text: str) -> None:
         """Answer the person where they asked: the clicked message's thread, or the
         run's thread."""
-        if ask.message is not None:
-            team, channel, thread_ts = ask.message.team, ask.message.channel, ask.message.thread_ts
-        elif ask.thread is not None:
-            team, channel, thread_ts = ask.thread.team, ask.thread.channel, ask.thread.thread_ts
+        await self._tell(ask.user, ask.message, ask.thread, text)
+
+    async def _tell(
+        self, user: str, message: Origin | None, thread: ThreadKey | None, text: str
+    ) -> None:
+        """An ephemeral answer to ``user`` in the thread of the ``message`` they clicked,
+        or in ``thread``; nowhere for App Home and the command (they answer themselves)."""
+        if message is not None:
+            team, channel, thread_ts = message.team, message.channel, message.thread_ts
+        elif thread is not None:
+            team, channel, thread_ts = thread.team, thread.channel, thread.thread_ts
         else:
             return  # App Home and the command answer in their own way
-        kwargs: dict[str, Any] = {"channel": channel, "user": ask.user, "text": text}
+        kwargs: dict[str, Any] = {"channel": channel, "user": user, "text": text}
         if thread_ts:
             kwargs["thread_ts"] = thread_ts
         try:

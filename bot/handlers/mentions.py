@@ -1,8 +1,8 @@
 """Messages that start runs: an @mention in a channel, a DM, a reply in a finished run's
-thread (SPEC.md section 2). A thread never gets a second live run, and is never blocked
-by a row nobody runs: a live run whose lease has run out is ended on the spot (as the
-reconciler would) instead of refusing the mention. Other apps' messages start nothing:
-two agents mentioning each other would talk forever.
+thread (docs/architecture.md, The path of a mention). A thread never gets a second live
+run, and is never blocked by a row nobody runs: a live run whose lease has run out is
+ended on the spot (as the reconciler would) instead of refusing the mention. Other apps'
+messages start nothing: two agents mentioning each other would talk forever.
 
 A reply (or a mention) in a thread whose run is still live starts nothing either: it is
 guidance for that run, or a stop word (:mod:`bot.handlers.steering`, whose middleware
@@ -64,7 +64,10 @@ def register(app: AsyncApp, ctx: BotContext) -> None:
             return
         if event.get("subtype") or event.get("bot_id") or event.get("user") == ctx.bot_user_id:
             return  # edits, joins, and our own posts
-        if event.get("channel_type") == "im":
+        if event.get("channel_type") in ("im", "mpim"):  # a DM, or a group DM with the app
+            mentioned = f"<@{ctx.bot_user_id}>" in event.get("text", "")
+            if event["channel_type"] == "mpim" and mentioned:
+                return  # its app_mention event starts the run
             await _start(ctx, body, event)
             return
         if event.get("thread_ts"):  # who wrote in a thread may stop its runs (participants)

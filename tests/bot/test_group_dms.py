@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import pytest
-
 from tests.bot.harness import block_text, is_final
 from tests.fakes import slack_requests
 from tests.fakes.slack_workspace import DEFAULT_GROUP_DM_CHANNEL, DEFAULT_USER
@@ -23,11 +21,6 @@ if TYPE_CHECKING:
     from tests.bot.harness import Bot
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bot/handlers/mentions.py does not start runs in group DMs yet (issue 10: the "
-    "change to on_message is with the lead)",
-)
 async def test_a_group_dm_message_starts_a_run_in_its_thread(bot: Bot, llm: LLMock) -> None:
     llm.reply("Hello from a group DM.")
     envelope = slack_requests.group_dm_message("what time is it?")
