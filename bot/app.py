@@ -1,6 +1,6 @@
 """Assembles the Slack app: Bolt, the transports, health endpoints, and orderly shutdown.
 
-Transports (SPEC.md section 2): Socket Mode when ``SLACK_APP_TOKEN`` is set, otherwise
+Transports (docs/slack-setup.md): Socket Mode when ``SLACK_APP_TOKEN`` is set, otherwise
 HTTP on ``PORT`` at ``POST /slack/events`` (signature and shape checked by
 :mod:`bot.http_guard` before Bolt sees a byte, and the signature again by Bolt). Both
 serve ``GET /healthz`` (the process is up) and ``GET /readyz`` (503 while starting,
@@ -37,6 +37,7 @@ from agent_core import (
     AgentConfig,
     ConfigError,
     OpenAIChatModel,
+    RetryPolicy,
     StorageError,
 )
 from agent_core.delegation import DELEGATE
@@ -68,7 +69,7 @@ __all__ = ["SHUTDOWN_BUDGET_S", "ThreadpilotApp"]
 log = structlog.get_logger("bot.app")
 
 SHUTDOWN_BUDGET_S = 15.0
-"""Everything after SIGTERM fits in this, well inside the 20 s target (SPEC.md §5)."""
+"""Everything after SIGTERM fits in this, well inside the 20 s target (docs/operations.md)."""
 
 _T = TypeVar("_T")
 
@@ -152,6 +153,7 @@ class ThreadpilotApp:
                 final_turn_timeout_s=settings.FINAL_TURN_TIMEOUT,
                 tool_timeout_s=settings.TOOL_TIMEOUT,
                 how_to_continue=messages.HOW_TO_CONTINUE,
+                retry=RetryPolicy(max_retry_after_s=settings.MAX_RETRY_AFTER),
             ),
             store=self._store,
         )

@@ -1,5 +1,5 @@
-"""What App Home and ``/threadpilot`` show and do (SPEC.md section 4, "Dashboard and
-command"): a viewer's runs, read from the database, and ``Stop all``.
+"""What App Home and ``/threadpilot`` show and do (docs/slack-setup.md, Home tab and
+/threadpilot): a viewer's runs, read from the database, and ``Stop all``.
 
 The listing is read from the database, never from this worker's memory: a click or an
 event lands on any worker, and every worker must show the same runs the same way,

@@ -1,5 +1,5 @@
 """Keeps open App Home tabs current: a viewer's Home is published again when a run it
-lists changed, coalesced, within ``views.publish``'s budget (SPEC.md section 4).
+lists changed, coalesced, within ``views.publish``'s budget.
 
 **Who is looking.** Slack says when someone opens the Home tab (``app_home_opened``),
 never when they leave it. Whoever opened it through this worker (or pressed one of its

@@ -1,6 +1,6 @@
 """A run's Slack surface: its status message, its streamed answer, its agent session.
 
-The status message is posted once and then only updated in place (SPEC.md section 2):
+The status message is posted once and then only updated in place:
 progress updates are coalesced by the workspace budget and may be dropped; the terminal
 update is never dropped. The answer streams with ``chat.startStream`` /
 ``chat.appendStream`` / ``chat.stopStream`` where the workspace allows; where it does not,
@@ -60,6 +60,7 @@ if TYPE_CHECKING:
     from agent_core import GuidanceRecord, Run, RunResult
     from agent_core.ports import Store
     from bot.surface import SlackSurface
+    from bot.views.status import EndingView
 
 __all__ = ["AnswerStream", "RunSession"]
 
@@ -98,7 +99,7 @@ class RunSession:
             run_id=run.id,
             requester=requester,
             phase="starting",
-            activity=messages.STATUS_RESTARTING if status_ts else messages.STATUS_STARTING,
+            activity=messages.STATUS_RESUMING if status_ts else messages.STATUS_STARTING,
         )
         self._answer: list[str] = []
         self._step_start = 0
@@ -139,8 +140,11 @@ class RunSession:
         self._stream.start()
         return True
 
-    async def close(self, result: RunResult) -> bool:
+    async def close(self, result: RunResult, *, ending: EndingView | None = None) -> bool:
         """Write the terminal status, then close the answer stream. True if Slack took it.
+
+        ``ending``: why the run ended and whether it resumes (docs/stopping.md), shown under the
+        handoff.
 
         The terminal status goes first: closing a stream is rate-limited harder than
         ``chat.update``, and at shutdown every run's final must land within the budget.
@@ -158,6 +162,7 @@ class RunSession:
             elapsed_s=self._elapsed(),
             answer="".join(self._answer),
             answer_streamed=self._stream.complete,
+            ending=ending,
         )
         rendered = render_status(snapshot)
         assert self.status_ts is not None

@@ -1,4 +1,4 @@
-"""The Slack app's settings, from the environment or ``.env`` (SPEC.md section 6).
+"""The Slack app's settings, from the environment or ``.env`` (docs/operations.md).
 
 Every setting is listed, with its meaning, in ``.env.example``. A missing or malformed
 one stops start-up with a single line that names it (:func:`load_settings`).
@@ -85,7 +85,7 @@ class Settings(BaseSettings):
     GUIDANCE_MAX_CHARS: int = Field(default=4000, ge=1)
     AUTO_RESUME: Annotated[frozenset[EndedBecause], NoDecode] = Field(
         default=ResumeSettings().auto_resume,
-        description="Why a run may have ended for it to resume on its own (seed 003).",
+        description="Why a run may have ended for it to resume on its own (docs/stopping.md).",
     )
     MAX_AUTO_RESUMES: int = Field(default=ResumeSettings().max_auto_resumes, ge=0)
     USER_EXIT_GRACE: timedelta = ResumeSettings().user_exit_grace

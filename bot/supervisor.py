@@ -1,6 +1,6 @@
 """The supervisor owns every live run of this process and shuts them down.
 
-A thread has at most one live run (SPEC.md section 2): :meth:`Supervisor.start` checks and
+A thread has at most one live run: :meth:`Supervisor.start` checks and
 claims the thread without an ``await`` in between, so two deliveries of the same mention
 racing each other cannot both start a run. Every run task is created and held here (no
 fire-and-forget); :meth:`Supervisor.shutdown` ends them with reason ``shutdown`` and
@@ -11,6 +11,11 @@ terminal write is being retried through an outage it stays in memory, so the hea
 keeps its lease (:meth:`Supervisor.held_runs`) and no reconciler takes it for an orphan.
 A run that cannot even be registered never starts: the thread is told, and nothing is
 left behind in the database.
+
+When a run has ended here, its resume is decided (:mod:`bot.resume`) before its final
+message is written, so the message says why it ended and when it resumes. A run resumed
+in place continues in its own status message; a continuation (its context filled up) is
+a new run in the same thread, started from a summary and linked to the run it continues.
 """
 
 from __future__ import annotations
@@ -23,12 +28,21 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from agent_core import LIVE_STATES, Outcome, RunRecord, RunState, StopReason, StorageError
+from agent_core import (
+    LIVE_STATES,
+    Outcome,
+    RunRecord,
+    RunState,
+    StopReason,
+    StorageError,
+    continue_from,
+)
 from agent_core.recording import record_ending, until_landed
 from agent_core.stop import utcnow
 from bot import messages
 from bot.errors import BudgetNotRunning, SlackError
 from bot.guidance import to_guidance
+from bot.resume import ended_because
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Collection, Sequence
@@ -37,13 +51,16 @@ if TYPE_CHECKING:
         Agent,
         ChatMessage,
         Checkpoint,
+        Compacted,
         GuidanceRecord,
         Run,
         RunResult,
         ThreadKey,
     )
     from agent_core.ports import Store
+    from bot.resume import Resumes
     from bot.session import RunSession
+    from bot.views.status import EndingView
 
 __all__ = ["LiveRun", "Supervisor"]
 
@@ -60,6 +77,8 @@ class LiveRun:
     """True once the database holds the run with this worker as its owner."""
     lost: bool = False
     """True if another worker took the run over (our lease lapsed): we write nothing more."""
+    auto_resumes: int = 0
+    """The thread's automatic resumes so far, this run's start included (a continuation's)."""
 
 
 class Supervisor:
@@ -72,6 +91,8 @@ class Supervisor:
         """Delivers stop requests committed before the run started (set by the worker)."""
         self.run_ended: Callable[[str], Awaitable[None]] | None = None
         """Marks a finished run's stop requests handled (set by the worker)."""
+        self.resumes: Resumes | None = None
+        """Decides an ended run's resume, and starts due ones (set by the worker)."""
         self._live: dict[str, LiveRun] = {}
         self._by_thread: dict[ThreadKey, str] = {}
         self._accepting = True
@@ -152,13 +173,48 @@ class Supervisor:
             requester=record.requester,
             thread=record.thread,
             restore=checkpoint,
+            resumed_because=ended_because(record),
         )
         return self._launch(run, record.requester, make_session, resumed=True)
 
+    def continue_run(
+        self,
+        previous: RunRecord,
+        compacted: Compacted,
+        run_id: str,
+        make_session: Callable[[Run], RunSession],
+    ) -> LiveRun | None:
+        """Start ``run_id`` in ``previous``'s thread from the summary of its conversation
+        (its context filled up); None if the thread has a live run or we are closing."""
+        if not self._accepting or previous.thread in self._by_thread:
+            return None
+        run = continue_from(
+            self.agent,
+            compacted,
+            task=previous.task,
+            previous_run_id=previous.id,
+            run_id=run_id,
+            requester=previous.requester,
+            thread=previous.thread,
+        )
+        return self._launch(
+            run,
+            previous.requester,
+            make_session,
+            resumed=False,
+            auto_resumes=previous.auto_resumes + 1,
+        )
+
     def _launch(
-        self, run: Run, requester: str, make_session: Callable[[Run], RunSession], *, resumed: bool
+        self,
+        run: Run,
+        requester: str,
+        make_session: Callable[[Run], RunSession],
+        *,
+        resumed: bool,
+        auto_resumes: int = 0,
     ) -> LiveRun:
-        live = LiveRun(run, make_session(run), requester)
+        live = LiveRun(run, make_session(run), requester, auto_resumes=auto_resumes)
         self._live[run.id] = live
         self._by_thread[run.thread] = run.id
         live.task = asyncio.create_task(self._drive(live, resumed), name=f"session:{run.id}")
@@ -175,7 +231,7 @@ class Supervisor:
         )
         with bound:
             try:
-                live.registered = resumed or await self._register(run, live.requester)
+                live.registered = resumed or await self._register(live)
                 if not live.registered:
                     await self._not_recorded(live)
                     return
@@ -195,8 +251,9 @@ class Supervisor:
                     log.warning("run.ownership_lost", outcome=result.outcome.value)
                     await live.session.abandon()
                 else:
-                    delivered = await live.session.close(result)
                     recorded = stored is not None and stored.state.is_terminal
+                    ending = await self._ending(run.id) if recorded else None
+                    delivered = await live.session.close(result, ending=ending)
                     await self._record_ending(run.id, result, recorded, delivered)
             except Exception:
                 log.exception("session.failed")
@@ -206,6 +263,8 @@ class Supervisor:
                     await _quietly(self.run_ended(run.id), "run_ended")
                 self._live.pop(run.id, None)
                 self._release_thread(run)
+                if self.resumes is not None:
+                    self.resumes.wake()  # a resume it scheduled may be due once it is gone
 
     def lost_ownership(self, owned: set[str], *, among: Collection[str] | None = None) -> None:
         """Abort, quietly, every registered run the database no longer says we own.
@@ -224,6 +283,12 @@ class Supervisor:
                 live.lost = True
                 log.error("run.lease_lost", run_id=live.run.id, worker=self.worker_id)
                 live.run.request_stop(StopReason.ABORT, "system:lease-lost", source="lease")
+
+    async def _ending(self, run_id: str) -> EndingView | None:
+        """Decide whether and when the run resumes; what its final message says of it."""
+        if self.resumes is None:
+            return None
+        return await self.resumes.on_run_end(run_id)
 
     async def _stored(self, run_id: str) -> RunRecord | None:
         """The run's row after it ended here; None if it cannot be read right now."""
@@ -283,15 +348,18 @@ class Supervisor:
             log.error("reply.failed", error="shutting down")
         await self._abandon(run)
 
-    async def _register(self, run: Run, requester: str) -> bool:
+    async def _register(self, live: LiveRun) -> bool:
         """Store the run, already leased to this worker: it is never without an owner."""
+        run = live.run
         record = RunRecord(
             id=run.id,
             thread=run.thread,
-            requester=requester,
+            requester=live.requester,
             task=run.task,
             owner=self.worker_id,
             lease_expires_at=utcnow() + timedelta(seconds=self.lease_ttl_s),
+            continued_from=run.continued_from,
+            auto_resumes=live.auto_resumes,
         )
         return await _quietly(self.store.create_run(record), "create_run")
 

@@ -1,6 +1,7 @@
 """This process's durable side: its worker id, its leases, the stop watcher, the
-reconciler and the purge (SPEC.md section 3). One :class:`Worker` per process, owned by
-the app; every background task it starts is its own and ends in :meth:`Worker.close`.
+reconciler, the resume schedule and the purge (docs/operations.md). One
+:class:`Worker` per process, owned by the app; every background task it starts is its own
+and ends in :meth:`Worker.close`.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import structlog
 
 from agent_core.stop import utcnow
 from bot.reconciler import Reconciler
+from bot.resume import Resumes
 from bot.stop_watch import StopWatcher
 
 if TYPE_CHECKING:
@@ -31,6 +33,9 @@ __all__ = ["Worker", "default_worker_id"]
 log = structlog.get_logger("bot.worker")
 
 RECONCILE_EVERY_S = 10.0
+RESUME_POLL_S = 2.0
+"""The resume schedule is re-read this often (or a third of LEASE_TTL, if shorter), for
+resumes other workers decided; this worker's own wake it at once."""
 PURGE_EVERY_S = 3600.0
 
 
@@ -61,15 +66,28 @@ class Worker:
             workspaces,
             worker_id=worker_id,
             lease_ttl_s=settings.LEASE_TTL,
-            auto_resume=settings.AUTO_RESUME_ON_RESTART,
             resume=resume,
             is_local=lambda run_id: supervisor.get(run_id) is not None,
+            policy=settings.resume_settings,
         )
+        self.resumes = Resumes(
+            store,
+            supervisor,
+            workspaces,
+            settings.resume_settings,
+            worker_id=worker_id,
+            lease_ttl_s=settings.LEASE_TTL,
+            resume=resume,
+            show=self.reconciler.post_final,
+            poll_s=min(RESUME_POLL_S, settings.LEASE_TTL / 3),
+        )
+        supervisor.resumes = self.resumes
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         await self.watcher.start()
         await self._reconcile(starting=True)  # orphans from before this start, at once
+        await self.resumes.start()
         self._task = asyncio.create_task(self._housekeeping(), name="worker-housekeeping")
         log.info("worker.started", worker_id=self.id, lease_ttl_s=self._settings.LEASE_TTL)
 
@@ -78,6 +96,7 @@ class Worker:
             self._task.cancel()
             await asyncio.wait([self._task], timeout=2.0)
             self._task = None
+        await self.resumes.close()
         await self.watcher.close()
 
     async def _housekeeping(self) -> None:

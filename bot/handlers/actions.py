@@ -1,4 +1,4 @@
-"""Stop and Abort button clicks, and any button this app does not know.
+"""Stop, Abort, Resume now and Don't resume clicks, and any button this app does not know.
 
 A click is read into a :class:`~bot.stops.StopAsk` and handed to the stop service
 (:mod:`bot.stops`): decided, checked against Slack's re-deliveries, committed and, if
@@ -6,7 +6,8 @@ this worker owns the run, applied, all before ``ack()`` and within
 :data:`~bot.stops.ACK_BUDGET_S` of Slack's 3 seconds; then the slow part (audit event,
 ephemeral answer). The status message changes by itself: the run emits
 ``StopRequested`` and the run's session re-renders it without buttons that no longer
-apply.
+apply. ``Resume now`` and ``Don't resume`` (on an ended run whose resume is scheduled,
+docs/stopping.md) go through the same service, in the same order.
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ from bot import messages
 from bot.dedupe import click_key
 from bot.errors import SlackError
 from bot.policy import Origin
+from bot.resume_controls import ResumeAction, ResumeAsk
 from bot.stops import ACK_BUDGET_S, Source, StopAsk
-from bot.views.status import ACTION_ABORT, ACTION_STOP
+from bot.views.status import ACTION_ABORT, ACTION_DONT_RESUME, ACTION_RESUME_NOW, ACTION_STOP
 
 if TYPE_CHECKING:
     from slack_bolt.async_app import AsyncAck, AsyncApp
@@ -33,8 +35,9 @@ __all__ = ["ACK_BUDGET_S", "register"]
 
 log = structlog.get_logger("bot.handlers.actions")
 
-_NOT_OURS = re.compile(rf"^(?!(?:{re.escape(ACTION_STOP)}|{re.escape(ACTION_ABORT)})$)")
-"""Every action id but Stop's and Abort's. Bolt offers a click to the next listener that
+_OURS = (ACTION_STOP, ACTION_ABORT, ACTION_RESUME_NOW, ACTION_DONT_RESUME)
+_NOT_OURS = re.compile(rf"^(?!(?:{'|'.join(re.escape(a) for a in _OURS)})$)")
+"""Every action id but this module's. Bolt offers a click to the next listener that
 matches when the first has not acked within 3 s; a Stop must never end up there."""
 
 
@@ -51,8 +54,16 @@ def register(app: AsyncApp, ctx: BotContext) -> None:
         log.warning("click.unknown_action", action_id=action)
         await _ephemeral(ctx, body, messages.UNKNOWN_ACTION)
 
+    async def on_resume_now(ack: AsyncAck, body: dict[str, Any]) -> None:
+        await _resume_click(ctx, ack, body, ResumeAction.RESUME_NOW)
+
+    async def on_dont_resume(ack: AsyncAck, body: dict[str, Any]) -> None:
+        await _resume_click(ctx, ack, body, ResumeAction.DONT_RESUME)
+
     app.action(ACTION_STOP)(on_stop)
     app.action(ACTION_ABORT)(on_abort)
+    app.action(ACTION_RESUME_NOW)(on_resume_now)
+    app.action(ACTION_DONT_RESUME)(on_dont_resume)
     app.action(_NOT_OURS)(on_unknown)
 
 
@@ -72,6 +83,35 @@ async def _click(ctx: BotContext, ack: AsyncAck, body: dict[str, Any], action: S
             action=action.value,
             verdict=verdict.value if verdict is not None else "not_recorded",
             local=decision.local,
+        )
+
+
+async def _resume_click(
+    ctx: BotContext, ack: AsyncAck, body: dict[str, Any], action: ResumeAction
+) -> None:
+    user = _field(body.get("user"), "id")
+    pressed = _first(body.get("actions"))
+    action_ts = _field(pressed, "action_ts")
+    if not isinstance(user, str) or not user or not isinstance(action_ts, str) or not action_ts:
+        await ack()
+        log.warning("click.malformed", action=action.value)
+        return
+    ask = ResumeAsk(
+        user=user,
+        action=action,
+        run_id=str(_field(pressed, "value") or ""),
+        delivery=click_key(action_ts, user),
+        message=_origin(body),
+    )
+    with structlog.contextvars.bound_contextvars(run_id=ask.run_id, user=user):
+        decided = await ctx.stops.resume(ask)
+        await ack()
+        await ctx.stops.resume_after(decided)
+        verdict = decided.verdict
+        log.info(
+            "click.handled",
+            action=action.value,
+            verdict=verdict.value if verdict is not None else "not_recorded",
         )
 
 

@@ -1,4 +1,4 @@
-"""Sub-agents' rows and the reconciler (SPEC.md sections 3 and 4).
+"""Sub-agents' rows and the reconciler (docs/operations.md, Leases and the reconciler).
 
 A sub-agent (a ``delegate`` call's child run) is stored with its parent, in its parent's
 thread, and holds no lease of its own: its parent's worker runs it. So when the parent's
@@ -65,7 +65,6 @@ def reconciler(store: Store, workspaces: Workspaces, resumes: Resumes) -> Reconc
         workspaces,
         worker_id="worker-b",
         lease_ttl_s=3.0,
-        auto_resume=True,
         resume=resumes,
         is_local=lambda _: False,
     )

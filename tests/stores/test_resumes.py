@@ -1,6 +1,6 @@
 """ResumeStore contract: each ended run's resume decision, the schedule any worker starts.
 
-Seed 003 (SPEC.md section 4): a decision is made once; a scheduled resume is started by
+Auto-resume (docs/stopping.md): a decision is made once; a scheduled resume is started by
 exactly one worker, on time, or cancelled by a person, never both; a claim that ran out
 (its worker died) is taken by another; ``ended_because`` always agrees with the stored
 result. Also the r0007 upgrade of a database an older version wrote.
@@ -186,7 +186,7 @@ async def test_a_claim_that_ran_out_is_taken_by_another_worker(backend: Backend)
     await blocked_run(first)
     now = utcnow()
     assert await schedule(first, "run-1", now)
-    claim = {"owner": "w1", "lease_expires_at": now + timedelta(seconds=30)}
+    claim: dict[str, Any] = {"owner": "w1", "lease_expires_at": now + timedelta(seconds=30)}
     assert await first.set_resume(
         "run-1", ResumeState.CLAIMED, expected=[ResumeState.SCHEDULED], due_by=now, **claim
     )
