@@ -2,8 +2,8 @@
 
 The Stop and Abort buttons, Slack's native stop (``agent_session_stopped``), a reply
 that is only a stop word, and later App Home and ``/threadpilot`` each turn what they
-received into a :class:`StopAsk` and call, in this order (SPEC.md section 4, "One stop
-service")::
+received into a :class:`StopAsk` and call, in this order (docs/architecture.md, "The
+path of a click")::
 
     decision = await stops.request(ask)   # before the click or event is acknowledged
     ...ack...
@@ -19,7 +19,7 @@ its database work within :data:`ACK_BUDGET_S` of Slack's 3 seconds:
    is what every worker reads, so every worker decides alike;
 3. for an ask that changes the run, check that its delivery was not taken before (Slack
    re-delivers a click or an event, maybe to another worker) and commit the stop
-   request: durable before the ack (SPEC.md section 3);
+   request: durable before the ack;
 4. apply it at once if this worker owns the run. The stop watcher learns the request's
    id before the commit, so when it finds the request in the table it does not apply it
    a second time.
@@ -367,7 +367,7 @@ class StopService:
             return decision
         return decision if first else replace(decision, verdict=Verdict.REDELIVERED)
 
-    # -- Resume now / Don't resume (seed 003) ------------------------------------------
+    # -- Resume now / Don't resume (docs/stopping.md) ----------------------------------
 
     async def resume(self, ask: ResumeAsk) -> ResumeDecided:
         """Before the ack: decide and commit, every store call in the budget; never raises

@@ -1,5 +1,5 @@
-"""``/threadpilot``: ``list`` and ``stop all`` (admins), help for anything else (SPEC.md
-section 4, "Dashboard and command").
+"""``/threadpilot``: ``list`` and ``stop all`` (admins), help for anything else
+(docs/slack-setup.md, Home tab and /threadpilot).
 
 Answered ephemerally, with the App Home controls: the list has Stop and Abort on each
 live run and, for admins, ``Stop all`` (their clicks are handled in

@@ -1,5 +1,5 @@
 """App Home: the Home tab opened, and its buttons (Stop, Abort, Stop all), which the
-``/threadpilot`` list shows too (SPEC.md section 4, "Dashboard and command").
+``/threadpilot`` list shows too (docs/slack-setup.md, Home tab and /threadpilot).
 
 Every button goes through the stop service (:mod:`bot.stops`): decided, checked against
 re-deliveries and committed before ``ack()``, then the audit event after it. A run owned

@@ -1,6 +1,6 @@
 """App Home and the ``/threadpilot`` list as Block Kit: pure functions from a listing.
 
-What they show (SPEC.md section 4, "Dashboard and command"): the viewer's live runs (a
+What they show (docs/slack-setup.md, Home tab and /threadpilot): the viewer's live runs (a
 link to the thread, state, turn, what it is doing, elapsed time) with Stop and Abort,
 and the runs that ended lately with their outcome, why they ended and the feedback they
 got. An admin sees every run of the workspace and a ``Stop all`` button that asks for
