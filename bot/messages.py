@@ -16,12 +16,15 @@ ever built by :func:`mention`, which renders non-people (``system:...``,
 from __future__ import annotations
 
 import re
+from datetime import UTC
 from typing import TYPE_CHECKING
 
 from agent_core import ExitCode, Outcome, StopReason
 from agent_core import outcome_label as core_outcome_label
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from agent_core import RunResult
 
 # -- names and escaping ----------------------------------------------------------------
@@ -466,6 +469,51 @@ UNDELIVERED_GUIDANCE = "The run ended before the agent saw these replies; send t
 def undelivered_reply(author: str, text: str) -> str:
     """One reply the agent never saw; ``text`` is already escaped and cut to fit."""
     return bullet(f"{mention(author)}: {text}")
+
+
+# -- why a run ended, and resuming it (SPEC.md section 4, seed 003) ---------------------
+
+RESUME_NOW_LABEL = "Resume now"
+DONT_RESUME_LABEL = "Don't resume"
+RESUMING_NOW = "Resuming now, from its last checkpoint."
+RESUME_CONTINUING = "Continuing in a new run, from a summary of this one."
+RESUME_CONTINUED = "Continued in a new run below, from a summary of this one."
+STATUS_RESUMING = "Resuming from the last checkpoint..."
+"""The activity of a run resumed in its own status message, until its first turn."""
+RESUME_NOTHING_SCHEDULED = (
+    "Nothing is waiting to resume on this run any more: it has resumed already, or it "
+    "will not. Nothing changed."
+)
+
+
+def why_ended(reason: str) -> str:
+    """The status message's line saying why the run ended (``ended_because``)."""
+    return f"Why it ended: {ended_because(reason)}."
+
+
+def resume_scheduled(at: datetime) -> str:
+    """When a paused run resumes on its own (Slack shows the time in the reader's zone;
+    the fallback is UTC)."""
+    epoch = int(at.timestamp())
+    fallback = at.astimezone(UTC).strftime("%H:%M:%S UTC")
+    return f"Resumes on its own at <!date^{epoch}^{{time_secs}}|{fallback}>."
+
+
+def resume_cancelled(by: str | None) -> str:
+    """A scheduled resume a person called off (``Don't resume``, or Stop)."""
+    return f"Not resuming: {mention(by)} chose not to resume it."
+
+
+def not_resuming(reason: str) -> str:
+    """Why a paused run does not resume on its own, from the policy's reason (written for
+    logs: "...; not auto-resuming", which the line already says)."""
+    why = re.sub(r"[;,]\s*not auto-resuming\.?$", "", reason.strip())
+    return f"Not resuming on its own: {escape(why[:1].lower() + why[1:])}."
+
+
+def resume_not_allowed(policy: str, requester: str) -> str:
+    """A ``Resume now`` / ``Don't resume`` click by someone ``STOP_POLICY`` does not allow."""
+    return not_allowed(policy, requester).replace("stop or abort", "resume or cancel")
 
 
 # -- App Home and /threadpilot (SPEC.md section 4, "Dashboard and command") -------------

@@ -7,9 +7,12 @@ Runs on start-up and then periodically, in every worker (SPEC.md section 3):
    ``blocked`` ("interrupted: the worker running this stopped"), or ``userinterlude`` if
    a person had asked to stop or abort it (their intent wins; seed 003: never resume a
    user stop). Its Slack message is rewritten to say so.
-2. **Resume.** A run interrupted by a shutdown or a lost worker, with no user stop, is
-   resumed from its last checkpoint when ``AUTO_RESUME_ON_RESTART`` allows, at most
-   ``resume_limit`` times (a run that keeps killing its worker is not retried forever).
+2. **Resume.** A blocked run whose resume is not decided yet (its worker died before
+   deciding, or this pass just ended it) is decided by the resume policy (seed 003,
+   :func:`bot.resume.decide`: ``AUTO_RESUME``, ``MAX_AUTO_RESUMES`` per thread,
+   ``USER_EXIT_GRACE``; never a run a person stopped), and one due now (a shutdown, a
+   lost worker) is resumed in place from its last checkpoint. Later resumes (a rate
+   limit's) and continuations (a full context) are started by :class:`bot.resume.Resumes`.
 3. **Undelivered finals.** A terminal run whose Slack message was never accepted (Slack
    was down) gets it re-rendered from the stored run and written again. A run with no
    stored status message (abandoned when its status post's fate was unknown) has its
@@ -40,9 +43,11 @@ from agent_core import (
     LIVE_STATES,
     TERMINAL_STATES,
     AuditEvent,
+    EndedBecause,
     ExitCode,
     Handoff,
     Outcome,
+    ResumeSettings,
     RunResult,
     RunState,
     StopReason,
@@ -50,9 +55,11 @@ from agent_core import (
     Usage,
 )
 from agent_core.delegation import MAX_DEPTH
+from agent_core.ports import ResumeState
 from agent_core.stop import utcnow
 from bot import messages
 from bot.errors import SlackError, SlackRefused
+from bot.resume import UNDECIDED_S, decide, due_at, ending_view, resume_in_place
 from bot.views.status import StatusSnapshot, render_status, run_metadata
 
 if TYPE_CHECKING:
@@ -87,19 +94,18 @@ class Reconciler:
         *,
         worker_id: str,
         lease_ttl_s: float,
-        auto_resume: bool,
         resume: Callable[[RunRecord, Checkpoint | None], Awaitable[None]],
         is_local: Callable[[str], bool],
-        resume_limit: int = 3,
+        policy: ResumeSettings | None = None,
     ) -> None:
         self._store = store
         self._workspaces = workspaces
         self._worker_id = worker_id
         self._ttl = lease_ttl_s
-        self._auto_resume = auto_resume
         self._resume = resume
         self._is_local = is_local
-        self._resume_limit = resume_limit
+        self.policy = policy or ResumeSettings()
+        """The resume policy's settings (``Settings.resume_settings``)."""
 
     async def run_once(
         self, now: datetime | None = None, *, starting: bool = False
@@ -114,17 +120,18 @@ class Reconciler:
             expired = {r.id for r in orphans}
             mine = await self._store.live_runs(owner=self._worker_id)
             orphans += [r for r in mine if r.id not in expired]
+        ended_here: set[str] = set()
         for record in orphans:
             if self._is_local(record.id):
                 continue  # ours and alive: the next heartbeat renews it
             if await self.end_orphan(record, now=now):
                 ended += 1
+                ended_here.add(record.id)
         await self._end_stray_sub_agents(now)
-        candidates = await self._store.find_runs(
-            states=[RunState.BLOCKED], stop_reason=StopReason.SHUTDOWN, top_level=True
-        )
-        for record in candidates:
-            if await self._try_resume(record, now):
+        for record in await self._store.pending_resumes():
+            if self._is_local(record.id):
+                continue  # still ending here: its worker decides
+            if await self._try_resume(record, now, ended_here=record.id in ended_here):
                 resumed += 1
         reposted = await self._repost_finals(now)
         if settled := await self._settle_moot_requests():
@@ -247,12 +254,6 @@ class Reconciler:
             for request in pending:
                 await self._store.mark_stop_handled(request.id)
 
-    async def _thread_moved_on(self, record: RunRecord) -> bool:
-        """True if a newer run started in the run's thread: the conversation went on
-        without it, and resuming it would put an old task back over the newer one."""
-        runs = await self._store.find_runs(thread=record.thread, top_level=True, limit=1000)
-        return any(r.created_at > record.created_at for r in runs)
-
     async def post_final(
         self, record: RunRecord, now: datetime | None = None, *, also: tuple[str, ...] = ()
     ) -> bool:
@@ -266,6 +267,7 @@ class Reconciler:
                 requester=record.requester,
                 phase="done",
                 result=stored_result(record),
+                ending=ending_view(record),
             )
         )
         surface = await self._workspaces.get(record.thread.team)
@@ -278,49 +280,24 @@ class Reconciler:
             await self._store.update_run(record.id, final_posted_at=now or utcnow())
         return delivered
 
-    async def _try_resume(self, record: RunRecord, now: datetime) -> bool:
-        if not self._auto_resume or record.exit_code is not ExitCode.SHUTDOWN:
+    async def _try_resume(self, record: RunRecord, now: datetime, *, ended_here: bool) -> bool:
+        """Decide an undecided run by the policy (one that ended just now is its own
+        worker's to decide, unless this pass ended it), and resume in place one due now.
+        A continuation (``context_exhausted``) is left to :class:`bot.resume.Resumes`."""
+        if record.resume is None:
+            if not ended_here and record.updated_at > now - timedelta(seconds=UNDECIDED_S):
+                return False
+            record = await decide(self._store, record, self.policy, actor=self._worker_id, now=now)
+            if not ended_here or record.resume is not ResumeState.SCHEDULED:
+                await self.post_final(record, now)  # says why it will not, or when it will
+        at = due_at(record)
+        if at is None or at > now or record.ended_because is EndedBecause.CONTEXT_EXHAUSTED:
             return False
-        if await self._thread_moved_on(record):
-            return False
-        if any(
-            r.kind is not StopReason.SHUTDOWN
-            for r in await self._store.stop_requests_for(record.id)
+        if not await resume_in_place(
+            self._store, record, worker_id=self._worker_id, lease_ttl_s=self._ttl, now=now
         ):
-            return False  # a person asked it to stop: never resumed
-        earlier = [e for e in await self._store.events_for(record.id) if e.kind == "run.resumed"]
-        if len(earlier) >= self._resume_limit:
             return False
-        won = await self._store.set_state(
-            record.id,
-            RunState.QUEUED,
-            expected=[RunState.BLOCKED],
-            owner=self._worker_id,
-            lease_expires_at=now + timedelta(seconds=self._ttl),
-            outcome=None,
-            stop_reason=None,
-            exit_code=None,
-            stopped_by=None,
-            result=None,
-            final_posted_at=None,
-        )
-        if not won:
-            return False
-        checkpoint = await self._store.latest_checkpoint(record.id)
-        await self._store.record_event(
-            AuditEvent(
-                run_id=record.id,
-                kind="run.resumed",
-                actor=self._worker_id,
-                at=now,
-                detail={
-                    "from_turn": checkpoint.turn if checkpoint else 0,
-                    "attempt": len(earlier) + 1,
-                },
-            )
-        )
-        log.info("run.resumed", run_id=record.id, from_turn=checkpoint.turn if checkpoint else 0)
-        await self._resume(record, checkpoint)
+        await self._resume(record, await self._store.latest_checkpoint(record.id))
         return True
 
     async def _settle_moot_requests(self) -> int:
@@ -463,4 +440,8 @@ def orphan_result(
         turns=turns,
         usage=Usage(),
         timings=Timings(record.created_at, now, person.requested_at if person else None, None),
+        # Blocked by its lost worker (not a shutdown, which is what the stop reason says).
+        ended_because=(
+            EndedBecause.WORKER_LOST if code is ExitCode.SHUTDOWN else EndedBecause.UNKNOWN
+        ),
     )

@@ -39,21 +39,28 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from agent_core import StopReason, strip_softeners
+from agent_core.ports import ResumeState
 from bot import messages as m
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from agent_core import RunResult
 
 __all__ = [
     "ACTION_ABORT",
+    "ACTION_DONT_RESUME",
     "ACTION_FEEDBACK",
+    "ACTION_RESUME_NOW",
     "ACTION_STOP",
     "BLOCKS_TEXT_BUDGET",
     "CONTROLS_BLOCK_ID",
+    "RESUME_BLOCK_ID",
     "RUN_EVENT_TYPE",
     "SECTION_TEXT_LIMIT",
     "TEXT_LIMIT",
     "ChildTask",
+    "EndingView",
     "Phase",
     "RenderedMessage",
     "StatusSnapshot",
@@ -82,6 +89,10 @@ ACTION_FEEDBACK = "threadpilot_feedback"
 ``negative:<run id>``."""
 CONTROLS_BLOCK_ID = "threadpilot_controls"
 """Stable across updates, so a click's ``block_id`` is the same whichever render it hit."""
+ACTION_RESUME_NOW = "threadpilot_resume_now"
+ACTION_DONT_RESUME = "threadpilot_dont_resume"
+RESUME_BLOCK_ID = "threadpilot_resume"
+"""The ended run's ``Resume now`` / ``Don't resume`` buttons (``value``: the run id)."""
 
 # -- limits ----------------------------------------------------------------------------
 # Slack's documented limits are 3,000 characters per section and 50 blocks, but
@@ -160,12 +171,30 @@ class StatusSnapshot:
     answer_streamed: bool = False
     """True when the answer already has its own streamed message: then neither
     ``answer`` nor ``result.final_text`` is repeated here."""
+    ending: EndingView | None = None
+    """Once done: why the run ended and what becomes of it (seed 003); None says nothing."""
     children: tuple[ChildTask, ...] = ()
     """The run's sub-agents, oldest first."""
 
     def __post_init__(self) -> None:
         if self.phase == "done" and self.result is None:
             raise ValueError(f"run {self.run_id}: a 'done' status needs the RunResult")
+
+
+@dataclass(frozen=True, slots=True)
+class EndingView:
+    """Why a run ended, and its automatic resume, as the stored run has them."""
+
+    ended_because: str
+    """``rate_limit``, ``completed``... (:class:`agent_core.EndedBecause`)."""
+    resume: ResumeState | None = None
+    resume_at: datetime | None = None
+    reason: str | None = None
+    """Why the policy decided as it did (shown when it will not resume)."""
+    by: str | None = None
+    """Who cancelled the resume (Don't resume, or Stop)."""
+    blocked: bool = False
+    """The run ended ``blocked``: not resuming it is worth explaining."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,6 +323,7 @@ def _render_done(snapshot: StatusSnapshot, result: RunResult) -> RenderedMessage
         _section(_part(m.HEADING_HANDOFF, next_step + _undelivered_text(result))),
         *_children_blocks(snapshot.children),
     ]
+    blocks += _ending_blocks(snapshot.run_id, snapshot.ending)
     if answer.strip() and (not same or evidence == m.EVIDENCE_IS_THE_ANSWER):
         blocks += _answer_blocks(answer, _remaining(blocks), heading=m.HEADING_ANSWER)
     blocks.append(_feedback_block(snapshot.run_id))
@@ -411,6 +441,60 @@ def _child_line(child: ChildTask) -> str:
     if child.result is not None:
         return m.sub_agent_ended(task, child.result)
     return m.sub_agent_working(task, child.activity)
+
+
+# -- why it ended, and its resume (seed 003) -------------------------------------------
+
+
+def _ending_blocks(run_id: str, ending: EndingView | None) -> list[Block]:
+    """Under the handoff: why the run ended and whether (and when) it resumes on its own;
+    ``Resume now`` and ``Don't resume`` while a resume is scheduled."""
+    if ending is None:
+        return []
+    lines = [m.why_ended(ending.ended_because)]
+    buttons: list[Block] = []
+    continuation = ending.ended_because == "context_exhausted"
+    match ending.resume:
+        case ResumeState.SCHEDULED if continuation:
+            lines.append(m.RESUME_CONTINUING)
+            buttons = [_dont_resume_button(run_id)]
+        case ResumeState.SCHEDULED if ending.resume_at is not None:
+            lines.append(m.resume_scheduled(ending.resume_at))
+            buttons = [_resume_now_button(run_id), _dont_resume_button(run_id)]
+        case ResumeState.SCHEDULED | ResumeState.CLAIMED:
+            lines.append(m.RESUME_CONTINUING if continuation else m.RESUMING_NOW)
+            buttons = [_dont_resume_button(run_id)]
+        case ResumeState.STARTED:
+            lines.append(m.RESUME_CONTINUED if continuation else m.RESUMING_NOW)
+        case ResumeState.CANCELLED:
+            lines.append(m.resume_cancelled(ending.by))
+        case ResumeState.DECLINED if ending.blocked and ending.reason:
+            lines.append(m.not_resuming(ending.reason))
+        case _:
+            pass
+    blocks = [_context(_clip("\n".join(lines), _STATUS_BUDGET))]
+    if buttons:
+        blocks.append({"type": "actions", "block_id": RESUME_BLOCK_ID, "elements": buttons})
+    return blocks
+
+
+def _resume_now_button(run_id: str) -> Block:
+    return {
+        "type": "button",
+        "action_id": ACTION_RESUME_NOW,
+        "text": _plain(m.RESUME_NOW_LABEL),
+        "value": run_id,
+        "style": "primary",
+    }
+
+
+def _dont_resume_button(run_id: str) -> Block:
+    return {
+        "type": "button",
+        "action_id": ACTION_DONT_RESUME,
+        "text": _plain(m.DONT_RESUME_LABEL),
+        "value": run_id,
+    }
 
 
 # -- the answer ------------------------------------------------------------------------

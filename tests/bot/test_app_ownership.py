@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from agent_core import RunState
+from agent_core import ResumeSettings, RunState
 from bot import messages
 from bot.reconciler import Reconciler
 from tests.bot.harness import block_text, run_id_of, stalled_answer
@@ -42,9 +42,9 @@ async def test_a_run_taken_over_elsewhere_is_dropped_without_overwriting(
         ctx.workspaces,
         worker_id="worker-b",
         lease_ttl_s=3,
-        auto_resume=False,
         resume=_no_resume,
         is_local=lambda _: False,
+        policy=ResumeSettings(auto_resume=frozenset()),
     )
     assert await worker_b.end_orphan(record)
     taken_over = await bot.final(status)
