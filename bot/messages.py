@@ -1,4 +1,4 @@
-"""Every piece of text threadpilot shows people in Slack, in one place (STYLE rule 9).
+"""Every piece of text threadpilot shows people in Slack, in one place.
 
 What belongs here: status lines, button and dialog labels, outcome labels, section
 headings, ephemeral replies and notification fallbacks, as constants or small functions
@@ -120,7 +120,8 @@ def activity_retry(seconds: float, why: str) -> str:
 STREAM_RETRYING = "_(The model call failed partway and is being retried; text above may repeat.)_"
 """Pushed into a streamed answer when a step restarts and its partial text is void."""
 
-# -- tools' progress and sub-agents (SPEC.md section 4) --------------------------------
+
+# -- tools' progress and sub-agents ---------------------------------------------------
 
 ACTIVITY_SUB_AGENTS = "Waiting for sub-agents"
 HEADING_SUB_AGENTS = "Sub-agents"
@@ -167,7 +168,7 @@ def earlier_sub_agents(count: int) -> str:
     return f"… and {count:,} earlier"
 
 
-# The stop ladder (SPEC.md section 4, "Escalation"): level 1 is Stop (one final turn for
+# The stop ladder (docs/stopping.md, Escalation): level 1 is Stop (one final turn for
 # a summary); a second Stop, an Abort or FINAL_TURN_TIMEOUT is level 2 (cut off now).
 STATUS_STOPPING = (
     "Stopping: finishing this step, then a summary. Stop again or Abort to cut it off."
@@ -433,7 +434,7 @@ def not_allowed(policy: str, requester: str) -> str:
     return f"Only {mention(requester)} or an admin can stop or abort this run."
 
 
-# -- steering: replies in a live run's thread (SPEC.md section 4) ----------------------
+# -- steering: replies in a live run's thread (docs/stopping.md, Guidance) -------------
 
 
 def guidance_too_long(length: int, limit: int) -> str:
@@ -471,7 +472,7 @@ def undelivered_reply(author: str, text: str) -> str:
     return bullet(f"{mention(author)}: {text}")
 
 
-# -- why a run ended, and resuming it (SPEC.md section 4, seed 003) ---------------------
+# -- why a run ended, and resuming it (docs/stopping.md) --------------------------------
 
 RESUME_NOW_LABEL = "Resume now"
 DONT_RESUME_LABEL = "Don't resume"
@@ -516,7 +517,7 @@ def resume_not_allowed(policy: str, requester: str) -> str:
     return not_allowed(policy, requester).replace("stop or abort", "resume or cancel")
 
 
-# -- App Home and /threadpilot (SPEC.md section 4, "Dashboard and command") -------------
+# -- App Home and /threadpilot (docs/slack-setup.md) ------------------------------------
 
 HOME_TITLE = APP_NAME
 HEADING_LIVE_RUNS = "Live runs"

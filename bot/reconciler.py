@@ -1,14 +1,14 @@
 """Gives every run whose worker went away exactly one ending, and resumes what may resume.
 
-Runs on start-up and then periodically, in every worker (SPEC.md section 3):
+Runs on start-up and then periodically, in every worker (docs/operations.md, Leases):
 
 1. **Orphans.** A live run whose lease expired lost its worker (``kill -9``, a crash, a
    lost host). It is ended by compare-and-set, so exactly one worker does it:
    ``blocked`` ("interrupted: the worker running this stopped"), or ``userinterlude`` if
-   a person had asked to stop or abort it (their intent wins; seed 003: never resume a
+   a person had asked to stop or abort it (their intent wins; never resume a
    user stop). Its Slack message is rewritten to say so.
 2. **Resume.** A blocked run whose resume is not decided yet (its worker died before
-   deciding, or this pass just ended it) is decided by the resume policy (seed 003,
+   deciding, or this pass just ended it) is decided by the resume policy (docs/stopping.md,
    :func:`bot.resume.decide`: ``AUTO_RESUME``, ``MAX_AUTO_RESUMES`` per thread,
    ``USER_EXIT_GRACE``; never a run a person stopped), and one due now (a shutdown, a
    lost worker) is resumed in place from its last checkpoint. Later resumes (a rate

@@ -1,4 +1,4 @@
-"""Resuming a run that ended, when that respects what happened (seed 003, SPEC.md §4).
+"""Resuming a run that ended, when that respects what happened (docs/stopping.md).
 
 **Deciding.** When a run ends, :func:`decide` asks the pure policy
 (:func:`agent_core.decide_resume`: ``AUTO_RESUME``, ``MAX_AUTO_RESUMES``,

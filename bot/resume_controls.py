@@ -3,7 +3,7 @@
 Part of the one stop service (:class:`bot.stops.StopService` owns a
 :class:`ResumeControls` and hands these asks to it), with its order: decide and commit
 before the click is acknowledged, within the ack budget; then the audit event, the status
-message and the person's answer (SPEC.md section 4).
+message and the person's answer (docs/stopping.md).
 
 - ``Resume now`` (:attr:`ResumeAction.RESUME_NOW`) brings a scheduled resume forward to
   now; any worker's schedule starts it.

@@ -1,6 +1,6 @@
 """The run's status message as Block Kit: pure functions from a snapshot to a message.
 
-One status message per run, updated in place (SPEC.md section 2). By phase:
+One status message per run, updated in place. By phase:
 
 =========== ============================================== ===================
 phase        shows                                          buttons
@@ -15,8 +15,8 @@ stopping     level 1: "Stopping: finishing this step, then  Abort only
 done         Outcome, Evidence, Artifacts, Handoff          none
 =========== ============================================== ===================
 
-The stopping phase shows where the run is on the stop ladder (SPEC.md section 4,
-"Escalation"): level 1 is a Stop (one final turn for a summary), level 2 an Abort, which
+The stopping phase shows where the run is on the stop ladder (docs/stopping.md,
+Escalation): level 1 is a Stop (one final turn for a summary), level 2 an Abort, which
 a second Stop, the Abort button or ``FINAL_TURN_TIMEOUT`` running out brings.
 
 The answer streamed so far is appended below a divider when the caller has no streaming
@@ -172,7 +172,7 @@ class StatusSnapshot:
     """True when the answer already has its own streamed message: then neither
     ``answer`` nor ``result.final_text`` is repeated here."""
     ending: EndingView | None = None
-    """Once done: why the run ended and what becomes of it (seed 003); None says nothing."""
+    """Once done: why the run ended and what becomes of it; None says nothing."""
     children: tuple[ChildTask, ...] = ()
     """The run's sub-agents, oldest first."""
 
@@ -252,8 +252,8 @@ def _live_state(snapshot: StatusSnapshot) -> tuple[str, str, list[Block]]:
             return status, "", []
         if snapshot.stop_reason is StopReason.SHUTDOWN:
             return m.STATUS_RESTARTING, m.RESTART_NOTE, []
-        # Level 1 can still be escalated, so Abort stays. Stop goes, as SPEC.md section 2
-        # asks: a second Stop comes from Slack's own stop button or a stop word.
+        # Level 1 can still be escalated, so Abort stays. Stop goes (a stopping run shows
+        # only Abort): a second Stop comes from Slack's own stop button or a stop word.
         note = m.stop_requested_note(snapshot.stop_requested_by, snapshot.activity)
         return m.STATUS_STOPPING, note, [_abort_button(run_id)]
     status = m.STATUS_STARTING if snapshot.phase == "starting" else m.status_turn(snapshot.turn)
@@ -373,7 +373,7 @@ def _handoff_text(result: RunResult) -> str:
 
 
 def _undelivered_text(result: RunResult) -> str:
-    """The replies the model never saw (a Stop won; SPEC.md section 4), listed after the
+    """The replies the model never saw (a Stop won), listed after the
     handoff within their own budget, each cut to fit; "" when there are none."""
     replies = result.undelivered_guidance
     if not replies:
@@ -443,7 +443,7 @@ def _child_line(child: ChildTask) -> str:
     return m.sub_agent_working(task, child.activity)
 
 
-# -- why it ended, and its resume (seed 003) -------------------------------------------
+# -- why it ended, and its resume (docs/stopping.md) -----------------------------------
 
 
 def _ending_blocks(run_id: str, ending: EndingView | None) -> list[Block]:

@@ -1,4 +1,4 @@
-"""The status message's last word on an ended run (seed 003): why it ended, and whether
+"""The status message's last word on an ended run (docs/stopping.md): why it ended, and whether
 and when it resumes on its own, with ``Resume now`` and ``Don't resume`` while a resume
 is scheduled. Snapshots as in ``test_status_view`` (``UPDATE_SNAPSHOTS=1`` rewrites them).
 """

@@ -1,4 +1,4 @@
-"""Why a run ended, and resuming it when that is safe (seed 003, SPEC.md section 4).
+"""Why a run ended, and resuming it when that is safe (docs/stopping.md).
 
 The real app against the fake Slack and llmock, on a real SQLite file. A rate-limited
 run pauses (its status message says why, and when it resumes, with ``Resume now`` and
