@@ -72,7 +72,7 @@ def test_the_patterns_catch_what_they_must() -> None:
         "(" + _SPEC + " §5)",
         "(" + "seed" + " 003)",
         "Seed" + " 001's table",
-        "../" + "shared/seeds/x.md",
+        "../" + "shared/" + "seed" + "s/x.md",
         "SLACK" + "_NOTES.md",
         "STYLE" + " rule 9",
     ):
