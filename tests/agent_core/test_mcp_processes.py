@@ -89,16 +89,19 @@ async def test_close_ends_every_stdio_server(tmp_path: Path) -> None:
     assert children_of(os.getpid()) - before == set()
 
 
+NEVER_ANSWERS = "import time; time.sleep(60)"  # wait-ok: the server's code, not the test's wait
+
+
 async def test_a_server_that_never_answers_is_reported_and_its_process_still_ends() -> None:
     before = children_of(os.getpid())
-    mute = StdioServer("mute", sys.executable, ("-c", "import time; time.sleep(60)"))
+    mute = StdioServer("mute", sys.executable, ("-c", NEVER_ANSWERS))
     manager = McpManager([mute, time_server()], start_timeout_s=3.0)
     await manager.start()
     lines = manager.check_lines()
     await manager.close()
 
     assert lines[0] == (
-        f"FAIL mute: the MCP server 'mute' ({sys.executable} -c import time; time.sleep(60)) "
+        f"FAIL mute: the MCP server 'mute' ({sys.executable} -c {NEVER_ANSWERS}) "
         "could not start: it did not answer within 3 s"
     )
     assert lines[1].startswith("ok   time: ")

@@ -181,7 +181,7 @@ async def test_guidance_is_committed_before_the_event_is_acknowledged(
     committed: list[float] = []
 
     async def slow_add(record: GuidanceRecord) -> bool:
-        await asyncio.sleep(0.5)  # a slow database, not the test waiting
+        await asyncio.sleep(0.5)  # a slow database, not the test waiting  # wait-ok
         added = await add_guidance(record)
         committed.append(time.monotonic())
         return added
