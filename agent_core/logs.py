@@ -5,6 +5,10 @@ lines or one JSON object per line. Libraries that log through the standard libra
 (slack_bolt, aiohttp, asyncpg) are rendered the same way, so a JSON log stays JSON.
 Context bound with :mod:`structlog.contextvars` (run id, team, channel, thread, user)
 appears on every line logged within that context, whichever logger wrote it.
+
+Above DEBUG, libraries that log a line per request or per start (:data:`QUIET_AT_INFO`:
+the HTTP clients, the access log, asyncpg, alembic's migration steps) show only their
+warnings and errors; at DEBUG everything is shown.
 """
 
 from __future__ import annotations
@@ -15,9 +19,23 @@ from typing import Literal, TextIO
 
 import structlog
 
-__all__ = ["LogFormat", "configure_logging"]
+__all__ = ["QUIET_AT_INFO", "LogFormat", "configure_logging"]
 
 LogFormat = Literal["console", "json"]
+
+QUIET_AT_INFO = (
+    "httpx",  # "HTTP Request: POST ..." for every MCP request over HTTP
+    "httpx2",  # the same for every model request (the openai client's HTTP library)
+    "httpcore",
+    "httpcore2",
+    "openai",  # its client's request and retry lines
+    "mcp.client.streamable_http",  # a line per MCP session opened
+    "aiohttp.access",  # a line per request served
+    "asyncpg",
+    "alembic",  # "Context impl ...", "Running upgrade ..." on every start
+)
+"""Libraries whose INFO lines are per-request or per-start chatter: below DEBUG only their
+warnings and errors are shown (ours say what happened, once)."""
 
 _SHARED: list[structlog.typing.Processor] = [
     structlog.contextvars.merge_contextvars,
@@ -61,3 +79,6 @@ def configure_logging(
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(numeric)
+    quiet = max(numeric, logging.WARNING) if numeric > logging.DEBUG else logging.NOTSET
+    for name in QUIET_AT_INFO:
+        logging.getLogger(name).setLevel(quiet)
