@@ -6,9 +6,16 @@ for an Abort; SIGTERM and SIGHUP (the terminal closed) are a shutdown. Exit stat
 asked for it), 1 failed, 2 bad usage or configuration. ``--json`` carries
 ``ended_because`` (:mod:`agent_core.ended`) with the rest of the result.
 
+Settings are read as the app reads them: the environment, then ``.env`` in the working
+directory (the environment wins; an empty value means unset). ``LOG_LEVEL`` is the
+exception: only the environment's counts, WARNING by default, because a ``.env`` written
+for the app asks for INFO and its lines would bury the answer.
+
 The answer streams to stdout; with ``--json`` it streams to stderr and stdout carries only
-the final JSON object, so scripts can parse it. Tool calls, and sub-agents as they start
-and end (at every depth, indented), are shown on stderr.
+the final JSON object, so scripts can parse it. Tool calls as they start (``-> name
+{arguments}``) and end (``<- name ok: result`` or ``error:``), and sub-agents as they start
+and end, at every depth, indented, are shown on stderr: in colour when stderr is a
+terminal and ``NO_COLOR`` is not set.
 """
 
 from __future__ import annotations
@@ -20,7 +27,9 @@ import math
 import os
 import signal
 import sys
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, TextIO, overload
+
+from dotenv import dotenv_values
 
 from agent_core.agent import Agent, AgentConfig
 from agent_core.builtin_tools import BUILTIN_TOOLS
@@ -30,6 +39,7 @@ from agent_core.events import (
     ChildStarted,
     RunEvent,
     TextDelta,
+    ToolFinished,
     ToolStarted,
     TurnStarted,
 )
@@ -40,7 +50,7 @@ from agent_core.stop import StopReason
 from agent_core.tools import DEFAULT_TOOL_TIMEOUT_S
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
 
     from agent_core.loop import Run
     from agent_core.outcomes import RunResult
@@ -55,16 +65,23 @@ HOW_TO_CONTINUE = "run the command again"
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    env = _settings_env()
     try:
-        model = _model_from_env()
-        tool_timeout_s = _tool_timeout_from_env()
-        configure_logging("console", os.environ.get("LOG_LEVEL", "WARNING"))
+        model = _model_from_env(env)
+        tool_timeout_s = _seconds(env, "TOOL_TIMEOUT", DEFAULT_TOOL_TIMEOUT_S)
+        max_turns = _turns(env) if args.max_turns is None else args.max_turns
+        final_turn_timeout_s = (
+            _seconds(env, "FINAL_TURN_TIMEOUT")
+            if args.final_turn_timeout is None
+            else args.final_turn_timeout
+        )
+        configure_logging("console", os.environ.get("LOG_LEVEL", "").strip() or "WARNING")
     except (ConfigError, ValueError) as exc:
         print(f"threadpilot: {exc}", file=sys.stderr)
         return EXIT_USAGE
     config = AgentConfig(
-        max_turns=args.max_turns,
-        final_turn_timeout_s=args.final_turn_timeout,
+        max_turns=max_turns,
+        final_turn_timeout_s=final_turn_timeout_s,
         tool_timeout_s=tool_timeout_s,
         how_to_continue=HOW_TO_CONTINUE,
     )
@@ -93,57 +110,88 @@ def _parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", help="run the agent on one task")
     run.add_argument("task", help="what the agent should do")
     run.add_argument("--json", action="store_true", help="print one JSON object at the end")
-    run.add_argument("--max-turns", type=int, default=20, metavar="N")
+    run.add_argument(
+        "--max-turns",
+        type=int,
+        default=None,
+        metavar="N",
+        help=f"model turns before it must report (default: MAX_TURNS, else {DEFAULT_MAX_TURNS})",
+    )
     run.add_argument(
         "--final-turn-timeout",
         type=float,
         default=None,
         metavar="SECONDS",
-        help="after a Stop, abort if the final turn takes longer than this",
+        help="after a Stop, abort if the final turn takes longer than this "
+        "(default: FINAL_TURN_TIMEOUT, else no limit)",
     )
     return parser
 
 
-def _model_from_env() -> OpenAIChatModel:
-    key = os.environ.get("OPENAI_API_KEY", "").strip()
+DEFAULT_MAX_TURNS = 20
+
+
+def _settings_env(dotenv: str = ".env") -> dict[str, str]:
+    """The settings as the app reads them: the process environment over ``.env`` in the
+    working directory, empty values left out (an empty value means "the default")."""
+    values = {k: v for k, v in dotenv_values(dotenv).items() if v and v.strip()}
+    values.update({k: v for k, v in os.environ.items() if v.strip()})
+    return values
+
+
+def _model_from_env(env: Mapping[str, str]) -> OpenAIChatModel:
+    key = env.get("OPENAI_API_KEY", "").strip()
     if not key:
         raise ConfigError(
             "OPENAI_API_KEY",
             "not set; set it to the key of your model endpoint "
             "(any non-empty value for a local endpoint that needs none)",
         )
-    model = os.environ.get("OPENAI_MODEL", "").strip()
+    model = env.get("OPENAI_MODEL", "").strip()
     if not model:
         raise ConfigError(
             "OPENAI_MODEL",
             "not set; set it to the model name your endpoint serves, e.g. gpt-4o-mini",
         )
-    base_url = os.environ.get("OPENAI_BASE_URL", "").strip() or None
+    base_url = env.get("OPENAI_BASE_URL", "").strip() or None
     if base_url is not None and not base_url.startswith(("http://", "https://")):
         raise ConfigError("OPENAI_BASE_URL", f"{base_url!r} is not an http(s) URL")
     return OpenAIChatModel(model=model, api_key=key, base_url=base_url)
 
 
-def _tool_timeout_from_env() -> float:
-    raw = os.environ.get("TOOL_TIMEOUT", "").strip()
+@overload
+def _seconds(env: Mapping[str, str], name: str, default: float) -> float: ...
+@overload
+def _seconds(env: Mapping[str, str], name: str, default: None = None) -> float | None: ...
+def _seconds(env: Mapping[str, str], name: str, default: float | None = None) -> float | None:
+    raw = env.get(name, "").strip()
     if not raw:
-        return DEFAULT_TOOL_TIMEOUT_S
+        return default
     try:
         seconds = float(raw)
     except ValueError:
         seconds = math.nan
-    if not seconds > 0:  # also refuses nan
-        raise ConfigError("TOOL_TIMEOUT", f"{raw!r} is not a positive number of seconds")
+    if not seconds > 0 or math.isinf(seconds):  # also refuses nan
+        raise ConfigError(name, f"{raw!r} is not a positive number of seconds")
     return seconds
+
+
+def _turns(env: Mapping[str, str]) -> int:
+    raw = env.get("MAX_TURNS", "").strip()
+    if not raw:
+        return DEFAULT_MAX_TURNS
+    if not raw.isdigit() or int(raw) < 1:
+        raise ConfigError("MAX_TURNS", f"{raw!r} is not a whole number of turns, at least 1")
+    return int(raw)
 
 
 async def _run(
     agent: Agent, task: str, as_json: bool, shutdowns: list[signal.Signals]
 ) -> RunResult:
     run = agent.new_run(task, requester="terminal")
-    stream = sys.stderr if as_json else sys.stdout
-    run.events.add_listener(lambda event: _show(event, stream))
-    _show_children(run)
+    answer = sys.stderr if as_json else sys.stdout
+    run.events.add_listener(lambda event: _show(event, answer))
+    _Progress(sys.stderr, _colour(sys.stderr)).follow(run)
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGINT, _on_interrupt, run)
     for signum in _SHUTDOWN_SIGNALS:
@@ -176,52 +224,89 @@ def _on_interrupt(run: Run) -> None:
 
 
 def _show(event: RunEvent, stream: TextIO) -> None:
+    """The top-level run's answer, as it streams."""
     match event:
         case TextDelta(text=text):
             stream.write(text)
             stream.flush()
-        case ToolStarted(name=name, arguments=arguments):
-            print(f"\n-> {name}({arguments})", file=sys.stderr, flush=True)
-        case TurnStarted(final=True):
-            print("\n-- final turn --", file=sys.stderr, flush=True)
         case _:
             pass
 
 
-def _show_children(run: Run) -> None:
-    """Print on stderr when ``run``'s sub-agents (and theirs) start and end."""
+def _colour(stream: TextIO) -> bool:
+    """Colour only on a terminal, and not when ``NO_COLOR`` is set (no-color.org)."""
+    if os.environ.get("NO_COLOR", ""):
+        return False
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty and isatty())
 
-    def show(event: RunEvent) -> None:
+
+_SHOWN = 100
+"""Longest task, argument list or result shown on one progress line (characters)."""
+_BOLD, _DIM, _GREEN, _RED, _YELLOW, _RESET = (
+    "\x1b[1m",
+    "\x1b[2m",
+    "\x1b[32m",
+    "\x1b[31m",
+    "\x1b[33m",
+    "\x1b[0m",
+)
+
+
+class _Progress:
+    """What a run does besides writing its answer, one line each on ``stream`` as it
+    happens: tool calls and their results, the final turn, sub-agents (followed at every
+    depth, indented under their parent)."""
+
+    def __init__(self, stream: TextIO, colour: bool) -> None:
+        self._stream = stream
+        self._colour = colour
+
+    def follow(self, run: Run) -> None:
+        run.events.add_listener(lambda event: self._on_event(run, event))
+
+    def _on_event(self, run: Run, event: RunEvent) -> None:
+        indent = "  " * run.depth
         match event:
-            case ChildStarted(child_id=child_id, task=task, depth=depth):
-                task_line = " ".join(task.split())
-                if len(task_line) > _TASK_SHOWN:
-                    task_line = task_line[: _TASK_SHOWN - 3] + "..."
-                print(
-                    f"\n{_indent(depth)}=> sub-agent {child_id[:8]} started: {task_line}",
-                    file=sys.stderr,
-                    flush=True,
+            case ToolStarted(name=name, arguments=arguments):
+                self._line(
+                    f"{indent}{self._paint('->', _DIM)} {self._paint(name, _BOLD)} "
+                    f"{_one_line(arguments)}"
                 )
+            case ToolFinished(name=name, ok=ok, output=output):
+                verdict = self._paint("ok", _GREEN) if ok else self._paint("error", _RED)
+                self._line(
+                    f"{indent}{self._paint('<-', _DIM)} {name} {verdict}: {_one_line(output)}"
+                )
+            case TurnStarted(final=True):
+                self._line(f"{indent}{self._paint('-- final turn --', _YELLOW)}")
+            case ChildStarted(child_id=child_id, task=task):
                 (child,) = [c for c in run.children if c.id == child_id]
-                _show_children(child)
+                self.follow(child)
+                self._line(
+                    f"{indent}{self._paint('=>', _DIM)} sub-agent {child_id[:8]} "
+                    f"started: {_one_line(task)}"
+                )
             case ChildFinished(child_id=child_id, result=result):
-                print(
-                    f"\n{_indent(run.depth + 1)}<= sub-agent {child_id[:8]} ended: "
-                    f"{result.label()} [{result.exit_code.value}]",
-                    file=sys.stderr,
-                    flush=True,
+                self._line(
+                    f"{indent}{self._paint('<=', _DIM)} sub-agent {child_id[:8]} "
+                    f"ended: {result.label()} [{result.exit_code.value}]"
                 )
             case _:
                 pass
 
-    run.events.add_listener(show)
+    def _paint(self, text: str, style: str) -> str:
+        return f"{style}{text}{_RESET}" if self._colour else text
+
+    def _line(self, text: str) -> None:
+        self._stream.write(f"\n{text}\n")
+        self._stream.flush()
 
 
-_TASK_SHOWN = 100
-
-
-def _indent(depth: int) -> str:
-    return "  " * (depth - 1)
+def _one_line(text: str) -> str:
+    """``text`` on one line, whitespace collapsed, cut to :data:`_SHOWN` characters."""
+    line = " ".join(text.split())
+    return line if len(line) <= _SHOWN else line[: _SHOWN - 3] + "..."
 
 
 def _print_handoff(result: RunResult, out: TextIO) -> None:

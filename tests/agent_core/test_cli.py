@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import pty
+import re
 import signal
 import sys
 from typing import TYPE_CHECKING, Any
@@ -18,9 +20,13 @@ from agent_core.cli import STOPPING_NOTICE
 from tests.agent_core.helpers import offered_tools
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from pathlib import Path
+
     from llmock.pytest_plugin import LLMock
 
 LONG_TEXT = " ".join(f"word{i}" for i in range(40))
+ANSI = re.compile(r"\x1b\[")
 
 
 class Cli:
@@ -32,7 +38,16 @@ class Cli:
         self.stdout = ""
 
     @classmethod
-    async def start(cls, llm: LLMock, *args: str, env: dict[str, str] | None = None) -> Cli:
+    async def start(
+        cls,
+        llm: LLMock,
+        *args: str,
+        env: dict[str, str] | None = None,
+        cwd: Path | None = None,
+        unset: Sequence[str] = (),
+    ) -> Cli:
+        """Start it with the model settings in its environment, then ``env``, less
+        ``unset``; in ``cwd`` (this test process's own by default)."""
         full_env = {
             **os.environ,
             "OPENAI_BASE_URL": llm.base_url(),
@@ -41,6 +56,9 @@ class Cli:
             "LOG_LEVEL": "WARNING",
             **(env or {}),
         }
+        full_env.pop("NO_COLOR", None)
+        for name in unset:
+            full_env.pop(name, None)
         process = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
@@ -50,6 +68,7 @@ class Cli:
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             env=full_env,
+            cwd=cwd,
         )
         return cls(process)
 
@@ -233,3 +252,158 @@ async def test_missing_configuration_is_one_clear_line_and_status_2(llm: LLMock)
     (line,) = cli.stderr.strip().splitlines()
     assert line.startswith("threadpilot: OPENAI_MODEL: not set")
     assert llm.requests == []
+
+
+async def test_settings_come_from_dotenv_in_the_working_directory(
+    llm: LLMock, tmp_path: Path
+) -> None:
+    """As the app reads them: ``.env`` in the working directory, the environment winning,
+    an empty value meaning unset."""
+    (tmp_path / ".env").write_text(
+        f"OPENAI_BASE_URL={llm.base_url()}\n"
+        "OPENAI_API_KEY=key-from-dotenv\n"
+        "OPENAI_MODEL=model-from-dotenv\n"
+        "MAX_TURNS=1\n"
+    )
+    llm.reply("From the dotenv settings.")
+    cli = await Cli.start(
+        llm,
+        "hello",
+        "--json",
+        cwd=tmp_path,
+        env={"OPENAI_API_KEY": ""},
+        unset=("OPENAI_BASE_URL", "OPENAI_MODEL"),
+    )
+    status, result = await cli.finish_json()
+
+    assert status == 0, cli.stderr
+    assert result["summary"] == "From the dotenv settings."
+    (record,) = llm.requests
+    assert (record.body or {})["model"] == "model-from-dotenv"
+
+    llm.reply("From the environment.")
+    cli = await Cli.start(
+        llm,
+        "hello",
+        "--json",
+        cwd=tmp_path,
+        env={"OPENAI_MODEL": "model-from-env"},
+    )
+    status, result = await cli.finish_json()
+    assert status == 0, cli.stderr
+    assert (llm.requests[-1].body or {})["model"] == "model-from-env"
+
+
+async def test_a_bad_setting_in_dotenv_is_named(llm: LLMock, tmp_path: Path) -> None:
+    (tmp_path / ".env").write_text("TOOL_TIMEOUT=soon\n")
+    cli = await Cli.start(llm, "hello", cwd=tmp_path)
+    status, _ = await cli.finish()
+
+    assert status == 2
+    (line,) = cli.stderr.strip().splitlines()
+    assert line.startswith("threadpilot: TOOL_TIMEOUT: ")
+    assert llm.requests == []
+
+
+async def test_tool_calls_and_their_results_show_as_they_happen(llm: LLMock) -> None:
+    llm.add(Reply(tool_calls=(ToolCall("calculate", {"expression": "6 * 7"}),)))
+    llm.add(Reply(tool_calls=(ToolCall("calculate", {"expression": "1 / 0"}),)))
+    llm.reply("It is 42.")
+    cli = await Cli.start(llm, "compute", "--json")
+    status, result = await cli.finish_json()
+
+    assert status == 0
+    assert result["summary"] == "It is 42."
+    lines = [line for line in cli.stderr.splitlines() if line.strip()]
+    started = lines.index('-> calculate {"expression": "6 * 7"}')
+    assert lines[started + 1] == "<- calculate ok: 42"
+    failed = lines.index('-> calculate {"expression": "1 / 0"}')
+    assert lines[failed + 1].startswith("<- calculate error: ")
+    assert not ANSI.search(cli.stderr + cli.stdout)  # piped: no colour
+
+
+async def test_a_sub_agents_tool_calls_show_indented_under_it(llm: LLMock) -> None:
+    delegate = ToolCall("delegate", {"task": "multiply six by seven", "tools": ["calculate"]})
+    llm.add(Reply(tool_calls=(delegate,)))
+    llm.add(Reply(tool_calls=(ToolCall("calculate", {"expression": "6 * 7"}),)))
+    llm.reply("42")
+    llm.reply("The child says 42.")
+    cli = await Cli.start(llm, "delegate it", "--json")
+    status, result = await cli.finish_json()
+
+    assert status == 0, cli.stderr
+    assert result["summary"] == "The child says 42."
+    lines = [line for line in cli.stderr.splitlines() if line.strip()]
+    child = next(i for i, line in enumerate(lines) if "=> sub-agent" in line)
+    assert lines[child - 1].startswith("-> delegate ")
+    assert lines[child + 1] == '  -> calculate {"expression": "6 * 7"}'
+    assert lines[child + 2] == "  <- calculate ok: 42"
+    assert "<= sub-agent" in lines[child + 3]
+    assert lines[child + 4].startswith("<- delegate ok: ")
+
+
+async def test_a_long_result_is_cut_to_one_short_line(llm: LLMock) -> None:
+    llm.add(Reply(tool_calls=(ToolCall("calculate", {"expression": "7 ** 300"}),)))
+    llm.reply("Big.")
+    cli = await Cli.start(llm, "compute", "--json")
+    await cli.finish_json()
+
+    (shown,) = [line for line in cli.stderr.splitlines() if line.startswith("<- calculate")]
+    assert shown.startswith("<- calculate ok: 3")
+    assert shown.endswith("...")
+    assert len(shown) <= 120
+
+
+async def _stderr_on_a_terminal(llm: LLMock, env: dict[str, str]) -> str:
+    """Run one task with stderr on a pseudo-terminal; what it wrote there."""
+    controller, terminal = pty.openpty()
+    full_env = {
+        **os.environ,
+        "OPENAI_BASE_URL": llm.base_url(),
+        "OPENAI_API_KEY": "test-key",
+        "OPENAI_MODEL": "test-model",
+        "LOG_LEVEL": "WARNING",
+        **env,
+    }
+    try:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            *("-m", "agent_core", "run", "compute", "--json"),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=terminal,
+            env=full_env,
+        )
+    finally:
+        os.close(terminal)
+
+    def read_all() -> bytes:
+        chunks: list[bytes] = []
+        while True:
+            try:
+                chunk = os.read(controller, 4096)
+            except OSError:  # EIO: the terminal's last holder closed it
+                return b"".join(chunks)
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+
+    try:
+        async with asyncio.timeout(30):
+            written, _ = await asyncio.gather(asyncio.to_thread(read_all), process.communicate())
+    finally:
+        os.close(controller)
+    assert process.returncode == 0
+    return written.decode()
+
+
+async def test_on_a_terminal_tool_lines_are_coloured_unless_no_color(llm: LLMock) -> None:
+    for _ in range(2):
+        llm.add(Reply(tool_calls=(ToolCall("calculate", {"expression": "6 * 7"}),)))
+        llm.reply("42.")
+    coloured = await _stderr_on_a_terminal(llm, {})
+    plain = await _stderr_on_a_terminal(llm, {"NO_COLOR": "1"})
+
+    assert ANSI.search(coloured), coloured
+    assert "calculate" in ANSI.sub("", coloured)
+    assert not ANSI.search(plain), plain
+    assert "<- calculate ok: 42" in plain
