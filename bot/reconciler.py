@@ -55,9 +55,9 @@ from agent_core import (
     Usage,
 )
 from agent_core.delegation import MAX_DEPTH
-from agent_core.ports import ResumeState
 from agent_core.stop import utcnow
 from bot import messages
+from bot.agent_session import SessionStatus, set_session_status
 from bot.errors import SlackError, SlackRefused
 from bot.resume import UNDECIDED_S, decide, due_at, ending_view, resume_in_place
 from bot.views.status import StatusSnapshot, render_status, run_metadata
@@ -120,18 +120,16 @@ class Reconciler:
             expired = {r.id for r in orphans}
             mine = await self._store.live_runs(owner=self._worker_id)
             orphans += [r for r in mine if r.id not in expired]
-        ended_here: set[str] = set()
         for record in orphans:
             if self._is_local(record.id):
                 continue  # ours and alive: the next heartbeat renews it
             if await self.end_orphan(record, now=now):
                 ended += 1
-                ended_here.add(record.id)
         await self._end_stray_sub_agents(now)
         for record in await self._store.pending_resumes():
             if self._is_local(record.id):
                 continue  # still ending here: its worker decides
-            if await self._try_resume(record, now, ended_here=record.id in ended_here):
+            if await self._try_resume(record, now):
                 resumed += 1
         reposted = await self._repost_finals(now)
         if settled := await self._settle_moot_requests():
@@ -186,9 +184,21 @@ class Reconciler:
             outcome=result.outcome.value,
         )
         fresh = await self._store.get_run(record.id)
+        if fresh is not None:  # decided first: its one final message says if it resumes
+            fresh = await decide(self._store, fresh, self.policy, actor=self._worker_id, now=now)
         if fresh is not None and not answered:
             await self.post_final(fresh, now)
+        await self._close_agent_session(record)
         return True
+
+    async def _close_agent_session(self, record: RunRecord) -> None:
+        """Its worker left the thread's agent session ``processing``: nothing else would
+        move it (Slack keeps it, and its stop button, for about an hour)."""
+        thread = record.thread
+        surface = await self._workspaces.get(thread.team)
+        await set_session_status(
+            surface, thread.channel, thread.thread_ts, SessionStatus.CLOSED, title=record.task
+        )
 
     async def _end_sub_agents(
         self, record: RunRecord, stops: list[StopRequestRecord], now: datetime
@@ -280,16 +290,16 @@ class Reconciler:
             await self._store.update_run(record.id, final_posted_at=now or utcnow())
         return delivered
 
-    async def _try_resume(self, record: RunRecord, now: datetime, *, ended_here: bool) -> bool:
-        """Decide an undecided run by the policy (one that ended just now is its own
-        worker's to decide, unless this pass ended it), and resume in place one due now.
-        A continuation (``context_exhausted``) is left to :class:`bot.resume.Resumes`."""
+    async def _try_resume(self, record: RunRecord, now: datetime) -> bool:
+        """Decide a run left undecided by the policy (one that ended just now is its own
+        worker's to decide; an orphan is decided as it is ended), and resume in place one
+        due now. A continuation (``context_exhausted``) is left to
+        :class:`bot.resume.Resumes`."""
         if record.resume is None:
-            if not ended_here and record.updated_at > now - timedelta(seconds=UNDECIDED_S):
+            if record.updated_at > now - timedelta(seconds=UNDECIDED_S):
                 return False
             record = await decide(self._store, record, self.policy, actor=self._worker_id, now=now)
-            if not ended_here or record.resume is not ResumeState.SCHEDULED:
-                await self.post_final(record, now)  # says why it will not, or when it will
+            await self.post_final(record, now)  # says why it will not resume, or when
         at = due_at(record)
         if at is None or at > now or record.ended_because is EndedBecause.CONTEXT_EXHAUSTED:
             return False

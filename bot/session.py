@@ -19,7 +19,13 @@ and the resumed run takes it.
 Tools and sub-agents: a running tool's progress (an MCP server's progress notifications)
 is shown as the run's activity. The run's sub-agents (``delegate``) are listed as its
 tasks, each with what it is doing (followed on the child's own events) and, once it has
-ended, its outcome.
+ended, its outcome. In the streamed answer (:mod:`bot.answer_stream`) each tool call and
+each sub-agent is a ``task_update`` card of the timeline, under the run's task as title.
+
+The thread's agent session (:mod:`bot.agent_session`) is ``processing`` while the run
+works and moves on at every ending: ``closed`` (or ``active`` when the run asks the
+person a question) when it closes, ``closed`` when its task is torn down after a
+failure; a run handed to another worker is left to its new owner.
 """
 
 from __future__ import annotations
@@ -51,9 +57,11 @@ from agent_core import (
 )
 from agent_core.delegation import DELEGATE
 from bot import messages
+from bot.agent_session import SessionStatus, set_session_status
+from bot.answer_stream import AnswerStream, TaskStatus
 from bot.errors import SlackError
 from bot.guidance import GuidanceMarks
-from bot.views.answer import answer_metadata, render_answer
+from bot.views.answer import answer_metadata
 from bot.views.status import ChildTask, StatusSnapshot, render_status
 
 if TYPE_CHECKING:
@@ -62,13 +70,10 @@ if TYPE_CHECKING:
     from bot.surface import SlackSurface
     from bot.views.status import EndingView
 
-__all__ = ["AnswerStream", "RunSession"]
+__all__ = ["AnswerStream", "RunSession"]  # AnswerStream: bot.answer_stream's, re-exported
 
 log = structlog.get_logger("bot.session")
 
-_APPEND_CHARS = 10_000
-"""Below chat.appendStream's 12,000-character markdown limit, with a margin."""
-_STREAM_CLOSE_S = 5.0
 RENDER_EVERY_S = 0.25
 """Progress re-renders of one status message are at least this far apart."""
 
@@ -105,8 +110,17 @@ class RunSession:
         self._step_start = 0
         """Where the current step's text begins in ``_answer`` (void if the step fails)."""
         self._stream = AnswerStream(
-            surface, channel, thread_ts, requester, team_id, metadata=answer_metadata(run.id)
+            surface,
+            channel,
+            thread_ts,
+            requester,
+            team_id,
+            metadata=answer_metadata(run.id),
+            plan_title=run.task,
+            answer=lambda: "".join(self._answer),
         )
+        self._session: SessionStatus | None = None
+        """The agent-session status this run last set (None: never set, or handed over)."""
         self._guidance = GuidanceMarks(run.id, store, surface)
         run.events.add_listener(self._on_event)
 
@@ -121,7 +135,7 @@ class RunSession:
         """
         if self.status_ts is not None:
             self._push_progress()
-            await self._session_status("processing")
+            await self._session_status(SessionStatus.PROCESSING)
             self._stream.start()
             return True
         rendered = render_status(self._snapshot)
@@ -136,7 +150,7 @@ class RunSession:
         except SlackError as exc:
             log.error("status.post_failed", error=exc.error, run_id=self.run.id)
             return False
-        await self._session_status("processing")
+        await self._session_status(SessionStatus.PROCESSING)
         self._stream.start()
         return True
 
@@ -173,27 +187,29 @@ class RunSession:
             log.error(
                 "status.final_not_delivered", run_id=self.run.id, outcome=result.outcome.value
             )
-        await self._stream.stop()
-        if self._stream.revised:
-            await self._stream.rewrite("".join(self._answer))
+        await self._stream.end("".join(self._answer))
         waiting = result.outcome is Outcome.ASK_USER_QUESTION
-        await self._session_status("active" if waiting else "closed")
+        await self._session_status(SessionStatus.ACTIVE if waiting else SessionStatus.CLOSED)
         # Last: reactions are rate-limited harder than anything above (Tier 2 removes).
         await self._guidance.drain()
         return delivered
 
     async def abandon(self) -> None:
         """Leave the Slack message (and the guidance) to the run's new owner: only close
-        our stream."""
+        our stream. The agent session is the new owner's to move."""
+        self._session = None
         self._cancel_render()
         await self._guidance.cancel()
         await self._stream.finish()
 
     async def discard(self) -> None:
-        """Stop the answer pump without flushing (the run task is being torn down)."""
+        """Stop the answer pump without flushing (the run task is being torn down), and
+        close an agent session the run left ``processing`` (it failed before closing)."""
         self._cancel_render()
         await self._guidance.cancel()
         await self._stream.cancel()
+        if self._session is SessionStatus.PROCESSING:
+            await self._session_status(SessionStatus.CLOSED)
 
     def guidance_received(self, record: GuidanceRecord) -> None:
         """The run took a reply into its inbox (:meth:`bot.supervisor.Supervisor.guide`)."""
@@ -226,22 +242,33 @@ class RunSession:
                     return  # the failed attempt had written nothing
                 del self._answer[self._step_start :]
                 self._stream.void("\n\n" + messages.STREAM_RETRYING + "\n\n")
-            case ToolStarted(name=name):
+            case ToolStarted(name=name, call_id=call_id):
                 waiting = name == DELEGATE  # the sub-agents show their own progress
                 activity = messages.ACTIVITY_SUB_AGENTS if waiting else messages.activity_tool(name)
+                if not waiting:
+                    self._stream.task(call_id, TaskStatus.IN_PROGRESS, title=name)
                 s = replace(s, activity=activity)
             case ToolProgress(name=name) if name == DELEGATE:
                 return  # a sub-agent's turns: shown on its own line (_watch_child)
-            case ToolProgress(name=name, progress=progress, total=total, message=message):
-                s = replace(
-                    s, activity=messages.activity_tool_progress(name, progress, total, message)
-                )
+            case ToolProgress(
+                name=name, call_id=call_id, progress=progress, total=total, message=message
+            ):
+                activity = messages.activity_tool_progress(name, progress, total, message)
+                self._stream.task(call_id, TaskStatus.IN_PROGRESS, details=activity)
+                s = replace(s, activity=activity)
             case ChildStarted(child_id=child_id, task=task):
                 self._watch_child(child_id)
+                self._stream.task(child_id, TaskStatus.IN_PROGRESS, title=task)
                 s = replace(s, children=(*s.children, ChildTask(child_id, task)))
             case ChildFinished(child_id=child_id, result=result):
+                finished = result.outcome is Outcome.FINISHED
+                status = TaskStatus.COMPLETE if finished else TaskStatus.ERROR
+                self._stream.task(child_id, status, details=messages.result_label(result))
                 s = replace(s, children=_updated(s.children, child_id, result=result))
-            case ToolFinished():
+            case ToolFinished(name=name, call_id=call_id, ok=ok):
+                if name != DELEGATE:
+                    status = TaskStatus.COMPLETE if ok else TaskStatus.ERROR
+                    self._stream.task(call_id, status)
                 s = replace(s, activity=messages.ACTIVITY_WAITING_FOR_MODEL)
             case Retrying(delay_s=delay, error=error):
                 s = replace(s, activity=messages.activity_retry(delay, error))
@@ -295,6 +322,7 @@ class RunSession:
                     return
             s = self._snapshot
             activity = messages.sub_agent_turn(turn, doing)
+            self._stream.task(child_id, TaskStatus.IN_PROGRESS, details=activity)
             self._snapshot = replace(s, children=_updated(s.children, child_id, activity=activity))
             self._push_progress()
 
@@ -336,14 +364,10 @@ class RunSession:
     def _elapsed(self) -> float:
         return time.monotonic() - self._started
 
-    async def _session_status(self, status: str) -> None:
-        await self.surface.optional_call(
-            self.surface.agent_sessions,
-            "agents.sessions.setStatus",
-            channel_id=self.channel,
-            thread_ts=self.thread_ts,
-            status=status,
-            title=self.run.task[:200],
+    async def _session_status(self, status: SessionStatus) -> None:
+        self._session = status
+        await set_session_status(
+            self.surface, self.channel, self.thread_ts, status, title=self.run.task
         )
 
 
@@ -351,161 +375,3 @@ def _updated(
     children: tuple[ChildTask, ...], child_id: str, **changes: Any
 ) -> tuple[ChildTask, ...]:
     return tuple(replace(c, **changes) if c.child_id == child_id else c for c in children)
-
-
-class AnswerStream:
-    """Streams answer text into one Slack message; one owned task pumps the buffer."""
-
-    def __init__(
-        self,
-        surface: SlackSurface,
-        channel: str,
-        thread_ts: str,
-        user: str,
-        team: str,
-        *,
-        metadata: dict[str, Any] | None = None,
-    ) -> None:
-        self._surface = surface
-        self._channel = channel
-        self._thread_ts = thread_ts
-        self._recipient = {"recipient_user_id": user, "recipient_team_id": team}
-        self._metadata = metadata  # chat.startStream takes none: set by chat.stopStream
-        self.revised = False
-        """True once text pushed here was voided: the message needs :meth:`rewrite`."""
-        self._buffer: list[str] = []
-        self._wake = asyncio.Event()
-        self._closing = False
-        self._failed = False
-        self._task: asyncio.Task[None] | None = None
-        self.ts: str | None = None
-
-    @property
-    def active(self) -> bool:
-        """True while text goes to the stream (not to the status message)."""
-        return not self._failed and self._surface.streaming.available
-
-    @property
-    def complete(self) -> bool:
-        """True if the whole answer reached the streamed message (none fell back)."""
-        return self.ts is not None and not self._failed
-
-    def start(self) -> None:
-        if self._surface.streaming.available:
-            self._task = asyncio.create_task(self._pump(), name="answer-stream")
-
-    def push(self, text: str) -> None:
-        if self._task is None or self._failed:
-            return
-        self._buffer.append(text)
-        self._wake.set()
-
-    def void(self, marker: str) -> None:
-        """Text pushed for a failed attempt is void: say so now (a stream only appends),
-        and remember to :meth:`rewrite` the message at the end."""
-        if self._task is None or self._failed:
-            return
-        self.revised = True
-        self.push(marker)
-
-    async def rewrite(self, answer: str) -> None:
-        """Replace the stopped stream's text with ``answer`` (bounded; logged on failure).
-
-        Only when the whole answer had reached the stream: a stream that fell back left
-        the answer to the status message. No answer left at all: the message goes.
-        """
-        if not self.complete or self.ts is None:
-            return
-        budget = self._surface.budget
-        try:
-            async with asyncio.timeout(_STREAM_CLOSE_S):
-                if not answer.strip():
-                    await budget.call("chat.delete", channel=self._channel, ts=self.ts)
-                    return
-                rendered = render_answer(answer)
-                if not await budget.update_final(
-                    self._channel, self.ts, text=rendered.text, blocks=rendered.blocks
-                ):
-                    log.warning("stream.rewrite_failed", error="not delivered")
-        except (SlackError, TimeoutError) as exc:
-            log.warning("stream.rewrite_failed", error=str(exc))
-
-    async def drain(self) -> None:
-        """Send what is buffered and end the pump (bounded)."""
-        if self._task is None:
-            return
-        self._closing = True
-        self._wake.set()
-        try:
-            async with asyncio.timeout(_STREAM_CLOSE_S):
-                await self._task
-        except TimeoutError:
-            log.warning("stream.close_timed_out")
-            await self.cancel()
-
-    async def stop(self) -> None:
-        """Close a started stream, even if streaming was switched off since (bounded).
-
-        Never left "streaming" in Slack: a refused append does not excuse the stop.
-        """
-        if self.ts is None:
-            return
-        try:
-            async with asyncio.timeout(_STREAM_CLOSE_S):
-                await self._surface.budget.call(
-                    "chat.stopStream",
-                    channel=self._channel,
-                    ts=self.ts,
-                    **({"metadata": self._metadata} if self._metadata else {}),
-                )
-        except (SlackError, TimeoutError) as exc:
-            log.warning("stream.stop_failed", error=str(exc))
-
-    async def finish(self) -> None:
-        """Drain, then stop: the whole close, for callers with nothing in between."""
-        await self.drain()
-        await self.stop()
-
-    async def cancel(self) -> None:
-        if self._task is not None and not self._task.done():
-            self._task.cancel()
-            await asyncio.wait([self._task], timeout=_STREAM_CLOSE_S)
-
-    async def _pump(self) -> None:
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            while self._buffer and not self._failed:
-                text = "".join(self._buffer)
-                chunk, rest = text[:_APPEND_CHARS], text[_APPEND_CHARS:]
-                self._buffer = [rest] if rest else []
-                await self._send(chunk)
-            # A failed stream sends nothing more: text buffered before the failure must not
-            # keep finish() waiting out its timeout.
-            if self._closing and (self._failed or not self._buffer):
-                return
-
-    async def _send(self, chunk: str) -> None:
-        if self.ts is None:
-            reply = await self._call(
-                "chat.startStream",
-                channel=self._channel,
-                thread_ts=self._thread_ts,
-                markdown_text=chunk,
-                **self._recipient,
-            )
-            if reply is None:
-                self._failed = True
-                return
-            self.ts = str(reply["ts"])
-            return
-        if (
-            await self._call(
-                "chat.appendStream", channel=self._channel, ts=self.ts, markdown_text=chunk
-            )
-            is None
-        ):
-            self._failed = True
-
-    async def _call(self, method: str, **kwargs: Any) -> dict[str, Any] | None:
-        return await self._surface.optional_call(self._surface.streaming, method, **kwargs)

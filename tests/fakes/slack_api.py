@@ -29,7 +29,7 @@ from aiohttp import web
 
 from tests.fakes.slack_messages import Refused
 from tests.fakes.slack_socket import FakeSocketMode
-from tests.fakes.slack_state import SlackState
+from tests.fakes.slack_state import STREAM_TTL_S, SlackState
 from tests.fakes.slack_workspace import DEFAULT_USER, DEFAULT_WORKSPACE, Json, Workspace
 from tests.fakes.waiting import Changes
 
@@ -134,12 +134,15 @@ class FakeSlack:
         workspace: Workspace = DEFAULT_WORKSPACE,
         *,
         rate_limits: Mapping[str, int] | None = None,
+        stream_ttl_s: float = STREAM_TTL_S,
     ) -> None:
+        """`stream_ttl_s`: how long a stream takes appends (Slack: about 5 minutes); then
+        appends and stops answer `message_not_in_streaming_state`."""
         self.workspace = workspace
         self._rate_limits = dict(rate_limits or {})
         self._recent: dict[str, deque[float]] = {}
         """Per rate-limited method, when its admitted calls arrived (the last minute)."""
-        self.state = SlackState(workspace)
+        self.state = SlackState(workspace, stream_ttl_s=stream_ttl_s)
         self._changes = Changes()
         self.socket = FakeSocketMode(workspace, self._changes)
         self._calls: list[ApiCall] = []

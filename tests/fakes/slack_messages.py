@@ -35,6 +35,8 @@ class StreamState(StrEnum):
     STOPPED = "stopped"
     # Slack's native stop button (agent sessions) ended it, not the app.
     STOPPED_BY_USER = "stopped_by_user"
+    # Slack ended it: streams live about 5 minutes (`SlackState.stream_ttl_s`).
+    EXPIRED = "expired"
 
 
 @dataclass(frozen=True)
@@ -97,6 +99,8 @@ class StoredMessage:
     reactions: dict[str, list[str]] = field(default_factory=dict)
     chunks: list[Json] = field(default_factory=list)
     stream: StreamState | None = None
+    stream_started: float | None = None
+    """`time.monotonic()` of its `chat.startStream`."""
     deleted: bool = False
     metadata: Json | None = None
 

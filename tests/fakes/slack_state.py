@@ -35,13 +35,19 @@ MAX_STREAM_MARKDOWN = 12_000
 MAX_VIEW_BYTES = 250_000
 MAX_VIEW_BLOCKS = 100
 SESSION_STATUSES = frozenset({"processing", "active", "suspended", "closed"})
+STREAM_TTL_S = 300.0
+"""Slack ends a stream about 5 minutes after it starts."""
+TASK_STATUSES = frozenset({"pending", "in_progress", "complete", "error"})
+TASK_DISPLAY_MODES = frozenset({"timeline", "plan"})
 
 
 class SlackState:
     """Channels, threads, reactions, streams, views and statuses of one fake workspace."""
 
-    def __init__(self, workspace: Workspace) -> None:
+    def __init__(self, workspace: Workspace, *, stream_ttl_s: float = STREAM_TTL_S) -> None:
         self.workspace = workspace
+        self.stream_ttl_s = stream_ttl_s
+        """How long a stream takes appends; later, `message_not_in_streaming_state`."""
         self._messages: dict[str, dict[str, StoredMessage]] = {}
         self._ephemerals: dict[str, list[Ephemeral]] = {}
         self._views: dict[str, Json] = {}
@@ -363,6 +369,9 @@ class SlackState:
             # Streams outside DMs must name who they are for (Slack's docs).
             for key in ("recipient_team_id", "recipient_user_id"):
                 required_arg(args, key, f"missing_{key}")
+        mode = args.get("task_display_mode", "timeline")
+        if mode not in TASK_DISPLAY_MODES:
+            raise Refused("invalid_arguments")
         text, chunks = _stream_delta(args)
         stored = self._store(
             channel,
@@ -374,6 +383,7 @@ class SlackState:
             method="chat.startStream",
         )
         stored.stream = StreamState.STREAMING
+        stored.stream_started = time.monotonic()
         stored.chunks.extend(chunks)
         return {"channel": channel, "ts": stored.ts}
 
@@ -399,6 +409,10 @@ class SlackState:
         stored = self._find(args)
         if stored.stream is StreamState.STOPPED_BY_USER:
             raise Refused("stopped_by_user")
+        started = stored.stream_started
+        if stored.stream is StreamState.STREAMING and started is not None:
+            if time.monotonic() - started >= self.stream_ttl_s:
+                stored.stream = StreamState.EXPIRED  # the message stays as it was
         if stored.stream is not StreamState.STREAMING:
             raise Refused("message_not_in_streaming_state")
         return stored
@@ -450,12 +464,45 @@ def _stream_delta(args: Json) -> tuple[str, list[Json]]:
     """The markdown a stream call adds (`markdown_text` and markdown chunks) and its chunks.
 
     slack_sdk's `chat_stream()` helper sends `chunks`; direct calls send `markdown_text`.
+    Each chunk must have one of the documented shapes (`_check_chunk`).
     """
     chunks = args.get("chunks") or []
     if not isinstance(chunks, list) or not all(isinstance(chunk, dict) for chunk in chunks):
         raise Refused("invalid_chunks")
+    for chunk in chunks:
+        _check_chunk(chunk)
     pieces = [str(args.get("markdown_text") or "")]
     pieces += [str(chunk.get("text", "")) for chunk in chunks if is_markdown_chunk(chunk)]
     if any(len(piece) > MAX_STREAM_MARKDOWN for piece in pieces):
         raise Refused("msg_too_long")
     return "".join(pieces), copy.deepcopy(chunks)
+
+
+def _check_chunk(chunk: Json) -> None:
+    """Slack's chunk shapes: `markdown_text` (`text`), `task_update` (`id`, `title`,
+    `status` of TASK_STATUSES; `details`, `output` text, `sources` a list) and
+    `plan_update` (`title`). Anything else is `invalid_chunks`."""
+    kind = chunk.get("type")
+
+    def text(key: str, *, required: bool = True) -> None:
+        value = chunk.get(key)
+        if value is None and not required:
+            return
+        if not isinstance(value, str) or (required and not value):
+            raise Refused("invalid_chunks")
+
+    if kind == "markdown_text":
+        text("text")
+    elif kind == "plan_update":
+        text("title")
+    elif kind == "task_update":
+        text("id")
+        text("title")
+        if chunk.get("status") not in TASK_STATUSES:
+            raise Refused("invalid_chunks")
+        text("details", required=False)
+        text("output", required=False)
+        if not isinstance(chunk.get("sources", []), list):
+            raise Refused("invalid_chunks")
+    else:
+        raise Refused("invalid_chunks")
