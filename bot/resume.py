@@ -87,7 +87,8 @@ UNDECIDED_S = 10.0
 it writes its final message); after that any worker does (that worker died meanwhile)."""
 FINAL_WAIT_S = 30.0
 """A resume waits for the ended run's final message to be in Slack (its worker writes it
-just after deciding), at most this long: else the two would write over each other."""
+just after deciding; else the two would write over each other), at most this long, and
+no longer than that worker's lease: once it has run out, the worker is gone."""
 CHECK_S = 0.5
 """While a summary is written, how often its claim is checked (a person may cancel it on
 another worker)."""
@@ -131,8 +132,9 @@ def due_at(record: RunRecord) -> datetime | None:
         return record.lease_expires_at  # the claim's holder is gone when it runs out
     if record.resume is not ResumeState.SCHEDULED or record.resume_at is None:
         return None
-    if record.final_posted_at is None:
-        return max(record.resume_at, record.updated_at + timedelta(seconds=FINAL_WAIT_S))
+    if record.final_posted_at is None and record.lease_expires_at is not None:
+        writing_until = record.updated_at + timedelta(seconds=FINAL_WAIT_S)
+        return max(record.resume_at, min(writing_until, record.lease_expires_at))
     return record.resume_at
 
 

@@ -458,7 +458,7 @@ def _ending_blocks(run_id: str, ending: EndingView | None) -> list[Block]:
         case ResumeState.SCHEDULED if continuation:
             lines.append(m.RESUME_CONTINUING)
             buttons = [_dont_resume_button(run_id)]
-        case ResumeState.SCHEDULED if ending.resume_at is not None:
+        case ResumeState.SCHEDULED if ending.ended_because == "rate_limit" and ending.resume_at:
             lines.append(m.resume_scheduled(ending.resume_at))
             buttons = [_resume_now_button(run_id), _dont_resume_button(run_id)]
         case ResumeState.SCHEDULED | ResumeState.CLAIMED:

@@ -131,6 +131,21 @@ def rate_limited(retry_after: float, *, times: int = 1) -> Fail:
     return Fail(429, retry_after=retry_after, code="rate_limit_exceeded", times=times)
 
 
+async def start_with_one_turn(bot: Bot, llm: LLMock, *then: Any) -> tuple[str, Message]:
+    """Start a run whose turn 1 (a tool call) completes, checkpointed; ``then`` applies
+    to the requests after it (queued while turn 1 streams, so turn 1 is not affected)."""
+    llm.add(Reply(tool_calls=(ToolCall("current_time", {}),)), ONE_MOMENT)
+    started = await bot.mention("summarise the report")
+    journal = llm_journal(llm)
+    await until(lambda: journal.in_flight == 1, what="turn 1 streaming")
+    llm.add(*then)
+    return started
+
+
+ONE_MOMENT = StreamFault("stall", after_chunks=1, stall_seconds=1.0)
+"""Turn 1's stream pauses this long: time to queue what the next requests get."""
+
+
 # -- rate limits -----------------------------------------------------------------------
 
 
@@ -138,12 +153,12 @@ async def test_a_rate_limited_run_pauses_says_when_then_resumes_in_its_message_a
     make_bot: BotFactory, llm: LLMock
 ) -> None:
     bot = await make_bot(**FAST)
-    # Two 429s in a row, each with a Retry-After past the retry budget: the run pauses
-    # twice (resumed from its checkpoint in between), then the provider answers.
-    llm.add(Reply(tool_calls=(ToolCall("current_time", {}),)))
-    llm.add(rate_limited(1.0, times=2))
-    llm.reply(ANSWER)
-    thread_ts, status = await bot.mention("summarise the report")
+    # Turn 1 (a tool call) completes; then two 429s in a row, each with a Retry-After
+    # past the retry budget: the run pauses twice (resumed from its checkpoint each
+    # time), then the provider answers.
+    thread_ts, status = await start_with_one_turn(
+        bot, llm, rate_limited(1.0, times=2), Reply(text=ANSWER)
+    )
     run_id = run_id_of(status)
 
     final = await bot.until(status, finished)
@@ -172,6 +187,7 @@ async def test_a_rate_limited_run_pauses_says_when_then_resumes_in_its_message_a
         assert resume_epoch(pause) == int(at.timestamp())
         assert start.detail["ended_because"] == "rate_limit"
     # The resumed run went on from its checkpoint, told why it had paused.
+    assert [r.status for r in llm.requests] == [200, 429, 429, 200]
     last = llm.requests[-1].body["messages"]
     assert {"role": "system", "content": resumed_note(EndedBecause.RATE_LIMIT)} in last
     assert sum(m["role"] == "tool" for m in last) == 1  # turn 1's result, not redone
