@@ -192,6 +192,7 @@ async def test_a_rate_limited_run_pauses_says_when_then_resumes_in_its_message_a
     assert {"role": "system", "content": resumed_note(EndedBecause.RATE_LIMIT)} in last
     assert sum(m["role"] == "tool" for m in last) == 1  # turn 1's result, not redone
     print(f"\n== rate limit resumed ==\n{transcript(bot.slack, thread_ts)}")
+    print(f"-- (the status message while paused:)\n{text_of(pauses[0])}")
 
 
 async def test_resumes_stop_at_max_auto_resumes_in_a_thread(
