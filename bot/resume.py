@@ -456,8 +456,8 @@ class Resumes:
         try:
             outcome = await self._summarise(record, run_id)
             await self._after_summary(record, run_id, outcome)
-        except StorageError:
-            # The claim runs out and another worker (or this one) tries again.
+        except Exception:
+            # The database, or a bug: the claim runs out and a worker tries again.
             log.exception("resume.continuation_failed", run_id=record.id)
         finally:
             self._compactions.pop(record.id, None)
