@@ -3,8 +3,8 @@
 Transports (docs/slack-setup.md): Socket Mode when ``SLACK_APP_TOKEN`` is set, otherwise
 HTTP on ``PORT`` at ``POST /slack/events`` (signature and shape checked by
 :mod:`bot.http_guard` before Bolt sees a byte, and the signature again by Bolt). Both
-serve ``GET /healthz`` (the process is up) and ``GET /readyz`` (503 while starting,
-shutting down, or, in Socket Mode, disconnected).
+serve ``GET /healthz`` (the process is up), ``GET /readyz`` (503 while starting,
+shutting down, or, in Socket Mode, disconnected) and ``GET /metrics`` (:mod:`bot.metrics`).
 
 Start-up checks what the app depends on, quickest first, each step bounded in time:
 ``PORT`` (bound first, so ``/healthz`` answers during the rest), the bot token and
@@ -20,13 +20,18 @@ from __future__ import annotations
 
 import asyncio
 import errno
-from typing import TYPE_CHECKING, TypeVar
+import time
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import aiohttp
 import structlog
 from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
+from slack_bolt.adapter.socket_mode.async_internals import (
+    run_async_bolt_app,
+    send_async_response,
+)
 from slack_bolt.async_app import AsyncApp
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
@@ -50,6 +55,7 @@ from bot.dedupe import Deliveries, EventDeduper
 from bot.handlers import actions, command, events, feedback, home, mentions
 from bot.home_refresh import HomeRefresher
 from bot.http_guard import Refusal, SlackRequestGuard, on_bolt_error
+from bot.metrics import CONTENT_TYPE, Metrics
 from bot.session import RunSession
 from bot.stops import ACK_BUDGET_S, StopService
 from bot.supervisor import Supervisor
@@ -59,6 +65,9 @@ from bot.worker import Worker, default_worker_id
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable
+
+    from slack_sdk.socket_mode.async_client import AsyncBaseSocketModeClient
+    from slack_sdk.socket_mode.request import SocketModeRequest
 
     from agent_core import ChatModel, Checkpoint, Run, RunRecord
     from agent_core.ports import Store
@@ -106,9 +115,12 @@ class ThreadpilotApp:
         self._home: HomeRefresher | None = None
         self._guard: SlackRequestGuard | None = None
         self._started = False
+        self.metrics = Metrics()
+        """This app's series, served at ``GET /metrics``."""
         self.mcp = McpManager(
             settings.mcp_servers,
             reserved=[*(t.name for t in BUILTIN_TOOLS), SLACK_READ_THREAD, DELEGATE],
+            on_cancel=self.metrics.mcp_cancelled,
         )
         """The MCP servers of ``MCP_CONFIG``: started by :meth:`start`, closed by
         :meth:`shutdown` whatever happened in between."""
@@ -144,7 +156,8 @@ class ThreadpilotApp:
         worker_id = settings.WORKER_ID or default_worker_id()
         # A server that does not start is logged once and left out; the others serve.
         await self.mcp.start()
-        workspaces = Workspaces(client)
+        self.metrics.mcp_tools({t: s.name for s in self.mcp.status() for t in s.tools})
+        workspaces = Workspaces(client, metrics=self.metrics)
         agent = Agent(
             self._model or self._openai_model(),
             [*BUILTIN_TOOLS, slack_read_thread(workspaces, bot_user_id), *self.mcp.tools],
@@ -158,7 +171,11 @@ class ThreadpilotApp:
             store=self._store,
         )
         supervisor = Supervisor(
-            agent, self._store, worker_id=worker_id, lease_ttl_s=settings.LEASE_TTL
+            agent,
+            self._store,
+            worker_id=worker_id,
+            lease_ttl_s=settings.LEASE_TTL,
+            metrics=self.metrics,
         )
         self._worker = Worker(
             self._store,
@@ -170,7 +187,9 @@ class ThreadpilotApp:
         )
         supervisor.stop_scan = self._worker.watcher.scan
         supervisor.run_ended = self._worker.watcher.run_ended
-        stops = StopService(self._store, supervisor, self._worker, workspaces, settings)
+        stops = StopService(
+            self._store, supervisor, self._worker, workspaces, settings, metrics=self.metrics
+        )
         self.ctx = BotContext(
             settings, supervisor, workspaces, bot_user_id, self._store, self._worker, stops
         )
@@ -182,7 +201,9 @@ class ThreadpilotApp:
         await self._home.start()
         bolt = self.bolt = self._bolt(client, self.ctx)
         if settings.SLACK_APP_TOKEN is not None:
-            self._socket = AsyncSocketModeHandler(bolt, settings.SLACK_APP_TOKEN, web_client=client)
+            self._socket = _TimedSocketMode(
+                bolt, settings.SLACK_APP_TOKEN, web_client=client, metrics=self.metrics
+            )
             # The URL start-up already got: its token is known to work.
             self._socket.client.wss_uri = socket_url
             await _step(
@@ -259,6 +280,7 @@ class ThreadpilotApp:
         web_app = web.Application()
         web_app.router.add_get("/healthz", self._healthz)
         web_app.router.add_get("/readyz", self._readyz)
+        web_app.router.add_get("/metrics", self._serve_metrics)
         if not self.settings.socket_mode:
             assert self.settings.SLACK_SIGNING_SECRET  # settings require it in HTTP mode
             self._guard = SlackRequestGuard(self.settings.SLACK_SIGNING_SECRET)
@@ -276,6 +298,7 @@ class ThreadpilotApp:
         self.port = sockets[0].getsockname()[1] if sockets else port
 
     async def _slack_events(self, request: web.Request) -> web.Response:
+        received = time.perf_counter()
         assert self._guard is not None
         admitted = self._guard.admit(await request.read(), request.headers)
         if isinstance(admitted, Refusal):
@@ -283,10 +306,15 @@ class ThreadpilotApp:
             return web.json_response({"error": admitted.reason}, status=admitted.status)
         if not self._ready or self.bolt is None:
             return web.json_response({"error": "not ready"}, status=503)
-        return await to_aiohttp_response(await self.bolt.async_dispatch(admitted))
+        acked = await self.bolt.async_dispatch(admitted)
+        self.metrics.acked(admitted.body, received)
+        return await to_aiohttp_response(acked)
 
     async def _healthz(self, request: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
+
+    async def _serve_metrics(self, request: web.Request) -> web.Response:
+        return web.Response(body=self.metrics.render(), headers={"Content-Type": CONTENT_TYPE})
 
     async def _readyz(self, request: web.Request) -> web.Response:
         ready = self._ready
@@ -336,6 +364,20 @@ class ThreadpilotApp:
             # (A second close is quick: it finds every server ended.)
             await _bounded(self.mcp.close(), MCP_CLOSE_S, "mcp.close")
         say("app.stopped")
+
+
+class _TimedSocketMode(AsyncSocketModeHandler):
+    """Bolt's Socket Mode handler, timing each control from receipt to its ack."""
+
+    def __init__(self, app: AsyncApp, app_token: str, *, metrics: Metrics, **kwargs: Any) -> None:
+        super().__init__(app, app_token, **kwargs)
+        self._metrics = metrics
+
+    async def handle(self, client: AsyncBaseSocketModeClient, req: SocketModeRequest) -> None:
+        received, start = time.perf_counter(), time.time()
+        response = await run_async_bolt_app(self.app, req)
+        await send_async_response(client, req, response, start)
+        self._metrics.acked(req.payload, received)
 
 
 async def _who_am_i(client: AsyncWebClient) -> str:

@@ -50,6 +50,8 @@ if TYPE_CHECKING:
     from slack_sdk.web.async_client import AsyncWebClient
     from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
+    from bot.metrics import Metrics
+
 __all__ = ["HEADROOM", "LIMITS_PER_MINUTE", "SlackBudget", "TokenBucket"]
 
 log = structlog.get_logger("bot.slack_budget")
@@ -131,6 +133,7 @@ class SlackBudget:
         team_id: str,
         tiers: Mapping[str, float] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        metrics: Metrics | None = None,
     ) -> None:
         # slack_sdk's retry handlers would resend behind the budget's back (its default
         # resends after a connection reset, which can post a message twice), so calls go
@@ -140,6 +143,7 @@ class SlackBudget:
         self.team_id = team_id
         self._limits = {**LIMITS_PER_MINUTE, **(tiers or {})}
         self._clock = clock
+        self._metrics = metrics
         self._buckets: dict[str, TokenBucket] = {}
         self._progress: OrderedDict[_Key, _Progress] = OrderedDict()  # oldest dirty first
         self._finals: OrderedDict[_Key, _Final] = OrderedDict()
@@ -470,6 +474,8 @@ class SlackBudget:
 
     async def _send(self, bucket: TokenBucket, method: str, args: dict[str, Any]) -> dict[str, Any]:
         """One HTTP request, never retried; slack_sdk's and aiohttp's errors translated."""
+        if self._metrics is not None:
+            self._metrics.slack_call(method)
         try:
             async with asyncio.timeout(REQUEST_TIMEOUT_S):
                 response = await self._dispatch(method, args)
@@ -498,6 +504,8 @@ class SlackBudget:
         if status == 429 or error == "ratelimited":
             retry_after = retry_after_s(response.headers)
             bucket.pause(retry_after)
+            if self._metrics is not None:
+                self._metrics.slack_429(method)
             self._log.warning("slack_budget.rate_limited", method=method, retry_after_s=retry_after)
             return SlackRateLimited(method, retry_after=retry_after)
         if status >= 500:

@@ -68,6 +68,7 @@ if TYPE_CHECKING:
 
     from agent_core import RunRecord, StopRequestRecord, ThreadKey
     from agent_core.ports import Store
+    from bot.metrics import Metrics
     from bot.policy import Origin
     from bot.resume_controls import ResumeAsk
     from bot.settings import Settings
@@ -178,8 +179,10 @@ class StopService:
         settings: Settings,
         *,
         budget_s: float = ACK_BUDGET_S,
+        metrics: Metrics | None = None,
     ) -> None:
         self._store = store
+        self._metrics = metrics
         self._supervisor = supervisor
         self._worker = worker
         self._workspaces = workspaces
@@ -306,6 +309,8 @@ class StopService:
     async def after(self, decision: StopDecision) -> None:
         """The audit event, the person's answer, and the run's end if its owner is gone."""
         ask = decision.ask
+        if self._metrics is not None:
+            self._metrics.stop_asked(decision)
         if decision.request is not None:
             await self._audit(decision, decision.request)
         decision = await self._answer_once(decision)

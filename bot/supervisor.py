@@ -58,6 +58,7 @@ if TYPE_CHECKING:
         ThreadKey,
     )
     from agent_core.ports import Store
+    from bot.metrics import Metrics
     from bot.resume import Resumes
     from bot.session import RunSession
     from bot.views.status import EndingView
@@ -82,8 +83,17 @@ class LiveRun:
 
 
 class Supervisor:
-    def __init__(self, agent: Agent, store: Store, *, worker_id: str, lease_ttl_s: float) -> None:
+    def __init__(
+        self,
+        agent: Agent,
+        store: Store,
+        *,
+        worker_id: str,
+        lease_ttl_s: float,
+        metrics: Metrics | None = None,
+    ) -> None:
         self.agent = agent
+        self._metrics = metrics
         self.store = store
         self.worker_id = worker_id
         self.lease_ttl_s = lease_ttl_s
@@ -96,6 +106,8 @@ class Supervisor:
         self._live: dict[str, LiveRun] = {}
         self._by_thread: dict[ThreadKey, str] = {}
         self._accepting = True
+        if metrics is not None:
+            metrics.count_live_runs(lambda: len(self._live))
 
     # -- lookups -----------------------------------------------------------------------
 
@@ -217,6 +229,8 @@ class Supervisor:
         live = LiveRun(run, make_session(run), requester, auto_resumes=auto_resumes)
         self._live[run.id] = live
         self._by_thread[run.thread] = run.id
+        if self._metrics is not None:
+            self._metrics.watch_run(run)
         live.task = asyncio.create_task(self._drive(live, resumed), name=f"session:{run.id}")
         return live
 

@@ -20,6 +20,8 @@ from bot.slack_budget import SlackBudget
 if TYPE_CHECKING:
     from slack_sdk.web.async_client import AsyncWebClient
 
+    from bot.metrics import Metrics
+
 __all__ = ["Feature", "SlackSurface", "Workspaces"]
 
 log = structlog.get_logger("bot.surface")
@@ -91,8 +93,9 @@ class SlackSurface:
 class Workspaces:
     """One :class:`SlackSurface` (and budget) per team, created on first use."""
 
-    def __init__(self, client: AsyncWebClient) -> None:
+    def __init__(self, client: AsyncWebClient, *, metrics: Metrics | None = None) -> None:
         self._client = client
+        self._metrics = metrics
         self._surfaces: dict[str, SlackSurface] = {}
         self._lock = asyncio.Lock()
 
@@ -103,7 +106,7 @@ class Workspaces:
         async with self._lock:
             surface = self._surfaces.get(team_id)
             if surface is None:
-                budget = SlackBudget(self._client, team_id=team_id)
+                budget = SlackBudget(self._client, team_id=team_id, metrics=self._metrics)
                 await budget.start()
                 surface = SlackSurface(team_id, budget)
                 self._surfaces[team_id] = surface

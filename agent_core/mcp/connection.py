@@ -60,8 +60,11 @@ class ServerConnection:
         *,
         start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
         errlog: TextIO | None = None,
+        on_cancel: Callable[[str], None] | None = None,
     ) -> None:
         self.config = config
+        self._on_cancel = on_cancel
+        """Called with the server's name for each call cancelled before it answered."""
         self.start_timeout_s = start_timeout_s
         self.starts = 0
         """Sessions started so far (1 after :meth:`start`; more after restarts)."""
@@ -107,6 +110,10 @@ class ServerConnection:
         session = await self._live()
         try:
             return await session.call(tool, arguments, progress)
+        except asyncio.CancelledError:
+            if self._on_cancel is not None:
+                self._on_cancel(self.name)
+            raise
         except MCPError as exc:
             if not _connection_lost(exc):
                 raise ToolError(f"the MCP server {self.name!r} refused: {exc.message}") from exc

@@ -33,7 +33,7 @@ from agent_core.mcp.naming import assign_tool_names
 from agent_core.tools import ASK_USER, FINAL_REPORT, Tool
 
 if TYPE_CHECKING:
-    from collections.abc import Collection, Sequence
+    from collections.abc import Callable, Collection, Sequence
     from types import TracebackType
 
     from mcp_types import Tool as McpTool
@@ -77,13 +77,16 @@ class McpManager:
         reserved: Collection[str] = (),
         start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
         errlog: TextIO | None = None,
+        on_cancel: Callable[[str], None] | None = None,
     ) -> None:
-        """``reserved``: names other tools already use (the built-in ones)."""
+        """``reserved``: names other tools already use (the built-in ones).
+        ``on_cancel``: called with a server's name for each call to it that is cancelled."""
         names = [s.name for s in servers]
         if len(set(names)) != len(names):
             raise ValueError(f"server names must be unique: {names}")
         self._connections = [
-            ServerConnection(s, start_timeout_s=start_timeout_s, errlog=errlog) for s in servers
+            ServerConnection(s, start_timeout_s=start_timeout_s, errlog=errlog, on_cancel=on_cancel)
+            for s in servers
         ]
         self._reserved = {*reserved, FINAL_REPORT.name, ASK_USER.name}
         self._statuses: list[ServerStatus] = []

@@ -1,0 +1,194 @@
+"""``GET /metrics`` on the real app (docs/operations.md, Metrics).
+
+Scraped as Prometheus would, and parsed with the client library's own parser: a run
+started by a mention and stopped by a click moves the live-runs gauge, the run and stop
+counters, the click's ack histogram and the Slack call counters, with the labels a
+dashboard would select on; so do a model retry, a 429, and an MCP call cancelled by an
+Abort. Both transports serve it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.bot.harness import (
+    ACTION_ABORT,
+    ACTION_STOP,
+    SHORT_TEXT,
+    WAIT_S,
+    block_text,
+    stalled_answer,
+)
+from tests.bot.test_app_transports import SOCKET_MODE
+from tests.bot.test_mcp_app import write_config
+from tests.fakes import slack_requests
+from tests.fakes.mcp_server import FakeMcpServer, serve_http
+from tests.fakes.slack_workspace import DEFAULT_CHANNEL
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+    from pathlib import Path
+
+    from llmock.pytest_plugin import LLMock
+
+    from tests.bot.conftest import BotFactory
+    from tests.bot.harness import Bot
+
+SERIES = {
+    "threadpilot_live_runs": "gauge",
+    "threadpilot_queued_runs": "gauge",
+    "threadpilot_runs_ended": "counter",
+    "threadpilot_stop_requests": "counter",
+    "threadpilot_click_ack_seconds": "histogram",
+    "threadpilot_slack_api_calls": "counter",
+    "threadpilot_slack_api_rate_limited": "counter",
+    "threadpilot_model_retries": "counter",
+    "threadpilot_mcp_calls": "counter",
+    "threadpilot_mcp_cancellations": "counter",
+}
+
+
+class Scrape:
+    """One ``GET /metrics``, parsed."""
+
+    def __init__(self, text: str) -> None:
+        self.families = {f.name: f for f in text_string_to_metric_families(text)}
+
+    def value(self, sample: str, **labels: str) -> float:
+        """The sample named ``sample`` with exactly these labels; 0 if there is none
+        (a labelled counter has no sample until it first counts)."""
+        for family in self.families.values():
+            for s in family.samples:
+                if s.name == sample and s.labels == labels:
+                    return s.value
+        return 0.0
+
+
+async def scrape(bot: Bot) -> Scrape:
+    async with bot.http.get(f"{bot.url}/metrics") as response:
+        assert response.status == 200
+        assert response.headers["Content-Type"].startswith("text/plain; version=")
+        return Scrape(await response.text())
+
+
+async def test_a_run_stopped_by_a_click_moves_the_series(bot: Bot, llm: LLMock) -> None:
+    before = await scrape(bot)
+    assert {name: f.type for name, f in before.families.items()} == SERIES
+    assert before.value("threadpilot_live_runs") == 0
+    assert before.value("threadpilot_queued_runs") == 0
+    assert "no queue yet" in before.families["threadpilot_queued_runs"].documentation
+    llm.add(*stalled_answer(0.3, text=SHORT_TEXT))
+    llm.reply("Stopped early: the time was not checked.")
+
+    _, status = await bot.mention("check the time")
+    await bot.slack.wait_for_call("chat.startStream", timeout=WAIT_S)
+    live = bot.live_run(status)
+    assert live is not None and live.task is not None
+    assert (await scrape(bot)).value("threadpilot_live_runs") == 1
+    assert await bot.click(status, ACTION_STOP) == 200
+    await bot.final(status)
+    await asyncio.wait_for(live.task, WAIT_S)  # the run has left the supervisor
+    after = await scrape(bot)
+
+    assert after.value("threadpilot_live_runs") == 0
+    ended = {"outcome": "userinterlude", "ended_because": "user_exit"}
+    assert after.value("threadpilot_runs_ended_total", **ended) == 1
+    asked = {"kind": "stop", "source": "button", "verdict": "stop"}
+    assert after.value("threadpilot_stop_requests_total", **asked) == 1
+    ack = "threadpilot_click_ack_seconds"
+    assert after.value(f"{ack}_count", control="stop") == 1
+    assert 0 < after.value(f"{ack}_sum", control="stop") < 3.0
+    assert after.value(f"{ack}_bucket", control="stop", le="+Inf") == 1
+    assert after.value(f"{ack}_count", control="abort") == 0
+    # The mention is no control: not timed.
+    assert {s.labels["control"] for s in after.families[ack].samples} == {"stop"}
+    # Every one of the run's Slack calls went through the budget, and was counted.
+    for method in ("chat.postMessage", "chat.update", "chat.startStream"):
+        sent = len(bot.slack.calls(method))
+        assert sent >= 1
+        assert after.value("threadpilot_slack_api_calls_total", method=method) == sent
+    assert after.value("threadpilot_model_retries_total") == 0
+
+
+async def test_a_model_retry_and_a_slack_429_are_counted(bot: Bot, llm: LLMock) -> None:
+    llm.fail(503)
+    llm.reply("All done on the second try.")
+    bot.slack.fail_next("agents.sessions.setStatus", status=429, retry_after=1)
+
+    _, status = await bot.mention("try twice")
+    final = await bot.settled(status)
+    after = await scrape(bot)
+
+    assert "All done on the second try." in block_text(final)
+    assert after.value("threadpilot_model_retries_total") == 1
+    limited = "threadpilot_slack_api_rate_limited_total"
+    assert after.value(limited, method="agents.sessions.setStatus") == 1
+    assert after.value(limited, method="chat.update") == 0
+    ended = {"outcome": "finished", "ended_because": "completed"}
+    assert after.value("threadpilot_runs_ended_total", **ended) == 1
+
+
+async def test_socket_mode_serves_metrics_and_times_its_clicks(
+    make_bot: BotFactory, llm: LLMock
+) -> None:
+    bot = await make_bot(**SOCKET_MODE)
+    await bot.slack.socket.wait_connected()
+    llm.add(*stalled_answer(0.3, text=SHORT_TEXT))
+    llm.reply("Stopped over Socket Mode.")
+    envelope = slack_requests.app_mention("check the time")
+    await bot.slack.socket.wait_for_ack(await bot.socket_event(envelope))
+    status = await bot.status_message(DEFAULT_CHANNEL, envelope["event"]["ts"])
+    await bot.slack.wait_for_call("chat.startStream", timeout=WAIT_S)
+
+    click = slack_requests.click_button(status, ACTION_STOP)
+    await bot.slack.socket.wait_for_ack(await bot.slack.socket.send_envelope("interactive", click))
+    after = await scrape(bot)
+
+    ack = "threadpilot_click_ack_seconds"
+    assert after.value(f"{ack}_count", control="stop") == 1
+    assert after.value(f"{ack}_bucket", control="stop", le="+Inf") == 1
+    assert {s.labels["control"] for s in after.families[ack].samples} == {"stop"}
+    asked = {"kind": "stop", "source": "button", "verdict": "stop"}
+    assert after.value("threadpilot_stop_requests_total", **asked) == 1
+
+
+@pytest.fixture
+async def mcp_server() -> AsyncIterator[FakeMcpServer]:
+    server = FakeMcpServer()
+    yield server
+    server.release()  # a slow call still waiting must not hold the server's shutdown
+
+
+@pytest.fixture
+async def mcp_url(mcp_server: FakeMcpServer) -> AsyncIterator[str]:
+    async with serve_http(mcp_server) as url:
+        yield url
+
+
+async def test_an_mcp_call_cancelled_by_abort_is_counted(
+    mcp_url: str, mcp_server: FakeMcpServer, make_bot: BotFactory, llm: LLMock, tmp_path: Path
+) -> None:
+    bot = await make_bot(MCP_CONFIG=write_config(tmp_path, {"fake": {"url": mcp_url}}))
+    llm.call_tool("fake__slow", {"steps": 2})
+    _, status = await bot.mention("run the slow job")
+    await bot.until(status, lambda m: "waiting for the go-ahead" in block_text(m))
+    during = await scrape(bot)
+
+    assert await bot.click(status, ACTION_ABORT) == 200
+    await bot.final(status)
+    await mcp_server.until(lambda: mcp_server.cancelled, "the server to see the call cancelled")
+    after = await scrape(bot)
+
+    assert during.value("threadpilot_mcp_calls_total", server="fake") == 1
+    assert during.value("threadpilot_mcp_cancellations_total", server="fake") == 0
+    assert after.value("threadpilot_mcp_calls_total", server="fake") == 1
+    assert after.value("threadpilot_mcp_cancellations_total", server="fake") == 1
+    asked = {"kind": "abort", "source": "button", "verdict": "abort"}
+    assert after.value("threadpilot_stop_requests_total", **asked) == 1
+    assert after.value("threadpilot_click_ack_seconds_count", control="abort") == 1
+    ended = {"outcome": "userinterlude", "ended_because": "user_exit"}
+    assert after.value("threadpilot_runs_ended_total", **ended) == 1
