@@ -74,7 +74,10 @@ def run_id_of(message: Message) -> str:
 
 
 def is_final(message: Message) -> bool:
-    return not buttons(message) and "Evidence" in block_text(message)
+    """The run's terminal message: its report, and no Stop or Abort any more (it may carry
+    other controls: feedback, or Resume now / Don't resume while a resume is scheduled)."""
+    live_controls = {ACTION_STOP, ACTION_ABORT} & set(buttons(message))
+    return not live_controls and "Evidence" in block_text(message)
 
 
 @dataclass

@@ -23,6 +23,7 @@ import aiohttp
 import pytest
 
 from bot import messages
+from bot.views.status import ACTION_DONT_RESUME
 from tests.agent_core.helpers import offered_tools
 from tests.bot.harness import (
     ACTION_ABORT,
@@ -276,7 +277,9 @@ async def test_sigterm_interrupts_live_runs_and_exits_0(
     assert took < 15.0  # the app's own budget (bot.app.SHUTDOWN_BUDGET_S)
     for thread_ts in threads:
         (final,) = [m for m in slack.thread(DEFAULT_CHANNEL, thread_ts) if is_status(m)]
-        assert not buttons(final)
+        # No Stop or Abort any more; only the way to decline the resume that the restart
+        # will make.
+        assert buttons(final) == [ACTION_DONT_RESUME]
         assert "Blocked: interrupted by a restart" in block_text(final)
         assert slack.state.session_status(DEFAULT_CHANNEL, thread_ts) == "closed"
 
