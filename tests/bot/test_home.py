@@ -143,12 +143,15 @@ async def stalled_runs(bot: Bot, llm: LLMock, users: list[str]) -> list[tuple[st
     for _ in users:
         llm.add(*stalled_answer(STALL_S, text=SHORT_TEXT))
     llm.reply(STOPPED_EARLY, times=len(users))
+
+    def streaming_in(thread_ts: str | None) -> Callable[[Any], bool]:
+        return lambda call: call.args.get("thread_ts") == thread_ts
+
     started: list[tuple[str, Any]] = []
     for user in users:
         _, status = await bot.mention("check the time", user=user)
-        thread_ts = status.thread_ts
         await bot.slack.wait_for_call(
-            "chat.startStream", lambda c: c.args.get("thread_ts") == thread_ts, timeout=WAIT_S
+            "chat.startStream", streaming_in(status.thread_ts), timeout=WAIT_S
         )
         started.append((run_id_of(status), status))
     return started
