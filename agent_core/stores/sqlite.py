@@ -5,16 +5,6 @@ its own connection to the file, configured so that processes cooperate:
 
 - ``journal_mode=WAL``: readers never block the writer nor the writer the readers, so a
   worker's stop-request poll is not held up by another worker's checkpoint.
-- ``busy_timeout``: a writer that finds the file locked by another process waits
-  instead of failing at once with "database is locked", up to ``busy_timeout_s``. Not
-  in one long wait in aiosqlite's thread, though: every call of this store queues behind
-  that thread, and a cancelled caller would have to wait for it to roll back. Each try
-  waits at most ``BUSY_TRY_MS`` there; between tries the store lets go and waits on the
-  event loop, so reads go on, a cancelled call returns at once, and a write still locked
-  out when the budget is spent fails with "the database is busy" (a
-  :class:`~agent_core.errors.StorageError`). That is the only retry that means anything
-  here: SQLite's other failures (a full disk, a corrupt file) do not heal in a moment,
-  and a statement's outcome is never in doubt as it is over a lost network connection.
 - ``synchronous=NORMAL``: with WAL this cannot corrupt the file, and a commit survives
   the crash or ``kill -9`` of any process (it is in the WAL, which the OS holds); only
   an OS crash or power cut can lose the last commits. ``FULL`` would add an fsync to
@@ -23,13 +13,24 @@ its own connection to the file, configured so that processes cooperate:
   A deferred transaction that reads and then writes can fail with SQLITE_BUSY without
   waiting (SQLite's deadlock avoidance); an immediate one waits its turn.
 
-Within a process one connection serves every call, behind an :class:`asyncio.Lock` so
-that a transaction's statements are never interleaved with another task's. A call
-cancelled inside a transaction returns at once; the ROLLBACK (queued behind whatever
-aiosqlite's thread is doing) and the lock's release happen in a task the store owns and
-awaits in :meth:`SqliteStore.close`. There are no wake-ups: callers poll
-:meth:`SqliteStore.pending_stop_requests` and :meth:`SqliteStore.pending_guidance`
-(every ``STOP_POLL_INTERVAL``, 250 ms by default).
+Within a process there are two connections, each used by a thread of its own
+(:mod:`agent_core.stores._sqlite_thread`): one writes, one reads. Each store call is one
+piece of work for one of them, a whole transaction included, so the event loop makes
+one hop per call, reads never queue behind writes, and the write lock is held only
+while SQLite works, not while this process's event loop is busy elsewhere (other
+workers' writes would wait on it). A click's stop request therefore waits for the
+writes ahead of it in the thread, each a fraction of a millisecond, not for the event
+loop to come round to each of their statements.
+
+A writer that finds the file locked by another process waits, up to ``busy_timeout_s``,
+in tries of at most ``BUSY_TRY_MS``; between tries it looks whether its caller has gone
+(a cancelled caller returns at once, and its transaction is then rolled back instead of
+committed), and when the budget is spent it fails with "the database is busy" (a
+:class:`~agent_core.errors.StorageError`). That is the only retry that means anything
+here: SQLite's other failures (a full disk, a corrupt file) do not heal in a moment, and
+a statement's outcome is never in doubt as it is over a lost network connection. There
+are no wake-ups: callers poll :meth:`SqliteStore.pending_stop_requests` and
+:meth:`SqliteStore.pending_guidance` (every ``STOP_POLL_INTERVAL``, 250 ms by default).
 """
 
 from __future__ import annotations
@@ -37,10 +38,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sqlite3
+import time
 import uuid
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import aiosqlite
 
@@ -49,11 +51,11 @@ from agent_core.ports import StopRequestRecord
 from agent_core.states import LIVE_STATES, TERMINAL_STATES, RunState
 from agent_core.stop import utcnow
 from agent_core.stores import _codec as codec
-from agent_core.stores._cleanup import Cleanups
+from agent_core.stores._sqlite_thread import SqliteThread, Work
 from agent_core.stores.migrations import upgrade_sqlite
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Collection, Iterator, Mapping, Sequence
+    from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 
     from agent_core.outcomes import ExitCode
     from agent_core.ports import (
@@ -70,12 +72,14 @@ if TYPE_CHECKING:
 __all__ = ["BUSY_TRY_MS", "SqliteStore"]
 
 BUSY_TRY_MS = 25
-"""How long one try at a locked file may wait in aiosqlite's thread (SQLite's own busy
-handler polls within it); see the module docstring."""
+"""How long one try at a locked file may wait in SQLite's own busy handler before the
+writer looks whether its caller has gone; see the module docstring."""
 
 _BUSY_PAUSE_S = 0.005
-"""Between tries, on the event loop: a lock SQLite reports busy without waiting (it
+"""Between tries, in the thread: a lock SQLite reports busy without waiting (it
 does for some) must not make the store spin."""
+
+T = TypeVar("T")
 
 _LIVE = tuple(sorted(LIVE_STATES))
 _TERMINAL = tuple(sorted(TERMINAL_STATES))
@@ -101,14 +105,14 @@ def _insert_sql(table: str, values: Mapping[str, Any]) -> str:
 class SqliteStore:
     """Runs, stop requests, checkpoints, events and leases in one SQLite file."""
 
-    def __init__(self, conn: aiosqlite.Connection, path: str) -> None:
-        """Use :meth:`open`; this only wraps a connection it has configured."""
-        self._conn = conn
+    def __init__(
+        self, writer: SqliteThread, reader: SqliteThread, path: str, busy_timeout_s: float
+    ) -> None:
+        """Use :meth:`open`; this only wraps the connections it has configured."""
+        self._writer = writer
+        self._reader = reader
         self._path = path
-        self._lock = asyncio.Lock()
-        self._cleanups = Cleanups(path)
-        self._busy_budget_s: float | None = None
-        """The connection's busy timeout as :meth:`open` set it, taken over at first use."""
+        self._busy_budget_s = busy_timeout_s
 
     @classmethod
     async def open(
@@ -117,32 +121,33 @@ class SqliteStore:
         """Open (creating if needed) the database file at ``path`` and migrate it."""
 
         async def connect() -> aiosqlite.Connection:
-            # isolation_level=None: the sqlite3 module issues no BEGIN of its own; we do.
+            # For the migrations only. isolation_level=None: the sqlite3 module issues
+            # no BEGIN of its own; the migration does.
             return await aiosqlite.connect(path, isolation_level=None, timeout=busy_timeout_s)
 
+        opened: list[SqliteThread] = []
         try:
-            # Probe in a thread of our own first: when aiosqlite fails to connect it leaves
-            # its worker thread to report to the event loop later, maybe once it is gone.
             await asyncio.to_thread(_probe, path)
-            conn = await connect()
-        except sqlite3.Error as exc:
-            raise StorageError(_cannot_open(path, exc)) from exc
-        try:
-            await _configure(conn, path, busy_timeout_s)
+            writer = await SqliteThread.open(path, name="sqlite-writer", timeout_s=busy_timeout_s)
+            opened.append(writer)
+            await writer.run(lambda work: _configure(work.conn, path, busy_timeout_s))
             if migrate:
                 await upgrade_sqlite(connect, where=path)
+            reader = await SqliteThread.open(path, name="sqlite-reader", timeout_s=busy_timeout_s)
+            opened.append(reader)
+            await reader.run(lambda work: _shorten_busy_wait(work.conn))
         except sqlite3.Error as exc:
-            await conn.close()
+            await _close_all(opened)
             raise StorageError(_cannot_open(path, exc)) from exc
         except BaseException:
-            await conn.close()
+            await _close_all(opened)
             raise
-        return cls(conn, path)
+        return cls(writer, reader, path, busy_timeout_s)
 
     async def close(self) -> None:
-        await self._cleanups.wait()  # cancelled calls' roll-backs
-        async with self._lock:
-            await self._conn.close()
+        """Close both connections, once the work handed to them has finished (a cancelled
+        call's roll-back included)."""
+        await _close_all([self._reader, self._writer])
 
     # -- plumbing ----------------------------------------------------------------------
 
@@ -150,105 +155,60 @@ class SqliteStore:
     def _errors(self, action: str) -> Iterator[None]:
         try:
             yield
+        except _Busy as exc:
+            raise StorageError(
+                f"the database is busy (another process holds the write lock on "
+                f"{self._path}): could not {action} within {self._busy_budget_s:g} s; try "
+                "again in a moment, and if this lasts, look for a process keeping a "
+                "transaction open on that file"
+            ) from exc.__cause__
         except sqlite3.Error as exc:
             raise StorageError(f"SQLite could not {action} in {self._path}: {exc}") from exc
 
-    def _busy(self, action: str) -> StorageError:
-        return StorageError(
-            f"the database is busy (another process holds the write lock on {self._path}): "
-            f"could not {action} within {self._busy_budget_s:g} s; try again in a moment, "
-            "and if this lasts, look for a process keeping a transaction open on that file"
-        )
+    async def _transaction(self, action: str, body: Callable[[sqlite3.Connection], T]) -> T:
+        """``body`` in one ``BEGIN IMMEDIATE`` transaction, in the writer's thread: committed
+        if it returns, rolled back if it raises or its caller has gone."""
+        budget_s = self._busy_budget_s
 
-    async def _acquire(self) -> None:
-        """Take the store's lock; the first time, take over the connection's busy wait."""
-        await self._lock.acquire()
-        if self._busy_budget_s is not None:
-            return
-        try:
-            async with self._conn.execute("PRAGMA busy_timeout") as cursor:
-                row = await cursor.fetchone()
-            self._busy_budget_s = (int(row[0]) if row else 0) / 1000
-            await self._conn.execute(f"PRAGMA busy_timeout = {BUSY_TRY_MS}")
-        except BaseException:
-            self._lock.release()
-            raise
-
-    async def _roll_back(self) -> None:
-        """Roll back whatever transaction is open, then let the next call in."""
-        try:
-            # Without a transaction (a BEGIN that failed, a COMMIT that went through)
-            # ROLLBACK fails harmlessly.
-            with contextlib.suppress(sqlite3.Error):
-                await self._conn.execute("ROLLBACK")
-        finally:
-            self._lock.release()
-
-    async def _begin(self, action: str) -> None:
-        """Hold the store's lock and the file's write lock (``BEGIN IMMEDIATE``), trying
-        until the busy budget is spent; then :meth:`_busy`."""
-        loop = asyncio.get_running_loop()
-        started = loop.time()
-        while True:
-            await self._acquire()
+        def work(job: Work) -> T:
+            _retry_busy(job, budget_s, lambda: job.conn.execute("BEGIN IMMEDIATE"))
             try:
-                await self._conn.execute("BEGIN IMMEDIATE")
-                return
-            except sqlite3.OperationalError as exc:
-                self._lock.release()  # no transaction began
-                if not _is_busy(exc):
-                    raise
-                assert self._busy_budget_s is not None
-                if loop.time() - started >= self._busy_budget_s:
-                    raise self._busy(action) from exc
+                result = body(job.conn)
+                if job.abandoned.is_set():
+                    raise _Abandoned
+                job.conn.execute("COMMIT")
             except BaseException:
-                # Cancelled while the BEGIN is queued or running in aiosqlite's thread: it
-                # will still run and may take the write lock, so a ROLLBACK must follow it
-                # before anyone else uses the connection. Not here: the caller goes now.
-                self._cleanups.spawn(self._roll_back(), f"roll back: {action}")
+                # Without a transaction (a COMMIT that went through) it fails harmlessly.
+                with contextlib.suppress(sqlite3.Error):
+                    job.conn.execute("ROLLBACK")
                 raise
-            await asyncio.sleep(_BUSY_PAUSE_S)
+            return result
 
-    @contextlib.asynccontextmanager
-    async def _write(self, action: str) -> AsyncIterator[aiosqlite.Connection]:
-        """One ``BEGIN IMMEDIATE`` transaction: commit on success, roll back otherwise."""
         with self._errors(action):
-            await self._begin(action)
-            try:
-                yield self._conn
-                await self._conn.execute("COMMIT")
-            except BaseException:
-                # Failed or cancelled (even during COMMIT, which then still completes):
-                # the roll-back and the lock's release go to a task of the store's.
-                self._cleanups.spawn(self._roll_back(), f"roll back: {action}")
-                raise
-            self._lock.release()
+            return await self._writer.run(work)
 
     async def _change(self, action: str, sql: str, params: Sequence[Any]) -> int:
         """Run one write statement in its own transaction; returns the rows it changed."""
-        async with self._write(action) as db, db.execute(sql, _params(params)) as cursor:
-            return cursor.rowcount
+        values = _params(params)
+        return await self._transaction(action, lambda db: db.execute(sql, values).rowcount)
+
+    async def _write_rows(self, action: str, sql: str, params: Sequence[Any]) -> list[Any]:
+        """Run one write statement (``... RETURNING``) in its own transaction; its rows."""
+        values = _params(params)
+        return await self._transaction(action, lambda db: db.execute(sql, values).fetchall())
 
     async def _rows(self, action: str, sql: str, params: Sequence[Any] = ()) -> list[Any]:
-        loop = asyncio.get_running_loop()
-        started = loop.time()
+        """A query's rows, read in the reader's thread."""
+        values = _params(params)
+        budget_s = self._busy_budget_s
+
+        def work(job: Work) -> list[Any]:
+            # WAL readers are not blocked by a writer, but can find the file busy for a
+            # moment (another process recovering it): the same budget applies.
+            return _retry_busy(job, budget_s, lambda: job.conn.execute(sql, values).fetchall())
+
         with self._errors(action):
-            while True:
-                # WAL readers are not blocked by a writer, but can find the file busy
-                # for a moment (another process recovering it): the same budget applies.
-                await self._acquire()
-                try:
-                    async with self._conn.execute(sql, _params(params)) as cursor:
-                        return list(await cursor.fetchall())
-                except sqlite3.OperationalError as exc:
-                    assert self._busy_budget_s is not None
-                    if not _is_busy(exc):
-                        raise
-                    if loop.time() - started >= self._busy_budget_s:
-                        raise self._busy(action) from exc
-                finally:
-                    self._lock.release()
-                await asyncio.sleep(_BUSY_PAUSE_S)
+            return await self._reader.run(work)
 
     async def _insert(self, action: str, table: str, values: Mapping[str, Any]) -> None:
         await self._change(action, _insert_sql(table, values), list(values.values()))
@@ -257,14 +217,17 @@ class SqliteStore:
 
     async def create_run(self, run: RunRecord) -> None:
         values = codec.run_values(run)
-        async with self._write("create a run") as db:
-            try:
-                await db.execute(_insert_sql("runs", values), _params(list(values.values())))
-            except sqlite3.IntegrityError as exc:
-                if exc.sqlite_errorname == "SQLITE_CONSTRAINT_PRIMARYKEY":
-                    # The same error as MemoryStore's, so callers handle one.
-                    raise ValueError(f"run {run.id} already exists") from exc
-                raise
+        try:
+            await self._change("create a run", _insert_sql("runs", values), list(values.values()))
+        except StorageError as exc:
+            cause = exc.__cause__
+            if (
+                isinstance(cause, sqlite3.IntegrityError)
+                and cause.sqlite_errorname == "SQLITE_CONSTRAINT_PRIMARYKEY"
+            ):
+                # The same error as MemoryStore's, so callers handle one.
+                raise ValueError(f"run {run.id} already exists") from cause
+            raise
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         rows = await self._rows("read a run", "SELECT * FROM runs WHERE id = ?", [run_id])
@@ -490,9 +453,8 @@ class SqliteStore:
             f"WHERE owner = ? AND state IN ({_marks(len(_LIVE))}) "
             f"AND id IN ({_marks(len(wanted))}) RETURNING id"
         )
-        params = _params([expires, owner, *_LIVE, *wanted])
-        async with self._write("extend leases") as db, db.execute(sql, params) as cursor:
-            return {str(row[0]) for row in await cursor.fetchall()}
+        rows = await self._write_rows("extend leases", sql, [expires, owner, *_LIVE, *wanted])
+        return {str(row[0]) for row in rows}
 
     async def expired_runs(self, now: datetime | None = None) -> list[RunRecord]:
         sql = (
@@ -527,12 +489,11 @@ class SqliteStore:
             ("DELETE FROM guidance WHERE status <> 'queued' AND settled_at < ?", [cutoff]),
             ("DELETE FROM thread_participants WHERE seen_at < ?", [cutoff]),
         ]
-        deleted = 0
-        async with self._write("purge old rows") as db:
-            for sql, params in statements:
-                async with db.execute(sql, tuple(params)) as cursor:
-                    deleted += cursor.rowcount
-        return deleted
+
+        def delete(db: sqlite3.Connection) -> int:
+            return sum(db.execute(sql, tuple(params)).rowcount for sql, params in statements)
+
+        return await self._transaction("purge old rows", delete)
 
     # -- DeliveryLog -------------------------------------------------------------------
 
@@ -601,9 +562,8 @@ class SqliteStore:
             "UPDATE guidance SET status = ?, settled_at = ? "
             f"WHERE status = 'queued' AND id IN ({_marks(len(wanted))}) RETURNING id"
         )
-        params = _params([value, settled_at, *wanted])
-        async with self._write("mark guidance") as db, db.execute(sql, params) as cursor:
-            return {str(row[0]) for row in await cursor.fetchall()}
+        rows = await self._write_rows("mark guidance", sql, [value, settled_at, *wanted])
+        return {str(row[0]) for row in rows}
 
     async def guidance_for(self, run_id: str) -> list[GuidanceRecord]:
         sql = "SELECT * FROM guidance WHERE run_id = ? ORDER BY queued_at, seq"
@@ -699,38 +659,74 @@ def _limit(limit: int) -> int:
     return limit
 
 
-async def _configure(conn: aiosqlite.Connection, path: str, busy_timeout_s: float) -> None:
-    conn.row_factory = aiosqlite.Row
-    await conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
-    mode = await _switch_to_wal(conn, busy_timeout_s)
+class _Busy(Exception):
+    """Another process held the write lock for the whole busy budget."""
+
+
+class _Abandoned(Exception):
+    """The caller has gone (cancelled): nothing is committed, and nobody reads this."""
+
+
+def _retry_busy(job: Work, budget_s: float, attempt: Callable[[], T]) -> T:
+    """``attempt()``, tried again while the file is busy, until the budget is spent
+    (:class:`_Busy`) or the caller has gone (:class:`_Abandoned`). Each try waits at most
+    :data:`BUSY_TRY_MS` in SQLite's own busy handler."""
+    started = time.monotonic()
+    while True:
+        try:
+            return attempt()
+        except sqlite3.OperationalError as exc:
+            if not _is_busy(exc):
+                raise
+            if job.abandoned.is_set():
+                raise _Abandoned from exc
+            if time.monotonic() - started >= budget_s:
+                raise _Busy from exc
+        time.sleep(_BUSY_PAUSE_S)
+
+
+def _configure(conn: sqlite3.Connection, path: str, busy_timeout_s: float) -> None:
+    """The writer's settings: WAL and ``synchronous=NORMAL`` (module doc), then short busy
+    tries (:func:`_retry_busy` makes up the budget)."""
+    conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
+    mode = _switch_to_wal(conn, busy_timeout_s)
     if mode.lower() != "wal":
         raise StorageError(
             f"SQLite could not switch {path} to WAL mode (it is in {mode!r} mode); "
             "keep the database on a local filesystem, or use PostgreSQL"
         )
-    await conn.execute("PRAGMA synchronous = NORMAL")
+    conn.execute("PRAGMA synchronous = NORMAL")
+    _shorten_busy_wait(conn)
 
 
-async def _switch_to_wal(conn: aiosqlite.Connection, busy_timeout_s: float) -> str:
+def _shorten_busy_wait(conn: sqlite3.Connection) -> None:
+    conn.execute(f"PRAGMA busy_timeout = {BUSY_TRY_MS}")
+
+
+def _switch_to_wal(conn: sqlite3.Connection, busy_timeout_s: float) -> str:
     """Set WAL mode (a no-op once the file is in it); returns the mode now in force.
 
     Leaving rollback mode needs the file to itself, and SQLite answers SQLITE_BUSY at
     once instead of using the busy timeout. That only happens while several workers
-    create the same new file together, so a short retry loop settles it.
+    create the same new file together, so a short retry loop (in the writer's thread)
+    settles it.
     """
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + busy_timeout_s
+    deadline = time.monotonic() + busy_timeout_s
     delay = 0.005
     while True:
         try:
-            async with conn.execute("PRAGMA journal_mode = WAL") as cursor:
-                row = await cursor.fetchone()
+            row = conn.execute("PRAGMA journal_mode = WAL").fetchone()
             return str(row[0]) if row else "unknown"
         except sqlite3.OperationalError as exc:
-            if exc.sqlite_errorname != "SQLITE_BUSY" or loop.time() + delay > deadline:
+            if exc.sqlite_errorname != "SQLITE_BUSY" or time.monotonic() + delay > deadline:
                 raise
-        await asyncio.sleep(delay)
+        time.sleep(delay)
         delay = min(delay * 2, 0.2)
+
+
+async def _close_all(threads: Sequence[SqliteThread]) -> None:
+    for thread in threads:
+        await thread.close()
 
 
 def _is_busy(exc: sqlite3.OperationalError) -> bool:

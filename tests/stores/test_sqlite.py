@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
+import time
 from typing import TYPE_CHECKING
 
 import aiosqlite
@@ -42,4 +44,43 @@ async def test_a_write_cancelled_while_waiting_for_the_lock_leaves_it_free(
     finally:
         await holder.close()
         await other.close()
+        await store.close()
+
+
+def _write_elsewhere(path: str, timeout_s: float, after_s: float) -> str | None:
+    """Called on the event loop, which it keeps busy: ``after_s`` of other work, then
+    another worker's write, waiting up to ``timeout_s`` for the write lock; the error it
+    met, or None if it committed."""
+    time.sleep(after_s)  # wait-ok: the event loop busy with something else
+    conn = sqlite3.connect(path, isolation_level=None, timeout=timeout_s)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("DELETE FROM deliveries WHERE key = 'nothing'")
+        conn.execute("COMMIT")
+        return None
+    except sqlite3.Error as exc:
+        return str(exc)
+    finally:
+        conn.close()
+
+
+async def test_a_busy_event_loop_does_not_keep_other_workers_from_writing(
+    tmp_path: Path,
+) -> None:
+    """A write this process started must not hold the file's write lock while its event
+    loop is busy with something else: every other worker would wait on that loop."""
+    path = str(tmp_path / "tp.db")
+    store = await SqliteStore.open(path)
+    try:
+        await store.add_stop_request("run-0", THREAD, StopReason.STOP, "U")  # in use
+        write = asyncio.create_task(store.add_stop_request("run-1", THREAD, StopReason.STOP, "U"))
+        await asyncio.sleep(0)  # one step: the write is handed to the store
+        # The loop is now busy (blocked here: being busy is what is tested, not a wait)
+        # and meanwhile another worker writes, with 5 s to get the lock: the store's
+        # transaction must be able to finish without the loop.
+        error = _write_elsewhere(path, timeout_s=5.0, after_s=0.2)
+        assert error is None, f"the other worker could not write: {error}"
+        await write
+        assert [r.run_id for r in await store.pending_stop_requests()] == ["run-0", "run-1"]
+    finally:
         await store.close()
