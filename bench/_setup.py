@@ -40,7 +40,7 @@ def parser(description: str) -> argparse.ArgumentParser:
 
 def bench_main(args: argparse.Namespace, main: Callable[[], Coroutine[Any, Any, bool]]) -> None:
     """Run ``main`` under a deadline; exit 0 when every target passed, 1 otherwise."""
-    sink = open(os.devnull, "w")  # open for the life of the process
+    sink = open(os.environ.get("BENCH_LOG", os.devnull), "w")  # open for the life of the process
     configure_logging("console", args.log_level, stream=sink)
 
     expired = False
