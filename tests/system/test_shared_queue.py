@@ -48,7 +48,8 @@ async def test_two_workers_drain_one_queue_without_taking_a_run_twice(
         _, status = await cluster.mention(a, f"queued task {n}")
         assert f"Queued: {n} ahead" in block_text(status)
         waiting.append(status)
-        await until_async(lambda s=status: store.get_run(run_id_of(s)), what="the queued row")
+        run_id = run_id_of(status)
+        await until_async(lambda: store.get_run(run_id), what="the queued row")  # noqa: B023
     assert await store.count_queued() == QUEUED
 
     for n in range(QUEUED):
