@@ -22,6 +22,8 @@ all of them. The core never imports an adapter.
   audit events of some kinds (docs/slack-setup.md, Home tab and /threadpilot).
 - :class:`ResumeStore` keeps each ended run's resume decision, the durable schedule any
   worker starts a resume from (docs/stopping.md, "Why a run ended").
+- :class:`QueueStore` keeps the runs waiting for room under ``MAX_LIVE_RUNS``: any worker
+  with room takes the oldest (docs/operations.md, Queue and MAX_LIVE_RUNS).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ if TYPE_CHECKING:
     from agent_core.outcomes import ExitCode, Outcome, Usage
 
 __all__ = [
+    "QUEUE_WAKEUP",
     "AuditEvent",
     "ChatMessage",
     "ChatModel",
@@ -55,6 +58,7 @@ __all__ = [
     "ModelRequest",
     "ModelResponse",
     "ParticipantStore",
+    "QueueStore",
     "Reconnected",
     "ResumeState",
     "ResumeStore",
@@ -72,6 +76,7 @@ __all__ = [
     "ThreadKey",
     "ToolCall",
     "ToolSpec",
+    "is_waiting",
 ]
 
 ChatMessage = dict[str, Any]
@@ -644,6 +649,66 @@ class ResumeStore(Protocol):
         ...
 
 
+# -- the run queue (docs/operations.md, Queue and MAX_LIVE_RUNS) ------------------------
+
+
+def is_waiting(record: RunRecord) -> bool:
+    """True if ``record`` waits in the run queue: ``queued``, nobody's, and top-level.
+
+    A resume in place passes through ``queued`` with its owner already set, and a
+    sub-agent's row is ``queued`` (with a ``parent_id``) until its parent's worker starts
+    it: neither is waiting for a worker.
+    """
+    return record.state is RunState.QUEUED and record.owner is None and record.parent_id is None
+
+
+QUEUE_WAKEUP = "queue"
+"""The wake-up payload (:class:`StopWakeups`, the stop channel) that says a run was
+queued: not a run id (those are hex), so a stop watcher that sees it only wakes the
+queue's taker."""
+
+
+class QueueStore(Protocol):
+    """Runs waiting for a worker with room (:func:`is_waiting`), oldest ``created_at``
+    first (ties by id): the durable queue every worker shares."""
+
+    async def enqueue_run(self, run: RunRecord) -> None:
+        """Store ``run`` as waiting; ValueError unless it is ``queued`` with no owner,
+        lease or parent, or if the id exists. A store with :class:`StopWakeups` wakes
+        the other workers (payload :data:`QUEUE_WAKEUP`) with the commit."""
+        ...
+
+    async def claim_queued(
+        self, owner: str, ttl_s: float, *, now: datetime | None = None
+    ) -> RunRecord | None:
+        """Take the oldest waiting run: in one transaction it becomes ``running``, owned
+        by ``owner`` with a lease of ``ttl_s`` seconds from ``now``, and is returned as
+        stored after that. None when nothing waits. Of workers claiming at once each
+        gets a different run (none is taken twice). A waiting run with a pending stop
+        request is passed over: it is being ended (:meth:`end_queued` by the worker that
+        took the request, else a later sweep), and must never reach the model.
+        """
+        ...
+
+    async def unclaim_run(self, run_id: str, owner: str) -> bool:
+        """Put a run :meth:`claim_queued` gave ``owner`` back in the queue (its worker
+        could not start it after all: it began shutting down). Only a ``running`` run
+        still ``owner``'s moves; True if this call moved it."""
+        ...
+
+    async def queued_runs(self, *, limit: int = 1000) -> list[RunRecord]:
+        """The waiting runs in queue order, at most ``limit`` (ValueError if negative)."""
+        ...
+
+    async def count_queued(self) -> int:
+        """How many runs wait."""
+        ...
+
+    async def stopped_in_queue(self, *, limit: int = 100) -> list[RunRecord]:
+        """Waiting runs with a pending stop request (their ending is due), oldest first."""
+        ...
+
+
 class Store(
     RunStore,
     RunQueries,
@@ -655,6 +720,7 @@ class Store(
     GuidanceStore,
     ParticipantStore,
     ResumeStore,
+    QueueStore,
     Protocol,
 ):
     """Everything a worker needs from one database.

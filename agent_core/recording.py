@@ -145,7 +145,10 @@ class RunRecorder:
                     parent_id=run.parent.id if run.parent else None,
                 )
             )
-        moved = await store.set_state(run.id, RunState.RUNNING, expected=[RunState.QUEUED])
+        # A run taken from the queue (or resumed in place) is ``running`` already: its
+        # claim moved it, with its owner and lease, in one statement.
+        expected = [RunState.QUEUED, RunState.RUNNING]
+        moved = await store.set_state(run.id, RunState.RUNNING, expected=expected)
         if not moved:
             log.warning("run.start_not_recorded", run_id=run.id)
 

@@ -176,6 +176,7 @@ class ThreadpilotApp:
             worker_id=worker_id,
             lease_ttl_s=settings.LEASE_TTL,
             metrics=self.metrics,
+            max_live=settings.MAX_LIVE_RUNS,
         )
         self._worker = Worker(
             self._store,
@@ -184,6 +185,7 @@ class ThreadpilotApp:
             settings,
             resume=self._resume,
             worker_id=worker_id,
+            metrics=self.metrics,
         )
         supervisor.stop_scan = self._worker.watcher.scan
         supervisor.run_ended = self._worker.watcher.run_ended

@@ -66,7 +66,8 @@ async def run_checks(out: TextIO = sys.stdout) -> int:
             report(Check("settings", False, problem))
         report(Check("the rest", False, "skipped until the settings are fixed"))
         return 2
-    report(Check("settings", True, f"read ({_transport(settings)})"))
+    limits = f"MAX_LIVE_RUNS={settings.MAX_LIVE_RUNS}"
+    report(Check("settings", True, f"read ({_transport(settings)}, {limits})"))
     for check in (_database, _slack_bot, _slack_app, _model):
         found = await check(settings)
         if found is not None:

@@ -98,6 +98,18 @@ def format_turns(turns: int) -> str:
 # -- the live status line --------------------------------------------------------------
 
 STATUS_STARTING = "Starting..."
+
+
+def status_queued(ahead: int) -> str:
+    """A run waiting for room under MAX_LIVE_RUNS, and how many wait before it."""
+    return f"Queued: {ahead:,} ahead"
+
+
+QUEUED_NOTE = "Every worker is busy; this run starts when one has room. Stop or Abort cancels it."
+QUEUED_NEVER_STARTED = (
+    "It was still waiting in the queue: it never started, and the model was never asked."
+)
+QUEUED_NEXT_STEP = "Nothing is running. Mention me again to start it anew."
 ACTIVITY_WAITING_FOR_MODEL = "Waiting for the model"
 ACTIVITY_WRITING_ANSWER = "Writing the answer"
 ACTIVITY_FINAL_REPORT = "Writing the final report"

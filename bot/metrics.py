@@ -94,8 +94,8 @@ class Metrics:
         )
         self.queued_runs = Gauge(
             "threadpilot_queued_runs",
-            "Runs waiting for room under MAX_LIVE_RUNS. Always 0 for now: there is no "
-            "queue yet, every run that is accepted starts at once.",
+            "Runs waiting in the durable queue for room under MAX_LIVE_RUNS on any worker "
+            "(this process's view, read on its periodic tick).",
             registry=registry,
         )
         self.runs_ended = Counter(

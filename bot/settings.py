@@ -95,6 +95,11 @@ class Settings(BaseSettings):
     )
     RETENTION_DAYS: int = Field(default=30, ge=1)
     LEASE_TTL: float = Field(default=30.0, ge=3.0)
+    MAX_LIVE_RUNS: int = Field(
+        default=200,
+        ge=1,
+        description="Runs one worker process drives at once; more wait in the durable queue.",
+    )
     STOP_POLL_INTERVAL: float = Field(default=0.25, gt=0, le=10)
     WORKER_ID: str | None = None
 

@@ -35,11 +35,13 @@ from typing import TYPE_CHECKING
 import structlog
 
 from agent_core import ExitCode, GuidanceStatus, StorageError
-from agent_core.ports import StopWakeups
+from agent_core.ports import QUEUE_WAKEUP, StopWakeups
 from agent_core.stop import utcnow
 from bot.guidance import QUEUED, UNDELIVERED, react, settle
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from agent_core.ports import GuidanceRecord, StopRequestRecord, Store
     from bot.supervisor import Supervisor
     from bot.surface import Workspaces
@@ -74,6 +76,9 @@ class StopWatcher:
         self._listening = contextlib.AsyncExitStack()
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
+        self.on_queued: Callable[[], None] | None = None
+        """Called when the wake-up says a run was queued (:data:`QUEUE_WAKEUP`): the
+        same channel carries it, so one listener serves both."""
 
     async def start(self) -> None:
         interval = self._poll_s
@@ -194,6 +199,10 @@ class StopWatcher:
         return True
 
     async def _on_wakeup(self, run_id: str) -> None:
+        if run_id == QUEUE_WAKEUP:
+            if self.on_queued is not None:
+                self.on_queued()
+            return
         if self._supervisor.get(run_id) is not None:
             await self.scan([run_id])
         elif run_id in self._ended:

@@ -24,6 +24,9 @@ its database work within :data:`ACK_BUDGET_S` of Slack's 3 seconds:
    id before the commit, so when it finds the request in the table it does not apply it
    a second time.
 
+A run still waiting in the queue (:mod:`bot.run_queue`) is decided like any other; after
+the ack it is ended where it waits, never having reached the model.
+
 A Stop that finds no live run but a run whose automatic resume is ahead cancels that
 resume instead, and ``Resume now`` / ``Don't resume`` come here too
 (:mod:`bot.resume_controls`, in the same order: committed before the ack).
@@ -48,6 +51,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from agent_core import LIVE_STATES, AuditEvent, RunResult, RunState, StopReason, StorageError
+from agent_core.ports import is_waiting
 from agent_core.stop import utcnow
 from bot import messages
 from bot.dedupe import Deliveries
@@ -317,6 +321,13 @@ class StopService:
         record = decision.record
         if decision.resume_cancelled:
             await self.resume_controls.stopped(decision)
+        elif decision.request is not None and record is not None and is_waiting(record):
+            # Nobody runs it yet: end it in the queue (if a worker took it meanwhile, the
+            # committed request reaches it there, as for any live run).
+            try:
+                await self._worker.queue.end_queued(record, decision.request)
+            except StorageError:
+                log.exception("stop.queued_not_ended", run_id=record.id)
         elif decision.request is not None and record is not None and _owner_gone(record):
             # Its worker is gone: end it here, from the database, and say so in the thread.
             try:

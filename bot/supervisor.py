@@ -91,8 +91,11 @@ class Supervisor:
         worker_id: str,
         lease_ttl_s: float,
         metrics: Metrics | None = None,
+        max_live: int | None = None,
     ) -> None:
         self.agent = agent
+        self.max_live = max_live
+        """``MAX_LIVE_RUNS``: runs beyond it wait in the queue (:mod:`bot.run_queue`)."""
         self._metrics = metrics
         self.store = store
         self.worker_id = worker_id
@@ -103,6 +106,8 @@ class Supervisor:
         """Marks a finished run's stop requests handled (set by the worker)."""
         self.resumes: Resumes | None = None
         """Decides an ended run's resume, and starts due ones (set by the worker)."""
+        self.room_freed: Callable[[], None] | None = None
+        """Told whenever a run leaves this process: the queue's taker looks for work."""
         self._live: dict[str, LiveRun] = {}
         self._by_thread: dict[ThreadKey, str] = {}
         self._accepting = True
@@ -153,6 +158,14 @@ class Supervisor:
     def accepting(self) -> bool:
         return self._accepting
 
+    def has_room(self) -> bool:
+        """True if a new run may start here now: accepting, and under ``max_live``.
+
+        Resumes and continuations are not held to it (they are few, and a person is
+        waiting for them); they count towards it.
+        """
+        return self._accepting and (self.max_live is None or len(self._live) < self.max_live)
+
     # -- starting and ending -----------------------------------------------------------
 
     def start(
@@ -169,6 +182,26 @@ class Supervisor:
             return None
         run = self.agent.new_run(task, requester=requester, thread=thread, history=history)
         return self._launch(run, requester, make_session, resumed=False)
+
+    def start_queued(
+        self,
+        record: RunRecord,
+        history: Sequence[ChatMessage],
+        make_session: Callable[[Run], RunSession],
+    ) -> LiveRun | None:
+        """Start a run this worker took from the queue (already ``running`` and leased
+        here, in its queued status message); None if we are closing or the thread is
+        busy here, when the caller puts it back."""
+        if not self._accepting or record.thread in self._by_thread:
+            return None
+        run = self.agent.new_run(
+            record.task,
+            run_id=record.id,
+            requester=record.requester,
+            thread=record.thread,
+            history=history,
+        )
+        return self._launch(run, record.requester, make_session, resumed=True)
 
     def resume(
         self,
@@ -279,6 +312,8 @@ class Supervisor:
                 self._release_thread(run)
                 if self.resumes is not None:
                     self.resumes.wake()  # a resume it scheduled may be due once it is gone
+                if self.room_freed is not None:
+                    self.room_freed()
 
     def lost_ownership(self, owned: set[str], *, among: Collection[str] | None = None) -> None:
         """Abort, quietly, every registered run the database no longer says we own.

@@ -1,5 +1,5 @@
 """This process's durable side: its worker id, its leases, the stop watcher, the
-reconciler, the resume schedule and the purge (docs/operations.md). One
+reconciler, the resume schedule, the run queue and the purge (docs/operations.md). One
 :class:`Worker` per process, owned by the app; every background task it starts is its own
 and ends in :meth:`Worker.close`.
 """
@@ -18,12 +18,14 @@ import structlog
 from agent_core.stop import utcnow
 from bot.reconciler import Reconciler
 from bot.resume import Resumes
+from bot.run_queue import RunQueue
 from bot.stop_watch import StopWatcher
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from agent_core.ports import Checkpoint, RunRecord, Store
+    from bot.metrics import Metrics
     from bot.settings import Settings
     from bot.supervisor import Supervisor
     from bot.surface import Workspaces
@@ -53,6 +55,7 @@ class Worker:
         *,
         resume: Callable[[RunRecord, Checkpoint | None], Awaitable[None]],
         worker_id: str,
+        metrics: Metrics | None = None,
     ) -> None:
         self.id = worker_id
         self.store = store
@@ -82,12 +85,25 @@ class Worker:
             poll_s=min(RESUME_POLL_S, settings.LEASE_TTL / 3),
         )
         supervisor.resumes = self.resumes
+        self.queue = RunQueue(
+            store,
+            supervisor,
+            workspaces,
+            worker_id=worker_id,
+            lease_ttl_s=settings.LEASE_TTL,
+            reconciler=self.reconciler,
+            watcher=self.watcher,
+            policy=settings.resume_settings,
+            metrics=metrics,
+        )
+        self.watcher.on_queued = self.queue.wake
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         await self.watcher.start()
         await self._reconcile(starting=True)  # orphans from before this start, at once
         await self.resumes.start()
+        await self.queue.start()  # after the reconciler: leases of a previous life settled
         self._task = asyncio.create_task(self._housekeeping(), name="worker-housekeeping")
         log.info("worker.started", worker_id=self.id, lease_ttl_s=self._settings.LEASE_TTL)
 
@@ -96,6 +112,7 @@ class Worker:
             self._task.cancel()
             await asyncio.wait([self._task], timeout=2.0)
             self._task = None
+        await self.queue.close()
         await self.resumes.close()
         await self.watcher.close()
 
@@ -112,6 +129,7 @@ class Worker:
                 held = self._supervisor.held_runs()
                 renewed = await self.store.heartbeat(self.id, held, self._settings.LEASE_TTL)
                 self._supervisor.lost_ownership(renewed, among=held)
+                await self.queue.tick()
                 if since_reconcile >= min(RECONCILE_EVERY_S, self._settings.LEASE_TTL):
                     since_reconcile = 0.0
                     await self._reconcile()

@@ -23,10 +23,12 @@ from agent_core.ports import (
     RunRecord,
     StopRequestRecord,
     ThreadKey,
+    is_waiting,
 )
 from agent_core.states import LIVE_STATES, TERMINAL_STATES, RunState
 from agent_core.stop import StopReason, utcnow
 from agent_core.stores import _codec as codec
+from agent_core.stores._queue import check_waiting
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Iterable
@@ -460,6 +462,54 @@ class MemoryStore:
             r.requested_at for r in self._stops.values() if r.thread == thread and r.kind in people
         ]
         return max(times, default=None)
+
+    # -- QueueStore (docs/operations.md, Queue and MAX_LIVE_RUNS) ---------------------
+
+    async def enqueue_run(self, run: RunRecord) -> None:
+        check_waiting(run)
+        await self.create_run(run)
+
+    async def claim_queued(
+        self, owner: str, ttl_s: float, *, now: datetime | None = None
+    ) -> RunRecord | None:
+        now = now or utcnow()
+        async with self._lock:
+            stopped = {r.run_id for r in self._stops.values() if r.status == "requested"}
+            waiting = [r for r in self._waiting() if r.id not in stopped]
+            if not waiting:
+                return None
+            taken = dataclasses.replace(
+                waiting[0],
+                state=RunState.RUNNING,
+                owner=owner,
+                lease_expires_at=now + timedelta(seconds=ttl_s),
+                updated_at=utcnow(),
+            )
+            self._runs[taken.id] = taken
+            return taken
+
+    async def unclaim_run(self, run_id: str, owner: str) -> bool:
+        async with self._lock:
+            run = self._runs.get(run_id)
+            if run is None or run.owner != owner or run.state is not RunState.RUNNING:
+                return False
+            self._runs[run_id] = dataclasses.replace(
+                run, state=RunState.QUEUED, owner=None, lease_expires_at=None, updated_at=utcnow()
+            )
+            return True
+
+    async def queued_runs(self, *, limit: int = 1000) -> list[RunRecord]:
+        return self._waiting()[: _limit(limit)]
+
+    async def count_queued(self) -> int:
+        return len(self._waiting())
+
+    async def stopped_in_queue(self, *, limit: int = 100) -> list[RunRecord]:
+        stopped = {r.run_id for r in self._stops.values() if r.status == "requested"}
+        return [r for r in self._waiting() if r.id in stopped][: _limit(limit)]
+
+    def _waiting(self) -> list[RunRecord]:
+        return _oldest_first(r for r in self._runs.values() if is_waiting(r))
 
     async def close(self) -> None:
         """Nothing to release; here so this store is a :class:`~agent_core.ports.Store`."""

@@ -39,6 +39,7 @@ from agent_core.stores._pg import (
 )
 from agent_core.stores.migrations import upgrade_postgres
 from agent_core.stores.postgres_listener import PostgresStopListener
+from agent_core.stores.postgres_queue import PostgresQueue
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Collection, Mapping
@@ -123,8 +124,9 @@ def _cannot_connect(where: str, exc: BaseException, connect_timeout_s: float) ->
     )
 
 
-class PostgresStore:
-    """Runs, stop requests, checkpoints, events and leases in a PostgreSQL database."""
+class PostgresStore(PostgresQueue):
+    """Runs, stop requests, checkpoints, events and leases in a PostgreSQL database (the
+    run queue's SQL is :class:`~agent_core.stores.postgres_queue.PostgresQueue`'s)."""
 
     def __init__(self, pool: Any, dsn: str) -> None:
         """Use :meth:`open`; this only wraps a pool it has created."""

@@ -53,6 +53,7 @@ from agent_core.stop import utcnow
 from agent_core.stores import _codec as codec
 from agent_core.stores._sqlite_thread import SqliteThread, Work
 from agent_core.stores.migrations import upgrade_sqlite
+from agent_core.stores.sqlite_queue import SqliteQueue
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
@@ -102,8 +103,9 @@ def _insert_sql(table: str, values: Mapping[str, Any]) -> str:
     return f"INSERT INTO {table} ({', '.join(values)}) VALUES ({_marks(len(values))})"
 
 
-class SqliteStore:
-    """Runs, stop requests, checkpoints, events and leases in one SQLite file."""
+class SqliteStore(SqliteQueue):
+    """Runs, stop requests, checkpoints, events and leases in one SQLite file (the run
+    queue's SQL is :class:`~agent_core.stores.sqlite_queue.SqliteQueue`'s)."""
 
     def __init__(
         self, writer: SqliteThread, reader: SqliteThread, path: str, busy_timeout_s: float

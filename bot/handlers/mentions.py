@@ -4,7 +4,11 @@ run, and is never blocked by a row nobody runs: a live run whose lease has run o
 ended on the spot (as the reconciler would) instead of refusing the mention. Other apps'
 messages start nothing: two agents mentioning each other would talk forever.
 
-A reply (or a mention) in a thread whose run is still live starts nothing either: it is
+A worker already driving ``MAX_LIVE_RUNS`` runs queues the new one instead
+(:mod:`bot.run_queue`): it waits, durably, for room on any worker, and its thread counts
+as having a live run meanwhile.
+
+A reply (or a mention) in a thread whose run is still live (or queued) starts nothing either: it is
 guidance for that run, or a stop word (:mod:`bot.handlers.steering`, whose middleware
 decides and commits it before the event is acknowledged; the listeners here then only
 finish what it began).
@@ -18,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from agent_core import LIVE_STATES, StorageError, ThreadKey
+from agent_core.ports import is_waiting
 from agent_core.stop import utcnow
 from bot import messages
 from bot.errors import SlackError
@@ -100,8 +105,8 @@ async def _start(ctx: BotContext, body: dict[str, Any], event: dict[str, Any]) -
     with structlog.contextvars.bound_contextvars(
         team=team, channel=channel, thread=thread_ts, user=user
     ):
-        busy = ctx.supervisor.live_in_thread(thread)
-        if busy is not None or await _live_elsewhere(ctx, thread):
+        busy = ctx.supervisor.live_in_thread(thread) or ctx.worker.queue.queuing(thread)
+        if busy or await _live_elsewhere(ctx, thread):
             await _ephemeral(surface, channel, user, thread_ts, messages.THREAD_BUSY)
             return
         history: list[ChatMessage] = []
@@ -119,6 +124,15 @@ async def _start(ctx: BotContext, body: dict[str, Any], event: dict[str, Any]) -
                 team_id=team,
             )
 
+        if not ctx.supervisor.has_room() and ctx.supervisor.accepting:
+            await ctx.worker.queue.enqueue(
+                thread=thread,
+                requester=user,
+                task=task or "Hello",
+                history=history,
+                surface=surface,
+            )
+            return
         live = ctx.supervisor.start(
             thread=thread,
             requester=user,
@@ -133,9 +147,10 @@ async def _start(ctx: BotContext, body: dict[str, Any], event: dict[str, Any]) -
 
 
 async def _live_elsewhere(ctx: BotContext, thread: ThreadKey) -> bool:
-    """True if another worker runs a live run in ``thread`` (one live run per thread).
+    """True if another worker runs a live run in ``thread`` (one live run per thread), or
+    a run waits in the queue for it.
 
-    Only a live lease counts. A live row whose lease ran out lost its worker: it is
+    Otherwise only a live lease counts. A live row whose lease ran out lost its worker: it is
     ended here, as the reconciler would, so the thread is not refused until a pass comes
     round. A row never leased (a sub-agent's) has a parent that answers for it; one this
     process holds has ended here (it left the thread) and is only writing its ending.
@@ -145,6 +160,8 @@ async def _live_elsewhere(ctx: BotContext, thread: ThreadKey) -> bool:
     except StorageError:
         log.exception("thread.lookup_failed")
         return False
+    if any(is_waiting(r) for r in rows):
+        return True
     now = utcnow()
     rows = [r for r in rows if ctx.supervisor.get(r.id) is None and r.lease_expires_at]
     if any(_leased(r, now) for r in rows):

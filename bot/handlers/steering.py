@@ -15,8 +15,9 @@ Before the ack, every database call within :data:`bot.stops.ACK_BUDGET_S`:
 1. Only a stop word: the stop service finds the thread's live run, decides and commits
    (:meth:`bot.stops.StopService.request`); with no live run it does nothing (a bare
    stop word never starts a run).
-2. Is the reply in a thread with a live run: this worker's, or one another worker holds
-   a live lease on? If not (or the database cannot say), nothing happens here and the
+2. Is the reply in a thread with a live run: this worker's, one another worker holds
+   a live lease on, or one waiting in the queue (its guidance is delivered when it
+   starts)? If not (or the database cannot say), nothing happens here and the
    listener carries on (a reply in a finished run's thread continues it, as before).
 3. Longer than ``GUIDANCE_MAX_CHARS``, or by someone ``STOP_POLICY`` does not allow (the
    policy that decides who may stop the run; under ``participants`` whoever writes in the
@@ -38,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from agent_core import LIVE_STATES, AuditEvent, GuidanceRecord, StorageError, ThreadKey
+from agent_core.ports import is_waiting
 from agent_core.stop import utcnow
 from bot import messages
 from bot.errors import BudgetNotRunning, SlackError
@@ -212,8 +214,8 @@ class Steering:
 
     async def _target(self, thread: ThreadKey) -> _Target | None:
         """The live run of ``thread``: this worker's, else one another worker holds a live
-        lease on (a row whose lease ran out has no worker: a reply there is a new run,
-        which ends the orphan first)."""
+        lease on, or one waiting in the queue (a row whose lease ran out has no worker: a
+        reply there is a new run, which ends the orphan first)."""
         live = self._ctx.supervisor.live_in_thread(thread)
         if live is not None and not live.lost:
             return _Target(live.run.id, live.requester, local=True)
@@ -222,6 +224,8 @@ class Steering:
             leased = row.lease_expires_at is not None and row.lease_expires_at > now
             # A sub-agent's row shares its parent's thread and has no lease of its own.
             if leased and row.parent_id is None and row.owner != self._ctx.worker.id:
+                return _Target(row.id, row.requester, local=False)
+            if is_waiting(row):
                 return _Target(row.id, row.requester, local=False)
         return None
 

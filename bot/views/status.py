@@ -5,6 +5,8 @@ One status message per run, updated in place. By phase:
 =========== ============================================== ===================
 phase        shows                                          buttons
 =========== ============================================== ===================
+queued       "Queued: n ahead" (waiting for MAX_LIVE_RUNS   Stop, Abort
+             room on some worker)
 starting     "Starting...", elapsed, tokens                 Stop, Abort
 running      "Working: turn n", activity, elapsed, tokens   Stop, Abort
 stopping     level 1: "Stopping: finishing this step, then  Abort only
@@ -125,7 +127,7 @@ _FENCE = "```"
 _CLOSE_FENCE = "\n```"
 _REOPEN_FENCE = "```\n"
 
-Phase = Literal["starting", "running", "stopping", "done"]
+Phase = Literal["queued", "starting", "running", "stopping", "done"]
 Block = dict[str, Any]
 
 
@@ -175,6 +177,8 @@ class StatusSnapshot:
     """Once done: why the run ended and what becomes of it; None says nothing."""
     children: tuple[ChildTask, ...] = ()
     """The run's sub-agents, oldest first."""
+    queued_ahead: int = 0
+    """While ``queued``: how many runs wait before it."""
 
     def __post_init__(self) -> None:
         if self.phase == "done" and self.result is None:
@@ -256,6 +260,9 @@ def _live_state(snapshot: StatusSnapshot) -> tuple[str, str, list[Block]]:
         # only Abort): a second Stop comes from Slack's own stop button or a stop word.
         note = m.stop_requested_note(snapshot.stop_requested_by, snapshot.activity)
         return m.STATUS_STOPPING, note, [_abort_button(run_id)]
+    if snapshot.phase == "queued":
+        status = m.status_queued(snapshot.queued_ahead)
+        return status, m.QUEUED_NOTE, [_stop_button(run_id), _abort_button(run_id)]
     status = m.STATUS_STARTING if snapshot.phase == "starting" else m.status_turn(snapshot.turn)
     return status, snapshot.activity, [_stop_button(run_id), _abort_button(run_id)]
 

@@ -80,7 +80,7 @@ async def test_a_run_stopped_by_a_click_moves_the_series(bot: Bot, llm: LLMock) 
     assert {name: f.type for name, f in before.families.items()} == SERIES
     assert before.value("threadpilot_live_runs") == 0
     assert before.value("threadpilot_queued_runs") == 0
-    assert "no queue yet" in before.families["threadpilot_queued_runs"].documentation
+    assert "durable queue" in before.families["threadpilot_queued_runs"].documentation
     llm.add(*stalled_answer(0.3, text=SHORT_TEXT))
     llm.reply("Stopped early: the time was not checked.")
 

@@ -1,0 +1,110 @@
+"""The run queue's SQL on PostgreSQL (:class:`~agent_core.ports.QueueStore`), mixed into
+:class:`~agent_core.stores.postgres.PostgresStore`.
+
+Taking the head of the queue is one statement, so one transaction: a ``SELECT ... FOR
+UPDATE SKIP LOCKED`` picks the oldest waiting run no other worker is taking at that
+moment, and the ``UPDATE`` of the same statement makes it ``running`` with its owner and
+lease before anyone else can see it waiting. Workers claiming together each get another
+run, and none waits on another's lock. Queueing a run sends ``NOTIFY threadpilot_stop,
+'queue'`` (the stop channel's listener is the one every worker already has), which wakes
+the workers with room at once; their periodic tick is the backstop.
+
+A claim is not retried after its statement may have reached the server: a retry could
+take a second run while the first, claimed unseen, is left to expire and be reconciled.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from agent_core.ports import QUEUE_WAKEUP
+from agent_core.stop import utcnow
+from agent_core.stores import _codec as codec
+from agent_core.stores._pg import STOP_CHANNEL
+from agent_core.stores._queue import STOP_PENDING_SQL, WAITING_SQL, check_waiting
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+    from datetime import datetime
+
+    from agent_core.ports import RunRecord
+
+__all__ = ["PostgresQueue"]
+
+_T = TypeVar("_T")
+_ORDER = "ORDER BY created_at, id"
+
+
+class PostgresQueue:
+    """The queue methods; the host class provides the pool and its error handling."""
+
+    if TYPE_CHECKING:
+
+        async def _call(
+            self,
+            action: str,
+            work: Callable[[Any, bool], Awaitable[_T]],
+            *,
+            idempotent: bool = False,
+        ) -> _T: ...
+
+        async def _fetch(self, action: str, sql: str, *params: Any) -> list[Any]: ...
+
+        async def _execute(
+            self, action: str, sql: str, *params: Any, idempotent: bool = False
+        ) -> int: ...
+
+        async def create_run(self, run: RunRecord) -> None: ...
+
+    async def enqueue_run(self, run: RunRecord) -> None:
+        check_waiting(run)
+        await self.create_run(run)
+        # After the insert committed: a worker woken by it finds the run. A wake-up lost
+        # here costs a tick, never the run.
+        wake = f"SELECT pg_notify('{STOP_CHANNEL}', '{QUEUE_WAKEUP}')"
+        await self._execute("announce a queued run", wake, idempotent=True)
+
+    async def claim_queued(
+        self, owner: str, ttl_s: float, *, now: datetime | None = None
+    ) -> RunRecord | None:
+        now = now or utcnow()
+        sql = (
+            f"WITH head AS (SELECT id FROM runs WHERE {WAITING_SQL} AND NOT {STOP_PENDING_SQL} "
+            f"{_ORDER} LIMIT 1 FOR UPDATE SKIP LOCKED) "
+            "UPDATE runs SET state = 'running', owner = $1, lease_expires_at = $2, "
+            "updated_at = $3 FROM head WHERE runs.id = head.id RETURNING runs.*"
+        )
+        params = (owner, now + timedelta(seconds=ttl_s), utcnow())
+
+        async def work(conn: Any, _retrying: bool) -> Any:
+            return await conn.fetchrow(sql, *params)
+
+        row = await self._call("take a queued run", work)
+        return codec.run_from_row(row) if row is not None else None
+
+    async def unclaim_run(self, run_id: str, owner: str) -> bool:
+        sql = (
+            "UPDATE runs SET state = 'queued', owner = NULL, lease_expires_at = NULL, "
+            "updated_at = $3 WHERE id = $1 AND owner = $2 AND state = 'running'"
+        )
+        changed = await self._execute("put a run back in the queue", sql, run_id, owner, utcnow())
+        return changed == 1
+
+    async def queued_runs(self, *, limit: int = 1000) -> list[RunRecord]:
+        if limit < 0:
+            raise ValueError(f"limit must not be negative, got {limit}")
+        sql = f"SELECT * FROM runs WHERE {WAITING_SQL} {_ORDER} LIMIT $1"
+        return [codec.run_from_row(r) for r in await self._fetch("read the queue", sql, limit)]
+
+    async def count_queued(self) -> int:
+        sql = f"SELECT count(*) FROM runs WHERE {WAITING_SQL}"
+        rows = await self._fetch("count the queue", sql)
+        return int(rows[0][0])
+
+    async def stopped_in_queue(self, *, limit: int = 100) -> list[RunRecord]:
+        if limit < 0:
+            raise ValueError(f"limit must not be negative, got {limit}")
+        sql = f"SELECT * FROM runs WHERE {WAITING_SQL} AND {STOP_PENDING_SQL} {_ORDER} LIMIT $1"
+        rows = await self._fetch("read stopped queued runs", sql, limit)
+        return [codec.run_from_row(r) for r in rows]

@@ -1,0 +1,89 @@
+"""The run queue's SQL on SQLite (:class:`~agent_core.ports.QueueStore`), mixed into
+:class:`~agent_core.stores.sqlite.SqliteStore`.
+
+Taking the head of the queue is one ``UPDATE ... WHERE id = (SELECT ... LIMIT 1)
+RETURNING *`` inside the store's ``BEGIN IMMEDIATE`` transaction: the file's write lock
+is held from the start, so two processes claiming at once are serialised and the second
+finds the first's run already gone from the queue. There are no wake-ups: workers look
+at the queue when one of their runs ends and on their periodic tick.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from agent_core.stop import utcnow
+from agent_core.stores import _codec as codec
+from agent_core.stores._queue import STOP_PENDING_SQL, WAITING_SQL, check_waiting
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from contextlib import AbstractAsyncContextManager
+    from datetime import datetime
+
+    import aiosqlite
+
+    from agent_core.ports import RunRecord
+
+__all__ = ["SqliteQueue"]
+
+_ORDER = "ORDER BY created_at, id"
+
+
+class SqliteQueue:
+    """The queue methods; the host class provides the connection handling."""
+
+    if TYPE_CHECKING:
+
+        def _write(self, action: str) -> AbstractAsyncContextManager[aiosqlite.Connection]: ...
+
+        async def _rows(self, action: str, sql: str, params: Sequence[Any] = ()) -> list[Any]: ...
+
+        async def _change(self, action: str, sql: str, params: Sequence[Any]) -> int: ...
+
+        async def create_run(self, run: RunRecord) -> None: ...
+
+    async def enqueue_run(self, run: RunRecord) -> None:
+        check_waiting(run)
+        await self.create_run(run)
+
+    async def claim_queued(
+        self, owner: str, ttl_s: float, *, now: datetime | None = None
+    ) -> RunRecord | None:
+        now = now or utcnow()
+        sql = (
+            "UPDATE runs SET state = 'running', owner = ?, lease_expires_at = ?, updated_at = ? "
+            f"WHERE id = (SELECT id FROM runs WHERE {WAITING_SQL} AND NOT {STOP_PENDING_SQL} "
+            f"{_ORDER} LIMIT 1) RETURNING *"
+        )
+        expires = codec.sqlite_time(now + timedelta(seconds=ttl_s))
+        params = (owner, expires, codec.sqlite_time(utcnow()))
+        async with self._write("take a queued run") as db, db.execute(sql, params) as cursor:
+            row = await cursor.fetchone()
+        return codec.run_from_row(row) if row is not None else None
+
+    async def unclaim_run(self, run_id: str, owner: str) -> bool:
+        sql = (
+            "UPDATE runs SET state = 'queued', owner = NULL, lease_expires_at = NULL, "
+            "updated_at = ? WHERE id = ? AND owner = ? AND state = 'running'"
+        )
+        params = [codec.sqlite_time(utcnow()), run_id, owner]
+        return await self._change("put a run back in the queue", sql, params) == 1
+
+    async def queued_runs(self, *, limit: int = 1000) -> list[RunRecord]:
+        if limit < 0:
+            raise ValueError(f"limit must not be negative, got {limit}")
+        sql = f"SELECT * FROM runs WHERE {WAITING_SQL} {_ORDER} LIMIT ?"
+        return [codec.run_from_row(r) for r in await self._rows("read the queue", sql, [limit])]
+
+    async def count_queued(self) -> int:
+        rows = await self._rows("count the queue", f"SELECT count(*) FROM runs WHERE {WAITING_SQL}")
+        return int(rows[0][0])
+
+    async def stopped_in_queue(self, *, limit: int = 100) -> list[RunRecord]:
+        if limit < 0:
+            raise ValueError(f"limit must not be negative, got {limit}")
+        sql = f"SELECT * FROM runs WHERE {WAITING_SQL} AND {STOP_PENDING_SQL} {_ORDER} LIMIT ?"
+        rows = await self._rows("read stopped queued runs", sql, [limit])
+        return [codec.run_from_row(r) for r in rows]

@@ -1,0 +1,428 @@
+"""The durable run queue: runs that arrive while this worker is full (``MAX_LIVE_RUNS``)
+wait in the database, and any worker with room takes the oldest (docs/operations.md,
+Queue and MAX_LIVE_RUNS).
+
+- **Queueing** (:meth:`RunQueue.enqueue`). The status message is posted first, showing
+  "Queued: n ahead" with Stop and Abort, then the run is stored ``queued`` with no owner,
+  its status message and its starting conversation (a turn-0 checkpoint: the thread's
+  history as it was when the person asked) beside it. A worker that takes it therefore
+  always finds the message to continue in. On PostgreSQL the insert wakes the other
+  workers.
+- **Taking** (:meth:`RunQueue.wake`, one task of this worker). When one of this worker's
+  runs ends, on the worker's periodic tick, and on a wake-up from another worker's
+  queueing, the taker claims queued runs while the supervisor has room: each claim makes
+  the oldest waiting run ``running`` under this worker's lease in one transaction, so no
+  run is taken twice. The run then starts in its queued status message and streams as
+  any other; guidance written to it while it waited is delivered by its first scan.
+- **Ending a queued run** (:meth:`RunQueue.end_queued`). A Stop or Abort (through the
+  one stop service, :mod:`bot.stops`) ends it by compare-and-set from ``queued``: it
+  never reached the model, its status message becomes the terminal report ("User
+  interlude: stopped by ..."), and its guidance is marked undelivered. A queued run with
+  a pending stop request is never claimed; one whose ending was not written (the worker
+  that took the click died) is ended by the next tick of any worker.
+- **Its place in line** is refreshed on the tick by the worker that posted it, when it
+  moved meaningfully (see :func:`worth_refreshing`), a few messages per tick, through the
+  workspace's Slack budget. After a restart the counts shown are left until each run
+  starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import structlog
+
+from agent_core import (
+    ExitCode,
+    Handoff,
+    Outcome,
+    RunRecord,
+    RunResult,
+    RunState,
+    StopReason,
+    StorageError,
+    Timings,
+    Usage,
+)
+from agent_core.ports import Checkpoint, is_waiting
+from agent_core.stop import utcnow
+from bot import messages
+from bot.errors import BudgetNotRunning, SlackError
+from bot.resume import decide
+from bot.session import RunSession
+from bot.views.status import StatusSnapshot, render_status
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from datetime import datetime
+
+    from agent_core import ChatMessage, ResumeSettings, Run, ThreadKey
+    from agent_core.ports import StopRequestRecord, Store
+    from bot.metrics import Metrics
+    from bot.reconciler import Reconciler
+    from bot.stop_watch import StopWatcher
+    from bot.supervisor import Supervisor
+    from bot.surface import SlackSurface, Workspaces
+
+__all__ = ["RunQueue", "history_of", "queued_result", "starting_conversation", "worth_refreshing"]
+
+log = structlog.get_logger("bot.run_queue")
+
+REFRESH_PER_TICK = 20
+"""At most this many "n ahead" updates per tick, nearest the head of the queue first."""
+REFRESH_SCAN = 2000
+"""How far into the queue a tick reads to place this worker's queued runs."""
+
+
+@dataclass
+class _Posted:
+    """A queued run whose status message this worker posted."""
+
+    thread: ThreadKey
+    requester: str
+    status_ts: str
+    ahead: int
+    """The count the message shows."""
+
+
+def worth_refreshing(shown: int, now: int) -> bool:
+    """True if a queued run's message showing ``shown`` ahead should now say ``now``:
+    near the head every step counts, further back only a move by a quarter or more."""
+    if now >= shown:
+        return False
+    return now < 10 or shown - now >= max(1, shown // 4)
+
+
+def starting_conversation(
+    system_prompt: str, history: Sequence[ChatMessage], task: str
+) -> tuple[ChatMessage, ...]:
+    """The conversation a run starts from, as its turn-0 checkpoint stores it: what the
+    loop would build (system prompt, the thread's history, the task), so a queued run
+    resumed after losing its worker restores a whole conversation."""
+    return (
+        {"role": "system", "content": system_prompt},
+        *history,
+        {"role": "user", "content": task},
+    )
+
+
+def history_of(checkpoint: Checkpoint | None, task: str) -> list[ChatMessage]:
+    """The thread history in a turn-0 checkpoint written by :func:`starting_conversation`
+    (none if there is no such checkpoint)."""
+    if checkpoint is None or checkpoint.turn != 0:
+        return []
+    conversation = list(checkpoint.messages)
+    while conversation and conversation[0].get("role") == "system":
+        conversation.pop(0)
+    if conversation and conversation[-1] == {"role": "user", "content": task}:
+        conversation.pop()
+    return conversation
+
+
+def queued_result(record: RunRecord, kind: StopReason, stopped_by: str, now: datetime) -> RunResult:
+    """The ending of a run stopped (or aborted) while it waited: it never started."""
+    handoff = Handoff(
+        Outcome.USERINTERLUDE,
+        evidence=messages.QUEUED_NEVER_STARTED,
+        next_step=messages.QUEUED_NEXT_STEP,
+        stopped_by=stopped_by,
+    )
+    return RunResult(
+        run_id=record.id,
+        outcome=Outcome.USERINTERLUDE,
+        exit_code=ExitCode.USER_ABORT if kind is StopReason.ABORT else ExitCode.USER_STOP,
+        handoff=handoff,
+        stop_reason=kind,
+        turns=0,
+        usage=Usage(),
+        timings=Timings(record.created_at, now, now, now),
+    )
+
+
+class RunQueue:
+    """This worker's side of the queue: it queues, takes, ends and re-counts."""
+
+    def __init__(
+        self,
+        store: Store,
+        supervisor: Supervisor,
+        workspaces: Workspaces,
+        *,
+        worker_id: str,
+        lease_ttl_s: float,
+        reconciler: Reconciler,
+        watcher: StopWatcher,
+        policy: ResumeSettings,
+        metrics: Metrics | None = None,
+    ) -> None:
+        self._store = store
+        self._supervisor = supervisor
+        self._workspaces = workspaces
+        self._worker_id = worker_id
+        self._ttl = lease_ttl_s
+        self._reconciler = reconciler
+        self._watcher = watcher
+        self._policy = policy
+        self._metrics = metrics
+        self._queuing: set[ThreadKey] = set()
+        """Threads whose run is being queued here (posted, not yet stored)."""
+        self._posted: dict[str, _Posted] = {}
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        supervisor.room_freed = self.wake
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._take_loop(), name="run-queue-taker")
+        self.wake()  # runs left queued before this start
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.wait([self._task], timeout=2.0)
+            self._task = None
+
+    def wake(self) -> None:
+        """Look for queued runs to take (coalesced: one look covers many wake-ups)."""
+        self._wake.set()
+
+    def queuing(self, thread: ThreadKey) -> bool:
+        """True while a run for ``thread`` is being queued here (not yet stored)."""
+        return thread in self._queuing
+
+    # -- queueing ----------------------------------------------------------------------
+
+    async def enqueue(
+        self,
+        *,
+        thread: ThreadKey,
+        requester: str,
+        task: str,
+        history: Sequence[ChatMessage],
+        surface: SlackSurface,
+    ) -> str | None:
+        """Queue a run for ``thread``: its status message, then its row. The run id, or
+        None if it could not be queued (the thread is told)."""
+        run_id = uuid.uuid4().hex
+        self._queuing.add(thread)
+        try:
+            ahead = await self._store.count_queued()
+            rendered = render_status(_queued_snapshot(run_id, requester, ahead))
+            status_ts = await surface.budget.post_message(
+                thread.channel,
+                text=rendered.text,
+                blocks=rendered.blocks,
+                thread_ts=thread.thread_ts,
+                metadata=rendered.metadata,
+            )
+            prompt = self._supervisor.agent.config.system_prompt
+            conversation = starting_conversation(prompt, history, task)
+            # The checkpoint first: a worker that finds the run finds its conversation.
+            await self._store.save_checkpoint(Checkpoint(run_id, 0, conversation))
+            record = RunRecord(
+                id=run_id, thread=thread, requester=requester, task=task, status_ts=status_ts
+            )
+            try:
+                await self._store.enqueue_run(record)
+            except (StorageError, ValueError):
+                log.exception("queue.not_recorded", run_id=run_id)
+                await _quietly_final(surface, thread.channel, status_ts, messages.RUN_NOT_RECORDED)
+                return None
+        except StorageError:
+            log.exception("queue.not_recorded", run_id=run_id)
+            await _quietly_post(surface, thread, messages.RUN_NOT_RECORDED)
+            return None
+        except SlackError as exc:
+            log.error("queue.status_post_failed", run_id=run_id, error=exc.error)
+            return None
+        except BudgetNotRunning:
+            log.error("queue.status_post_failed", run_id=run_id, error="shutting down")
+            return None
+        finally:
+            self._queuing.discard(thread)
+        self._posted[run_id] = _Posted(thread, requester, status_ts, ahead)
+        log.info("run.queued", run_id=run_id, ahead=ahead)
+        self.wake()  # room may have freed here while we posted
+        return run_id
+
+    # -- taking ------------------------------------------------------------------------
+
+    async def _take_loop(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            try:
+                await self.take()
+            except Exception:
+                # A database hiccup: the next wake-up or tick tries again.
+                log.exception("queue.take_failed")
+
+    async def take(self) -> int:
+        """Start queued runs while there is room here; returns how many started."""
+        started = 0
+        while self._supervisor.has_room():
+            record = await self._store.claim_queued(self._worker_id, self._ttl)
+            if record is None:
+                break
+            if await self._start(record):
+                started += 1
+        return started
+
+    async def _start(self, record: RunRecord) -> bool:
+        self._posted.pop(record.id, None)
+        history: list[ChatMessage] = []
+        try:
+            history = history_of(await self._store.latest_checkpoint(record.id), record.task)
+        except StorageError:
+            log.exception("queue.history_unreadable", run_id=record.id)
+        surface = await self._workspaces.get(record.thread.team)
+        store = self._store
+
+        def make_session(run: Run) -> RunSession:
+            session = RunSession(
+                run,
+                surface,
+                store=store,
+                channel=record.thread.channel,
+                thread_ts=record.thread.thread_ts,
+                requester=record.requester,
+                team_id=record.thread.team,
+            )
+            # It continues in its queued status message, starting (not resuming).
+            session.status_ts = record.status_ts
+            return session
+
+        live = self._supervisor.start_queued(record, history, make_session)
+        if live is None:
+            if await self._store.unclaim_run(record.id, self._worker_id):
+                log.info("queue.given_back", run_id=record.id)
+            return False
+        log.info("run.dequeued", run_id=record.id, waited_s=_age_s(record))
+        return True
+
+    # -- ending ------------------------------------------------------------------------
+
+    async def end_queued(
+        self, record: RunRecord, request: StopRequestRecord, *, now: datetime | None = None
+    ) -> bool:
+        """End a waiting run that a person stopped or aborted; True if this call did.
+
+        False when it was no longer waiting: a worker took it first, and the committed
+        request reaches the run there as for any live run.
+        """
+        now = now or utcnow()
+        result = queued_result(record, request.kind, request.requested_by, now)
+        won = await self._store.set_state(
+            record.id,
+            RunState.USERINTERLUDE,
+            expected=[RunState.QUEUED],
+            outcome=result.outcome,
+            stop_reason=result.stop_reason,
+            exit_code=result.exit_code,
+            stopped_by=request.requested_by,
+            result=result.to_dict(),
+        )
+        self._posted.pop(record.id, None)
+        if not won:
+            return False
+        log.info("run.ended_in_queue", run_id=record.id, kind=request.kind.value)
+        await self._watcher.run_ended(record.id)  # its requests handled, guidance undelivered
+        fresh = await self._store.get_run(record.id)
+        if fresh is not None:
+            fresh = await decide(self._store, fresh, self._policy, actor=self._worker_id, now=now)
+            await self._reconciler.post_final(fresh, now)
+        return True
+
+    async def _end_stopped(self) -> None:
+        """End the waiting runs whose stop was committed but whose ending was not
+        written (the worker that took the click went away first)."""
+        for record in await self._store.stopped_in_queue():
+            pending = await self._store.pending_stop_requests([record.id])
+            person = [r for r in pending if r.kind is not StopReason.SHUTDOWN]
+            if person:
+                strongest = max(person, key=lambda r: (r.kind.rank, r.requested_at))
+                await self.end_queued(record, strongest)
+
+    # -- the tick ----------------------------------------------------------------------
+
+    async def tick(self) -> None:
+        """On the worker's periodic tick: take what fits, end what was stopped, count the
+        queue for ``/metrics`` and refresh this worker's "n ahead" messages."""
+        self.wake()
+        await self._end_stopped()
+        waiting = await self._store.queued_runs(limit=REFRESH_SCAN)
+        count = len(waiting)
+        if count >= REFRESH_SCAN:
+            count = await self._store.count_queued()
+        if self._metrics is not None:
+            self._metrics.queued_runs.set(count)
+        await self._refresh(waiting, complete=len(waiting) < REFRESH_SCAN)
+
+    async def _refresh(self, waiting: list[RunRecord], *, complete: bool) -> None:
+        place = {record.id: ahead for ahead, record in enumerate(waiting) if is_waiting(record)}
+        if complete:
+            for run_id in [r for r in self._posted if r not in place]:
+                del self._posted[run_id]  # started or ended: its new state has the message
+        due = sorted(
+            (place[run_id], run_id)
+            for run_id, posted in self._posted.items()
+            if run_id in place and worth_refreshing(posted.ahead, place[run_id])
+        )
+        for ahead, run_id in due[:REFRESH_PER_TICK]:
+            await self._show_place(run_id, ahead)
+
+    async def _show_place(self, run_id: str, ahead: int) -> None:
+        """Rewrite one queued message's count, then make sure it did not overwrite the
+        run's own ending (it may have been taken and ended meanwhile)."""
+        posted = self._posted.get(run_id)
+        if posted is None:
+            return
+        rendered = render_status(_queued_snapshot(run_id, posted.requester, ahead))
+        surface = await self._workspaces.get(posted.thread.team)
+        try:
+            await surface.budget.call(
+                "chat.update",
+                channel=posted.thread.channel,
+                ts=posted.status_ts,
+                text=rendered.text,
+                blocks=rendered.blocks,
+            )
+        except SlackError as exc:
+            log.warning("queue.refresh_failed", run_id=run_id, error=exc.error)
+            return
+        except BudgetNotRunning:
+            return
+        posted.ahead = ahead
+        record = await self._store.get_run(run_id)
+        if record is not None and not is_waiting(record):
+            self._posted.pop(run_id, None)
+            if record.state.is_terminal and record.final_posted_at is not None:
+                await self._reconciler.post_final(record)  # ours landed after its final
+
+
+def _queued_snapshot(run_id: str, requester: str, ahead: int) -> StatusSnapshot:
+    return StatusSnapshot(run_id=run_id, requester=requester, phase="queued", queued_ahead=ahead)
+
+
+def _age_s(record: RunRecord) -> float:
+    return round((utcnow() - record.created_at).total_seconds(), 3)
+
+
+async def _quietly_final(surface: SlackSurface, channel: str, ts: str, text: str) -> None:
+    """Replace a queued message whose run could not be stored (its buttons lead nowhere)."""
+    blocks = [{"type": "section", "text": {"type": "mrkdwn", "text": text}}]
+    if not await surface.budget.update_final(channel, ts, text=text, blocks=blocks):
+        log.error("queue.message_not_replaced", ts=ts)
+
+
+async def _quietly_post(surface: SlackSurface, thread: ThreadKey, text: str) -> None:
+    try:
+        await surface.budget.post_message(thread.channel, text=text, thread_ts=thread.thread_ts)
+    except SlackError as exc:
+        log.error("reply.failed", error=exc.error)
+    except BudgetNotRunning:
+        log.error("reply.failed", error="shutting down")

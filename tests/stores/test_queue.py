@@ -1,0 +1,122 @@
+"""QueueStore contract: waiting runs, taken oldest first, never twice, durable."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from agent_core.ports import RunRecord, ThreadKey
+from agent_core.states import RunState
+from agent_core.stop import StopReason
+
+if TYPE_CHECKING:
+    from tests.stores.conftest import Backend
+
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+
+
+def waiting(n: int, **fields: Any) -> RunRecord:
+    thread = ThreadKey("T1", "C1", f"1700000000.{n:06d}")
+    run = RunRecord(
+        id=f"run-{n:03d}",
+        thread=thread,
+        requester="U1",
+        task=f"task {n}",
+        created_at=T0 + timedelta(seconds=n),
+    )
+    return dataclasses.replace(run, **fields)
+
+
+async def test_claims_take_the_oldest_first_and_make_it_running(backend: Backend) -> None:
+    a, b = await backend.open(), await backend.open()
+    for n in (3, 1, 2):
+        await a.enqueue_run(waiting(n, status_ts=f"ts-{n}"))
+    assert await b.count_queued() == 3
+    assert [r.id for r in await b.queued_runs()] == ["run-001", "run-002", "run-003"]
+
+    now = datetime.now(UTC)
+    taken = await b.claim_queued("worker-b", 30, now=now)
+    assert taken is not None and taken.id == "run-001"
+    assert (taken.state, taken.owner, taken.status_ts) == (RunState.RUNNING, "worker-b", "ts-1")
+    assert taken.lease_expires_at == now + timedelta(seconds=30)
+    stored = await a.get_run("run-001")
+    assert stored is not None and stored.state is RunState.RUNNING and stored.owner == "worker-b"
+    assert [r.id for r in await a.queued_runs()] == ["run-002", "run-003"]
+    assert await a.count_queued() == 2
+
+
+async def test_an_empty_queue_gives_nothing(backend: Backend) -> None:
+    store = await backend.open()
+    assert await store.claim_queued("w", 30) is None
+    assert await store.count_queued() == 0
+
+
+async def test_only_waiting_runs_are_queued(backend: Backend) -> None:
+    store = await backend.open()
+    with pytest.raises(ValueError):
+        await store.enqueue_run(waiting(1, owner="w"))
+    with pytest.raises(ValueError):
+        await store.enqueue_run(waiting(2, state=RunState.RUNNING))
+    with pytest.raises(ValueError):
+        await store.enqueue_run(waiting(3, parent_id="run-000"))
+    # A resume in place is queued with its owner, a sub-agent with its parent: not waiting.
+    await store.create_run(waiting(4, owner="w", lease_expires_at=T0))
+    await store.create_run(waiting(5, parent_id="run-004"))
+    assert await store.count_queued() == 0
+    assert await store.claim_queued("other", 30) is None
+
+
+async def test_concurrent_claims_never_take_a_run_twice(backend: Backend) -> None:
+    stores = [await backend.open() for _ in range(3)]
+    for n in range(30):
+        await stores[0].enqueue_run(waiting(n))
+
+    async def drain(i: int) -> list[str]:
+        got = []
+        while (run := await stores[i % 3].claim_queued(f"w{i}", 30)) is not None:
+            got.append(run.id)
+        return got
+
+    results = await asyncio.gather(*(drain(i) for i in range(6)))
+    taken = [run_id for got in results for run_id in got]
+    assert sorted(taken) == sorted(f"run-{n:03d}" for n in range(30))
+    assert len(set(taken)) == len(taken)
+
+
+async def test_a_stopped_waiting_run_is_passed_over(backend: Backend) -> None:
+    store = await backend.open()
+    first, second = waiting(1), waiting(2)
+    await store.enqueue_run(first)
+    await store.enqueue_run(second)
+    await store.add_stop_request(first.id, first.thread, StopReason.STOP, "U1")
+
+    assert [r.id for r in await store.stopped_in_queue()] == [first.id]
+    taken = await store.claim_queued("w", 30)
+    assert taken is not None and taken.id == second.id
+    assert await store.claim_queued("w", 30) is None
+
+
+async def test_unclaim_puts_a_claimed_run_back(backend: Backend) -> None:
+    store = await backend.open()
+    await store.enqueue_run(waiting(1))
+    taken = await store.claim_queued("w", 30)
+    assert taken is not None
+    assert not await store.unclaim_run(taken.id, "someone-else")
+    assert await store.unclaim_run(taken.id, "w")
+    again = await store.claim_queued("w2", 30)
+    assert again is not None and again.id == taken.id and again.owner == "w2"
+
+
+async def test_waiting_runs_survive_reopening(backend: Backend) -> None:
+    if backend.name == "memory":
+        pytest.skip("the memory store is the process")
+    store = await backend.open()
+    await store.enqueue_run(waiting(1, status_ts="ts-1"))
+    await store.close()
+    backend.stores.remove(store)
+    reopened = await backend.open()
+    assert [r.id for r in await reopened.queued_runs()] == ["run-001"]
