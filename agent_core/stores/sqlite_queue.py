@@ -19,10 +19,7 @@ from agent_core.stores._queue import STOP_PENDING_SQL, WAITING_SQL, check_waitin
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
-    from contextlib import AbstractAsyncContextManager
     from datetime import datetime
-
-    import aiosqlite
 
     from agent_core.ports import RunRecord
 
@@ -36,7 +33,7 @@ class SqliteQueue:
 
     if TYPE_CHECKING:
 
-        def _write(self, action: str) -> AbstractAsyncContextManager[aiosqlite.Connection]: ...
+        async def _write_rows(self, action: str, sql: str, params: Sequence[Any]) -> list[Any]: ...
 
         async def _rows(self, action: str, sql: str, params: Sequence[Any] = ()) -> list[Any]: ...
 
@@ -57,18 +54,16 @@ class SqliteQueue:
             f"WHERE id = (SELECT id FROM runs WHERE {WAITING_SQL} AND NOT {STOP_PENDING_SQL} "
             f"{_ORDER} LIMIT 1) RETURNING *"
         )
-        expires = codec.sqlite_time(now + timedelta(seconds=ttl_s))
-        params = (owner, expires, codec.sqlite_time(utcnow()))
-        async with self._write("take a queued run") as db, db.execute(sql, params) as cursor:
-            row = await cursor.fetchone()
-        return codec.run_from_row(row) if row is not None else None
+        expires = now + timedelta(seconds=ttl_s)
+        rows = await self._write_rows("take a queued run", sql, [owner, expires, utcnow()])
+        return codec.run_from_row(rows[0]) if rows else None
 
     async def unclaim_run(self, run_id: str, owner: str) -> bool:
         sql = (
             "UPDATE runs SET state = 'queued', owner = NULL, lease_expires_at = NULL, "
             "updated_at = ? WHERE id = ? AND owner = ? AND state = 'running'"
         )
-        params = [codec.sqlite_time(utcnow()), run_id, owner]
+        params = [utcnow(), run_id, owner]
         return await self._change("put a run back in the queue", sql, params) == 1
 
     async def queued_runs(self, *, limit: int = 1000) -> list[RunRecord]:
