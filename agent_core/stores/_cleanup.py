@@ -2,8 +2,9 @@
 
 A caller cancelled in the middle of a store call must get its cancellation at once
 ("requested" is not "took effect", and a click has an ack budget), yet the
-connection it was using still needs tidying: SQLite's ROLLBACK and the per-store lock,
-or handing an asyncpg connection back to its pool. That work runs in tasks the store
+connection it was using still needs tidying: handing an asyncpg connection back to its
+pool. (The SQLite store needs none: a cancelled call's work finishes in the connection's
+own thread, :mod:`agent_core.stores._sqlite_thread`.) That work runs in tasks the store
 holds here and awaits in ``close()``, never in the cancelled caller and never fire-and-
 forget.
 """

@@ -45,6 +45,7 @@ class SqliteThread:
         """Use :meth:`open`."""
         self._executor = executor
         self._conn = conn
+        self._closed = False
 
     @classmethod
     async def open(cls, path: str, *, name: str, timeout_s: float) -> SqliteThread:
@@ -69,7 +70,10 @@ class SqliteThread:
         return cls(executor, conn)
 
     async def run(self, work: Callable[[Work], T]) -> T:
-        """Run ``work`` in the thread, after whatever was handed over before it."""
+        """Run ``work`` in the thread, after whatever was handed over before it; once
+        closed, raises :class:`sqlite3.ProgrammingError` as a closed connection does."""
+        if self._closed:
+            raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
         job = Work(self._conn)
         future = asyncio.get_running_loop().run_in_executor(self._executor, work, job)
         try:
@@ -79,7 +83,11 @@ class SqliteThread:
             raise
 
     async def close(self) -> None:
-        """Close the connection once the work handed over before has finished."""
+        """Close the connection once the work handed over before has finished; again,
+        nothing."""
+        if self._closed:
+            return
+        self._closed = True
         try:
             await asyncio.get_running_loop().run_in_executor(self._executor, self._conn.close)
         finally:
