@@ -33,6 +33,16 @@ from typing import TYPE_CHECKING, Any
 
 from agent_core import Outcome, RunResult, RunState, StopReason
 from bot import messages as m
+from bot.views.blocks import (
+    Block,
+    abort_button,
+    confirm,
+    context,
+    plain,
+    section,
+    stop_button,
+    text_units,
+)
 from bot.views.status import BLOCKS_TEXT_BUDGET, RenderedMessage
 
 if TYPE_CHECKING:
@@ -119,7 +129,7 @@ def render_home(listing: Listing) -> dict[str, Any]:
 def render_list_message(listing: Listing) -> RenderedMessage:
     """The ``/threadpilot list`` answer (an ephemeral message): the same blocks, within a
     message's 50 blocks and text budget."""
-    blocks = _blocks(listing, _MESSAGE_BLOCK_BUDGET, BLOCKS_TEXT_BUDGET, _text_units)
+    blocks = _blocks(listing, _MESSAGE_BLOCK_BUDGET, BLOCKS_TEXT_BUDGET, text_units)
     live = len(listing.live) + listing.live_not_listed
     text = f"{m.HEADING_LIVE_RUNS}: {live:,}"
     if listing.notice:
@@ -129,20 +139,18 @@ def render_list_message(listing: Listing) -> RenderedMessage:
 
 # -- layout ----------------------------------------------------------------------------
 
-Block = dict[str, Any]
-
 
 def _blocks(
     listing: Listing, max_blocks: int, budget: int, size: Callable[[Block], int]
 ) -> list[Block]:
     head = _head(listing)
-    tail = [{"type": "divider"}, _section(m.heading(m.HEADING_ENDED_RUNS))]
-    tail += [_ended_block(listing, run) for run in listing.ended] or [_context(m.NO_ENDED_RUNS)]
-    blocks = [*head, _section(m.heading(m.HEADING_LIVE_RUNS))]
+    tail = [{"type": "divider"}, section(m.heading(m.HEADING_ENDED_RUNS))]
+    tail += [_ended_block(listing, run) for run in listing.ended] or [context(m.NO_ENDED_RUNS)]
+    blocks = [*head, section(m.heading(m.HEADING_LIVE_RUNS))]
     if not listing.live:
-        return [*blocks, _context(m.NO_LIVE_RUNS), *tail]
+        return [*blocks, context(m.NO_LIVE_RUNS), *tail]
     # The ended runs and the "more" line are reserved first; live runs take the rest.
-    reserve = _context(m.more_live_runs(len(listing.live) + listing.live_not_listed))
+    reserve = context(m.more_live_runs(len(listing.live) + listing.live_not_listed))
     room_blocks = max_blocks - len(blocks) - len(tail) - 1
     room = budget - sum(size(b) for b in (*blocks, *tail, reserve))
     shown = 0
@@ -157,7 +165,7 @@ def _blocks(
         shown += 1
     hidden = len(listing.live) - shown + listing.live_not_listed
     if hidden:
-        blocks.append(_context(m.more_live_runs(hidden)))
+        blocks.append(context(m.more_live_runs(hidden)))
     return blocks + tail
 
 
@@ -165,11 +173,11 @@ def _head(listing: Listing) -> list[Block]:
     now = listing.now
     intro = m.home_intro(admin=listing.admin, at_epoch=int(now.timestamp()), at_text=_utc_text(now))
     blocks: list[Block] = [
-        {"type": "header", "text": _plain(m.HOME_TITLE)},
-        _context(intro),
+        {"type": "header", "text": plain(m.HOME_TITLE)},
+        context(intro),
     ]
     if listing.notice:
-        blocks.append(_section(listing.notice))
+        blocks.append(section(listing.notice))
     if listing.admin and listing.live:
         count = len(listing.live) + listing.live_not_listed
         blocks.append(
@@ -183,7 +191,7 @@ def _live_blocks(listing: Listing, run: ListedRun) -> list[Block]:
     status, buttons = _live_state(run)
     elapsed = (listing.now - record.created_at).total_seconds()
     details = m.home_live_details(status, elapsed, record.requester, show_requester=listing.admin)
-    blocks: list[Block] = [_section(f"{_title(listing, record)}\n{details}")]
+    blocks: list[Block] = [section(f"{_title(listing, record)}\n{details}")]
     if buttons:
         block_id = f"threadpilot_home_run:{record.id}"
         blocks.append({"type": "actions", "block_id": block_id, "elements": buttons})
@@ -202,12 +210,12 @@ def _live_state(run: ListedRun) -> tuple[str, list[Block]]:
         who = pending.requested_by if pending is not None else record.stopped_by
         note = m.stop_requested_note(who)
         status = f"{m.HOME_STOPPING} · {note}" if note else m.HOME_STOPPING
-        return status, [_abort_button(run_id)]
+        return status, [abort_button(ACTION_HOME_ABORT, run_id)]
     if record.state is RunState.QUEUED:
         status = m.HOME_QUEUED
     else:
         status = m.status_turn((run.turns_done or 0) + 1)
-    return status, [_stop_button(run_id), _abort_button(run_id)]
+    return status, [stop_button(ACTION_HOME_STOP, run_id), abort_button(ACTION_HOME_ABORT, run_id)]
 
 
 def _ended_block(listing: Listing, run: ListedRun) -> Block:
@@ -230,7 +238,7 @@ def _ended_block(listing: Listing, run: ListedRun) -> Block:
     ]
     if votes:
         text += "\n" + m.feedback_line(votes)
-    return _section(text)
+    return section(text)
 
 
 def _ending(record: RunRecord) -> tuple[str, str]:
@@ -293,36 +301,14 @@ def _utc_text(when: datetime) -> str:
 # -- controls --------------------------------------------------------------------------
 
 
-def _stop_button(run_id: str) -> Block:
-    return {
-        "type": "button",
-        "action_id": ACTION_HOME_STOP,
-        "text": _plain(m.STOP_LABEL),
-        "value": run_id,
-    }
-
-
-def _abort_button(run_id: str) -> Block:
-    return {
-        "type": "button",
-        "action_id": ACTION_HOME_ABORT,
-        "text": _plain(m.ABORT_LABEL),
-        "value": run_id,
-        "style": "danger",
-        "confirm": _confirm(
-            m.ABORT_CONFIRM_TITLE, m.ABORT_CONFIRM_TEXT, m.ABORT_CONFIRM_YES, m.ABORT_CONFIRM_NO
-        ),
-    }
-
-
 def _stop_all(count: int) -> Block:
     return {
         "type": "button",
         "action_id": ACTION_STOP_ALL,
-        "text": _plain(m.STOP_ALL_LABEL),
+        "text": plain(m.STOP_ALL_LABEL),
         "value": "all",
         "style": "danger",
-        "confirm": _confirm(
+        "confirm": confirm(
             m.STOP_ALL_CONFIRM_TITLE,
             m.stop_all_confirm_text(count),
             m.STOP_ALL_CONFIRM_YES,
@@ -331,40 +317,4 @@ def _stop_all(count: int) -> Block:
     }
 
 
-def _confirm(title: str, text: str, yes: str, no: str) -> Block:
-    return {
-        "title": _plain(title),
-        "text": _plain(text),
-        "confirm": _plain(yes),
-        "deny": _plain(no),
-        "style": "danger",
-    }
-
-
 # -- blocks ----------------------------------------------------------------------------
-
-
-def _section(mrkdwn: str) -> Block:
-    return {"type": "section", "text": {"type": "mrkdwn", "text": mrkdwn}}
-
-
-def _context(mrkdwn: str) -> Block:
-    return {"type": "context", "elements": [{"type": "mrkdwn", "text": mrkdwn}]}
-
-
-def _plain(text: str) -> dict[str, Any]:
-    return {"type": "plain_text", "text": text}
-
-
-def _text_units(block: Block) -> int:
-    """The text a block carries, in UTF-16 units (what a message's budget counts)."""
-    return sum(len(t.encode("utf-16-le", "surrogatepass")) // 2 for t in _texts(block))
-
-
-def _texts(value: Any) -> list[str]:
-    if isinstance(value, list):
-        return [t for item in value for t in _texts(item)]
-    if isinstance(value, dict):
-        found = [value["text"]] if isinstance(value.get("text"), str) else []
-        return found + [t for v in value.values() if not isinstance(v, str) for t in _texts(v)]
-    return []

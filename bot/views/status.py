@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from agent_core import StopReason, strip_softeners
 from agent_core.ports import ResumeState
 from bot import messages as m
+from bot.views.blocks import Block, abort_button, context, plain, section, stop_button, texts, units
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -128,7 +129,6 @@ _CLOSE_FENCE = "\n```"
 _REOPEN_FENCE = "```\n"
 
 Phase = Literal["queued", "starting", "running", "stopping", "done"]
-Block = dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,9 +231,9 @@ def _render_live(snapshot: StatusSnapshot) -> RenderedMessage:
         note = ""
     lines = m.heading(status) + (f"\n{note}" if note else "")
     blocks = [
-        _section(_clip(lines, _STATUS_BUDGET)),
+        section(_clip(lines, _STATUS_BUDGET)),
         *_children_blocks(snapshot.children),
-        _context(m.live_details(snapshot.elapsed_s, snapshot.tokens, snapshot.requester)),
+        context(m.live_details(snapshot.elapsed_s, snapshot.tokens, snapshot.requester)),
     ]
     if buttons:
         blocks.append({"type": "actions", "block_id": CONTROLS_BLOCK_ID, "elements": buttons})
@@ -259,39 +259,20 @@ def _live_state(snapshot: StatusSnapshot) -> tuple[str, str, list[Block]]:
         # Level 1 can still be escalated, so Abort stays. Stop goes (a stopping run shows
         # only Abort): a second Stop comes from Slack's own stop button or a stop word.
         note = m.stop_requested_note(snapshot.stop_requested_by, snapshot.activity)
-        return m.STATUS_STOPPING, note, [_abort_button(run_id)]
+        return m.STATUS_STOPPING, note, [abort_button(ACTION_ABORT, run_id)]
     if snapshot.phase == "queued":
         status = m.status_queued(snapshot.queued_ahead)
-        return status, m.QUEUED_NOTE, [_stop_button(run_id), _abort_button(run_id)]
+        return (
+            status,
+            m.QUEUED_NOTE,
+            [stop_button(ACTION_STOP, run_id), abort_button(ACTION_ABORT, run_id)],
+        )
     status = m.STATUS_STARTING if snapshot.phase == "starting" else m.status_turn(snapshot.turn)
-    return status, snapshot.activity, [_stop_button(run_id), _abort_button(run_id)]
-
-
-def _stop_button(run_id: str) -> Block:
-    # Default style on purpose: Stop is the safe choice, it should not shout.
-    return {
-        "type": "button",
-        "action_id": ACTION_STOP,
-        "text": _plain(m.STOP_LABEL),
-        "value": run_id,
-    }
-
-
-def _abort_button(run_id: str) -> Block:
-    return {
-        "type": "button",
-        "action_id": ACTION_ABORT,
-        "text": _plain(m.ABORT_LABEL),
-        "value": run_id,
-        "style": "danger",
-        "confirm": {
-            "title": _plain(m.ABORT_CONFIRM_TITLE),
-            "text": _plain(m.ABORT_CONFIRM_TEXT),
-            "confirm": _plain(m.ABORT_CONFIRM_YES),
-            "deny": _plain(m.ABORT_CONFIRM_NO),
-            "style": "danger",
-        },
-    }
+    return (
+        status,
+        snapshot.activity,
+        [stop_button(ACTION_STOP, run_id), abort_button(ACTION_ABORT, run_id)],
+    )
 
 
 # -- the terminal report ---------------------------------------------------------------
@@ -316,8 +297,8 @@ def _render_done(snapshot: StatusSnapshot, result: RunResult) -> RenderedMessage
         ladder = m.cut_off_after_stop(snapshot.escalated_from, snapshot.final_turn_timeout_s)
         outcome = f"{label}\n{ladder}"
     blocks = [
-        _section(_part(m.HEADING_OUTCOME, outcome)),
-        _context(
+        section(_part(m.HEADING_OUTCOME, outcome)),
+        context(
             m.result_details(
                 result.exit_code,
                 result.turns,
@@ -325,9 +306,9 @@ def _render_done(snapshot: StatusSnapshot, result: RunResult) -> RenderedMessage
                 result.usage.total_tokens,
             )
         ),
-        _section(_part(m.HEADING_EVIDENCE, evidence or m.NO_EVIDENCE)),
-        _section(_part(m.HEADING_ARTIFACTS, _artifacts_text(handoff.artifacts))),
-        _section(_part(m.HEADING_HANDOFF, next_step + _undelivered_text(result))),
+        section(_part(m.HEADING_EVIDENCE, evidence or m.NO_EVIDENCE)),
+        section(_part(m.HEADING_ARTIFACTS, _artifacts_text(handoff.artifacts))),
+        section(_part(m.HEADING_HANDOFF, next_step + _undelivered_text(result))),
         *_children_blocks(snapshot.children),
     ]
     blocks += _ending_blocks(snapshot.run_id, snapshot.ending)
@@ -348,12 +329,12 @@ def _feedback_block(run_id: str) -> Block:
                 "type": "feedback_buttons",
                 "action_id": ACTION_FEEDBACK,
                 "positive_button": {
-                    "text": _plain(m.FEEDBACK_POSITIVE_LABEL),
+                    "text": plain(m.FEEDBACK_POSITIVE_LABEL),
                     "accessibility_label": m.FEEDBACK_POSITIVE_HINT,
                     "value": f"positive:{run_id}",
                 },
                 "negative_button": {
-                    "text": _plain(m.FEEDBACK_NEGATIVE_LABEL),
+                    "text": plain(m.FEEDBACK_NEGATIVE_LABEL),
                     "accessibility_label": m.FEEDBACK_NEGATIVE_HINT,
                     "value": f"negative:{run_id}",
                 },
@@ -373,7 +354,7 @@ def _handoff_text(result: RunResult) -> str:
     raw_next = handoff.next_step.strip()
     question = fit(raw_question, _QUESTION_BUDGET) if raw_question else ""
     if raw_next and raw_next != raw_question:
-        next_step = fit(raw_next, _HANDOFF_BUDGET - _units(question) - 1)
+        next_step = fit(raw_next, _HANDOFF_BUDGET - units(question) - 1)
     else:
         next_step = m.default_next_step(result.outcome)
     return "\n".join(part for part in (question, next_step) if part)
@@ -386,17 +367,17 @@ def _undelivered_text(result: RunResult) -> str:
     if not replies:
         return ""
     lines = [m.UNDELIVERED_GUIDANCE]
-    used = _units(lines[0])
+    used = units(lines[0])
     for index, reply in enumerate(replies):
         text = fit(" ".join(reply.text.split()), _UNDELIVERED_ITEM_BUDGET, sep=" ")
         line = m.undelivered_reply(reply.author, text)
         last = index == len(replies) - 1
-        reserve = 0 if last else _units(m.more_artifacts(len(replies))) + 1
-        if used + _units(line) + 1 > _UNDELIVERED_BUDGET - reserve:
+        reserve = 0 if last else units(m.more_artifacts(len(replies))) + 1
+        if used + units(line) + 1 > _UNDELIVERED_BUDGET - reserve:
             lines.append(m.more_artifacts(len(replies) - index))
             break
         lines.append(line)
-        used += _units(line) + 1
+        used += units(line) + 1
     return "\n\n" + "\n".join(lines)
 
 
@@ -405,17 +386,17 @@ def _artifacts_text(artifacts: tuple[str, ...]) -> str:
     items = [a for a in (" ".join(a.split()) for a in artifacts) if a]
     if not items:
         return m.NO_ARTIFACTS
-    reserve = _units(m.more_artifacts(len(items))) + 1
+    reserve = units(m.more_artifacts(len(items))) + 1
     lines: list[str] = []
     used = 0
     for index, item in enumerate(items):
         line = m.bullet(fit(item, _ARTIFACT_ITEM_BUDGET, sep=" "))
         last = index == len(items) - 1
-        if used + _units(line) + 1 > _ARTIFACTS_BUDGET - (0 if last else reserve):
+        if used + units(line) + 1 > _ARTIFACTS_BUDGET - (0 if last else reserve):
             lines.append(m.more_artifacts(len(items) - index))
             break
         lines.append(line)
-        used += _units(line) + 1
+        used += units(line) + 1
     return "\n".join(lines)
 
 
@@ -428,19 +409,19 @@ def _children_blocks(children: tuple[ChildTask, ...]) -> list[Block]:
     if not children:
         return []
     title = m.heading(m.HEADING_SUB_AGENTS)
-    reserve = _units(m.earlier_sub_agents(len(children))) + 1
-    used = _units(title)
+    reserve = units(m.earlier_sub_agents(len(children))) + 1
+    used = units(title)
     kept: list[str] = []
     for index, child in enumerate(reversed(children)):
         line = _clip(_child_line(child), _CHILD_LINE_BUDGET)
         room = _CHILDREN_BUDGET - (0 if index == len(children) - 1 else reserve)
-        if used + _units(line) + 1 > room:
+        if used + units(line) + 1 > room:
             break
         kept.append(line)
-        used += _units(line) + 1
+        used += units(line) + 1
     left = len(children) - len(kept)
     lines = [title, *([m.earlier_sub_agents(left)] if left else []), *reversed(kept)]
-    return [_section("\n".join(lines))]
+    return [section("\n".join(lines))]
 
 
 def _child_line(child: ChildTask) -> str:
@@ -479,7 +460,7 @@ def _ending_blocks(run_id: str, ending: EndingView | None) -> list[Block]:
             lines.append(m.not_resuming(ending.reason))
         case _:
             pass
-    blocks = [_context(_clip("\n".join(lines), _STATUS_BUDGET))]
+    blocks = [context(_clip("\n".join(lines), _STATUS_BUDGET))]
     if buttons:
         blocks.append({"type": "actions", "block_id": RESUME_BLOCK_ID, "elements": buttons})
     return blocks
@@ -489,7 +470,7 @@ def _resume_now_button(run_id: str) -> Block:
     return {
         "type": "button",
         "action_id": ACTION_RESUME_NOW,
-        "text": _plain(m.RESUME_NOW_LABEL),
+        "text": plain(m.RESUME_NOW_LABEL),
         "value": run_id,
         "style": "primary",
     }
@@ -499,7 +480,7 @@ def _dont_resume_button(run_id: str) -> Block:
     return {
         "type": "button",
         "action_id": ACTION_DONT_RESUME,
-        "text": _plain(m.DONT_RESUME_LABEL),
+        "text": plain(m.DONT_RESUME_LABEL),
         "value": run_id,
     }
 
@@ -515,12 +496,12 @@ def _answer_blocks(answer: str, budget: int, *, heading: str | None) -> list[Blo
     # Each section may need a fence closed and reopened (8 units): reserve for as many
     # sections as soft cuts (at worst three quarters full) can produce.
     sections = budget // (SECTION_TEXT_LIMIT * 3 // 4) + 1
-    room = budget - _units(prefix) - sections * (len(_CLOSE_FENCE) + len(_REOPEN_FENCE))
+    room = budget - units(prefix) - sections * (len(_CLOSE_FENCE) + len(_REOPEN_FENCE))
     if room < _MIN_ANSWER_BUDGET:
         return []
     pieces = _split(fit(answer.strip(), room), SECTION_TEXT_LIMIT - len(prefix))
     return [{"type": "divider"}] + [
-        _section(prefix + piece if i == 0 else piece) for i, piece in enumerate(pieces)
+        section(prefix + piece if i == 0 else piece) for i, piece in enumerate(pieces)
     ]
 
 
@@ -532,7 +513,7 @@ def _split(text: str, size: int) -> list[str]:
     while text:
         head = _REOPEN_FENCE if reopen else ""
         room = size - len(head) - len(_CLOSE_FENCE)
-        if _units(text) <= room:
+        if units(text) <= room:
             piece, text = text, ""
         else:
             cut = _soft_cut(text, _prefix_chars(text, room, escaped=True))
@@ -556,9 +537,9 @@ def fit(raw: str, budget: int, *, sep: str = "\n") -> str:
     by the cut is closed, so the marker is not swallowed into the code block.
     """
     escaped = m.escape(raw)
-    if _units(escaped) <= budget:
+    if units(escaped) <= budget:
         return escaped
-    marker_room = _units(sep + m.truncated(len(raw)))  # the longest the marker can be
+    marker_room = units(sep + m.truncated(len(raw)))  # the longest the marker can be
     room = max(0, budget - marker_room - len(_CLOSE_FENCE))
     cut = _soft_cut(raw, _prefix_chars(raw, room, escaped=False))
     head = raw[:cut].rstrip()
@@ -570,7 +551,7 @@ def fit(raw: str, budget: int, *, sep: str = "\n") -> str:
 
 def _clip(mrkdwn: str, budget: int) -> str:
     """Cut text that is already mrkdwn (ours, escaped where needed) without escaping."""
-    if _units(mrkdwn) <= budget:
+    if units(mrkdwn) <= budget:
         return mrkdwn
     cut = _prefix_chars(mrkdwn, budget - 1, escaped=True)
     # Never end inside an entity such as "&amp;": that would show a stray "&am".
@@ -617,36 +598,8 @@ def _char_units(char: str, *, escaped: bool) -> int:
     return units
 
 
-def _units(text: str) -> int:
-    """Length in UTF-16 code units."""
-    # surrogatepass: a lone surrogate (possible in decoded JSON) must not crash a render.
-    return len(text.encode("utf-16-le", "surrogatepass")) // 2
-
-
 # -- blocks ----------------------------------------------------------------------------
 
 
 def _remaining(blocks: list[Block]) -> int:
-    return BLOCKS_TEXT_BUDGET - sum(_units(t) for t in _texts(blocks))
-
-
-def _texts(value: Any) -> list[str]:
-    """Every ``text`` string inside ``value`` (blocks, elements, text objects)."""
-    if isinstance(value, list):
-        return [t for item in value for t in _texts(item)]
-    if isinstance(value, dict):
-        found = [value["text"]] if isinstance(value.get("text"), str) else []
-        return found + [t for v in value.values() if not isinstance(v, str) for t in _texts(v)]
-    return []
-
-
-def _section(mrkdwn: str) -> Block:
-    return {"type": "section", "text": {"type": "mrkdwn", "text": mrkdwn}}
-
-
-def _context(mrkdwn: str) -> Block:
-    return {"type": "context", "elements": [{"type": "mrkdwn", "text": mrkdwn}]}
-
-
-def _plain(text: str) -> dict[str, Any]:
-    return {"type": "plain_text", "text": text}
+    return BLOCKS_TEXT_BUDGET - sum(units(t) for t in texts(blocks))
