@@ -189,11 +189,25 @@ class ThreadpilotApp:
         )
         supervisor.stop_scan = self._worker.watcher.scan
         supervisor.run_ended = self._worker.watcher.run_ended
+        deliveries = Deliveries(self._store)
         stops = StopService(
-            self._store, supervisor, self._worker, workspaces, settings, metrics=self.metrics
+            self._store,
+            supervisor,
+            self._worker,
+            workspaces,
+            settings,
+            deliveries,
+            metrics=self.metrics,
         )
         self.ctx = BotContext(
-            settings, supervisor, workspaces, bot_user_id, self._store, self._worker, stops
+            settings,
+            supervisor,
+            workspaces,
+            bot_user_id,
+            self._store,
+            self._worker,
+            stops,
+            deliveries,
         )
         self._dashboard = Dashboard(self._store, settings, workspaces, stops)
         self._home = HomeRefresher(self._dashboard, self._store, workspaces)
@@ -264,7 +278,7 @@ class ThreadpilotApp:
         )
         bolt.error(on_bolt_error)
         # Durable and shared by every worker: a retry delivered elsewhere is dropped too.
-        deduper = EventDeduper(Deliveries(ctx.store), ctx.store, budget_s=ACK_BUDGET_S)
+        deduper = EventDeduper(ctx.deliveries, ctx.store, budget_s=ACK_BUDGET_S)
         bolt.middleware(deduper.middleware)
         mentions.register(bolt, ctx)
         # Before actions.register, whose last listener takes every button nobody took.

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from agent_core.ports import Store
+    from bot.dedupe import Deliveries
     from bot.settings import Settings
     from bot.stops import StopService
     from bot.supervisor import Supervisor
@@ -27,3 +28,6 @@ class BotContext:
     worker: Worker
     stops: StopService
     """The one way to ask a run to end (buttons, native stop, stop words, ...)."""
+    deliveries: Deliveries
+    """Which Slack deliveries were taken: events, clicks, feedback. One per process, so
+    what one handler took, another knows without asking the database."""

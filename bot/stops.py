@@ -54,7 +54,6 @@ from agent_core import LIVE_STATES, AuditEvent, RunResult, RunState, StopReason,
 from agent_core.ports import is_waiting
 from agent_core.stop import utcnow
 from bot import messages
-from bot.dedupe import Deliveries
 from bot.errors import BudgetNotRunning, SlackError
 from bot.policy import (
     DOUBLE_PRESS_S,
@@ -72,6 +71,7 @@ if TYPE_CHECKING:
 
     from agent_core import RunRecord, StopRequestRecord, ThreadKey
     from agent_core.ports import Store
+    from bot.dedupe import Deliveries
     from bot.metrics import Metrics
     from bot.policy import Origin
     from bot.resume_controls import ResumeAsk
@@ -181,6 +181,7 @@ class StopService:
         worker: Worker,
         workspaces: Workspaces,
         settings: Settings,
+        deliveries: Deliveries,
         *,
         budget_s: float = ACK_BUDGET_S,
         metrics: Metrics | None = None,
@@ -191,7 +192,7 @@ class StopService:
         self._worker = worker
         self._workspaces = workspaces
         self._settings = settings
-        self._deliveries = Deliveries(store)
+        self._deliveries = deliveries
         self._budget_s = budget_s
         self.double_press_s = DOUBLE_PRESS_S
         """The double-press window (:data:`bot.policy.DOUBLE_PRESS_S`)."""

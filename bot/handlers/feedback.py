@@ -17,7 +17,6 @@ import structlog
 
 from agent_core import AuditEvent, StorageError
 from bot import messages
-from bot.dedupe import Deliveries
 from bot.errors import BudgetNotRunning, SlackError
 from bot.policy import Origin, RunHome, comes_from
 from bot.stops import ACK_BUDGET_S
@@ -29,6 +28,7 @@ if TYPE_CHECKING:
 
     from agent_core import RunRecord
     from bot.context import BotContext
+    from bot.dedupe import Deliveries
 
 __all__ = ["register"]
 
@@ -38,7 +38,7 @@ _VALUES = frozenset({"positive", "negative"})
 
 
 def register(app: AsyncApp, ctx: BotContext) -> None:
-    deliveries = Deliveries(ctx.store)
+    deliveries = ctx.deliveries
 
     async def on_feedback(ack: AsyncAck, body: dict[str, Any]) -> None:
         await ack()
