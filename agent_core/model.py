@@ -7,7 +7,9 @@ and usage is read from the final chunk.
 The SDK makes the request (and maps a refused one to its errors), but the streamed body
 is read here: its server-sent events are decoded by :mod:`agent_core.sse` and each chunk
 is parsed with ``json.loads`` into plain dicts. Building the SDK's typed chunk objects
-cost several times more CPU than everything else a streamed chunk does.
+cost several times more CPU than everything else a streamed chunk does. The SDK's HTTP
+client is its aiohttp one: per read, httpcore and anyio cost about as much again
+(a cancel scope and an epoll registration each time).
 
 The SDK's own retries are off (``max_retries=0``): the loop retries, because only the loop
 can make a retry wait interruptible by Stop. Every failure leaves here as a
@@ -71,12 +73,16 @@ class OpenAIChatModel:
     ) -> None:
         self.model = model
         self.idle_timeout_s = idle_timeout_s
+        # The read timeout is a backstop; the idle timeout below is the real limit.
+        timeout = openai.Timeout(idle_timeout_s * 2, connect=connect_timeout_s)
         self._client = openai.AsyncOpenAI(
             api_key=api_key,
             base_url=base_url,
             max_retries=0,
-            # The read timeout is a backstop; the idle timeout below is the real limit.
-            timeout=openai.Timeout(idle_timeout_s * 2, connect=connect_timeout_s),
+            timeout=timeout,
+            # aiohttp under the SDK's httpx interface: its C parser and asyncio protocol
+            # read a streamed chunk for a fraction of httpcore/anyio's CPU per read.
+            http_client=openai.DefaultAioHttpClient(timeout=timeout),
         )
 
     async def aclose(self) -> None:
