@@ -63,12 +63,14 @@ DATABASE_FILE = "threadpilot.db"
 
 class StreamWatch:
     """A pass-through ChatModel that records which runs are mid-stream (first text seen,
-    turn not yet over). ``changes`` wakes waiters whenever that set changes."""
+    turn not yet over). ``changes`` wakes waiters whenever that set changes; ``chunks``
+    counts the text chunks the model delivered, all runs together."""
 
     def __init__(self, inner: OpenAIChatModel) -> None:
         self.inner = inner
         self.streaming: set[str] = set()
         self.changes = Changes()
+        self.chunks = 0
 
     async def complete(self, request: ModelRequest, on_text: TextSink) -> ModelResponse:
         run_id = current_run().id
@@ -76,6 +78,7 @@ class StreamWatch:
 
         def text(chunk: str) -> None:
             nonlocal seen
+            self.chunks += 1
             if not seen:
                 seen = True
                 self.streaming.add(run_id)

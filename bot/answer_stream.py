@@ -5,7 +5,8 @@ One Slack message per run, written with ``chat.startStream`` / ``chat.appendStre
 answer as ``markdown_text``, each tool call and each sub-agent as a ``task_update``
 (timeline mode: the cards sit among the text where they happened), and the run's task
 as the ``plan_update`` title, sent with the first task. One owned task pumps the queue;
-queued text is merged and a task's queued updates are coalesced (latest wins).
+queued text is merged (its pieces joined only when sent) and a task's queued updates are
+coalesced (latest wins).
 
 Slack ends a stream about five minutes after it starts: later appends (and the stop)
 are refused with ``message_not_in_streaming_state``. The message stays, so the stream
@@ -120,9 +121,10 @@ class AnswerStream:
         self._pushed.append(text)
         last = self._queue[-1] if self._queue else None
         if last is not None and last["type"] == "markdown_text":
-            last["text"] += text
+            # Joined when sent (_take): appending stays O(1) however long the stream waits.
+            last["parts"].append(text)
         else:
-            self._queue.append({"type": "markdown_text", "text": text})
+            self._queue.append({"type": "markdown_text", "parts": [text]})
         self._wake.set()
 
     def void(self, marker: str) -> None:
@@ -284,14 +286,17 @@ class AnswerStream:
         room = _APPEND_CHARS
         while self._queue and room > 0:
             chunk = self._queue[0]
-            if chunk["type"] == "markdown_text":
-                text: str = chunk["text"]
-                if len(text) > room:
-                    taken.append({"type": "markdown_text", "text": text[:room]})
-                    chunk["text"] = text[room:]
-                    break
-                room -= len(text)
-            taken.append(self._queue.popleft())
+            if chunk["type"] != "markdown_text":
+                taken.append(self._queue.popleft())
+                continue
+            text = "".join(chunk["parts"])
+            if len(text) > room:
+                taken.append({"type": "markdown_text", "text": text[:room]})
+                chunk["parts"] = [text[room:]]
+                break
+            room -= len(text)
+            self._queue.popleft()
+            taken.append({"type": "markdown_text", "text": text})
         return taken
 
     async def _send(self, chunks: list[dict[str, Any]]) -> None:

@@ -234,8 +234,13 @@ class RunSession:
             case TextDelta(text=text):
                 self._answer.append(text)
                 self._stream.push(text)
-                if s.activity == messages.ACTIVITY_WRITING_ANSWER and self._stream.ts:
-                    return  # nothing visible changed in the status message
+                if s.activity == messages.ACTIVITY_WRITING_ANSWER:
+                    if self._stream.active:
+                        # The answer goes to its own message (even while chat.startStream
+                        # waits for its budget): nothing visible changed in the status.
+                        return
+                    self._push_progress()  # the status message shows the answer
+                    return
                 s = replace(s, activity=messages.ACTIVITY_WRITING_ANSWER)
             case StepRestarted():
                 if len(self._answer) == self._step_start:
@@ -329,9 +334,9 @@ class RunSession:
         child.events.add_listener(on_child_event)
 
     def _push_progress(self, *, urgent: bool = False) -> None:
-        """Re-render the status message, at most every RENDER_EVERY_S (a trailing render
-        catches the last change). Rendering on every text delta cost more CPU than the
-        rest of a streaming run; ``urgent`` (a stop request) renders at once."""
+        """Queue a re-render of the status message, at most every RENDER_EVERY_S (a
+        trailing one catches the last change); ``urgent`` (a stop request) queues it at
+        once. The render itself happens when the budget sends it (:meth:`_render_now`)."""
         if self.status_ts is None:
             return
         wait = self._last_render + RENDER_EVERY_S - time.monotonic()
@@ -346,10 +351,16 @@ class RunSession:
             self._render_timer = None
 
     def _render_now(self) -> None:
+        """Queue the status message's update. It is rendered only when the workspace
+        budget sends it, from the state at that moment: most runs wait for their turn,
+        and renders made while waiting would be coalesced away unseen."""
         self._cancel_render()
         if self.status_ts is None:
             return
         self._last_render = time.monotonic()
+        self.surface.budget.update_progress_lazily(self.channel, self.status_ts, self._progress)
+
+    def _progress(self) -> tuple[str, list[dict[str, Any]]]:
         snapshot = replace(
             self._snapshot,
             elapsed_s=self._elapsed(),
@@ -357,9 +368,7 @@ class RunSession:
             answer_streamed=self._stream.active,
         )
         rendered = render_status(snapshot)
-        self.surface.budget.update_progress(
-            self.channel, self.status_ts, text=rendered.text, blocks=rendered.blocks
-        )
+        return rendered.text, rendered.blocks
 
     def _elapsed(self) -> float:
         return time.monotonic() - self._started

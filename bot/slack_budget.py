@@ -21,6 +21,7 @@ import asyncio
 import copy
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -45,7 +46,7 @@ from bot.slack_limits import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Mapping
+    from collections.abc import Awaitable, Mapping
 
     from slack_sdk.web.async_client import AsyncWebClient
     from slack_sdk.web.async_slack_response import AsyncSlackResponse
@@ -86,12 +87,18 @@ FINALIZED_MEMORY = 10_000  # messages whose final is known, so late progress is 
 _Key = tuple[str, str]  # (channel, ts) of a message
 
 
+Render = Callable[[], tuple[str, list[dict[str, Any]]]]
+"""Makes a message's ``(text, blocks)`` when its write is sent (a lazy progress update)."""
+
+
 @dataclass(eq=False)
 class _Progress:
     channel: str
     ts: str
     text: str
     blocks: list[dict[str, Any]]
+    render: Render | None = None
+    """Set for a lazy update: the message is made only when its write is sent."""
 
     @property
     def key(self) -> _Key:
@@ -103,6 +110,9 @@ class _Progress:
         return {"channel": self.channel, "ts": self.ts}
 
     def args(self) -> dict[str, Any]:
+        if self.render is not None:
+            self.text, self.blocks = self.render()
+            self.render = None
         return {**self.where, "text": self.text, "blocks": self.blocks}
 
 
@@ -194,6 +204,22 @@ class SlackBudget:
         self, channel: str, ts: str, *, text: str, blocks: list[dict[str, Any]]
     ) -> None:
         """Queue a progress update of a message; only its latest pending one is sent."""
+        self._queue_progress(channel, ts, text, blocks, None)
+
+    def update_progress_lazily(self, channel: str, ts: str, render: Render) -> None:
+        """Like :meth:`update_progress`, but the message is made by ``render`` only when
+        its write is sent: a caller whose state changes often pays for one rendering per
+        write Slack takes, not one per change (most would be coalesced away)."""
+        self._queue_progress(channel, ts, "", [], render)
+
+    def _queue_progress(
+        self,
+        channel: str,
+        ts: str,
+        text: str,
+        blocks: list[dict[str, Any]],
+        render: Render | None,
+    ) -> None:
         key = (channel, ts)
         if self._closing or key in self._finalized:
             reason = "closing" if self._closing else "final written"
@@ -201,10 +227,10 @@ class SlackBudget:
             return
         if (pending := self._progress.get(key)) is not None:
             # Latest wins, and the message keeps its place in line (oldest dirty first).
-            pending.text, pending.blocks = text, blocks
+            pending.text, pending.blocks, pending.render = text, blocks, render
             self._log.debug("slack_budget.progress_coalesced", channel=channel, ts=ts)
             return
-        self._progress[key] = _Progress(channel, ts, text, blocks)
+        self._progress[key] = _Progress(channel, ts, text, blocks, render)
         self._wake.set()
 
     async def update_final(

@@ -163,6 +163,30 @@ async def test_progress_coalesces_while_the_bucket_is_empty(
     assert updates(slack, ts) == ["step 49"]
 
 
+async def test_lazy_progress_is_rendered_once_when_sent_from_the_latest_state(
+    slack: FakeSlack, client: AsyncWebClient
+) -> None:
+    """A run's state changes on every streamed word; only the write Slack takes renders."""
+    async with running(client, {"chat.update": 300.0}) as budget:  # a token every 0.22 s
+        await drain(budget, slack, 300.0)
+        ts = status_message(slack)
+        state = {"step": 0}
+        renders: list[int] = []
+
+        def render() -> tuple[str, list[dict[str, Any]]]:
+            renders.append(state["step"])
+            return f"step {state['step']}", blocks("working")
+
+        for step in range(50):
+            state["step"] = step
+            budget.update_progress_lazily(CHANNEL, ts, render)
+            await asyncio.sleep(0)  # one loop turn: the waiting worker must not send these
+        state["step"] = 50  # changed after the last update was queued: still what is sent
+        await slack.wait_for_call("chat.update", lambda call: call.args["ts"] == ts)
+    assert updates(slack, ts) == ["step 50"]
+    assert renders == [50]
+
+
 async def test_progress_is_served_oldest_dirty_first(
     slack: FakeSlack, client: AsyncWebClient
 ) -> None:
