@@ -31,6 +31,7 @@ import aiohttp
 
 from agent_core import OpenAIChatModel, StopReason, ThreadKey, current_run
 from bot.app import ThreadpilotApp
+from bot.heap import freeze_start_up_heap
 from bot.settings import Settings
 from bot.views.status import ACTION_ABORT, ACTION_STOP
 from tests.fakes import slack_requests
@@ -157,6 +158,7 @@ class LoadedApp:
         )
         self.http = aiohttp.ClientSession()
         await self.app.start()
+        freeze_start_up_heap()  # as python -m bot does once started
         if self.transport == "socket":
             await self.slack.socket.wait_connected()
 

@@ -46,6 +46,7 @@ from bench._setup import bench_main, parser
 from bench._slack_app import SECRET, StreamWatch, app_settings, mention_envelope
 from bench._stats import Figure, machine_line, percentile, print_figures, revision_line
 from bot.app import ThreadpilotApp
+from bot.heap import freeze_start_up_heap
 from tests.fakes import slack_requests
 
 TARGET_US = 40.0
@@ -92,6 +93,7 @@ async def run_phase(
         watch = StreamWatch(model)
         app = ThreadpilotApp(settings, model=watch, listen_port=0, listen_host="127.0.0.1")
         await app.start()
+        freeze_start_up_heap()  # as python -m bot does once started
         try:
             url = f"http://127.0.0.1:{app.port}/slack/events"
             # The first run alone: its refused agents.sessions.setStatus switches it off.

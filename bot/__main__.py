@@ -17,6 +17,7 @@ import structlog
 
 from agent_core import ConfigError, configure_logging
 from bot.app import ThreadpilotApp
+from bot.heap import freeze_start_up_heap
 from bot.http_guard import raised_at
 from bot.settings import Settings, load_settings
 
@@ -78,6 +79,7 @@ async def serve(settings: Settings) -> int:
         await app.shutdown()
         return _failed(f"start-up failed: {type(exc).__name__}: {exc} (at {raised_at(exc)})")
     if started:
+        log.debug("app.heap_frozen", objects=freeze_start_up_heap())
         await stopping.wait()
     else:
         log.info("app.start_interrupted")
