@@ -154,6 +154,8 @@ class Figure:
     limit: float | None = None
     target_id: str | None = None
     """The target this figure judges (a key of ``bench._report.TARGETS``)."""
+    target_text: str | None = None
+    """How to show the target, when ``< limit`` does not say it."""
 
     @property
     def verdict(self) -> str:
@@ -166,7 +168,7 @@ def print_figures(title: str, figures: Sequence[Figure], notes: Sequence[str] = 
     header = ("measure", "runs", "value", "target", "verdict")
     lines: list[tuple[str, ...]] = [header]
     for f in figures:
-        target = "-" if f.limit is None else f"< {f.limit:g} {f.unit}"
+        target = f.target_text or ("-" if f.limit is None else f"< {f.limit:g} {f.unit}")
         if f.target_id is not None and f.verdict != "info":
             value = f"{f.value:.1f} {f.unit} ({f.runs} runs)"
             report(f.target_id, f.what, value, "PASS" if f.verdict == "PASS" else "MISS")
