@@ -96,6 +96,7 @@ async def _wait_until_ended(app: LoadedApp, runs: int, observe_s: float) -> int:
 
     # Every run posts its status message soon after it starts: each call re-checks.
     tasks = await app.slack.wait_until(lambda _: started(), timeout=60.0)
+    assert tasks is not None
     _, pending = await asyncio.wait(tasks, timeout=max(0.0, deadline - time.monotonic()))
     return len(pending)
 
