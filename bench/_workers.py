@@ -21,6 +21,7 @@ import aiohttp
 
 from agent_core.stores.factory import open_store
 from bench._llmock import llmock_server
+from tests.fakes import slack_requests
 from tests.fakes.slack_api import FakeSlack
 from tests.system.workers import LEASE_TTL_S, Cluster, kill_leftovers
 
@@ -29,7 +30,10 @@ if TYPE_CHECKING:
 
     from llmock.testing import LLMockServer
 
-__all__ = ["LEASE_TTL_S", "Workers", "alive", "children", "run_rows", "workers"]
+    from tests.fakes.slack_messages import Message
+    from tests.system.workers import WorkerProcess
+
+__all__ = ["LEASE_TTL_S", "Workers", "alive", "children", "mention", "run_rows", "workers"]
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,22 @@ async def workers() -> AsyncIterator[Workers]:
             finally:
                 await cluster.close()
                 kill_leftovers()
+
+
+async def mention(w: Workers, worker: WorkerProcess, text: str, channel: str) -> Message:
+    """@mention the app through ``worker`` in ``channel``; the run's status message.
+
+    Each run in a channel of its own, as in ``bench/_slack_app.py``: ``chat.postMessage``
+    is budgeted at about one a second per channel."""
+    slack = w.cluster.slack
+    envelope = slack_requests.app_mention(
+        f"<@{slack.workspace.bot_user_id}> {text}", channel=channel
+    )
+    event = envelope["event"]
+    slack.seed_message(channel, event["text"], user=event["user"], ts=event["ts"])
+    if await worker.event(envelope) != 200:
+        raise RuntimeError(f"mention refused by {worker.name}")
+    return await w.cluster.status_message(channel, event["ts"])
 
 
 def run_rows(database: Path) -> dict[str, tuple[str, str | None]]:
