@@ -60,7 +60,8 @@ async def workers() -> AsyncIterator[Workers]:
 
 
 async def mention(w: Workers, worker: WorkerProcess, text: str, channel: str) -> Message:
-    """@mention the app through ``worker`` in ``channel``; the run's status message.
+    """@mention the app through ``worker`` in ``channel``; the run's status message (its
+    ``thread_ts`` is the mention's).
 
     Each run in a channel of its own, as in ``bench/_slack_app.py``: ``chat.postMessage``
     is budgeted at about one a second per channel."""
