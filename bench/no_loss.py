@@ -9,7 +9,9 @@ worker B is started on the same database. Counted as lost:
 - a Stop whose stop request is not in the database (``stop_requests``);
 - a reply that is not in the ``guidance`` table;
 - a mention for which no run exists in its thread once B has been ready for the lease
-  TTL + 10 s (B takes over what A left).
+  TTL + 10 s (B takes over what A left). Such a mention may still be picked up later
+  (by the next worker to start, say), but the person who was told "accepted" has seen
+  nothing happen by then.
 
 The acknowledgement promises the commit, so the kill right after it is the hardest case.
 A database blip is not part of this benchmark: the system tests cover it
@@ -164,6 +166,7 @@ async def measure(trials: int, runs: int) -> bool:
             target_text="0",
         ),
         *(Figure(f"lost: {kind}", float(n), "items", trials) for kind, n in lost.items()),
+        # (mentions: no run in the thread within the lease TTL + 10 s of B being ready)
     ]
     print_figures(
         "no_loss: acknowledged stop requests, guidance and mentions, then kill -9",
