@@ -19,7 +19,10 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine
     from typing import Any
 
-__all__ = ["bench_main", "parser"]
+__all__ = ["NOT_RUN", "bench_main", "parser"]
+
+NOT_RUN = 3
+"""Exit status of a benchmark that could not run here (a missing extra or service)."""
 
 
 def parser(description: str) -> argparse.ArgumentParser:

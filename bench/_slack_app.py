@@ -110,9 +110,10 @@ def app_settings(api_url: str, llm_url: str, files_dir: str, *, socket_mode: boo
     return Settings(_env_file=None, **values)  # type: ignore[call-arg]
 
 
-def mention_envelope(index: int) -> tuple[dict[str, Any], ThreadKey]:
-    """An @mention in a channel of its own (see the module doc), and the run's thread."""
-    channel = f"CBENCH{index:05d}"
+def mention_envelope(index: int, channel: str | None = None) -> tuple[dict[str, Any], ThreadKey]:
+    """An @mention (by default in a channel of its own: see the module doc), and the run's
+    thread."""
+    channel = channel or f"CBENCH{index:05d}"
     envelope = slack_requests.app_mention(f"bench task {index}", channel=channel)
     return envelope, ThreadKey(DEFAULT_WORKSPACE.team_id, channel, envelope["event"]["ts"])
 
@@ -130,10 +131,20 @@ class Target:
 class LoadedApp:
     """One ThreadpilotApp (HTTP or Socket Mode) with runs kept streaming from llmock."""
 
-    def __init__(self, llm_base_url: str, transport: Transport) -> None:
+    def __init__(
+        self,
+        llm_base_url: str,
+        transport: Transport,
+        *,
+        slack: FakeSlack | None = None,
+        agent_sessions: bool = False,
+    ) -> None:
+        """``slack``: a fake of one's own (e.g. with rate limits on); ``agent_sessions``:
+        keep ``agents.sessions.setStatus`` (see the module doc for why it is off)."""
         self.llm_base_url = llm_base_url
         self.transport = transport
-        self.slack = FakeSlack()
+        self.slack = slack or FakeSlack()
+        self.agent_sessions = agent_sessions
         self.watch = StreamWatch(
             OpenAIChatModel(model="bench-model", api_key="bench-key", base_url=llm_base_url)
         )
@@ -146,7 +157,8 @@ class LoadedApp:
 
     async def start(self) -> None:
         await self.slack.start()
-        self.slack.make_unknown("agents.sessions.setStatus")
+        if not self.agent_sessions:
+            self.slack.make_unknown("agents.sessions.setStatus")
         settings = app_settings(
             self.slack.api_url,
             self.llm_base_url,
@@ -186,10 +198,11 @@ class LoadedApp:
             describe=lambda: f"{len(self.watch.streaming)} of {n} runs streaming",
         )
 
-    async def mention(self) -> ThreadKey:
-        """@mention the app in a fresh channel; returns the thread the run will have."""
+    async def mention(self, channel: str | None = None) -> ThreadKey:
+        """@mention the app in ``channel`` (default: a fresh one); returns the thread the
+        run will have."""
         self._mentions += 1
-        envelope, thread = mention_envelope(self._mentions)
+        envelope, thread = mention_envelope(self._mentions, channel)
         event = envelope["event"]
         self.slack.seed_message(thread.channel, event["text"], user=DEFAULT_USER, ts=event["ts"])
         if self.transport == "socket":

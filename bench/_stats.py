@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from bench._report import report
+
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
@@ -49,6 +51,10 @@ class Row:
     """Target for the judged statistic; None prints the row for information only."""
     judged: str = "p99"
     """Which statistic the target applies to: ``p99`` or ``max`` or ``mean``."""
+    target_id: str | None = None
+    """The target this row judges (a key of ``bench._report.TARGETS``): printing reports it."""
+    target_text: str | None = None
+    """How to show the target, when ``judged < limit`` does not say it (e.g. a ratio)."""
 
     def stat(self, name: str) -> float:
         if name == "mean":
@@ -77,6 +83,10 @@ def print_table(title: str, rows: Sequence[Row], notes: Sequence[str] = ()) -> N
     lines: list[tuple[str, ...]] = [header]
     for row in rows:
         target = "-" if row.limit is None else f"{row.judged} < {row.limit:g} {row.unit}"
+        target = row.target_text or target
+        if row.target_id is not None and row.verdict != "info":
+            value = f"{_fmt(row.stat(row.judged))} {row.unit} ({row.judged}, n={len(row.samples)})"
+            report(row.target_id, row.what, value, "PASS" if row.verdict == "PASS" else "MISS")
         lines.append(
             (
                 f"{row.what} [{row.unit}]",
@@ -142,6 +152,10 @@ class Figure:
     unit: str
     runs: int
     limit: float | None = None
+    target_id: str | None = None
+    """The target this figure judges (a key of ``bench._report.TARGETS``)."""
+    target_text: str | None = None
+    """How to show the target, when ``< limit`` does not say it."""
 
     @property
     def verdict(self) -> str:
@@ -154,6 +168,9 @@ def print_figures(title: str, figures: Sequence[Figure], notes: Sequence[str] = 
     header = ("measure", "runs", "value", "target", "verdict")
     lines: list[tuple[str, ...]] = [header]
     for f in figures:
-        target = "-" if f.limit is None else f"< {f.limit:g} {f.unit}"
+        target = f.target_text or ("-" if f.limit is None else f"< {f.limit:g} {f.unit}")
+        if f.target_id is not None and f.verdict != "info":
+            value = f"{f.value:.1f} {f.unit} ({f.runs} runs)"
+            report(f.target_id, f.what, value, "PASS" if f.verdict == "PASS" else "MISS")
         lines.append((f.what, str(f.runs), f"{f.value:.1f} {f.unit}", target, f.verdict))
     _print_lines(title, lines, notes)

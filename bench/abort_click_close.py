@@ -163,7 +163,13 @@ async def measure(trials: int, runs: int, chunk_ms: int, interval_ms: float) -> 
     rows = [
         Row("quiet: click → llmock saw close", calm.close_ms, "ms", TARGET_MS),
         Row("quiet: click → HTTP ack", calm.ack_ms, "ms"),
-        Row(f"{runs} streaming: click → llmock saw close", busy.close_ms, "ms", TARGET_MS),
+        Row(
+            f"{runs} streaming: click → llmock saw close",
+            busy.close_ms,
+            "ms",
+            TARGET_MS,
+            target_id="abort_click_close" if runs >= 200 else None,
+        ),
         Row(f"{runs} streaming: click → HTTP ack", busy.ack_ms, "ms"),
     ]
     print_table(

@@ -109,7 +109,13 @@ async def measure(trials: int) -> bool:
     server_order = sum(not t.server_saw_close_before_return for t in results)
     wrong = sum(not (t.aborted and t.stream_cut) for t in results)
     rows = [
-        Row("abort → llmock saw close (ended_at)", [t.server_close_ms for t in results], "ms", 5.0),
+        Row(
+            "abort → llmock saw close (ended_at)",
+            [t.server_close_ms for t in results],
+            "ms",
+            5.0,
+            target_id="abort_close",
+        ),
         Row("abort → client socket closed", [t.client_close_ms for t in results], "ms"),
         Row("abort → RunFinished emitted", [t.finished_ms for t in results], "ms"),
         Row("abort → run.run() returned", [t.returned_ms for t in results], "ms"),

@@ -232,11 +232,14 @@ async def measure(trials: int) -> bool:
         probed = all(t.sent_ms is not None for t in results)
         if probed:
             sent = [t.sent_ms or 0.0 for t in results]
-            rows.append(Row(f"{way}: abort → all {CALLS} cancellations sent", sent, "ms", 20.0))
+            what = f"{way}: abort → all {CALLS} cancellations sent"
+            rows.append(Row(what, sent, "ms", 20.0, target_id="mcp_abort_cancel"))
         server = [t.server_ms for t in results]
-        rows.append(
-            Row(f"{way}: abort → server saw all {CALLS}", server, "ms", None if probed else 20.0)
-        )
+        what = f"{way}: abort → server saw all {CALLS}"
+        if probed:
+            rows.append(Row(what, server, "ms"))
+        else:
+            rows.append(Row(what, server, "ms", 20.0, target_id="mcp_abort_cancel"))
         returned = [t.returned_ms for t in results]
         rows.append(Row(f"{way}: abort → run.run() returned", returned, "ms"))
     wrong = sum(not t.aborted for results in ways.values() for t in results)

@@ -230,9 +230,12 @@ async def parent(runs: int, http_runs: int, app_runs: int, log_level: str) -> bo
     figures: list[Figure] = []
     notes: list[str] = []
     for m, label in kinds:
+        target_id = "memory" if m.runs >= 1000 else None  # the target is for 1,000 runs
         figures += [
-            Figure(f"{label}: RSS per live run", m.rss_kb, "KB", m.runs, LIMIT_KB),
-            Figure(f"{label}: Python heap per live run", m.heap_kb, "KB", m.runs, LIMIT_KB),
+            Figure(f"{label}: RSS per live run", m.rss_kb, "KB", m.runs, LIMIT_KB, target_id),
+            Figure(
+                f"{label}: Python heap per live run", m.heap_kb, "KB", m.runs, LIMIT_KB, target_id
+            ),
         ]
         if m.leftover_kb is not None:
             figures.append(

@@ -162,7 +162,13 @@ async def measure(trials: int) -> bool:
     for kind, ended_by, turn in ends:
         done = results[kind]
         rows += [
-            Row(f"{ended_by} → {turn} request at llmock", [t.sent_ms for t in done], "ms", 10.0),
+            Row(
+                f"{ended_by} → {turn} request at llmock",
+                [t.sent_ms for t in done],
+                "ms",
+                10.0,
+                target_id="stop_final_turn",
+            ),
             Row(f"{ended_by} → {turn} TurnStarted", [t.in_process_ms for t in done], "ms"),
         ]
     wrong = sum(not t.as_specified for trial_list in results.values() for t in trial_list)

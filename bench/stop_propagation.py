@@ -84,7 +84,7 @@ async def drop(name: str) -> None:
     await admin.close()
 
 
-async def main() -> None:
+async def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--trials", type=int, default=200)
     parser.add_argument("--backend", choices=["sqlite", "postgres", "both"], default="both")
@@ -96,7 +96,11 @@ async def main() -> None:
             samples = await measure(url, args.trials)
         rows.append(
             Row(
-                "commit -> owner sees it, SQLite (250 ms poll)", samples, "ms", TARGETS_MS["sqlite"]
+                "commit -> owner sees it, SQLite (250 ms poll)",
+                samples,
+                "ms",
+                TARGETS_MS["sqlite"],
+                target_id="stop_seen_sqlite",
             )
         )
     if args.backend in ("postgres", "both"):
@@ -113,6 +117,7 @@ async def main() -> None:
                     samples,
                     "ms",
                     TARGETS_MS["postgres"],
+                    target_id="stop_seen_postgres",
                 )
             )
     print_table(
@@ -120,7 +125,8 @@ async def main() -> None:
         rows,
         [machine_line(), "Two processes on one machine; real stores and StopWatcher."],
     )
+    return 1 if any(r.verdict == "MISS" for r in rows) else 0
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    sys.exit(asyncio.run(main()))

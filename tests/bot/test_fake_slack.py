@@ -25,7 +25,7 @@ from slack_sdk.socket_mode.response import SocketModeResponse
 from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.webhook.async_client import AsyncWebhookClient
 
-from tests.fakes.slack_api import FakeSlack
+from tests.fakes.slack_api import SLACK_TIERS, FakeSlack
 from tests.fakes.slack_messages import StreamState
 from tests.fakes.slack_requests import (
     agent_session_stopped,
@@ -144,6 +144,24 @@ async def test_rate_limited_call_is_retried_after_retry_after(
     assert (limited.status, limited.error, retried.status) == (429, "ratelimited", 200)
     assert retried.at - limited.at >= 1.0
     assert [r.text for r in slack.message(CHANNEL, ts).history] == ["status", "progress"]
+
+
+async def test_posts_are_rate_limited_per_channel_about_one_a_second() -> None:
+    # Slack: chat.postMessage allows about one message a second per channel, with short
+    # bursts, and is limited when that is sustained. The fake: 60 in any 60 s per channel.
+    async with FakeSlack(rate_limits=SLACK_TIERS) as slack:
+        client = AsyncWebClient(token=BOT_TOKEN, base_url=slack.api_url)
+        for i in range(60):
+            await client.chat_postMessage(channel=CHANNEL, text=f"post {i}")
+        with pytest.raises(SlackApiError) as limited:
+            await client.chat_postMessage(channel=CHANNEL, text="one too many")
+        await client.chat_postMessage(channel=DM, text="another channel has its own budget")
+
+    assert _error(limited) == "ratelimited"
+    assert int(limited.value.response.headers["Retry-After"]) >= 1
+    assert [c.args["channel"] for c in slack.rate_limited("chat.postMessage")] == [CHANNEL]
+    posted = [c for c in slack.calls("chat.postMessage") if c.ok]
+    assert (len(posted), posted[-1].args["channel"]) == (61, DM)
 
 
 async def test_faults_are_consumed_in_order_and_change_no_state(

@@ -11,7 +11,8 @@ Rate limits are enforced when asked for (`FakeSlack(rate_limits=SLACK_TIERS)`, o
 table of one's own): a method called more often than its limit in any 60 seconds is
 answered 429 `ratelimited` with `Retry-After`, as Slack does. Slack lets short bursts
 past its tiers ("Tier 4: 100+ per minute"); the fake does not, which is what a test of a
-budget wants.
+budget wants. `chat.postMessage` is limited per channel (Slack: about one a second,
+short bursts allowed, limited when sustained): 60 in any 60 seconds in one channel.
 """
 
 from __future__ import annotations
@@ -56,10 +57,12 @@ TIMEOUT_STATUS = 504
 RESPONSE_URL_USES = 5
 
 # Slack's rate tiers, in calls per minute per method (workspace and app): Tier 2 20+,
-# Tier 3 50+, Tier 4 100+ (chat.postMessage is per channel, about one a second, and not
-# listed here).
+# Tier 3 50+, Tier 4 100+. chat.postMessage is counted per channel (PER_CHANNEL), about
+# one a second.
 TIER_2, TIER_3, TIER_4 = 20, 50, 100
+PER_CHANNEL = frozenset({"chat.postMessage"})
 SLACK_TIERS: dict[str, int] = {
+    "chat.postMessage": 60,
     "chat.update": TIER_3,
     "chat.delete": TIER_3,
     "chat.postEphemeral": TIER_4,
@@ -140,8 +143,9 @@ class FakeSlack:
         appends and stops answer `message_not_in_streaming_state`."""
         self.workspace = workspace
         self._rate_limits = dict(rate_limits or {})
-        self._recent: dict[str, deque[float]] = {}
-        """Per rate-limited method, when its admitted calls arrived (the last minute)."""
+        self._recent: dict[tuple[str, str], deque[float]] = {}
+        """Per rate-limited (method, channel), when its admitted calls arrived (the last
+        minute); the channel is "" except for the methods limited per channel."""
         self.state = SlackState(workspace, stream_ttl_s=stream_ttl_s)
         self._changes = Changes()
         self.socket = FakeSocketMode(workspace, self._changes)
@@ -337,7 +341,7 @@ class FakeSlack:
         fault: Fault | None = None
         try:
             args, token = await _read_args(request)
-            fault = self._next_fault(method) or self._over_limit(method, arrived)
+            fault = self._next_fault(method) or self._over_limit(method, args, arrived)
             landed = False
             if fault is None or fault.landed:
                 status, body, headers = self._answer(method, args, token)
@@ -359,12 +363,14 @@ class FakeSlack:
                     await self._closing.wait()
         return web.json_response(body, status=status, headers=headers)
 
-    def _over_limit(self, method: str, now: float) -> Fault | None:
-        """A 429 if `method` already had its limit of calls in the last 60 seconds."""
+    def _over_limit(self, method: str, args: Json, now: float) -> Fault | None:
+        """A 429 if `method` (in this channel, for PER_CHANNEL methods) already had its
+        limit of calls in the last 60 seconds."""
         limit = self._rate_limits.get(method)
         if limit is None or method in self._unknown:
             return None
-        recent = self._recent.setdefault(method, deque())
+        channel = str(args.get("channel", "")) if method in PER_CHANNEL else ""
+        recent = self._recent.setdefault((method, channel), deque())
         while recent and recent[0] <= now - RATE_WINDOW_S:
             recent.popleft()
         if len(recent) >= limit:
