@@ -162,27 +162,27 @@ class QueueBench:
             raise RuntimeError(f"mention refused: HTTP {status}")
         return mention
 
-    async def warm_up(self) -> None:
-        """One run per (workspace, worker), alone (see the module doc): once every pair
-        has had its ``agents.sessions.setStatus`` refused, each is aborted (a stalled
-        answer would hold its place) and waited for to its end."""
+    async def warm_up(self, *, stalled: bool = False) -> None:
+        """One run per (workspace, worker), alone (see the module doc), waited for to its
+        end. With ``stalled`` answers, each is aborted once every pair has had its
+        ``agents.sessions.setStatus`` refused (it would hold its place otherwise)."""
         pairs = [(w, s) for w in self.workers for s in self.workspaces]
         firsts = await asyncio.gather(
             *(self.mention(-1 - k, worker, space) for k, (worker, space) in enumerate(pairs))
         )
-        await self.slack.wait_until(
-            lambda s: len(s.calls("agents.sessions.setStatus")) >= len(pairs) or None,
-            timeout=60,
-        )
-        for mention, (worker, _space) in zip(firsts, pairs, strict=True):
-            message = await self.wait_status(mention)
-            if ACTION_ABORT in buttons(message):
+        if stalled:
+            await self.slack.wait_until(
+                lambda s: len(s.calls("agents.sessions.setStatus")) >= len(pairs) or None,
+                timeout=60,
+            )
+            for mention, (worker, _space) in zip(firsts, pairs, strict=True):
+                message = await self.wait_status(mention)
                 payload = slack_requests.click_button(
                     message, ACTION_ABORT, user=DEFAULT_USER, workspace=mention.workspace
                 )
                 await worker.post(slack_requests.interaction_request(payload, SECRET))
         await self.slack.wait_until(
-            lambda _s: all(self.final(m) for m in firsts) or None, timeout=60
+            lambda _s: all(self.final(m) for m in firsts) or None, timeout=90
         )
         self.mentions.clear()
         self.status.clear()
@@ -215,7 +215,9 @@ class QueueBench:
         def found(_slack: FakeSlack) -> Message | None:
             return self.status_message(mention)
 
-        return await self.slack.wait_until(found, timeout=30)
+        message = await self.slack.wait_until(found, timeout=30)
+        assert message is not None
+        return message
 
     def final(self, mention: Mention) -> bool:
         message = self.status_message(mention)
