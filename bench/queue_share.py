@@ -27,6 +27,7 @@ Usage: ``.venv/bin/python -m bench.queue_share [--runs N] [--workers 2,4] [--tea
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import tempfile
 import time
@@ -202,7 +203,9 @@ async def ended_in_queue(url: str, mentions: list[Mention]) -> tuple[int, int]:
         finally:
             await db.close()
         ended = sum(
-            1 for r in rows if r["state"] == "userinterlude" and '"turns": 0' in str(r["result"])
+            1
+            for r in rows
+            if r["state"] == "userinterlude" and json.loads(r["result"] or "{}").get("turns") == 0
         )
         if ended == len(threads) or time.monotonic() > deadline:
             return ended, len(threads) - ended
