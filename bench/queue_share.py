@@ -1,20 +1,27 @@
 """Worker processes on PostgreSQL sharing the durable run queue (bench/README.md).
 
 (a) ``--runs`` (1,000) mentions, spread over 2 and then 4 real ``python -m bot`` worker
-    processes with ``MAX_LIVE_RUNS`` small enough that most of them queue; llmock answers
-    each with a few words at once. While the queue drains, Stop is clicked on runs still
-    showing their buttons (queued or live): click -> ack p99 < 100 ms, every click
-    answered. Every run must end exactly once, no run may be taken from the queue twice
-    (each worker logs ``run.dequeued``), and the throughput (runs ended per second,
-    first mention to last ending) is reported.
+    processes with ``MAX_LIVE_RUNS=25`` each, so that most of them queue; llmock answers
+    each with a few words at once. While the queue drains, Stop is clicked (open loop,
+    one every ``CLICK_EVERY_S``, through a random worker) on runs still showing their
+    buttons, queued or live: click -> ack p99 < 100 ms, every click answered. Every run
+    must end exactly once (one ending log line, one row per mention, none left live),
+    no run may be taken from the queue twice (``run.dequeued`` in the workers' logs),
+    and the throughput is runs ended per second, first mention to last ending.
 (b) 2x overload: one worker with ``MAX_LIVE_RUNS=100`` and 200 mentions whose answers
-    stall, so 100 runs are live and 100 wait; Stop is clicked on live and on queued runs:
-    click -> ack p99 < 100 ms for each, every click answered.
+    stall, so 100 runs are live and 100 wait; 50 Stop clicks on live runs and 50 on
+    queued ones, interleaved: click -> ack p99 < 100 ms for each kind, every click
+    answered, and every queued run clicked ends where it waits without calling the model
+    (llmock saw exactly one request per live run). These mentions go to one workspace.
 
-The fake Slack runs in this process, llmock in its own; the worker processes are the
-system tests' (``tests/system/workers.py``). Everything shares the machine's cores.
+Mentions go to a channel each and round-robin over ``--teams`` workspaces: the app's
+own Slack budget, not the queue, would otherwise set the pace (``bench/_queue_cluster.py``
+says why; ``--teams 1`` measures that bound). The fake Slack runs in this process; llmock
+in its own for (a), in a thread here for (b) (its in-flight count is the check); the
+workers are the system tests' (``tests/system/workers.py``). Everything shares the cores.
 
-Usage: ``.venv/bin/python -m bench.queue_share [--runs N] [--workers 2,4]``
+Usage: ``.venv/bin/python -m bench.queue_share [--runs N] [--workers 2,4] [--teams T]
+[--skip-overload]``
 """
 
 from __future__ import annotations
@@ -24,224 +31,229 @@ import json
 import random
 import tempfile
 import time
-import uuid
-from collections import Counter
+from contextlib import AsyncExitStack
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import aiohttp
 import asyncpg  # type: ignore[import-untyped]
+from llmock.scenarios import Reply, StreamFault
 
-from agent_core.stores.factory import open_store
-from bench._llmock import llmock_process
+from bench._llmock import llmock_process, llmock_server
+from bench._queue_cluster import QueueBench, RunCheck, fresh_database
 from bench._setup import bench_main, parser
-from bench._stats import Row, machine_line, print_table, revision_line
-from bot.views.status import ACTION_STOP
-from tests.bot.harness import buttons
-from tests.fakes import slack_requests
+from bench._stats import Figure, Row, machine_line, print_figures, print_table, revision_line
 from tests.fakes.slack_api import FakeSlack
 from tests.system.workers import Cluster
 
 if TYPE_CHECKING:
+    from bench._queue_cluster import Mention
     from tests.fakes.slack_messages import Message
 
-ADMIN_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
 TARGET_MS = 100.0
 LIVE_PER_WORKER = 25
 """Phase (a): small, so that most of the runs wait in the queue."""
-SEND_CONCURRENCY = 20
+CLICKS = 100
+CLICK_EVERY_S = 0.1
+DRAIN_LIMIT_S = 100.0
+"""Phase (a) gives up on the drain after this long (and says how far it got)."""
+OVERLOAD_LIVE = 100
+OVERLOAD_CLICKS = 50
+"""Per kind (live, queued)."""
 
 
-async def fresh_database() -> tuple[str, str]:
-    name = f"tp_bench_queue_{uuid.uuid4().hex[:8]}"
-    admin = await asyncpg.connect(ADMIN_DSN)
-    await admin.execute(f'CREATE DATABASE "{name}"')
-    await admin.close()
-    url = f"postgresql://postgres@127.0.0.1:5432/{name}"
-    store = await open_store(url)  # migrated once, before the workers race to
-    await store.close()
-    return url, name
+async def phase_share(
+    workers: int, runs: int, teams: int, llm_url: str, tmp: Path
+) -> tuple[Row, Figure, RunCheck, str]:
+    async with AsyncExitStack() as stack:
+        url = await stack.enter_async_context(fresh_database())
+        slack = await stack.enter_async_context(FakeSlack())
+        http = await stack.enter_async_context(aiohttp.ClientSession())
+        cluster = Cluster(slack, llm_url, url, tmp / f"share{workers}", http)
+        cluster.cwd.mkdir(parents=True, exist_ok=True)
+        stack.push_async_callback(cluster.close)
+        await cluster.start(*(f"w{i}" for i in range(workers)), MAX_LIVE_RUNS=str(LIVE_PER_WORKER))
+        bench = QueueBench(slack, cluster, url, teams, prefix=f"S{workers}")
+        await bench.warm_up()
 
-
-async def drop(name: str) -> None:
-    admin = await asyncpg.connect(ADMIN_DSN)
-    await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    await admin.close()
-
-
-class Bench:
-    def __init__(self, slack: FakeSlack, cluster: Cluster) -> None:
-        self.slack = slack
-        self.cluster = cluster
-        self.threads: list[str] = []
-        self.clicks_ms: list[float] = []
-        self.unanswered = 0
-
-    async def mention_all(self, count: int) -> None:
-        workers = list(self.cluster.workers.values())
-        gate = asyncio.Semaphore(SEND_CONCURRENCY)
-
-        async def one(i: int) -> None:
-            envelope = slack_requests.app_mention(f"<@{self.slack.workspace.bot_user_id}> q{i}")
-            event = envelope["event"]
-            self.slack.seed_message(
-                event["channel"], event["text"], user=event["user"], ts=event["ts"]
-            )
-            self.threads.append(str(event["ts"]))
-            async with gate:
-                assert await workers[i % len(workers)].event(envelope) == 200
-
-        await asyncio.gather(*(one(i) for i in range(count)))
-
-    def clickable(self) -> list[Message]:
-        found = []
-        for thread_ts in self.threads:
-            for message in self.slack.thread("C0TPCHAN001", thread_ts):
-                if message.is_bot and ACTION_STOP in buttons(message):
-                    found.append(message)
-        return found
-
-    async def click(self, message: Message) -> None:
-        workers = list(self.cluster.workers.values())
-        worker = random.choice(workers)
         started = time.monotonic()
-        try:
-            status = await worker.click(message, ACTION_STOP)
-        except (AssertionError, aiohttp.ClientError):
-            self.unanswered += 1
-            return
-        if status != 200:
-            self.unanswered += 1
-            return
-        self.clicks_ms.append((time.monotonic() - started) * 1000)
-
-
-async def ended_once(url: str, cluster: Cluster, runs: int) -> tuple[int, int, int]:
-    """(runs ended, runs still live, runs dequeued more than once)."""
-    store = await open_store(url)
-    try:
-        ended = live = 0
-        for record in await store.find_runs(limit=runs * 2):
-            if record.state.is_terminal:
-                ended += 1
-            else:
-                live += 1
-    finally:
-        await store.close()
-    taken: Counter[str] = Counter()
-    for worker in cluster.workers.values():
-        taken.update(r["run_id"] for r in worker.logged("run.dequeued"))
-    return ended, live, sum(1 for n in taken.values() if n > 1)
-
-
-async def phase_share(workers: int, runs: int, llm_url: str, tmp: Path) -> tuple[list[Row], bool]:
-    url, name = await fresh_database()
-    try:
-        async with FakeSlack() as slack, aiohttp.ClientSession() as http:
-            cluster = Cluster(slack, llm_url, url, tmp / f"share{workers}", http)
-            cluster.cwd.mkdir(parents=True, exist_ok=True)
-            try:
-                names = [f"w{i}" for i in range(workers)]
-                await cluster.start(*names, MAX_LIVE_RUNS=str(LIVE_PER_WORKER), LOG_LEVEL="INFO")
-                bench = Bench(slack, cluster)
-                started = time.monotonic()
-                sending = asyncio.create_task(bench.mention_all(runs))
-                ended = 0
-                while True:
-                    await asyncio.sleep(0.1)  # the clicks' pacing, and the drain's re-check
-                    targets = bench.clickable()
-                    if targets and len(bench.clicks_ms) + bench.unanswered < runs // 10:
-                        await bench.click(random.choice(targets))
-                    if sending.done():
-                        ended, live, _ = await ended_once(url, cluster, runs)
-                        if ended >= runs and live == 0:
-                            break
-                    if time.monotonic() - started > 90:
-                        break
-                took = time.monotonic() - started
-                await sending
-                ended, live, twice = await ended_once(url, cluster, runs)
-            finally:
-                await cluster.close()
-    finally:
-        await drop(name)
-    ok = ended == runs and live == 0 and twice == 0 and bench.unanswered == 0
+        sending = asyncio.create_task(bench.mention_all(runs))
+        clicking = asyncio.create_task(click_during(bench))
+        most_queued = 0
+        while time.monotonic() - started < DRAIN_LIMIT_S:
+            await asyncio.sleep(0.2)  # the drain's re-check: the database cannot notify us
+            states = await bench.states()
+            most_queued = max(most_queued, states["queued"])
+            live = sum(n for s, n in states.items() if s in ("queued", "running", "stopping"))
+            if sending.done() and states.total() >= runs and live == 0:
+                break
+        took = time.monotonic() - started
+        clicking.cancel()
+        await asyncio.gather(clicking, return_exceptions=True)
+        await sending
+        check = await bench.check()
     label = f"{workers} workers, {runs} runs"
-    rows = [
-        Row(f"click -> ack during the drain ({label})", bench.clicks_ms, "ms", TARGET_MS),
-    ]
-    print(
-        f"{label}: {ended} ended, {live} still live, {twice} taken twice, "
-        f"{bench.unanswered} clicks unanswered, {runs / took:.1f} runs/s ({took:.1f} s)"
+    row = Row(f"click → ack during the drain ({label})", bench.clicks_ms, "ms", TARGET_MS)
+    rate = Figure(f"throughput, {label}", check.ended / took, "runs/s", check.ended)
+    note = (
+        f"{label}: {check.line()}; {len(bench.clicks_ms)} clicks answered, {bench.unanswered} "
+        f"unanswered; most waiting at once {most_queued}; drain {took:.1f} s"
+        + ("" if check.ended >= runs else f" (gave up after {DRAIN_LIMIT_S:g} s)")
     )
-    return rows, ok
+    return row, rate, check, note
 
 
-async def phase_overload(llm_url: str, tmp: Path) -> tuple[list[Row], bool]:
-    url, name = await fresh_database()
+async def click_during(bench: QueueBench) -> None:
+    """Open loop: a Stop every CLICK_EVERY_S on a random run showing its buttons."""
+    tasks: list[asyncio.Task[float]] = []
+    try:
+        while len(tasks) < CLICKS:
+            await asyncio.sleep(CLICK_EVERY_S)  # the clicks' pacing
+            targets = bench.clickable()
+            if targets:
+                mention, message = random.choice(targets)
+                worker = random.choice(bench.workers)
+                tasks.append(asyncio.create_task(bench.click(mention, message, worker)))
+        await asyncio.gather(*tasks)
+    except asyncio.CancelledError:
+        await asyncio.gather(*tasks, return_exceptions=True)  # let the clicks in flight land
+        raise
+
+
+async def phase_overload(tmp: Path) -> tuple[list[Row], list[str], bool]:
     live_ms: list[float] = []
     queued_ms: list[float] = []
-    unanswered = 0
-    try:
-        async with FakeSlack() as slack, aiohttp.ClientSession() as http:
-            cluster = Cluster(slack, llm_url, url, tmp / "overload", http)
-            cluster.cwd.mkdir(parents=True, exist_ok=True)
-            try:
-                await cluster.start("w0", MAX_LIVE_RUNS="100")
-                bench = Bench(slack, cluster)
-                await bench.mention_all(200)
-                await slack.wait_until(lambda _s: len(bench.clickable()) >= 200 or None, timeout=60)
-                messages = bench.clickable()
-                queued = [m for m in messages if "Queued" in json.dumps(m.blocks)]
-                live = [m for m in messages if m not in queued]
-                for group, samples in ((live[:50], live_ms), (queued[:50], queued_ms)):
-                    for message in group:
-                        bench.clicks_ms = []
-                        await bench.click(message)
-                        samples.extend(bench.clicks_ms)
-                        await asyncio.sleep(0.02)
-                unanswered = bench.unanswered
-            finally:
-                await cluster.close()
-    finally:
-        await drop(name)
+    async with AsyncExitStack() as stack:
+        server = stack.enter_context(llmock_server())
+        server.state.scenarios.add(Reply(text=" ".join(["word"] * 50), times=None))
+        server.state.scenarios.add(
+            StreamFault("stall", after_chunks=2, stall_seconds=120.0, times=None)
+        )
+        url = await stack.enter_async_context(fresh_database())
+        slack = await stack.enter_async_context(FakeSlack())
+        http = await stack.enter_async_context(aiohttp.ClientSession())
+        cluster = Cluster(slack, server.base_url(), url, tmp / "overload", http)
+        cluster.cwd.mkdir(parents=True, exist_ok=True)
+        stack.push_async_callback(cluster.close)
+        await cluster.start("w0", MAX_LIVE_RUNS=str(OVERLOAD_LIVE))
+        bench = QueueBench(slack, cluster, url, 1, prefix="OV")  # see the module doc
+        await bench.warm_up(stalled=True)
+        before = len(server.state.journal.records()) + server.state.journal.in_flight
+
+        await bench.mention_all(2 * OVERLOAD_LIVE)
+        await slack.wait_until(
+            lambda _s: len(bench.clickable()) >= 2 * OVERLOAD_LIVE or None, timeout=60
+        )
+        live = bench.clickable(queued=False)
+        queued = bench.clickable(queued=True)
+        pairs: list[tuple[tuple[Mention, Message], list[float]]] = []
+        for k in range(OVERLOAD_CLICKS):
+            pairs += [(live[k], live_ms), (queued[k], queued_ms)]
+        worker = bench.workers[0]
+        loop = asyncio.get_running_loop()
+        start = loop.time() + 0.05
+
+        async def one(k: int, target: tuple[Mention, Message], samples: list[float]) -> None:
+            await asyncio.sleep(max(0.0, start + k * 0.02 - loop.time()))  # open loop
+            took = await bench.click(*target, worker)
+            if took == took:  # not NaN: answered
+                samples.append(took)
+
+        await asyncio.gather(*(one(k, t, s) for k, (t, s) in enumerate(pairs)))
+        clicked_queued = [m for (m, _msg) in queued[:OVERLOAD_CLICKS]]
+        ended, not_ended = await ended_in_queue(url, clicked_queued)
+        model_calls = len(server.state.journal.records()) + server.state.journal.in_flight
+        model_calls -= before
+    reached_model = model_calls - OVERLOAD_LIVE
+    ok = bench.unanswered == 0 and not_ended == 0 and reached_model == 0
     rows = [
-        Row("click -> ack, live run (100 live + 100 queued)", live_ms, "ms", TARGET_MS),
-        Row("click -> ack, queued run (100 live + 100 queued)", queued_ms, "ms", TARGET_MS),
+        Row(
+            f"click → ack, live run ({OVERLOAD_LIVE} live + {OVERLOAD_LIVE} queued)",
+            live_ms,
+            "ms",
+            TARGET_MS,
+        ),
+        Row(
+            f"click → ack, queued run ({OVERLOAD_LIVE} live + {OVERLOAD_LIVE} queued)",
+            queued_ms,
+            "ms",
+            TARGET_MS,
+        ),
     ]
-    ok = unanswered == 0 and len(live_ms) >= 40 and len(queued_ms) >= 40
-    print(
-        f"overload: {len(live_ms)} live and {len(queued_ms)} queued clicks, {unanswered} unanswered"
-    )
-    return rows, ok
+    notes = [
+        f"overload: {len(live_ms)} live and {len(queued_ms)} queued clicks answered, "
+        f"{bench.unanswered} unanswered; queued runs clicked: {ended} ended in the queue, "
+        f"{not_ended} not; model requests beyond one per live run: {reached_model}"
+    ]
+    return rows, notes, ok
+
+
+async def ended_in_queue(url: str, mentions: list[Mention]) -> tuple[int, int]:
+    """(ended where they waited, not) for the queued runs clicked: ``userinterlude``, no
+    turn taken. Waited for (bounded): the ending is written after the ack."""
+    threads = [m.ts for m in mentions]
+    deadline = time.monotonic() + 20
+    while True:
+        db = await asyncpg.connect(url)
+        try:
+            rows = await db.fetch(
+                "SELECT state, result FROM runs WHERE thread_ts = ANY($1::text[])", threads
+            )
+        finally:
+            await db.close()
+        ended = sum(
+            1
+            for r in rows
+            if r["state"] == "userinterlude" and json.loads(r["result"] or "{}").get("turns") == 0
+        )
+        if ended == len(threads) or time.monotonic() > deadline:
+            return ended, len(threads) - ended
+        await asyncio.sleep(0.2)  # the database cannot notify us
 
 
 def main() -> None:
     p = parser(__doc__ or "")
     p.add_argument("--runs", type=int, default=1000)
     p.add_argument("--workers", default="2,4")
-    p.set_defaults(time_limit=280.0)
+    p.add_argument("--teams", type=int, default=40, help="workspaces the mentions go to")
+    p.add_argument("--skip-overload", action="store_true")
+    p.set_defaults(time_limit=400.0)
     args = p.parse_args()
 
     async def run() -> bool:
         rows: list[Row] = []
+        figures: list[Figure] = []
+        notes: list[str] = []
         ok = True
         with tempfile.TemporaryDirectory() as tmp:
             async with llmock_process("--words", "5") as llm_url:
                 for workers in (int(w) for w in args.workers.split(",")):
-                    got, passed = await phase_share(workers, args.runs, llm_url, Path(tmp))
-                    rows += got
-                    ok &= passed
-            async with llmock_process("--words", "50", "--stall", "120") as llm_url:
-                got, passed = await phase_overload(llm_url, Path(tmp))
+                    row, rate, check, note = await phase_share(
+                        workers, args.runs, args.teams, llm_url, Path(tmp)
+                    )
+                    rows.append(row)
+                    figures.append(rate)
+                    notes.append(note)
+                    ok &= check.wrong == 0 and check.ended == args.runs
+            if not args.skip_overload:
+                got, more, passed = await phase_overload(Path(tmp))
                 rows += got
+                notes += more
                 ok &= passed
-        print_table(
-            "Shared run queue: PostgreSQL worker processes",
-            rows,
-            [machine_line(), revision_line(), "Workers, fake Slack and llmock share the cores."],
+        print_table("queue_share: click → ack while worker processes share the queue", rows, notes)
+        print_figures(
+            "queue_share: drain throughput",
+            [replace(f) for f in figures],
+            [
+                f"mentions over {args.teams} workspace(s), a channel each; MAX_LIVE_RUNS="
+                f"{LIVE_PER_WORKER} per worker; llmock answers 5 words at once",
+                machine_line(),
+                revision_line(),
+                "workers, PostgreSQL, the fake Slack and llmock share the cores",
+            ],
         )
-        return ok and all(r.verdict == "PASS" for r in rows)
+        return ok and all(r.verdict != "MISS" for r in rows)
 
     bench_main(args, run)
 
