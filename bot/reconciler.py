@@ -33,6 +33,7 @@ checkpoint; and a sub-agent, which has no Slack message, has none to repair.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import TYPE_CHECKING
@@ -63,7 +64,7 @@ from bot.resume import UNDECIDED_S, decide, due_at, ending_view, resume_in_place
 from bot.views.status import StatusSnapshot, render_status, run_metadata
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import Awaitable, Callable, Iterable
     from datetime import datetime
 
     from agent_core.ports import Checkpoint, RunRecord, StopRequestRecord, Store
@@ -77,6 +78,26 @@ FINAL_GRACE_S = 30.0
 """A terminal run's owner gets this long to post its own final message before we do."""
 ABANDONED_LOOKUP_S = 600.0
 """How long after a run ends its status message, never stored, is still looked for."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Ending:
+    """An orphan this worker ended in the database, whose thread is still to be told."""
+
+    record: RunRecord
+    """As it was found, live."""
+    final: RunRecord | None
+    """As ended and decided, when its final message is still to be posted."""
+
+
+async def _all(calls: Iterable[Awaitable[None]]) -> None:
+    """Await ``calls`` together; a failure of one is logged and the others go on."""
+    results = await asyncio.gather(*calls, return_exceptions=True)
+    for result in results:
+        if isinstance(result, asyncio.CancelledError):
+            raise result
+        if isinstance(result, BaseException):
+            log.error("reconcile.slack_failed", error=f"{type(result).__name__}: {result}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,11 +141,18 @@ class Reconciler:
             expired = {r.id for r in orphans}
             mine = await self._store.live_runs(owner=self._worker_id)
             orphans += [r for r in mine if r.id not in expired]
+        # Every orphan ended in the database first, then their messages, together: the
+        # messages wait on Slack's rate limits, and no orphan's ending waits for another's
+        # message. Both before any resume, which writes to the same status messages.
+        endings: list[_Ending] = []
         for record in orphans:
             if self._is_local(record.id):
                 continue  # ours and alive: the next heartbeat renews it
-            if await self.end_orphan(record, now=now):
-                ended += 1
+            ending = await self._end_in_store(record, now)
+            if ending is not None:
+                endings.append(ending)
+        ended = len(endings)
+        await _all(self._tell_slack(ending, now) for ending in endings)
         await self._end_stray_sub_agents(now)
         for record in await self._store.pending_resumes():
             if self._is_local(record.id):
@@ -141,8 +169,18 @@ class Reconciler:
         return ReconcileReport(ended, resumed, reposted)
 
     async def end_orphan(self, record: RunRecord, *, now: datetime | None = None) -> bool:
-        """End a live run whose owner is gone. True if this call is the one that ended it."""
+        """End a live run whose owner is gone, in the database and then in Slack. True if
+        this call is the one that ended it."""
         now = now or utcnow()
+        ending = await self._end_in_store(record, now)
+        if ending is None:
+            return False
+        await self._tell_slack(ending, now)
+        return True
+
+    async def _end_in_store(self, record: RunRecord, now: datetime) -> _Ending | None:
+        """The durable part of ending an orphan: the compare-and-set, its sub-agents, the
+        audit event and the resume decision. None if another call ended it."""
         stops = await self._store.stop_requests_for(record.id)
         checkpoint = await self._store.latest_checkpoint(record.id)
         # A final already in Slack means the run finished and only its terminal write was
@@ -167,7 +205,7 @@ class Reconciler:
         # Its sub-agents ran in the same worker: they are gone too, whoever won.
         await self._end_sub_agents(record, stops, now)
         if not won:
-            return False
+            return None
         await self._store.record_event(
             AuditEvent(
                 run_id=record.id,
@@ -186,10 +224,14 @@ class Reconciler:
         fresh = await self._store.get_run(record.id)
         if fresh is not None:  # decided first: its one final message says if it resumes
             fresh = await decide(self._store, fresh, self.policy, actor=self._worker_id, now=now)
-        if fresh is not None and not answered:
-            await self.post_final(fresh, now)
-        await self._close_agent_session(record)
-        return True
+        return _Ending(record, fresh if not answered else None)
+
+    async def _tell_slack(self, ending: _Ending, now: datetime) -> None:
+        """The thread's part: the final message (unless the answer is already there) and
+        the agent session closed."""
+        if ending.final is not None:
+            await self.post_final(ending.final, now)
+        await self._close_agent_session(ending.record)
 
     async def _close_agent_session(self, record: RunRecord) -> None:
         """Its worker left the thread's agent session ``processing``: nothing else would
