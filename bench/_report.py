@@ -53,6 +53,11 @@ TARGETS: dict[str, Target] = {
         "click → ack p99 < 100 ms",
         ("queue_share",),
     ),
+    "shared_queue": Target(
+        "2, then 4 worker processes on PostgreSQL share a queue of 1,000 runs",
+        "click → ack p99 < 100 ms, every click answered",
+        ("queue_share",),
+    ),
     "abort_close": Target(
         "Abort requested in-process → upstream LLM connection closed",
         "p99 ≤ Agents SDK cancel x 1.05, < 5 ms",

@@ -94,7 +94,13 @@ async def phase_share(
         await sending
         check = await bench.check()
     label = f"{workers} workers, {runs} runs"
-    row = Row(f"click → ack during the drain ({label})", bench.clicks_ms, "ms", TARGET_MS)
+    row = Row(
+        f"click → ack during the drain ({label})",
+        bench.clicks_ms,
+        "ms",
+        TARGET_MS,
+        target_id="shared_queue" if runs >= 1000 else None,
+    )
     rate = Figure(f"throughput, {label}", check.ended / took, "runs/s", check.ended)
     note = (
         f"{label}: {check.line()}; {len(bench.clicks_ms)} clicks answered, {bench.unanswered} "
@@ -173,12 +179,14 @@ async def phase_overload(tmp: Path) -> tuple[list[Row], list[str], bool]:
             live_ms,
             "ms",
             TARGET_MS,
+            target_id="overload_ack",
         ),
         Row(
             f"click → ack, queued run ({OVERLOAD_LIVE} live + {OVERLOAD_LIVE} queued)",
             queued_ms,
             "ms",
             TARGET_MS,
+            target_id="overload_ack",
         ),
     ]
     notes = [
