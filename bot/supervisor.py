@@ -159,12 +159,19 @@ class Supervisor:
         return self._accepting
 
     def has_room(self) -> bool:
-        """True if a new run may start here now: accepting, and under ``max_live``.
+        """True if a new run may start here now: accepting, and fewer than ``max_live``
+        runs still working (a run whose loop has ended, only waiting for Slack to take
+        its final message, no longer counts).
 
         Resumes and continuations are not held to it (they are few, and a person is
         waiting for them); they count towards it.
         """
-        return self._accepting and (self.max_live is None or len(self._live) < self.max_live)
+        if not self._accepting:
+            return False
+        if self.max_live is None:
+            return True
+        working = sum(1 for live in self._live.values() if live.run.result is None)
+        return working < self.max_live
 
     # -- starting and ending -----------------------------------------------------------
 
@@ -290,8 +297,11 @@ class Supervisor:
                     await self.stop_scan([run.id])  # a stop that came before we started
                 result = await run.run()
                 # The thread is free as soon as the run has ended: a reply that arrives
-                # while the last Slack writes are in flight starts the next run.
+                # while the last Slack writes are in flight starts the next run. So is
+                # its slot: the queue need not wait for Slack either.
                 self._release_thread(run)
+                if self.room_freed is not None:
+                    self.room_freed()
                 stored = await self._stored(run.id)
                 if live.lost or (stored is not None and stored.owner != self.worker_id):
                     # Its new owner writes the Slack message; ours would contradict it.

@@ -190,3 +190,23 @@ def test_the_starting_conversation_gives_back_its_history() -> None:
     assert history_of(Checkpoint("r", 0, conversation), "the task") == history
     assert history_of(Checkpoint("r", 3, conversation), "the task") == []
     assert history_of(None, "the task") == []
+
+
+async def test_a_run_waiting_for_slack_to_take_its_final_message_leaves_its_slot(
+    make_bot: BotFactory, llm: LLMock
+) -> None:
+    """A run whose loop has ended uses no model capacity: its slot goes to the queue at
+    once, not when Slack's rate limit lets its final message through."""
+    bot = await make_bot(**QUEUE)
+    running = await fill_the_worker(bot, llm)
+    waiting = await queued(bot, "the waiting task", ahead=0)
+    llm.reply("The waiting task is done.")
+    # Slack refuses message updates for longer than this test waits.
+    bot.slack.fail_next("chat.update", status=429, retry_after=60)
+    assert await bot.click(running, ACTION_ABORT) == 200
+
+    def answered(_: object) -> bool:
+        return any("waiting task is done" in (m.text or "") for m in bot_messages(bot, waiting))
+
+    await bot.slack.wait_until(answered, timeout=10.0)
+    assert not is_final(bot.slack.message(running.channel, running.ts))
