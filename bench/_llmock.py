@@ -15,9 +15,12 @@ import asyncio
 import subprocess
 import sys
 from contextlib import asynccontextmanager, contextmanager
+from dataclasses import fields as dataclass_fields
 from dataclasses import replace
 from typing import TYPE_CHECKING, Literal
 
+import aiohttp
+from llmock.journal import RequestRecord
 from llmock.scenarios import Reply, StreamFault
 from llmock.simulation import MockResponseSettings
 from llmock.testing import LLMockServer
@@ -27,11 +30,10 @@ from agent_core import OpenAIChatModel
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator
 
-    from llmock.journal import RequestRecord
-
 __all__ = [
     "LONG_TEXT",
     "Placement",
+    "journal_of",
     "llmock_process",
     "llmock_server",
     "openai_model",
@@ -60,6 +62,20 @@ def openai_model(server: LLMockServer) -> OpenAIChatModel:
 async def settled_records(server: LLMockServer, *, wait_s: float = 5.0) -> list[RequestRecord]:
     """The journal once no request is in flight (waited for in a thread, not on the loop)."""
     return await asyncio.to_thread(server.state.journal.records, wait=wait_s)
+
+
+async def journal_of(base_url: str) -> list[RequestRecord]:
+    """The journal of an llmock in another process (``GET /_llmock/requests``). Its times
+    are that process's ``time.monotonic()``: on Linux the same clock as this one's."""
+    root = base_url.removesuffix("/").removesuffix("/v1")
+    async with aiohttp.ClientSession() as http, http.get(f"{root}/_llmock/requests") as answer:
+        answer.raise_for_status()
+        listed = await answer.json()
+    fields = {f.name for f in dataclass_fields(RequestRecord)}
+    return [
+        RequestRecord(**{k: v for k, v in item.items() if k in fields})
+        for item in listed["requests"]
+    ]
 
 
 @asynccontextmanager
