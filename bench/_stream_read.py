@@ -52,12 +52,15 @@ async def _serve(port: int, chunks: int, chunk_ms: int) -> None:
         await request.read()
         resp = web.StreamResponse(headers={"content-type": "text/event-stream"})
         await resp.prepare(request)
-        await resp.write(_event({"role": "assistant", "content": ""}))
-        for i in range(chunks):
-            await asyncio.sleep(chunk_ms / 1000)
-            await resp.write(_event({"content": f"word{i} "}))
-        await resp.write(_event({}, "stop"))
-        await resp.write(b"data: [DONE]\n\n")
+        try:
+            await resp.write(_event({"role": "assistant", "content": ""}))
+            for i in range(chunks):
+                await asyncio.sleep(chunk_ms / 1000)
+                await resp.write(_event({"content": f"word{i} "}))
+            await resp.write(_event({}, "stop"))
+            await resp.write(b"data: [DONE]\n\n")
+        except ConnectionError:
+            pass  # the client went (the measurement ended)
         return resp
 
     app = web.Application()
@@ -133,6 +136,7 @@ def main() -> None:
     p.add_argument("--warmup", type=float, default=3.0)
     p.add_argument("--window", type=float, default=10.0)
     p.add_argument("--kinds", default="model,iter_any,readany")
+    p.add_argument("--uvloop", action="store_true", help="run the clients on uvloop")
     args = p.parse_args()
     if args.serve:
         asyncio.run(_serve(args.serve, args.chunks, args.chunk_ms))
@@ -157,7 +161,13 @@ def main() -> None:
         server.stdout.readline()
         base = f"http://127.0.0.1:{port}/v1"
         for kind in args.kinds.split(","):
-            asyncio.run(_measure(kind, base, args.clients, args.warmup, args.window))
+            work = _measure(kind, base, args.clients, args.warmup, args.window)
+            if args.uvloop:
+                import uvloop  # type: ignore[import-not-found]  # optional: not a dependency
+
+                uvloop.run(work)
+            else:
+                asyncio.run(work)
     finally:
         server.terminate()
         server.wait()
