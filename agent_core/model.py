@@ -8,7 +8,7 @@ The request is ours: one aiohttp ``POST {base_url}/chat/completions`` (bearer ke
 body, ``stream: true`` with usage), on one session per model, so connections are pooled
 and reused across turns. The streamed body is read with ``readany`` (one await per network
 read, no generator layers), its server-sent events are decoded by :mod:`agent_core.sse`
-and each chunk is parsed with ``json.loads`` into plain dicts. The OpenAI SDK cost more
+and each chunk is parsed with ``orjson.loads`` into plain dicts. The OpenAI SDK cost more
 CPU per streamed chunk than everything else a chunk does: first its typed chunk objects,
 then, once those were gone, the layers between its HTTP client and the socket.
 
@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
+import orjson
 
 from agent_core.errors import (
     ContextOverflow,
@@ -202,8 +203,8 @@ async def _text(response: aiohttp.ClientResponse) -> str:
 def _chunk(data: bytes) -> dict[str, Any]:
     """One event's JSON, or the ModelError it stands for."""
     try:
-        chunk = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
+        chunk = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:  # invalid UTF-8 included
         # A chunk that is not JSON: the stream is corrupt, the answer unusable.
         raise RetryableModelError(f"the model stream sent a malformed chunk: {exc}") from exc
     if not isinstance(chunk, dict):

@@ -66,7 +66,9 @@ class PacedModel:
         return ModelResponse("", (), "stop", Usage(0, 0))
 
 
-async def phase(runs: int, chunk_ms: int, deliver: bool, warmup: float, window: float) -> float:
+async def phase(
+    runs: int, chunk_ms: int, deliver: bool, warmup: float, window: float
+) -> tuple[float, float]:
     slack_options = ("--unknown", "agents.sessions.setStatus")
     async with (
         serving_process("bench._fake_slack_serve", *slack_options) as api_url,

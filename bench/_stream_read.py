@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import json
 import subprocess
 import sys
@@ -163,9 +164,8 @@ def main() -> None:
         for kind in args.kinds.split(","):
             work = _measure(kind, base, args.clients, args.warmup, args.window)
             if args.uvloop:
-                import uvloop  # type: ignore[import-not-found]  # optional: not a dependency
-
-                uvloop.run(work)
+                # Optional, not a dependency: pip install uvloop to try it.
+                importlib.import_module("uvloop").run(work)
             else:
                 asyncio.run(work)
     finally:

@@ -251,3 +251,12 @@ async def test_a_finished_answer_leaves_its_connection_for_the_next_turn(model_a
 
     assert len(peers) == 3
     assert len(set(peers)) == 1  # one connection, reused
+
+
+async def test_a_chunk_that_is_not_utf8_is_malformed(raw: RawServer, model_at: Any) -> None:
+    body = sse(text_chunk("fine")) + b'data: {"choices": "\xff\xfe"}\n\n'
+    answer = http_answer("200 OK", body, "content-type: text/event-stream")
+    texts: list[str] = []
+    with pytest.raises(RetryableModelError, match="malformed chunk"):
+        await model_at(raw.url(answer)).complete(REQUEST, texts.append)
+    assert texts == ["fine"]
