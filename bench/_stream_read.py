@@ -21,6 +21,7 @@ import argparse
 import asyncio
 import importlib
 import json
+import os
 import subprocess
 import sys
 import time
@@ -116,15 +117,19 @@ async def _measure(kind: str, base: str, clients: int, warmup: float, window: fl
             asyncio.create_task(_via_aiohttp(base, counter, http, kind)) for _ in range(clients)
         ]
     await asyncio.sleep(warmup)
-    cpu, n, t = time.process_time(), counter.chunks, time.monotonic()
+    cpu, n, t, times = time.process_time(), counter.chunks, time.monotonic(), os.times()
     await asyncio.sleep(window)
     cpu, n, t = time.process_time() - cpu, counter.chunks - n, time.monotonic() - t
+    system = os.times().system - times.system
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
     await model.aclose()
     await http.close()
-    print(f"{kind:10} {cpu / n * 1e6:7.1f} µs/chunk  ({n / t:.0f} chunks/s, {cpu / t:.0%} CPU)")
+    print(
+        f"{kind:10} {cpu / n * 1e6:7.1f} µs/chunk, of which system {system / n * 1e6:.1f}"
+        f"  ({n / t:.0f} chunks/s, {cpu / t:.0%} CPU)"
+    )
     return cpu / n
 
 
