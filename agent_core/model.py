@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import functools
 import json
 import os
 import ssl
@@ -36,6 +37,8 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import orjson
+from aiohttp.helpers import get_env_proxy_for_url
+from yarl import URL
 
 from agent_core.errors import (
     ContextOverflow,
@@ -49,7 +52,7 @@ from agent_core.ports import ModelRequest, ModelResponse, TextSink, ToolCall
 from agent_core.sse import SSEDecoder
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Awaitable, Callable, Mapping
 
 __all__ = ["OpenAIChatModel"]
 
@@ -69,7 +72,12 @@ class OpenAIChatModel:
 
     ``base_url`` defaults to ``OPENAI_BASE_URL`` from the environment, then to OpenAI's.
     The HTTP session is made on first use (it belongs to the running event loop) and
-    closed by :meth:`aclose`. It honours ``HTTP(S)_PROXY`` and ``NO_PROXY``.
+    closed by :meth:`aclose`.
+
+    The proxy comes from the environment (``HTTP(S)_PROXY``, ``NO_PROXY``, as aiohttp's
+    ``trust_env`` reads them), looked up once here. With ``trust_env`` itself, aiohttp
+    would look it up, and ``~/.netrc`` too, in a worker thread for every request, and
+    a ``.netrc`` entry for the endpoint would clash with the bearer key.
     """
 
     def __init__(
@@ -93,6 +101,7 @@ class OpenAIChatModel:
             "Accept-Encoding": "identity",
             "User-Agent": "threadpilot",
         }
+        self._proxy, self._proxy_auth = _env_proxy(self.url)
         self._session: aiohttp.ClientSession | None = None
 
     def _http(self) -> aiohttp.ClientSession:
@@ -105,7 +114,6 @@ class OpenAIChatModel:
                 timeout=aiohttp.ClientTimeout(
                     total=None, connect=self.connect_timeout_s, sock_connect=self.connect_timeout_s
                 ),
-                trust_env=True,
                 raise_for_status=False,
             )
         return self._session
@@ -126,27 +134,37 @@ class OpenAIChatModel:
             if request.tool_choice:
                 body["tool_choice"] = request.tool_choice
         turn = _Turn(on_text)
-        await _read(self._http(), self.url, self._headers, body, turn, self.idle_timeout_s)
+        send = functools.partial(
+            self._http().post,
+            self.url,
+            data=json.dumps(body).encode(),
+            headers=self._headers,
+            proxy=self._proxy,
+            proxy_auth=self._proxy_auth,
+        )
+        await _read(send, turn, self.idle_timeout_s)
         return turn.response()
 
 
+def _env_proxy(url: str) -> tuple[URL | None, aiohttp.BasicAuth | None]:
+    """The proxy the environment names for ``url`` (and its credentials), if any."""
+    try:
+        return get_env_proxy_for_url(URL(url))
+    except LookupError:
+        return None, None
+
+
 async def _read(
-    http: aiohttp.ClientSession,
-    url: str,
-    headers: dict[str, str],
-    body: dict[str, Any],
-    turn: _Turn,
-    idle_s: float,
+    send: Callable[[], Awaitable[aiohttp.ClientResponse]], turn: _Turn, idle_s: float
 ) -> None:
     """Send the request and feed the streamed body's chunks to ``turn`` until ``[DONE]``
     or the body ends. No data for ``idle_s`` (the answer's head included) is a stall."""
     loop = asyncio.get_running_loop()
-    data = json.dumps(body).encode()
     try:
         async with asyncio.timeout(None) as limit:
             idle = _IdleWatch(loop, limit, idle_s)
             try:
-                response = await http.post(url, data=data, headers=headers)
+                response = await send()
                 try:
                     if response.status >= 400:
                         raise _refused(response.status, response.headers, await _text(response))

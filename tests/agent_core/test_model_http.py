@@ -23,6 +23,7 @@ from tests.fakes.waiting import Changes
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
+    from pathlib import Path
 
 REQUEST = ModelRequest(messages=({"role": "user", "content": "go"},))
 WAIT_S = 5.0
@@ -221,6 +222,36 @@ async def test_the_proxy_in_the_environment_is_used(
     assert response.text == "hello"
     request_line = raw.seen[0].head.split(b"\r\n")[0]
     assert request_line == b"POST http://model.invalid/v1/chat/completions HTTP/1.1"
+
+
+async def test_no_proxy_in_the_environment_is_honoured(
+    raw: RawServer, model_at: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ok = http_answer("200 OK", ANSWER, "content-type: text/event-stream")
+    for name in ("HTTP_PROXY", "http_proxy"):
+        monkeypatch.setenv(name, "http://127.0.0.1:9")  # nothing listens: would fail
+    for name in ("NO_PROXY", "no_proxy"):
+        monkeypatch.setenv(name, "127.0.0.1")
+
+    response = await model_at(raw.url(ok)).complete(REQUEST, lambda _: None)
+
+    assert response.text == "hello"
+    assert raw.seen[0].head.startswith(b"POST /v1/chat/completions HTTP/1.1")
+
+
+async def test_a_netrc_entry_for_the_endpoint_leaves_the_key_alone(
+    raw: RawServer, model_at: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    netrc = tmp_path / "netrc"
+    netrc.write_text("machine 127.0.0.1 login someone password secret\n")
+    netrc.chmod(0o600)
+    monkeypatch.setenv("NETRC", str(netrc))
+    ok = http_answer("200 OK", ANSWER, "content-type: text/event-stream")
+
+    response = await model_at(raw.url(ok)).complete(REQUEST, lambda _: None)
+
+    assert response.text == "hello"
+    assert "authorization: bearer sk-test" in raw.seen[0].head.decode().lower()
 
 
 async def test_a_finished_answer_leaves_its_connection_for_the_next_turn(model_at: Any) -> None:
