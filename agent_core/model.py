@@ -213,9 +213,13 @@ async def _drain(response: aiohttp.ClientResponse) -> None:
 
 
 async def _text(response: aiohttp.ClientResponse) -> str:
-    """The start of an error answer's body, as text."""
-    raw = await response.content.read(_ERROR_BODY_MAX)
-    return raw.decode("utf-8", "replace")
+    """An error answer's body (its first ``_ERROR_BODY_MAX`` bytes), as text."""
+    pieces: list[bytes] = []
+    left = _ERROR_BODY_MAX
+    while left > 0 and (piece := await response.content.read(left)):
+        pieces.append(piece)
+        left -= len(piece)
+    return b"".join(pieces).decode("utf-8", "replace")
 
 
 def _chunk(data: bytes) -> dict[str, Any]:

@@ -62,6 +62,8 @@ class RawServer:
     seen: list[Exchange] = field(default_factory=list)
     changes: Changes = field(default_factory=Changes)
     port: int = 0
+    pieces: list[bytes] = field(default_factory=list)
+    """What the answer ``b"pieces"`` writes, one write each."""
 
     def url(self, *answers: bytes | None, host: str = "127.0.0.1") -> str:
         self.answers.extend(answers)
@@ -88,6 +90,11 @@ class RawServer:
             await reader.read()  # returns at EOF: the client closed the connection
             exchange.closed_by_client = True
             self.changes.notify()
+        elif answer == b"pieces":  # the answer in separate writes, a pause between
+            for piece in self.pieces:
+                writer.write(piece)
+                await writer.drain()
+                await asyncio.sleep(0.05)  # wait-ok: so the client reads them apart
         else:
             writer.write(answer)
             await writer.drain()
@@ -168,6 +175,18 @@ async def test_refusals_whatever_their_body_map_to_the_taxonomy(
     overflow = await refusal(http_answer("400 Bad Request", too_long))
     assert isinstance(overflow, ContextOverflow)
     assert "maximum context length is 8192" in str(overflow)
+
+
+async def test_a_refusal_whose_body_arrives_in_pieces_is_read_whole(
+    raw: RawServer, model_at: Any
+) -> None:
+    error = {"error": {"message": "too long", "code": "context_length_exceeded"}}
+    body = json.dumps(error).encode()
+    head = b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\n\r\n"
+    raw.pieces = [head + body[:10], body[10:]]  # no length: the body ends when it closes
+    with pytest.raises(ContextOverflow) as caught:
+        await model_at(raw.url(b"pieces")).complete(REQUEST, lambda _: None)
+    assert caught.value.code == "context_length_exceeded"
 
 
 async def test_an_answer_that_never_starts_is_a_stall(raw: RawServer, model_at: Any) -> None:
