@@ -13,7 +13,7 @@
         ├── ContextOverflow       the prompt no longer fits the model's context window
         └── FatalModelError       anything a retry cannot fix (400, 401, 403, 404, 422)
 
-Foreign errors (openai, httpx, database drivers) are translated at the boundary with
+Foreign errors (aiohttp, httpx, database drivers) are translated at the boundary with
 ``raise ... from exc``, so callers only ever catch these.
 """
 

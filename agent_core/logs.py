@@ -25,10 +25,10 @@ LogFormat = Literal["console", "json"]
 
 QUIET_AT_INFO = (
     "httpx",  # "HTTP Request: POST ..." for every MCP request over HTTP
-    "httpx2",  # the same for every model request (the openai client's HTTP library)
+    "httpx2",  # the same, from our MCP transport's client
     "httpcore",
     "httpcore2",
-    "openai",  # its client's request and retry lines
+    "openai",  # its client's request and retry lines (the set-up check lists models)
     "mcp.client.streamable_http",  # a line per MCP session opened
     "aiohttp.access",  # a line per request served
     "asyncpg",

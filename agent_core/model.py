@@ -4,36 +4,41 @@ Works with any OpenAI-compatible endpoint (``OPENAI_BASE_URL``). One call is one
 turn: text deltas go to the caller as they arrive, tool-call fragments are reassembled,
 and usage is read from the final chunk.
 
-The SDK makes the request (and maps a refused one to its errors), but the streamed body
-is read here: its server-sent events are decoded by :mod:`agent_core.sse` and each chunk
-is parsed with ``json.loads`` into plain dicts. Building the SDK's typed chunk objects
-cost several times more CPU than everything else a streamed chunk does. The SDK's HTTP
-client is its aiohttp one: per read, httpcore and anyio cost about as much again
-(a cancel scope and an epoll registration each time).
+The request is ours: one aiohttp ``POST {base_url}/chat/completions`` (bearer key, JSON
+body, ``stream: true`` with usage), on one session per model, so connections are pooled
+and reused across turns. The streamed body is read with ``readany`` (one await per network
+read, no generator layers), its server-sent events are decoded by :mod:`agent_core.sse`
+and each chunk is parsed with ``orjson.loads`` into plain dicts. The OpenAI SDK cost more
+CPU per streamed chunk than everything else a chunk does: first its typed chunk objects,
+then, once those were gone, the layers between its HTTP client and the socket.
 
-The SDK's own retries are off (``max_retries=0``): the loop retries, because only the loop
-can make a retry wait interruptible by Stop. Every failure leaves here as a
-:class:`agent_core.errors.ModelError`.
+Nothing retries here: the loop does, because only the loop can make a retry wait
+interruptible by Stop. Every failure leaves here as a :class:`agent_core.errors.ModelError`
+(the mapping is in :func:`_refused` for answers with an error status, and in :func:`_read`
+for what happens on the wire).
 
-Closing: the response is entered with ``async with``, so whatever ends the call (the last
-chunk, an error, an idle timeout or an Abort's cancellation) closes the HTTP response
-before the exception propagates. The server sees the connection go at that moment.
+Closing: whatever ends the call other than a complete answer (an error, an idle timeout,
+an Abort's cancellation) closes the HTTP connection at once, before the exception
+propagates; the server sees it go at that moment. A complete answer leaves the
+connection in the pool.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import email.utils
+import functools
 import json
+import os
 import ssl
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import anyio
-import httpx2
-import openai
+import aiohttp
+import orjson
+from aiohttp.helpers import get_env_proxy_for_url
+from yarl import URL
 
 from agent_core.errors import (
     ContextOverflow,
@@ -47,20 +52,33 @@ from agent_core.ports import ModelRequest, ModelResponse, TextSink, ToolCall
 from agent_core.sse import SSEDecoder
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+    from collections.abc import Awaitable, Callable, Mapping
 
 __all__ = ["OpenAIChatModel"]
 
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
 _RETRYABLE_STATUS = frozenset({408, 409, 425, 429})
-_TRANSPORT_ERRORS = (httpx2.RequestError, ssl.SSLError, anyio.EndOfStream)
-"""What reading the body raises when the connection fails (timeouts included)."""
+_TRANSPORT_ERRORS = (aiohttp.ClientError, OSError, ssl.SSLError)
+"""What sending the request or reading the body raises when the connection fails."""
 _DRAIN_S = 0.1
 """After ``[DONE]``, how long the rest of the body is read for (so the connection can be
 reused) before the response is simply closed."""
+_ERROR_BODY_MAX = 64 * 1024
+"""How much of an error answer's body is read for its message."""
 
 
 class OpenAIChatModel:
-    """Streams chat completions from an OpenAI-compatible endpoint."""
+    """Streams chat completions from an OpenAI-compatible endpoint.
+
+    ``base_url`` defaults to ``OPENAI_BASE_URL`` from the environment, then to OpenAI's.
+    The HTTP session is made on first use (it belongs to the running event loop) and
+    closed by :meth:`aclose`.
+
+    The proxy comes from the environment (``HTTP(S)_PROXY``, ``NO_PROXY``, as aiohttp's
+    ``trust_env`` reads them), looked up once here. With ``trust_env`` itself, aiohttp
+    would look it up, and ``~/.netrc`` too, in a worker thread for every request, and
+    a ``.netrc`` entry for the endpoint would clash with the bearer key.
+    """
 
     def __init__(
         self,
@@ -73,92 +91,142 @@ class OpenAIChatModel:
     ) -> None:
         self.model = model
         self.idle_timeout_s = idle_timeout_s
-        # The read timeout is a backstop; the idle timeout below is the real limit.
-        timeout = openai.Timeout(idle_timeout_s * 2, connect=connect_timeout_s)
-        self._client = openai.AsyncOpenAI(
-            api_key=api_key,
-            base_url=base_url,
-            max_retries=0,
-            timeout=timeout,
-            # aiohttp under the SDK's httpx interface: its C parser and asyncio protocol
-            # read a streamed chunk for a fraction of httpcore/anyio's CPU per read.
-            http_client=openai.DefaultAioHttpClient(timeout=timeout),
-        )
+        self.connect_timeout_s = connect_timeout_s
+        base = base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
+        self.url = base.rstrip("/") + "/chat/completions"
+        self._headers = {
+            "Authorization": f"Bearer {api_key}",
+            "Content-Type": "application/json",
+            # Compressing a stream of small events saves little and costs CPU per read.
+            "Accept-Encoding": "identity",
+            "User-Agent": "threadpilot",
+        }
+        self._proxy, self._proxy_auth = _env_proxy(self.url)
+        self._session: aiohttp.ClientSession | None = None
+
+    def _http(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(
+                # Hundreds of runs stream at once, all to one host: no pool limit.
+                connector=aiohttp.TCPConnector(limit=0, limit_per_host=0),
+                # Only connecting has a timeout of its own; once the request is sent,
+                # the idle watch in _read is the limit (a per-read timer costs CPU).
+                timeout=aiohttp.ClientTimeout(
+                    total=None, connect=self.connect_timeout_s, sock_connect=self.connect_timeout_s
+                ),
+                raise_for_status=False,
+            )
+        return self._session
 
     async def aclose(self) -> None:
-        await self._client.close()
+        if self._session is not None:
+            await self._session.close()
 
     async def complete(self, request: ModelRequest, on_text: TextSink) -> ModelResponse:
-        kwargs: dict[str, Any] = {
+        body: dict[str, Any] = {
             "model": self.model,
             "messages": list(request.messages),
             "stream": True,
             "stream_options": {"include_usage": True},
         }
         if request.tools:
-            kwargs["tools"] = [t.to_openai() for t in request.tools]
+            body["tools"] = [t.to_openai() for t in request.tools]
             if request.tool_choice:
-                kwargs["tool_choice"] = request.tool_choice
+                body["tool_choice"] = request.tool_choice
         turn = _Turn(on_text)
-        try:
-            async with self._client.chat.completions.with_streaming_response.create(
-                **kwargs
-            ) as raw:
-                await _read(raw.http_response, turn, self.idle_timeout_s)
-        except openai.APIError as exc:
-            raise _translate(exc) from exc
+        send = functools.partial(
+            self._http().post,
+            self.url,
+            data=json.dumps(body).encode(),
+            headers=self._headers,
+            proxy=self._proxy,
+            proxy_auth=self._proxy_auth,
+        )
+        await _read(send, turn, self.idle_timeout_s)
         return turn.response()
 
 
-async def _read(response: httpx2.Response, turn: _Turn, idle_s: float) -> None:
-    """Feed the streamed body's chunks to ``turn`` until ``[DONE]`` or the body ends."""
-    loop = asyncio.get_running_loop()
-    decoder = SSEDecoder()
+def _env_proxy(url: str) -> tuple[URL | None, aiohttp.BasicAuth | None]:
+    """The proxy the environment names for ``url`` (and its credentials), if any."""
     try:
-        async with contextlib.aclosing(_body(response)) as body, asyncio.timeout(None) as limit:
+        return get_env_proxy_for_url(URL(url))
+    except LookupError:
+        return None, None
+
+
+async def _read(
+    send: Callable[[], Awaitable[aiohttp.ClientResponse]], turn: _Turn, idle_s: float
+) -> None:
+    """Send the request and feed the streamed body's chunks to ``turn`` until ``[DONE]``
+    or the body ends. No data for ``idle_s`` (the answer's head included) is a stall."""
+    loop = asyncio.get_running_loop()
+    try:
+        async with asyncio.timeout(None) as limit:
             idle = _IdleWatch(loop, limit, idle_s)
             try:
-                async for piece in body:
-                    idle.last = loop.time()
-                    for event in decoder.feed(piece):
-                        if event.data[:6] == b"[DONE]":
-                            await _drain(response, body)
-                            return
-                        turn.absorb(_chunk(event.data))
+                response = await send()
+                try:
+                    if response.status >= 400:
+                        raise _refused(response.status, response.headers, await _text(response))
+                    await _events(response, turn, idle, loop)
+                except BaseException:
+                    response.close()  # at once: the server sees the connection go now
+                    raise
+                response.release()
             finally:
                 idle.cancel()
     except TimeoutError as exc:
-        if not limit.expired():
-            raise
-        raise RetryableModelError(f"the model stream stalled: no data for {idle_s:g}s") from exc
+        if limit.expired():
+            raise RetryableModelError(f"the model stream stalled: no data for {idle_s:g}s") from exc
+        if isinstance(exc, aiohttp.ClientError):  # aiohttp's connect timeouts
+            raise RetryableModelError(f"could not reach the model endpoint: {exc!r}") from exc
+        raise
     except _TRANSPORT_ERRORS as exc:
         raise RetryableModelError(f"could not reach the model endpoint: {exc!r}") from exc
 
 
-def _body(response: httpx2.Response) -> AsyncGenerator[bytes, None]:
-    """The body as it arrives: raw when it is not compressed (the usual case), which
-    skips httpx's decoder layer; decompressed otherwise."""
-    encoding = response.headers.get("content-encoding", "identity").strip().lower()
-    return response.aiter_raw() if encoding in ("", "identity") else response.aiter_bytes()
+async def _events(
+    response: aiohttp.ClientResponse,
+    turn: _Turn,
+    idle: _IdleWatch,
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    decoder = SSEDecoder()
+    read = response.content.readany
+    while piece := await read():
+        idle.last = loop.time()
+        for event in decoder.feed(piece):
+            if event.data[:6] == b"[DONE]":
+                await _drain(response)
+                return
+            turn.absorb(_chunk(event.data))
 
 
-async def _drain(response: httpx2.Response, body: AsyncIterator[bytes]) -> None:
-    """Read what follows ``[DONE]`` (briefly), so HTTP/1.1 can reuse the connection."""
-    if response.http_version != "HTTP/1.1":
-        return
+async def _drain(response: aiohttp.ClientResponse) -> None:
+    """Read what follows ``[DONE]`` (briefly), so the connection can be reused."""
     try:
         async with asyncio.timeout(_DRAIN_S):
-            async for _ in body:
+            while await response.content.readany():
                 pass
     except (TimeoutError, *_TRANSPORT_ERRORS):
-        pass  # the answer is complete; the response is closed on the way out
+        response.close()  # the answer is complete; the connection is not worth keeping
+
+
+async def _text(response: aiohttp.ClientResponse) -> str:
+    """An error answer's body (its first ``_ERROR_BODY_MAX`` bytes), as text."""
+    pieces: list[bytes] = []
+    left = _ERROR_BODY_MAX
+    while left > 0 and (piece := await response.content.read(left)):
+        pieces.append(piece)
+        left -= len(piece)
+    return b"".join(pieces).decode("utf-8", "replace")
 
 
 def _chunk(data: bytes) -> dict[str, Any]:
     """One event's JSON, or the ModelError it stands for."""
     try:
-        chunk = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
+        chunk = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:  # invalid UTF-8 included
         # A chunk that is not JSON: the stream is corrupt, the answer unusable.
         raise RetryableModelError(f"the model stream sent a malformed chunk: {exc}") from exc
     if not isinstance(chunk, dict):
@@ -254,39 +322,36 @@ class _Turn:
         return ModelResponse("".join(self.text), calls, self.finish_reason, self.usage)
 
 
-def _translate(exc: openai.APIError) -> ModelError:
-    """Map an SDK error to the core's taxonomy: retryable, context, or fatal."""
-    if isinstance(exc, openai.APITimeoutError | openai.APIConnectionError):
-        return RetryableModelError(f"could not reach the model endpoint: {exc}")
-    if isinstance(exc, openai.APIStatusError):
-        status = exc.status_code
-        message = _error_message(exc)
-        code = _error_code(exc)
-        if status == 429:
-            return RateLimited(message, retry_after=retry_after_s(exc.response.headers), code=code)
-        if status >= 500 or status in _RETRYABLE_STATUS:
-            return RetryableModelError(message, status=status, code=code)
-        if _is_context_overflow(exc):
-            return ContextOverflow(message, status=status, code=code)
-        return FatalModelError(message, status=status, code=code)
-    return RetryableModelError(f"the model endpoint failed: {exc}")
+def _refused(status: int, headers: Mapping[str, str], text: str) -> ModelError:
+    """Map an answer with an error status to the core's taxonomy: retryable, context,
+    or fatal. The provider's JSON error (``{"error": {"message", "code"}}``) gives the
+    message and code when it sent one."""
+    message, code = _error_details(text)
+    described = f"model endpoint answered HTTP {status}: {message}"
+    if status == 429:
+        return RateLimited(described, retry_after=retry_after_s(headers), code=code)
+    if status >= 500 or status in _RETRYABLE_STATUS:
+        return RetryableModelError(described, status=status, code=code)
+    if code == "context_length_exceeded" or "context length" in text.lower():
+        return ContextOverflow(described, status=status, code=code)
+    return FatalModelError(described, status=status, code=code)
 
 
-def _error_message(exc: openai.APIStatusError) -> str:
-    return f"model endpoint answered HTTP {exc.status_code}: {exc.message}"
-
-
-def _error_code(exc: openai.APIStatusError) -> str | None:
-    """The provider's error code (``body.code`` or ``body.error.code``), if any."""
-    body = exc.body if isinstance(exc.body, dict) else {}
+def _error_details(text: str) -> tuple[str, str | None]:
+    """The error's message (the body itself when it is not the usual JSON) and code."""
+    try:
+        body = json.loads(text)
+    except ValueError:
+        body = None
+    if not isinstance(body, dict):
+        return text.strip() or "(no body)", None
     nested = body.get("error")
-    code = body.get("code") or (nested.get("code") if isinstance(nested, dict) else None)
-    return str(code) if code else None
-
-
-def _is_context_overflow(exc: openai.APIStatusError) -> bool:
-    code = _error_code(exc)
-    return code == "context_length_exceeded" or "context length" in str(exc.message).lower()
+    error = nested if isinstance(nested, dict) else body
+    message = error.get("message")
+    code = error.get("code") or body.get("code")
+    if not isinstance(message, str) or not message:
+        message = text.strip()
+    return message, (str(code) if code else None)
 
 
 def retry_after_s(headers: Mapping[str, str]) -> float | None:

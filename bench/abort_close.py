@@ -130,7 +130,7 @@ async def measure(trials: int) -> bool:
             f"{trials - server_order}/{trials} trials (it includes the llmock thread's own "
             "wake-up after the client closed)",
             f"trials not ending as an abort with the stream cut short: {wrong}",
-            f"{WARMUP} warm-up trials not counted; real OpenAIChatModel (httpx) → llmock "
+            f"{WARMUP} warm-up trials not counted; real OpenAIChatModel (aiohttp) → llmock "
             "over loopback; llmock runs in a thread of this process (shares the GIL)",
             machine_line(),
             revision_line(),

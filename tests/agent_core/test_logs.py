@@ -8,6 +8,7 @@ import logging
 from typing import TYPE_CHECKING
 
 import aiohttp
+import httpx2
 import pytest
 import structlog
 from aiohttp import web
@@ -61,7 +62,8 @@ def test_an_unknown_level_is_refused() -> None:
 
 
 async def _serve_one_request(tmp_path: Path) -> None:
-    """An aiohttp server with its default access log, asked once."""
+    """An aiohttp server with its default access log, asked once with aiohttp and once
+    with httpx2 (the MCP transport's client, which logs every request it makes)."""
     app = web.Application()
 
     async def ok(request: web.Request) -> web.Response:
@@ -79,6 +81,9 @@ async def _serve_one_request(tmp_path: Path) -> None:
             session.get("http://localhost/healthz") as response,
         ):
             assert response.status == 200
+        transport = httpx2.AsyncHTTPTransport(uds=str(tmp_path / "web.sock"))
+        async with httpx2.AsyncClient(transport=transport) as client:
+            assert (await client.get("http://localhost/healthz")).status_code == 200
     finally:
         await runner.cleanup()
 
@@ -122,7 +127,7 @@ async def test_at_debug_the_library_lines_are_back(
     await _library_traffic(make_agent, llm, tmp_path)
 
     text = out.getvalue()
-    for needle in ("HTTP Request: POST", "Running upgrade", "GET /healthz"):
+    for needle in ("HTTP Request: GET", "Running upgrade", "GET /healthz"):
         assert needle in text
 
 
