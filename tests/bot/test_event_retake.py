@@ -8,9 +8,11 @@ worker" is the shared delivery log holding the event's key, as that worker left 
 from __future__ import annotations
 
 import time
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from agent_core import RunRecord, ThreadKey
+from agent_core import RunRecord, RunState, ThreadKey
+from agent_core.stop import utcnow
 from bot.dedupe import event_key
 from tests.bot.harness import is_final
 from tests.fakes import slack_requests
@@ -56,10 +58,18 @@ async def test_a_retry_of_a_mention_that_did_start_its_run_is_dropped(
     assert isinstance(event, dict)
     store = store_of(bot)
     assert await store.first_delivery(event_key(str(envelope["event_id"])))
-    # The worker that took it did start its run (and lives on elsewhere).
+    # The worker that took it did start its run (and lives on elsewhere, holding it).
     thread = ThreadKey(DEFAULT_WORKSPACE.team_id, DEFAULT_CHANNEL, str(event["ts"]))
     await store.create_run(
-        RunRecord(id="elsewhere", thread=thread, requester=DEFAULT_USER, task="t")
+        RunRecord(
+            id="elsewhere",
+            thread=thread,
+            requester=DEFAULT_USER,
+            task="t",
+            state=RunState.RUNNING,
+            owner="worker-elsewhere",
+            lease_expires_at=utcnow() + timedelta(minutes=5),
+        )
     )
 
     assert await bot.event(envelope, retry_num=2) == 200
