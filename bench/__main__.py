@@ -35,8 +35,6 @@ BENCHMARKS = (
     "memory",
     "stop_propagation",
     "mcp_abort_cancel",
-    "queue_share",
-    "chunk_cpu",
     "slack_429",
     "sigterm_exit",
     "restart_reconcile",

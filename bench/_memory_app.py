@@ -103,7 +103,8 @@ async def measure_app(n: int, metric: Metric) -> AppMemory:
         aiohttp.ClientSession() as http,
     ):
         files = tempfile.TemporaryDirectory(prefix="threadpilot-bench-")
-        settings = app_settings(api_url, llm_url, files.name, socket_mode=False)
+        # Every run live at once: none may wait in the queue.
+        settings = app_settings(api_url, llm_url, files.name, socket_mode=False, max_live_runs=n)
         model = OpenAIChatModel(model="bench-model", api_key="bench-key", base_url=llm_url)
         watch = StreamWatch(model)
         app = ThreadpilotApp(settings, model=watch, listen_port=0, listen_host="127.0.0.1")

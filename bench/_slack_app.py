@@ -65,13 +65,16 @@ DATABASE_FILE = "threadpilot.db"
 class StreamWatch:
     """A pass-through ChatModel that records which runs are mid-stream (first text seen,
     turn not yet over). ``changes`` wakes waiters whenever that set changes; ``chunks``
-    counts the text chunks the model delivered, all runs together."""
+    counts the text chunks the model delivered, all runs together; ``cancelled_at`` is
+    when each run's model call returned cancelled (an Abort): the model closes its
+    connection before it returns, so this bounds the close from above."""
 
     def __init__(self, inner: OpenAIChatModel) -> None:
         self.inner = inner
         self.streaming: set[str] = set()
         self.changes = Changes()
         self.chunks = 0
+        self.cancelled_at: dict[str, float] = {}
 
     async def complete(self, request: ModelRequest, on_text: TextSink) -> ModelResponse:
         run_id = current_run().id
@@ -88,14 +91,25 @@ class StreamWatch:
 
         try:
             return await self.inner.complete(request, text)
+        except asyncio.CancelledError:
+            self.cancelled_at[run_id] = time.monotonic()
+            raise
         finally:
             if seen:
                 self.streaming.discard(run_id)
                 self.changes.notify()
 
 
-def app_settings(api_url: str, llm_url: str, files_dir: str, *, socket_mode: bool) -> Settings:
-    """The app's settings, as ``tests/bot/conftest.py`` makes them (plus Socket Mode)."""
+def app_settings(
+    api_url: str,
+    llm_url: str,
+    files_dir: str,
+    *,
+    socket_mode: bool,
+    max_live_runs: int | None = None,
+) -> Settings:
+    """The app's settings, as ``tests/bot/conftest.py`` makes them (plus Socket Mode, and
+    ``MAX_LIVE_RUNS`` for a benchmark that holds more runs than its default)."""
     values: dict[str, Any] = {
         "SLACK_BOT_TOKEN": "xoxb-bench-token",
         "SLACK_SIGNING_SECRET": SECRET,
@@ -107,6 +121,8 @@ def app_settings(api_url: str, llm_url: str, files_dir: str, *, socket_mode: boo
     }
     if socket_mode:
         values |= {"SLACK_APP_TOKEN": "xapp-bench-token", "SLACK_SIGNING_SECRET": ""}
+    if max_live_runs is not None:
+        values["MAX_LIVE_RUNS"] = max_live_runs
     return Settings(_env_file=None, **values)  # type: ignore[call-arg]
 
 
