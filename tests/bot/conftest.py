@@ -1,4 +1,5 @@
-"""Fixtures for the Slack app: the fake Slack, and the real app wired to it and to llmock."""
+"""Fixtures for the Slack app: the fake Slack, the real app wired to it and to llmock, and
+for tests of one part on its own, a SQLite store and the workspaces' Slack surfaces."""
 
 from __future__ import annotations
 
@@ -6,9 +7,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import aiohttp
 import pytest
+from slack_sdk.web.async_client import AsyncWebClient
 
+from agent_core.stores.factory import open_store
 from bot.app import ThreadpilotApp
 from bot.settings import Settings
+from bot.surface import Workspaces
 from tests.bot.harness import SECRET, Bot
 from tests.fakes.slack_api import FakeSlack
 
@@ -17,6 +21,8 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from llmock.pytest_plugin import LLMock
+
+    from agent_core.ports import Store
 
 
 class BotFactory(Protocol):
@@ -27,6 +33,24 @@ class BotFactory(Protocol):
 async def slack() -> AsyncIterator[FakeSlack]:
     async with FakeSlack() as fake:
         yield fake
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[Store]:
+    """A real SQLite store of the test's own (no app around it)."""
+    opened = await open_store(f"sqlite:///{tmp_path}/threadpilot.db")
+    yield opened
+    await opened.close()
+
+
+@pytest.fixture
+async def workspaces(slack: FakeSlack) -> AsyncIterator[Workspaces]:
+    """The workspaces' Slack surfaces, talking to the fake Slack (no app around them)."""
+    async with aiohttp.ClientSession() as http:
+        client = AsyncWebClient(token="xoxb-test-token", base_url=slack.api_url, session=http)
+        opened = Workspaces(client)
+        yield opened
+        await opened.close()
 
 
 def bot_settings(slack: FakeSlack, llm: LLMock, tmp_path: Path, **overrides: Any) -> Settings:

@@ -10,44 +10,22 @@ import asyncio
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-import aiohttp
 import pytest
-from slack_sdk.web.async_client import AsyncWebClient
 
 from agent_core import RunRecord, RunState, ThreadKey
 from agent_core.stop import utcnow
-from agent_core.stores.factory import open_store
 from bot.reconciler import Reconciler
-from bot.surface import Workspaces
 from tests.fakes.slack_workspace import DEFAULT_USER
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
-    from pathlib import Path
-
     from agent_core import Checkpoint
     from agent_core.ports import Store
+    from bot.surface import Workspaces
     from tests.fakes.slack_api import FakeSlack
 
 ORPHANS = 5
 RETRY_AFTER_S = 30
 """How long Slack keeps ``chat.update`` refused: longer than the test may wait."""
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    opened = await open_store(f"sqlite:///{tmp_path}/threadpilot.db")
-    yield opened
-    await opened.close()
-
-
-@pytest.fixture
-async def workspaces(slack: FakeSlack) -> AsyncIterator[Workspaces]:
-    async with aiohttp.ClientSession() as http:
-        client = AsyncWebClient(token="xoxb-test-token", base_url=slack.api_url, session=http)
-        opened = Workspaces(client)
-        yield opened
-        await opened.close()
 
 
 async def no_resume(record: RunRecord, checkpoint: Checkpoint | None) -> None:
