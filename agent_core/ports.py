@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, overload, runtime_checkable
 
 from agent_core.states import RunState
 from agent_core.stop import StopReason, utcnow
@@ -76,6 +76,7 @@ __all__ = [
     "ThreadKey",
     "ToolCall",
     "ToolSpec",
+    "is_accepted",
     "is_waiting",
 ]
 
@@ -288,6 +289,7 @@ class StopRequestRecord:
 
 
 class StopRequestStore(Protocol):
+    @overload
     async def add_stop_request(
         self,
         run_id: str,
@@ -296,12 +298,43 @@ class StopRequestStore(Protocol):
         requested_by: str,
         *,
         request_id: str | None = None,
-    ) -> StopRequestRecord:
+        delivery: None = None,
+    ) -> StopRequestRecord: ...
+
+    @overload
+    async def add_stop_request(
+        self,
+        run_id: str,
+        thread: ThreadKey,
+        kind: StopReason,
+        requested_by: str,
+        *,
+        request_id: str | None = None,
+        delivery: str,
+    ) -> StopRequestRecord | None: ...
+
+    async def add_stop_request(
+        self,
+        run_id: str,
+        thread: ThreadKey,
+        kind: StopReason,
+        requested_by: str,
+        *,
+        request_id: str | None = None,
+        delivery: str | None = None,
+    ) -> StopRequestRecord | None:
         """Commit a request. It is durable when this returns (before the click's ack).
 
         ``request_id`` (default: a new one) lets the caller know the id before the
         commit: the worker that applies its own request tells its stop watcher first, so
         the watcher never applies it again. It must be new.
+
+        ``delivery`` is the key of the Slack delivery that asks (as for
+        :meth:`DeliveryLog.first_delivery`, seen at the request's ``requested_at``). The
+        key is recorded and the request added in one transaction: None, and nothing
+        written, when some worker had already taken the key; the request, when this
+        call took it. A store that retried after losing its connection still returns
+        the request if its first attempt landed.
         """
         ...
 
@@ -384,7 +417,9 @@ class DeliveryLog(Protocol):
 
     Slack re-delivers an event it believes was not acknowledged (maybe to another
     worker) and may send a click twice; the worker that receives one asks here first
-    and acts only on a first delivery.
+    and acts only on a first delivery. A delivery that asks a run to stop records its
+    key in the same transaction as its stop request instead
+    (:meth:`StopRequestStore.add_stop_request`, ``delivery``): one key, one table.
     """
 
     async def first_delivery(self, key: str, *, now: datetime | None = None) -> bool:
@@ -662,6 +697,24 @@ def is_waiting(record: RunRecord) -> bool:
     return record.state is RunState.QUEUED and record.owner is None and record.parent_id is None
 
 
+def is_accepted(record: RunRecord) -> bool:
+    """True if ``record`` is a person's new run that a worker accepted and has not shown
+    yet: ``queued``, held by that worker, top-level, with no status message, and neither
+    a resume nor a continuation (those have run before, and have a checkpoint to go on
+    from). Slack was told "accepted" when it was written; if its worker goes away now,
+    nothing ran and nothing was shown, so it goes back in the queue
+    (the reconciler of any worker), not to an ending.
+    """
+    return (
+        record.state is RunState.QUEUED
+        and record.owner is not None
+        and record.parent_id is None
+        and record.status_ts is None
+        and record.auto_resumes == 0
+        and record.continued_from is None
+    )
+
+
 QUEUE_WAKEUP = "queue"
 """The wake-up payload (:class:`StopWakeups`, the stop channel) that says a run was
 queued: not a run id (those are hex), so a stop watcher that sees it only wakes the
@@ -694,6 +747,14 @@ class QueueStore(Protocol):
         """Put a run :meth:`claim_queued` gave ``owner`` back in the queue (its worker
         could not start it after all: it began shutting down). Only a ``running`` run
         still ``owner``'s moves; True if this call moved it."""
+        ...
+
+    async def requeue_run(self, run_id: str, owner: str, *, status_ts: str | None = None) -> bool:
+        """Put in the queue a run ``owner`` accepted and has not started (``queued`` and
+        held by ``owner``): it waits, with no owner and no lease, for any worker, with
+        ``status_ts`` as its status message if given. Wakes the other workers as
+        :meth:`enqueue_run` does. True if this call moved it; False if it is no longer
+        ``owner``'s or has started."""
         ...
 
     async def queued_runs(self, *, limit: int = 1000) -> list[RunRecord]:

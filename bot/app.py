@@ -185,6 +185,7 @@ class ThreadpilotApp:
             settings,
             resume=self._resume,
             worker_id=worker_id,
+            bot_user_id=bot_user_id,
             metrics=self.metrics,
         )
         supervisor.stop_scan = self._worker.watcher.scan

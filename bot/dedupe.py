@@ -9,12 +9,16 @@ first (cheap; catches the common repeat to the same process), then the database'
 delivery log, which every worker shares (``Store.first_delivery``). Keys:
 ``event:<event_id>`` for events (:class:`EventDeduper`, a Bolt middleware, before any
 listener can start a run) and ``click:<action_ts>:<user>`` for button clicks
-(:mod:`bot.handlers.actions`): a deliberate second press has a new ``action_ts``.
+(:mod:`bot.handlers.actions`): a deliberate second press has a new ``action_ts``. A
+click or event that asks a run to stop has its key recorded by the stop request's own
+transaction (:meth:`Deliveries.take`): the key is taken exactly when the request is
+committed, never one without the other.
 
 The log records that a delivery was *taken*, not that its work was done: a worker killed
-between the two would lose a mention to Slack's retries of it. So a repeated mention or
-message that another process took at least :data:`RETAKE_AFTER` ago, and that left no run
-in its thread from its time on, is taken again (Slack retries after about 3 s, 1 minute
+between the two (before the run's row is written, which is still before the ack) would
+lose a mention to Slack's retries of it. So a repeated mention or message that another
+process took at least :data:`RETAKE_AFTER` ago, and that left no run in its thread from
+its time on, is taken again (Slack retries after about 3 s, 1 minute
 and 5 minutes; the thread's one-live-run rule and guidance ids make a second taking
 harmless). A repeat this process took itself is always dropped: its taker is alive.
 """
@@ -24,7 +28,7 @@ from __future__ import annotations
 import asyncio
 from collections import OrderedDict
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import structlog
 from slack_bolt.response import BoltResponse
@@ -39,6 +43,8 @@ if TYPE_CHECKING:
 __all__ = ["CLOCK_SKEW", "Deliveries", "EventDeduper", "click_key", "event_key"]
 
 log = structlog.get_logger("bot.dedupe")
+
+T = TypeVar("T")
 
 CLOCK_SKEW = timedelta(seconds=5)
 """Slack's clock (a message's ``ts``) and ours may differ by this much."""
@@ -90,6 +96,22 @@ class Deliveries:
         first = await self._store.first_delivery(key)
         self.remember(key)
         return first
+
+    async def take(self, key: str, commit: Callable[[str], Awaitable[T | None]]) -> T | None:
+        """What ``commit(key)`` committed, for exactly one delivery of ``key`` among all
+        workers; None for every other (a repeat), and nothing committed for it.
+
+        For a delivery whose work is durable with its key: ``commit`` records ``key`` and
+        does the work in one transaction, and returns None when some worker had taken
+        the key (:meth:`agent_core.ports.StopRequestStore.add_stop_request`). This
+        process's own repeats are answered from memory, as by :meth:`first`; a commit
+        that raises leaves the key untaken, for the delivery's retry.
+        """
+        if self.seen_here(key):
+            return None
+        done = await commit(key)
+        self.remember(key)
+        return done
 
 
 class EventDeduper:

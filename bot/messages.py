@@ -110,6 +110,10 @@ QUEUED_NEVER_STARTED = (
     "It was still waiting in the queue: it never started, and the model was never asked."
 )
 QUEUED_NEXT_STEP = "Nothing is running. Mention me again to start it anew."
+QUEUED_ELSEWHERE = (
+    "Still waiting for a worker with room. When one takes this request it answers in a "
+    "new message below."
+)
 ACTIVITY_WAITING_FOR_MODEL = "Waiting for the model"
 ACTIVITY_WRITING_ANSWER = "Writing the answer"
 ACTIVITY_FINAL_REPORT = "Writing the final report"

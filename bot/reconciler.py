@@ -3,7 +3,10 @@
 Runs on start-up and then periodically, in every worker (docs/operations.md, Leases):
 
 1. **Orphans.** A live run whose lease expired lost its worker (``kill -9``, a crash, a
-   lost host). It is ended by compare-and-set, so exactly one worker does it:
+   lost host). One its worker had only accepted (its row written before Slack's event
+   was acknowledged, nothing run or shown yet: :func:`agent_core.ports.is_accepted`)
+   goes back in the queue, for any worker to run. Any other is ended by
+   compare-and-set, so exactly one worker does it:
    ``blocked`` ("interrupted: the worker running this stopped"), or ``userinterlude`` if
    a person had asked to stop or abort it (their intent wins; never resume a
    user stop). Its Slack message is rewritten to say so.
@@ -56,6 +59,7 @@ from agent_core import (
     Usage,
 )
 from agent_core.delegation import MAX_DEPTH
+from agent_core.ports import is_accepted
 from agent_core.stop import utcnow
 from bot import messages
 from bot.agent_session import SessionStatus, set_session_status
@@ -105,6 +109,7 @@ class ReconcileReport:
     orphans_ended: int = 0
     resumed: int = 0
     finals_reposted: int = 0
+    requeued: int = 0
 
 
 class Reconciler:
@@ -145,9 +150,13 @@ class Reconciler:
         # messages wait on Slack's rate limits, and no orphan's ending waits for another's
         # message. Both before any resume, which writes to the same status messages.
         endings: list[_Ending] = []
+        requeued = 0
         for record in orphans:
             if self._is_local(record.id):
                 continue  # ours and alive: the next heartbeat renews it
+            if is_accepted(record):
+                requeued += await self._requeue(record)
+                continue
             ending = await self._end_in_store(record, now)
             if ending is not None:
                 endings.append(ending)
@@ -162,20 +171,37 @@ class Reconciler:
         reposted = await self._repost_finals(now)
         if settled := await self._settle_moot_requests():
             log.info("reconcile.requests_settled", count=settled)
-        if ended or resumed or reposted:
+        if ended or resumed or reposted or requeued:
             log.info(
-                "reconcile.done", orphans_ended=ended, resumed=resumed, finals_reposted=reposted
+                "reconcile.done",
+                orphans_ended=ended,
+                resumed=resumed,
+                finals_reposted=reposted,
+                requeued=requeued,
             )
-        return ReconcileReport(ended, resumed, reposted)
+        return ReconcileReport(ended, resumed, reposted, requeued)
 
     async def end_orphan(self, record: RunRecord, *, now: datetime | None = None) -> bool:
-        """End a live run whose owner is gone, in the database and then in Slack. True if
-        this call is the one that ended it."""
+        """End a live run whose owner is gone, in the database and then in Slack (or, one
+        only accepted, queue it again). True if this call is the one that ended it."""
         now = now or utcnow()
+        if is_accepted(record):
+            await self._requeue(record)
+            return False
         ending = await self._end_in_store(record, now)
         if ending is None:
             return False
         await self._tell_slack(ending, now)
+        return True
+
+    async def _requeue(self, record: RunRecord) -> bool:
+        """Queue again a run its worker accepted and went away before starting: the
+        person was told it was received, and nothing of it ran or was shown. True if this
+        call did (another worker may have first)."""
+        assert record.owner is not None
+        if not await self._store.requeue_run(record.id, record.owner):
+            return False
+        log.warning("run.requeued", run_id=record.id, previous_owner=record.owner)
         return True
 
     async def _end_in_store(self, record: RunRecord, now: datetime) -> _Ending | None:

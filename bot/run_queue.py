@@ -2,12 +2,15 @@
 wait in the database, and any worker with room takes the oldest (docs/operations.md,
 Queue and MAX_LIVE_RUNS).
 
-- **Queueing** (:meth:`RunQueue.enqueue`). The status message is posted first, showing
-  "Queued: n ahead" with Stop and Abort, then the run is stored ``queued`` with no owner,
-  its status message and its starting conversation (a turn-0 checkpoint: the thread's
-  history as it was when the person asked) beside it. A worker that takes it therefore
-  always finds the message to continue in. On PostgreSQL the insert wakes the other
-  workers.
+- **Queueing** (:meth:`RunQueue.enqueue`). A run arrives here accepted (its row written,
+  held by this worker, before the ack: :meth:`bot.supervisor.Supervisor.accept`). Its
+  status message is posted first, showing "Queued: n ahead" with Stop and Abort, its
+  starting conversation is stored (a turn-0 checkpoint: the thread's history as it was
+  when the person asked), and then it is let go: no owner, its status message recorded.
+  A worker that takes it therefore finds the message to continue in. On PostgreSQL that
+  wakes the other workers. A run accepted by a worker that went away (or shut down)
+  before it started or queued it is let go the same way, with neither: the worker that
+  takes it posts its status message and reads the thread itself.
 - **Taking** (:meth:`RunQueue.wake`, one task of this worker). When one of this worker's
   runs ends, on the worker's periodic tick, and on a wake-up from another worker's
   queueing, the taker claims queued runs while the supervisor has room: each claim makes
@@ -29,7 +32,6 @@ Queue and MAX_LIVE_RUNS).
 from __future__ import annotations
 
 import asyncio
-import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -53,6 +55,7 @@ from bot import messages
 from bot.errors import BudgetNotRunning, SlackError
 from bot.resume import decide
 from bot.session import RunSession
+from bot.thread_history import read_thread
 from bot.views.status import StatusSnapshot, render_status
 
 if TYPE_CHECKING:
@@ -152,6 +155,7 @@ class RunQueue:
         workspaces: Workspaces,
         *,
         worker_id: str,
+        bot_user_id: str,
         lease_ttl_s: float,
         reconciler: Reconciler,
         watcher: StopWatcher,
@@ -162,13 +166,12 @@ class RunQueue:
         self._supervisor = supervisor
         self._workspaces = workspaces
         self._worker_id = worker_id
+        self._bot_user_id = bot_user_id
         self._ttl = lease_ttl_s
         self._reconciler = reconciler
         self._watcher = watcher
         self._policy = policy
         self._metrics = metrics
-        self._queuing: set[ThreadKey] = set()
-        """Threads whose run is being queued here (posted, not yet stored)."""
         self._posted: dict[str, _Posted] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -190,25 +193,24 @@ class RunQueue:
         """Look for queued runs to take (coalesced: one look covers many wake-ups)."""
         self._wake.set()
 
-    def queuing(self, thread: ThreadKey) -> bool:
-        """True while a run for ``thread`` is being queued here (not yet stored)."""
-        return thread in self._queuing
-
     # -- queueing ----------------------------------------------------------------------
 
     async def enqueue(
         self,
+        run_id: str,
         *,
         thread: ThreadKey,
         requester: str,
         task: str,
         history: Sequence[ChatMessage],
         surface: SlackSurface,
-    ) -> str | None:
-        """Queue a run for ``thread``: its status message, then its row. The run id, or
-        None if it could not be queued (the thread is told)."""
-        run_id = uuid.uuid4().hex
-        self._queuing.add(thread)
+    ) -> bool:
+        """Queue the run ``run_id``, accepted here: its status message, its starting
+        conversation, then its row let go for any worker. True if it waits with its
+        message; False if it was let go without one (a worker that takes it posts it),
+        or had been already (this worker is shutting down)."""
+        if not self._supervisor.queuing(run_id):
+            return False
         try:
             ahead = await self._store.count_queued()
             rendered = render_status(_queued_snapshot(run_id, requester, ahead))
@@ -219,35 +221,38 @@ class RunQueue:
                 thread_ts=thread.thread_ts,
                 metadata=rendered.metadata,
             )
+        except (StorageError, SlackError, BudgetNotRunning) as exc:
+            log.error("queue.status_post_failed", run_id=run_id, error=_error(exc))
+            await self._let_go(run_id)
+            return False
+        try:
             prompt = self._supervisor.agent.config.system_prompt
             conversation = starting_conversation(prompt, history, task)
             # The checkpoint first: a worker that finds the run finds its conversation.
             await self._store.save_checkpoint(Checkpoint(run_id, 0, conversation))
-            record = RunRecord(
-                id=run_id, thread=thread, requester=requester, task=task, status_ts=status_ts
-            )
-            try:
-                await self._store.enqueue_run(record)
-            except (StorageError, ValueError):
-                log.exception("queue.not_recorded", run_id=run_id)
-                await _quietly_final(surface, thread.channel, status_ts, messages.RUN_NOT_RECORDED)
-                return None
+            queued = await self._let_go(run_id, status_ts=status_ts)
         except StorageError:
             log.exception("queue.not_recorded", run_id=run_id)
-            await _quietly_post(surface, thread, messages.RUN_NOT_RECORDED)
-            return None
-        except SlackError as exc:
-            log.error("queue.status_post_failed", run_id=run_id, error=exc.error)
-            return None
-        except BudgetNotRunning:
-            log.error("queue.status_post_failed", run_id=run_id, error="shutting down")
-            return None
-        finally:
-            self._queuing.discard(thread)
+            queued = False
+        if not queued:
+            # Taken meanwhile, or not let go (its lease then runs out and a reconciler
+            # queues it): whoever starts it posts a message of its own.
+            await _quietly_final(surface, thread.channel, status_ts, messages.QUEUED_ELSEWHERE)
+            return False
         self._posted[run_id] = _Posted(thread, requester, status_ts, ahead)
         log.info("run.queued", run_id=run_id, ahead=ahead)
         self.wake()  # room may have freed here while we posted
-        return run_id
+        return True
+
+    async def _let_go(self, run_id: str, *, status_ts: str | None = None) -> bool:
+        """The accepted run ``run_id`` waits for any worker now; True if this call let it
+        go (False: the database did not answer, or it was not ours any more)."""
+        self._supervisor.hand_over(run_id)
+        try:
+            return await self._store.requeue_run(run_id, self._worker_id, status_ts=status_ts)
+        except StorageError:
+            log.exception("queue.not_let_go", run_id=run_id)
+            return False
 
     # -- taking ------------------------------------------------------------------------
 
@@ -274,12 +279,8 @@ class RunQueue:
 
     async def _start(self, record: RunRecord) -> bool:
         self._posted.pop(record.id, None)
-        history: list[ChatMessage] = []
-        try:
-            history = history_of(await self._store.latest_checkpoint(record.id), record.task)
-        except StorageError:
-            log.exception("queue.history_unreadable", run_id=record.id)
         surface = await self._workspaces.get(record.thread.team)
+        history = await self._history(record, surface)
         store = self._store
 
         def make_session(run: Run) -> RunSession:
@@ -303,6 +304,24 @@ class RunQueue:
             return False
         log.info("run.dequeued", run_id=record.id, waited_s=_age_s(record))
         return True
+
+    async def _history(self, record: RunRecord, surface: SlackSurface) -> list[ChatMessage]:
+        """The thread's history as stored when the run was queued; read from Slack now
+        if it never was (its accepting worker went away first)."""
+        try:
+            checkpoint = await self._store.latest_checkpoint(record.id)
+        except StorageError:
+            log.exception("queue.history_unreadable", run_id=record.id)
+            return []
+        if checkpoint is not None:
+            return history_of(checkpoint, record.task)
+        return await read_thread(
+            surface,
+            record.thread,
+            self._bot_user_id,
+            requester=record.requester,
+            task=record.task,
+        )
 
     # -- ending ------------------------------------------------------------------------
 
@@ -408,21 +427,18 @@ def _queued_snapshot(run_id: str, requester: str, ahead: int) -> StatusSnapshot:
     return StatusSnapshot(run_id=run_id, requester=requester, phase="queued", queued_ahead=ahead)
 
 
+def _error(exc: Exception) -> str:
+    if isinstance(exc, SlackError):
+        return exc.error
+    return "shutting down" if isinstance(exc, BudgetNotRunning) else "database error"
+
+
 def _age_s(record: RunRecord) -> float:
     return round((utcnow() - record.created_at).total_seconds(), 3)
 
 
 async def _quietly_final(surface: SlackSurface, channel: str, ts: str, text: str) -> None:
-    """Replace a queued message whose run could not be stored (its buttons lead nowhere)."""
+    """Replace a queued message that its run will not use (its buttons lead nowhere)."""
     blocks = [{"type": "section", "text": {"type": "mrkdwn", "text": text}}]
     if not await surface.budget.update_final(channel, ts, text=text, blocks=blocks):
         log.error("queue.message_not_replaced", ts=ts)
-
-
-async def _quietly_post(surface: SlackSurface, thread: ThreadKey, text: str) -> None:
-    try:
-        await surface.budget.post_message(thread.channel, text=text, thread_ts=thread.thread_ts)
-    except SlackError as exc:
-        log.error("reply.failed", error=exc.error)
-    except BudgetNotRunning:
-        log.error("reply.failed", error="shutting down")

@@ -17,9 +17,10 @@ its database work within :data:`ACK_BUDGET_S` of Slack's 3 seconds:
    ``STOP_POLICY=participants``) and the asker's own earlier Stops (for a double press)
    are read from the database only when the answer depends on them, and the database
    is what every worker reads, so every worker decides alike;
-3. for an ask that changes the run, check that its delivery was not taken before (Slack
-   re-delivers a click or an event, maybe to another worker) and commit the stop
-   request: durable before the ack;
+3. for an ask that changes the run, commit the stop request, durable before the ack,
+   in one transaction with its delivery's key: Slack re-delivers a click or an event,
+   maybe to another worker, and a delivery some worker took already commits nothing
+   (this process's memory answers a repeat it took itself without the database);
 4. apply it at once if this worker owns the run. The stop watcher learns the request's
    id before the commit, so when it finds the request in the table it does not apply it
    a second time.
@@ -214,7 +215,8 @@ class StopService:
     # -- before the ack ----------------------------------------------------------------
 
     async def request(self, ask: StopAsk) -> StopDecision:
-        """Decide, check the delivery, commit and apply; every store call in the budget.
+        """Decide, commit (with the delivery's key) and apply; every store call in the
+        budget.
 
         Never raises for a database fault: the decision then has no verdict, and its
         ``failure`` is the answer :meth:`after` gives.
@@ -228,11 +230,9 @@ class StopService:
                     return await self.resume_controls.stop(ask, decision)
                 if verdict is None or not verdict.changes_state:
                     return decision
-                if ask.delivery is not None and not await self._deliveries.first(
-                    _delivery_key(ask.delivery)
-                ):
-                    return replace(decision, verdict=Verdict.REDELIVERED)
                 request = await self._commit(decision, verdict, live)
+                if request is None:
+                    return replace(decision, verdict=Verdict.REDELIVERED)
         except TimeoutError:
             log.warning("stop.not_recorded", reason="database_busy", budget_s=self._budget_s)
             return StopDecision(ask, None, failure=_not_recorded(ask, busy=True))
@@ -293,21 +293,35 @@ class StopService:
 
     async def _commit(
         self, decision: StopDecision, verdict: Verdict, live: LiveRun | None
-    ) -> StopRequestRecord:
+    ) -> StopRequestRecord | None:
+        """The stop request, committed with its delivery's key in one transaction; None,
+        and nothing committed, if the delivery was taken before (by any worker)."""
         kind = verdict.requests
         assert kind is not None and decision.run_id is not None and decision.thread is not None
+        run_id, thread, user = decision.run_id, decision.thread, decision.ask.user
         request_id = uuid.uuid4().hex
+        delivery = decision.ask.delivery
         watcher = self._worker.watcher
         if live is not None:
             watcher.applied_here(request_id)  # before the commit: a scan may find it first
         try:
-            return await self._store.add_stop_request(
-                decision.run_id, decision.thread, kind, decision.ask.user, request_id=request_id
+            if delivery is None:
+                return await self._store.add_stop_request(
+                    run_id, thread, kind, user, request_id=request_id
+                )
+            request = await self._deliveries.take(
+                _delivery_key(delivery),
+                lambda key: self._store.add_stop_request(
+                    run_id, thread, kind, user, request_id=request_id, delivery=key
+                ),
             )
         except BaseException:
             if live is not None:
                 watcher.forget(request_id)  # it may have landed: then the watcher applies it
             raise
+        if request is None and live is not None:
+            watcher.forget(request_id)  # a repeat: nothing was committed
+        return request
 
     # -- after the ack -----------------------------------------------------------------
 

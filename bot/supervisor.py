@@ -1,8 +1,15 @@
 """The supervisor owns every live run of this process and shuts them down.
 
-A thread has at most one live run: :meth:`Supervisor.start` checks and
-claims the thread without an ``await`` in between, so two deliveries of the same mention
-racing each other cannot both start a run. Every run task is created and held here (no
+A thread has at most one live run: :meth:`Supervisor.accept` checks and
+holds the thread without an ``await`` in between, so two deliveries of the same mention
+racing each other cannot both start a run.
+
+A person's new run is *accepted* before Slack's event is acknowledged: its row is
+written, ``queued`` and leased to this worker, so the acknowledgement never promises a
+run that a ``kill -9`` could lose. The heartbeat keeps the lease until the run starts
+here (:meth:`Supervisor.start`) or is handed to the queue; if the process dies first,
+any worker's reconciler puts the row back in the queue; if it shuts down first, it puts
+the row back itself (:meth:`Supervisor.shutdown`). Every run task is created and held here (no
 fire-and-forget); :meth:`Supervisor.shutdown` ends them with reason ``shutdown`` and
 waits, bounded, for their Slack messages to say so.
 
@@ -22,7 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -68,6 +75,15 @@ __all__ = ["LiveRun", "Supervisor"]
 log = structlog.get_logger("bot.supervisor")
 
 
+@dataclass(frozen=True, slots=True)
+class _Accepted:
+    """A run accepted here (its row written before the ack) and not started yet."""
+
+    thread: ThreadKey
+    requester: str
+    task: str
+
+
 @dataclass(eq=False)
 class LiveRun:
     run: Run
@@ -110,6 +126,10 @@ class Supervisor:
         """Told whenever a run leaves this process: the queue's taker looks for work."""
         self._live: dict[str, LiveRun] = {}
         self._by_thread: dict[ThreadKey, str] = {}
+        """The run holding each thread here: live, or accepted and not started yet."""
+        self._accepted: dict[str, _Accepted] = {}
+        self._queuing: set[str] = set()
+        """Accepted runs the queue is queueing: it lets them go itself, shutdown or not."""
         self._accepting = True
         if metrics is not None:
             metrics.count_live_runs(lambda: len(self._live))
@@ -123,6 +143,14 @@ class Supervisor:
         run_id = self._by_thread.get(thread)
         return self._live.get(run_id) if run_id else None
 
+    def thread_held(self, thread: ThreadKey) -> bool:
+        """True if ``thread`` has a run here: live, or accepted and about to start."""
+        return thread in self._by_thread
+
+    def holds(self, run_id: str) -> bool:
+        """True if the run is this process's: live here, or accepted and not started."""
+        return run_id in self._live or run_id in self._accepted
+
     def guide(self, record: GuidanceRecord) -> bool:
         """Hand a committed reply to its run, if this worker runs it (and still owns it):
         the run gives it to the model at its next turn boundary, and the reply is marked
@@ -134,9 +162,11 @@ class Supervisor:
         return True
 
     def held_runs(self) -> set[str]:
-        """The runs whose leases this process must keep: registered here, not lost, and
-        still in memory (running, or writing their ending)."""
-        return {live.run.id for live in self._live.values() if live.registered and not live.lost}
+        """The runs whose leases this process must keep: accepted and not started yet, or
+        registered here, not lost, and still in memory (running, or writing their
+        ending)."""
+        live = {live.run.id for live in self._live.values() if live.registered and not live.lost}
+        return live | self._accepted.keys()
 
     async def had_run(self, thread: ThreadKey) -> bool:
         """True if any worker ever ran in ``thread`` (a reply there continues it).
@@ -175,20 +205,71 @@ class Supervisor:
 
     # -- starting and ending -----------------------------------------------------------
 
+    async def accept(self, run_id: str, thread: ThreadKey, requester: str, task: str) -> str | None:
+        """Store ``run_id``, a person's new run for ``thread``, before their message is
+        acknowledged; its id, or None if the thread has a run here already.
+
+        While this worker takes work the row is leased here and the thread held for it,
+        until :meth:`start` runs it or :meth:`hand_over` gives it to the queue. While
+        shutting down it is stored waiting, for any worker to take. StorageError (and
+        nothing held) if it could not be stored; the caller then ends any row that was
+        written unseen (:meth:`abandon_row`).
+        """
+        if thread in self._by_thread:
+            return None
+        record = RunRecord(id=run_id, thread=thread, requester=requester, task=task)
+        if not self._accepting:
+            await self.store.enqueue_run(record)
+            log.info("run.accepted_into_queue", run_id=run_id, reason="shutting down")
+            return run_id
+        self._by_thread[thread] = run_id
+        self._accepted[run_id] = _Accepted(thread, requester, task)
+        expires = utcnow() + timedelta(seconds=self.lease_ttl_s)
+        try:
+            await self.store.create_run(
+                replace(record, owner=self.worker_id, lease_expires_at=expires)
+            )
+        except BaseException:
+            self.hand_over(run_id)
+            raise
+        return run_id
+
+    def hand_over(self, run_id: str) -> None:
+        """An accepted run is no longer this process's to start (it was queued, or not
+        stored): the thread is free here and its lease no longer renewed."""
+        accepted = self._accepted.pop(run_id, None)
+        self._queuing.discard(run_id)
+        if accepted is not None and self._by_thread.get(accepted.thread) == run_id:
+            del self._by_thread[accepted.thread]
+
+    def queuing(self, run_id: str) -> bool:
+        """The queue takes over the accepted run ``run_id`` (:meth:`hand_over` when it is
+        done); False if it is not held here (shutdown put it back in the queue)."""
+        if run_id not in self._accepted:
+            return False
+        self._queuing.add(run_id)
+        return True
+
     def start(
         self,
+        run_id: str,
         *,
-        thread: ThreadKey,
-        requester: str,
-        task: str,
         history: Sequence[ChatMessage],
         make_session: Callable[[Run], RunSession],
     ) -> LiveRun | None:
-        """Start a run in ``thread``; None if the thread already has one or we are closing."""
-        if not self._accepting or thread in self._by_thread:
+        """Start the accepted run ``run_id``; None if it is not held here any more (this
+        worker began shutting down and put it back in the queue)."""
+        accepted = self._accepted.pop(run_id, None)
+        if accepted is None or not self._accepting:
             return None
-        run = self.agent.new_run(task, requester=requester, thread=thread, history=history)
-        return self._launch(run, requester, make_session, resumed=False)
+        run = self.agent.new_run(
+            accepted.task,
+            run_id=run_id,
+            requester=accepted.requester,
+            thread=accepted.thread,
+            history=history,
+        )
+        return self._launch(run, accepted.requester, make_session, registered=True)
 
     def start_queued(
         self,
@@ -208,7 +289,7 @@ class Supervisor:
             thread=record.thread,
             history=history,
         )
-        return self._launch(run, record.requester, make_session, resumed=True)
+        return self._launch(run, record.requester, make_session, registered=True)
 
     def resume(
         self,
@@ -227,7 +308,7 @@ class Supervisor:
             restore=checkpoint,
             resumed_because=ended_because(record),
         )
-        return self._launch(run, record.requester, make_session, resumed=True)
+        return self._launch(run, record.requester, make_session, registered=True)
 
     def continue_run(
         self,
@@ -253,7 +334,7 @@ class Supervisor:
             run,
             previous.requester,
             make_session,
-            resumed=False,
+            registered=False,
             auto_resumes=previous.auto_resumes + 1,
         )
 
@@ -263,18 +344,20 @@ class Supervisor:
         requester: str,
         make_session: Callable[[Run], RunSession],
         *,
-        resumed: bool,
+        registered: bool,
         auto_resumes: int = 0,
     ) -> LiveRun:
+        """Run ``run`` in a task held here; ``registered``: its row is already stored and
+        leased here (else it is written first)."""
         live = LiveRun(run, make_session(run), requester, auto_resumes=auto_resumes)
         self._live[run.id] = live
         self._by_thread[run.thread] = run.id
         if self._metrics is not None:
             self._metrics.watch_run(run)
-        live.task = asyncio.create_task(self._drive(live, resumed), name=f"session:{run.id}")
+        live.task = asyncio.create_task(self._drive(live, registered), name=f"session:{run.id}")
         return live
 
-    async def _drive(self, live: LiveRun, resumed: bool) -> None:
+    async def _drive(self, live: LiveRun, registered: bool) -> None:
         run = live.run
         bound = structlog.contextvars.bound_contextvars(
             run_id=run.id,
@@ -285,7 +368,7 @@ class Supervisor:
         )
         with bound:
             try:
-                live.registered = resumed or await self._register(live)
+                live.registered = registered or await self._register(live)
                 if not live.registered:
                     await self._not_recorded(live)
                     return
@@ -429,10 +512,16 @@ class Supervisor:
         """The run never starts: its thread is free at once, and its row (if any) is
         ended, retried through an outage."""
         self._release_thread(run)
+        await self.abandon_row(run.id)
+
+    async def abandon_row(self, run_id: str) -> None:
+        """End the row of a run that never starts (``failed``), if it was written at all:
+        the thread was told so, and a row left live would be queued and run. Retried
+        through an outage."""
 
         async def write() -> bool:
             return await self.store.set_state(
-                run.id,
+                run_id,
                 RunState.FAILED,
                 expected=LIVE_STATES,
                 outcome=Outcome.FAILED,
@@ -440,15 +529,17 @@ class Supervisor:
                 lease_expires_at=None,
             )
 
-        await _quietly(until_landed(write, step="abandon", run_id=run.id), "abandon")
+        await _quietly(until_landed(write, step="abandon", run_id=run_id), "abandon")
 
     def _release_thread(self, run: Run) -> None:
         if self._by_thread.get(run.thread) == run.id:
             del self._by_thread[run.thread]
 
     async def shutdown(self, timeout_s: float) -> None:
-        """End every live run with reason ``shutdown`` and wait for them, bounded."""
+        """Put the runs accepted and not started back in the queue, end every live run
+        with reason ``shutdown`` and wait for them, bounded."""
         self._accepting = False
+        await self._release_accepted()
         live = list(self._live.values())
         log.info("supervisor.shutting_down", live_runs=len(live))
         for entry in live:
@@ -467,6 +558,26 @@ class Supervisor:
         for task in done:
             if not task.cancelled() and task.exception() is not None:
                 log.error("supervisor.run_task_failed", error=repr(task.exception()))
+
+    async def _release_accepted(self) -> None:
+        """Accepted runs not started yet wait in the queue for any worker: nothing of
+        theirs ran or was shown here. One that cannot be written back is left to its
+        lease, which runs out; a reconciler queues it then. (One the queue is queueing is
+        let go by the queue, with its status message if Slack still takes it.)"""
+        for run_id in [r for r in self._accepted if r not in self._queuing]:
+            self.hand_over(run_id)
+            try:
+                await self.store.set_state(
+                    run_id,
+                    RunState.QUEUED,
+                    expected=[RunState.QUEUED],
+                    owner=None,
+                    lease_expires_at=None,
+                )
+            except StorageError:
+                log.exception("run.not_released", run_id=run_id)
+                continue
+            log.info("run.released", run_id=run_id, reason="shutting down")
 
 
 async def _quietly(work: Awaitable[object], what: str) -> bool:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from agent_core import Tool, ToolError, current_run, tool
 from bot.errors import BudgetNotRunning, SlackError
-from bot.handlers.mentions import history_from
+from bot.thread_history import history_from
 from bot.views.status import RUN_EVENT_TYPE
 
 if TYPE_CHECKING:

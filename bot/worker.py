@@ -55,6 +55,7 @@ class Worker:
         *,
         resume: Callable[[RunRecord, Checkpoint | None], Awaitable[None]],
         worker_id: str,
+        bot_user_id: str,
         metrics: Metrics | None = None,
     ) -> None:
         self.id = worker_id
@@ -70,7 +71,7 @@ class Worker:
             worker_id=worker_id,
             lease_ttl_s=settings.LEASE_TTL,
             resume=resume,
-            is_local=lambda run_id: supervisor.get(run_id) is not None,
+            is_local=supervisor.holds,
             policy=settings.resume_settings,
         )
         self.resumes = Resumes(
@@ -90,6 +91,7 @@ class Worker:
             supervisor,
             workspaces,
             worker_id=worker_id,
+            bot_user_id=bot_user_id,
             lease_ttl_s=settings.LEASE_TTL,
             reconciler=self.reconciler,
             watcher=self.watcher,
@@ -144,6 +146,9 @@ class Worker:
 
     async def _reconcile(self, *, starting: bool = False) -> None:
         try:
-            await self.reconciler.run_once(starting=starting)
+            report = await self.reconciler.run_once(starting=starting)
         except Exception:
             log.exception("worker.reconcile_failed")
+            return
+        if report.requeued:
+            self.queue.wake()

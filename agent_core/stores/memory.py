@@ -12,7 +12,7 @@ import asyncio
 import dataclasses
 import uuid
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 from agent_core.ports import (
     AuditEvent,
@@ -200,6 +200,7 @@ class MemoryStore:
 
     # -- StopRequestStore --------------------------------------------------------------
 
+    @overload
     async def add_stop_request(
         self,
         run_id: str,
@@ -208,7 +209,31 @@ class MemoryStore:
         requested_by: str,
         *,
         request_id: str | None = None,
-    ) -> StopRequestRecord:
+        delivery: None = None,
+    ) -> StopRequestRecord: ...
+
+    @overload
+    async def add_stop_request(
+        self,
+        run_id: str,
+        thread: ThreadKey,
+        kind: StopReason,
+        requested_by: str,
+        *,
+        request_id: str | None = None,
+        delivery: str,
+    ) -> StopRequestRecord | None: ...
+
+    async def add_stop_request(
+        self,
+        run_id: str,
+        thread: ThreadKey,
+        kind: StopReason,
+        requested_by: str,
+        *,
+        request_id: str | None = None,
+        delivery: str | None = None,
+    ) -> StopRequestRecord | None:
         record = StopRequestRecord(
             id=request_id or uuid.uuid4().hex,
             run_id=run_id,
@@ -216,6 +241,11 @@ class MemoryStore:
             kind=kind,
             requested_by=requested_by,
         )
+        # No await from the check to the writes: one step, as one transaction.
+        if delivery is not None:
+            if delivery in self._deliveries:
+                return None
+            self._deliveries[delivery] = record.requested_at
         self._stops[record.id] = record
         return record
 
@@ -495,6 +525,20 @@ class MemoryStore:
                 return False
             self._runs[run_id] = dataclasses.replace(
                 run, state=RunState.QUEUED, owner=None, lease_expires_at=None, updated_at=utcnow()
+            )
+            return True
+
+    async def requeue_run(self, run_id: str, owner: str, *, status_ts: str | None = None) -> bool:
+        async with self._lock:
+            run = self._runs.get(run_id)
+            if run is None or run.owner != owner or run.state is not RunState.QUEUED:
+                return False
+            self._runs[run_id] = dataclasses.replace(
+                run,
+                owner=None,
+                lease_expires_at=None,
+                status_ts=run.status_ts if status_ts is None else status_ts,
+                updated_at=utcnow(),
             )
             return True
 

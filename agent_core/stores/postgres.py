@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 import uuid
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar, overload
 
 import asyncpg  # type: ignore[import-untyped]
 
@@ -463,6 +463,7 @@ class PostgresStore(PostgresQueue):
 
     # -- StopRequestStore --------------------------------------------------------------
 
+    @overload
     async def add_stop_request(
         self,
         run_id: str,
@@ -471,7 +472,31 @@ class PostgresStore(PostgresQueue):
         requested_by: str,
         *,
         request_id: str | None = None,
-    ) -> StopRequestRecord:
+        delivery: None = None,
+    ) -> StopRequestRecord: ...
+
+    @overload
+    async def add_stop_request(
+        self,
+        run_id: str,
+        thread: ThreadKey,
+        kind: StopReason,
+        requested_by: str,
+        *,
+        request_id: str | None = None,
+        delivery: str,
+    ) -> StopRequestRecord | None: ...
+
+    async def add_stop_request(
+        self,
+        run_id: str,
+        thread: ThreadKey,
+        kind: StopReason,
+        requested_by: str,
+        *,
+        request_id: str | None = None,
+        delivery: str | None = None,
+    ) -> StopRequestRecord | None:
         record = StopRequestRecord(
             id=request_id or uuid.uuid4().hex,
             run_id=run_id,
@@ -480,19 +505,47 @@ class PostgresStore(PostgresQueue):
             requested_by=requested_by,
         )
         values = codec.stop_values(record)
-        # One statement is one transaction: the row and its NOTIFY commit together (a
-        # NOTIFY is only delivered at commit), in one round trip before the click's ack.
-        # It is idempotent by the request's id, generated here: a retry after an unknown
-        # outcome inserts nothing if the first attempt landed, and notifies again anyway
-        # (the WITH's insert runs whether or not the SELECT reads it): a wake-up is a
-        # hint, a second one costs a table read, a missing one a poll interval.
-        sql = (
-            f"WITH added AS ({_insert_sql('stop_requests', values)} ON CONFLICT (id) DO NOTHING) "
-            f"SELECT pg_notify('{STOP_CHANNEL}', $2)"
+        assert list(values)[1] == "run_id"  # $2 below
+        if delivery is None:
+            # One statement is one transaction: the row and its NOTIFY commit together (a
+            # NOTIFY is only delivered at commit), in one round trip before the click's
+            # ack. It is idempotent by the request's id, generated here: a retry after an
+            # unknown outcome inserts nothing if the first attempt landed, and notifies
+            # again anyway (the WITH's insert runs whether or not the SELECT reads it): a
+            # wake-up is a hint, a second one costs a table read, a missing one a poll
+            # interval.
+            sql = (
+                f"WITH added AS ({_insert_sql('stop_requests', values)} "
+                f"ON CONFLICT (id) DO NOTHING) SELECT pg_notify('{STOP_CHANNEL}', $2)"
+            )
+            await self._execute("commit a stop request", sql, *values.values(), idempotent=True)
+            return record
+        # The same, with the delivery's key taken in that one statement: the request is
+        # inserted, and notified, only if the key's insert made a row.
+        n = len(values)
+        take = (
+            f"INSERT INTO deliveries (key, token, seen_at) VALUES (${n + 1}, ${n + 2}, ${n + 3}) "
+            "ON CONFLICT (key) DO NOTHING RETURNING key"
         )
-        assert list(values)[1] == "run_id"  # $2 above
-        await self._execute("commit a stop request", sql, *values.values(), idempotent=True)
-        return record
+        columns, marks = ", ".join(values), ", ".join(f"${i}" for i in range(1, n + 1))
+        sql = (
+            f"WITH taken AS ({take}), "
+            f"added AS (INSERT INTO stop_requests ({columns}) SELECT {marks} FROM taken) "
+            f"SELECT pg_notify('{STOP_CHANNEL}', $2) FROM taken"
+        )
+        token = uuid.uuid4().hex
+        params = (*values.values(), delivery, token, record.requested_at)
+
+        async def work(conn: Any, retrying: bool) -> bool:
+            if await conn.fetch(sql, *params):
+                return True
+            # On a retry the key may be there because our first attempt landed, and with
+            # it the request (one transaction): the token on the row says whose it was.
+            mine = "SELECT 1 FROM deliveries WHERE key = $1 AND token = $2"
+            return retrying and await conn.fetchval(mine, delivery, token) is not None
+
+        taken = await self._call("commit a stop request", work, idempotent=True)
+        return record if taken else None
 
     async def pending_stop_requests(
         self, run_ids: Collection[str] | None = None

@@ -34,6 +34,7 @@ __all__ = ["PostgresQueue"]
 
 _T = TypeVar("_T")
 _ORDER = "ORDER BY created_at, id"
+_ANNOUNCE = f"SELECT pg_notify('{STOP_CHANNEL}', '{QUEUE_WAKEUP}')"
 
 
 class PostgresQueue:
@@ -60,10 +61,7 @@ class PostgresQueue:
     async def enqueue_run(self, run: RunRecord) -> None:
         check_waiting(run)
         await self.create_run(run)
-        # After the insert committed: a worker woken by it finds the run. A wake-up lost
-        # here costs a tick, never the run.
-        wake = f"SELECT pg_notify('{STOP_CHANNEL}', '{QUEUE_WAKEUP}')"
-        await self._execute("announce a queued run", wake, idempotent=True)
+        await self._announce()
 
     async def claim_queued(
         self, owner: str, ttl_s: float, *, now: datetime | None = None
@@ -90,6 +88,23 @@ class PostgresQueue:
         )
         changed = await self._execute("put a run back in the queue", sql, run_id, owner, utcnow())
         return changed == 1
+
+    async def requeue_run(self, run_id: str, owner: str, *, status_ts: str | None = None) -> bool:
+        sql = (
+            "UPDATE runs SET owner = NULL, lease_expires_at = NULL, "
+            "status_ts = coalesce($3, status_ts), updated_at = $4 "
+            "WHERE id = $1 AND owner = $2 AND state = 'queued'"
+        )
+        params = (run_id, owner, status_ts, utcnow())
+        if await self._execute("put an accepted run in the queue", sql, *params) != 1:
+            return False
+        await self._announce()
+        return True
+
+    async def _announce(self) -> None:
+        """Wake the workers, after the run's write committed: a worker woken finds the
+        run. A wake-up lost here costs a tick, never the run."""
+        await self._execute("announce a queued run", _ANNOUNCE, idempotent=True)
 
     async def queued_runs(self, *, limit: int = 1000) -> list[RunRecord]:
         if limit < 0:

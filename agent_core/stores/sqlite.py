@@ -42,7 +42,7 @@ import time
 import uuid
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import aiosqlite
 
@@ -93,6 +93,12 @@ def _param(value: Any) -> Any:
 
 def _params(values: Sequence[Any]) -> tuple[Any, ...]:
     return tuple(_param(v) for v in values)
+
+
+_TAKE_DELIVERY = (
+    "INSERT INTO deliveries (key, token, seen_at) VALUES (?, ?, ?) ON CONFLICT (key) DO NOTHING"
+)
+"""Record a delivery's key (key, token, seen at); one row changed if it was the first."""
 
 
 def _marks(count: int) -> str:
@@ -385,6 +391,7 @@ class SqliteStore(SqliteQueue):
 
     # -- StopRequestStore --------------------------------------------------------------
 
+    @overload
     async def add_stop_request(
         self,
         run_id: str,
@@ -393,7 +400,31 @@ class SqliteStore(SqliteQueue):
         requested_by: str,
         *,
         request_id: str | None = None,
-    ) -> StopRequestRecord:
+        delivery: None = None,
+    ) -> StopRequestRecord: ...
+
+    @overload
+    async def add_stop_request(
+        self,
+        run_id: str,
+        thread: ThreadKey,
+        kind: StopReason,
+        requested_by: str,
+        *,
+        request_id: str | None = None,
+        delivery: str,
+    ) -> StopRequestRecord | None: ...
+
+    async def add_stop_request(
+        self,
+        run_id: str,
+        thread: ThreadKey,
+        kind: StopReason,
+        requested_by: str,
+        *,
+        request_id: str | None = None,
+        delivery: str | None = None,
+    ) -> StopRequestRecord | None:
         record = StopRequestRecord(
             id=request_id or uuid.uuid4().hex,
             run_id=run_id,
@@ -401,8 +432,22 @@ class SqliteStore(SqliteQueue):
             kind=kind,
             requested_by=requested_by,
         )
-        await self._insert("commit a stop request", "stop_requests", codec.stop_values(record))
-        return record
+        values = codec.stop_values(record)
+        if delivery is None:
+            await self._insert("commit a stop request", "stop_requests", values)
+            return record
+        # The delivery's key and the request in one transaction, one hop to the writer.
+        take = _TAKE_DELIVERY, _params([delivery, uuid.uuid4().hex, record.requested_at])
+        insert = _insert_sql("stop_requests", values), _params(list(values.values()))
+
+        def commit(db: sqlite3.Connection) -> bool:
+            if db.execute(*take).rowcount == 0:
+                return False  # some worker took this delivery: nothing is written
+            db.execute(*insert)
+            return True
+
+        taken = await self._transaction("commit a stop request", commit)
+        return record if taken else None
 
     async def pending_stop_requests(
         self, run_ids: Collection[str] | None = None
@@ -502,12 +547,8 @@ class SqliteStore(SqliteQueue):
     async def first_delivery(self, key: str, *, now: datetime | None = None) -> bool:
         # One process holds the write lock at a time, so the statement's own answer
         # (a row inserted or not) is the whole truth.
-        sql = (
-            "INSERT INTO deliveries (key, token, seen_at) VALUES (?, ?, ?) "
-            "ON CONFLICT (key) DO NOTHING"
-        )
         params = [key, uuid.uuid4().hex, now or utcnow()]
-        return await self._change("record a delivery", sql, params) == 1
+        return await self._change("record a delivery", _TAKE_DELIVERY, params) == 1
 
     # -- ParticipantStore --------------------------------------------------------------
 

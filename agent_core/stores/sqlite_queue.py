@@ -66,6 +66,15 @@ class SqliteQueue:
         params = [utcnow(), run_id, owner]
         return await self._change("put a run back in the queue", sql, params) == 1
 
+    async def requeue_run(self, run_id: str, owner: str, *, status_ts: str | None = None) -> bool:
+        sql = (
+            "UPDATE runs SET owner = NULL, lease_expires_at = NULL, "
+            "status_ts = coalesce(?, status_ts), updated_at = ? "
+            "WHERE id = ? AND owner = ? AND state = 'queued'"
+        )
+        params = [status_ts, utcnow(), run_id, owner]
+        return await self._change("put an accepted run in the queue", sql, params) == 1
+
     async def queued_runs(self, *, limit: int = 1000) -> list[RunRecord]:
         if limit < 0:
             raise ValueError(f"limit must not be negative, got {limit}")

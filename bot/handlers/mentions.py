@@ -1,35 +1,44 @@
 """Messages that start runs: an @mention in a channel, a DM, a reply in a finished run's
 thread (docs/architecture.md, The path of a mention). A thread never gets a second live
 run, and is never blocked by a row nobody runs: a live run whose lease has run out is
-ended on the spot (as the reconciler would) instead of refusing the mention. Other apps'
-messages start nothing: two agents mentioning each other would talk forever.
+ended (as the reconciler would) instead of refusing the mention. Other apps' messages
+start nothing: two agents mentioning each other would talk forever.
 
-A worker already driving ``MAX_LIVE_RUNS`` runs queues the new one instead
-(:mod:`bot.run_queue`): it waits, durably, for room on any worker, and its thread counts
-as having a live run meanwhile.
+The run is *accepted* before Slack's event is acknowledged (:meth:`Mentions.before_ack`,
+a listener middleware, within :data:`bot.stops.ACK_BUDGET_S`): its row is written, held
+by this worker (:meth:`bot.supervisor.Supervisor.accept`). Slack is told "received" only
+once the run cannot be lost: if this process dies before it starts the run, the row goes
+back in the queue and another worker runs it. After the ack, the listener reads the
+thread's history, and starts the run, or queues it when this worker already drives
+``MAX_LIVE_RUNS`` runs (:mod:`bot.run_queue`).
 
-A reply (or a mention) in a thread whose run is still live (or queued) starts nothing either: it is
-guidance for that run, or a stop word (:mod:`bot.handlers.steering`, whose middleware
-decides and commits it before the event is acknowledged; the listeners here then only
-finish what it began).
+A reply (or a mention) in a thread whose run is still live (or queued) starts nothing: it
+is guidance for that run, or a stop word (:mod:`bot.handlers.steering`, whose middleware
+runs first, and decides and commits it before the event is acknowledged; the listeners
+here then only finish what it began).
 """
 
 from __future__ import annotations
 
-import re
+import asyncio
+import uuid
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from agent_core import LIVE_STATES, StorageError, ThreadKey
-from agent_core.ports import is_waiting
+from agent_core.ports import is_accepted, is_waiting
 from agent_core.stop import utcnow
 from bot import messages
-from bot.errors import SlackError
+from bot.errors import BudgetNotRunning, SlackError
 from bot.handlers.steering import STEERED, Steering
 from bot.session import RunSession
+from bot.stops import ACK_BUDGET_S
+from bot.thread_history import read_thread, task_of
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
     from datetime import datetime
 
     from slack_bolt.async_app import AsyncApp
@@ -39,27 +48,47 @@ if TYPE_CHECKING:
     from bot.context import BotContext
     from bot.surface import SlackSurface
 
-__all__ = ["history_from", "register"]
+__all__ = ["Asked", "Mentions", "register"]
 
 log = structlog.get_logger("bot.handlers.mentions")
 
-_HISTORY_MESSAGES = 50
-_HISTORY_CHARS = 20_000
+ACCEPTED = "threadpilot_accepted"
+"""The key under which the middleware leaves its :class:`Asked` in Bolt's context."""
+
+
+@dataclass(frozen=True, slots=True)
+class Asked:
+    """A person's message that asks for a new run, and what became of it before the ack."""
+
+    thread: ThreadKey
+    user: str
+    ts: str
+    """The message's own ``ts`` (the thread's, for a message that starts one)."""
+    task: str
+    run_id: str | None = None
+    """The run accepted for it (None: the thread was busy)."""
+    stored: bool = False
+    """Its row was written in time (else the thread is told, and a row that landed
+    unseen is ended)."""
+    busy: bool = False
+    """The thread already has a live run (here, on another worker, or in the queue)."""
+    orphans: tuple[RunRecord, ...] = ()
+    """Live rows of the thread whose worker is gone: ended after the ack."""
 
 
 def register(app: AsyncApp, ctx: BotContext) -> None:
     steering = Steering(ctx)
+    mentions = Mentions(ctx)
 
     async def on_mention(
         body: dict[str, Any], event: dict[str, Any], context: AsyncBoltContext
     ) -> None:
-        if event.get("bot_id") or event.get("subtype") == "bot_message":
-            log.info("mention.from_bot_ignored", bot_id=event.get("bot_id"))
-            return
         if (steered := context.get(STEERED)) is not None:
             await steering.after_ack(steered)
-            return
-        await _start(ctx, body, event)
+        elif (asked := context.get(ACCEPTED)) is not None:
+            await mentions.after_ack(asked)
+        elif event.get("bot_id") or event.get("subtype") == "bot_message":
+            log.info("mention.from_bot_ignored", bot_id=event.get("bot_id"))
 
     async def on_message(
         body: dict[str, Any], event: dict[str, Any], context: AsyncBoltContext
@@ -67,159 +96,217 @@ def register(app: AsyncApp, ctx: BotContext) -> None:
         if (steered := context.get(STEERED)) is not None:
             await steering.after_ack(steered)  # a reply to a live run (its middleware's)
             return
-        if event.get("subtype") or event.get("bot_id") or event.get("user") == ctx.bot_user_id:
-            return  # edits, joins, and our own posts
-        if event.get("channel_type") in ("im", "mpim"):  # a DM, or a group DM with the app
-            mentioned = f"<@{ctx.bot_user_id}>" in event.get("text", "")
-            if event["channel_type"] == "mpim" and mentioned:
-                return  # its app_mention event starts the run
-            await _start(ctx, body, event)
-            return
-        if event.get("thread_ts"):  # who wrote in a thread may stop its runs (participants)
+        if _from_a_person(event, ctx.bot_user_id) and event.get("thread_ts"):
+            # Who wrote in a thread may stop its runs (STOP_POLICY=participants).
             where = ThreadKey(body["team_id"], event["channel"], event["thread_ts"])
             await ctx.stops.note_participant(where, event["user"])
-        if f"<@{ctx.bot_user_id}>" in event.get("text", ""):
-            return  # the app_mention event for the same message starts the run
-        thread_ts = event.get("thread_ts")
-        if not thread_ts:
-            return
-        thread = ThreadKey(body["team_id"], event["channel"], thread_ts)
-        if ctx.supervisor.live_in_thread(thread) is not None:
-            return
-        if await ctx.supervisor.had_run(thread):
-            await _start(ctx, body, event)
+        if (asked := context.get(ACCEPTED)) is not None:
+            await mentions.after_ack(asked)
 
-    # The middleware runs before Bolt acknowledges the event; the listener after.
-    app.event("app_mention", middleware=[steering.before_ack])(on_mention)
-    app.event("message", middleware=[steering.before_ack])(on_message)
+    # The middleware runs before Bolt acknowledges the event, in this order; the
+    # listener after.
+    middleware = [steering.before_ack, mentions.before_ack]
+    app.event("app_mention", middleware=middleware)(on_mention)
+    app.event("message", middleware=middleware)(on_message)
 
 
-async def _start(ctx: BotContext, body: dict[str, Any], event: dict[str, Any]) -> None:
-    team = body["team_id"]
-    channel = event["channel"]
-    thread_ts = event.get("thread_ts") or event["ts"]
-    thread = ThreadKey(team, channel, thread_ts)
-    user = event["user"]
-    task = _task_text(event.get("text", ""), ctx.bot_user_id)
-    surface = await ctx.workspaces.get(team)
-    with structlog.contextvars.bound_contextvars(
-        team=team, channel=channel, thread=thread_ts, user=user
-    ):
-        busy = ctx.supervisor.live_in_thread(thread) or ctx.worker.queue.queuing(thread)
-        if busy or await _live_elsewhere(ctx, thread):
-            await _ephemeral(surface, channel, user, thread_ts, messages.THREAD_BUSY)
-            return
+def _from_a_person(event: dict[str, Any], bot_user_id: str) -> bool:
+    """A person's new message: not an edit, a join, another app's post or our own."""
+    return not (event.get("subtype") or event.get("bot_id") or event.get("user") == bot_user_id)
+
+
+class Mentions:
+    def __init__(self, ctx: BotContext) -> None:
+        self._ctx = ctx
+
+    # -- before the ack ------------------------------------------------------------------
+
+    async def before_ack(
+        self,
+        body: dict[str, Any],
+        context: AsyncBoltContext,
+        next: Callable[[], Awaitable[None]],
+    ) -> None:
+        """Bolt listener middleware: accept the run an event asks for (after
+        :meth:`bot.handlers.steering.Steering.before_ack`, which took it if it steers a
+        live run)."""
+        if context.get(STEERED) is None and (asked := await self._asked(body)) is not None:
+            with structlog.contextvars.bound_contextvars(
+                thread=str(asked.thread), user=asked.user, message_ts=asked.ts
+            ):
+                context[ACCEPTED] = await self._accept(asked)
+        await next()
+
+    async def _asked(self, body: dict[str, Any]) -> Asked | None:
+        """The new run ``body``'s event asks for, if any: a mention, a DM, or a reply in a
+        thread that had a run."""
+        event = body.get("event")
+        team = body.get("team_id")
+        if not isinstance(event, dict) or not isinstance(team, str) or not team:
+            return None
+        bot_user_id = self._ctx.bot_user_id
+        if not _from_a_person(event, bot_user_id) or not _strings(event, "user", "ts", "channel"):
+            return None
+        mentioned = f"<@{bot_user_id}>" in str(event.get("text") or "")
+        if event.get("type") == "message":
+            if event.get("channel_type") in ("im", "mpim"):  # a DM, or a group DM with us
+                if event["channel_type"] == "mpim" and mentioned:
+                    return None  # its app_mention event starts the run
+            elif mentioned or not isinstance(event.get("thread_ts"), str):
+                return None  # its app_mention starts it; or not in a thread at all
+            elif not await self._ctx.supervisor.had_run(_thread(team, event)):
+                return None  # a thread the app was never part of
+        elif event.get("type") != "app_mention":
+            return None
+        task = task_of(str(event.get("text") or ""), bot_user_id)
+        return Asked(_thread(team, event), event["user"], event["ts"], task)
+
+    async def _accept(self, asked: Asked) -> Asked:
+        """Store the run (held here), unless the thread has a live run already."""
+        supervisor = self._ctx.supervisor
+        if supervisor.thread_held(asked.thread):
+            return replace(asked, busy=True)
+        run_id = uuid.uuid4().hex
+        try:
+            # One budget for every database call before the ack.
+            async with asyncio.timeout(ACK_BUDGET_S):
+                busy, orphans = await _live_elsewhere(self._ctx, asked.thread)
+                if busy:
+                    return replace(asked, busy=True)
+                taken = await supervisor.accept(run_id, asked.thread, asked.user, asked.task)
+        except (TimeoutError, StorageError) as exc:
+            log.error("run.not_recorded", run_id=run_id, error=str(exc) or "timed out")
+            return replace(asked, run_id=run_id)
+        if taken is None:
+            return replace(asked, busy=True)
+        log.info("run.accepted", run_id=run_id)
+        return replace(asked, run_id=run_id, stored=True, orphans=orphans)
+
+    # -- after the ack -------------------------------------------------------------------
+
+    async def after_ack(self, asked: Asked) -> None:
+        ctx = self._ctx
+        thread = asked.thread
+        surface = await ctx.workspaces.get(thread.team)
+        with structlog.contextvars.bound_contextvars(
+            team=thread.team, channel=thread.channel, thread=thread.thread_ts, user=asked.user
+        ):
+            if asked.busy or asked.run_id is None:
+                await _ephemeral(surface, asked, messages.THREAD_BUSY)
+            elif not asked.stored:
+                await _post(surface, thread, messages.RUN_NOT_RECORDED)
+                await ctx.supervisor.abandon_row(asked.run_id)
+            else:
+                await self._end_orphans(asked.orphans)
+                await self._start(asked, asked.run_id, surface)
+
+    async def _end_orphans(self, orphans: tuple[RunRecord, ...]) -> None:
+        for record in orphans:
+            log.warning("thread.orphan_found", run_id=record.id, previous_owner=record.owner)
+            try:
+                await self._ctx.worker.reconciler.end_orphan(record)
+            except StorageError:
+                log.exception("thread.orphan_not_ended", run_id=record.id)
+
+    async def _start(self, asked: Asked, run_id: str, surface: SlackSurface) -> None:
+        ctx = self._ctx
+        thread = asked.thread
         history: list[ChatMessage] = []
-        if thread_ts != event["ts"]:
-            history = await _thread_history(surface, channel, thread_ts, event["ts"], ctx)
+        if thread.thread_ts != asked.ts:
+            history = await read_thread(
+                surface,
+                thread,
+                ctx.bot_user_id,
+                requester=asked.user,
+                task=asked.task,
+                asked_ts=asked.ts,
+            )
 
         def make_session(run: Run) -> RunSession:
             return RunSession(
                 run,
                 surface,
                 store=ctx.store,
-                channel=channel,
-                thread_ts=thread_ts,
-                requester=user,
-                team_id=team,
+                channel=thread.channel,
+                thread_ts=thread.thread_ts,
+                requester=asked.user,
+                team_id=thread.team,
             )
 
-        if not ctx.supervisor.has_room() and ctx.supervisor.accepting:
+        if not ctx.supervisor.has_room():
             await ctx.worker.queue.enqueue(
+                run_id,
                 thread=thread,
-                requester=user,
-                task=task or "Hello",
+                requester=asked.user,
+                task=asked.task,
                 history=history,
                 surface=surface,
             )
             return
-        live = ctx.supervisor.start(
-            thread=thread,
-            requester=user,
-            task=task or "Hello",
-            history=history,
-            make_session=make_session,
-        )
-        if live is None:
-            log.info("run.not_started", reason="thread busy or shutting down")
+        if ctx.supervisor.start(run_id, history=history, make_session=make_session) is None:
+            log.info(
+                "run.not_started", run_id=run_id, reason="shutting down: it waits in the queue"
+            )
             return
-        log.info("run.accepted", run_id=live.run.id, history_messages=len(history))
+        log.info("run.started_here", run_id=run_id, history_messages=len(history))
 
 
-async def _live_elsewhere(ctx: BotContext, thread: ThreadKey) -> bool:
-    """True if another worker runs a live run in ``thread`` (one live run per thread), or
-    a run waits in the queue for it.
+def _thread(team: str, event: dict[str, Any]) -> ThreadKey:
+    return ThreadKey(team, event["channel"], event.get("thread_ts") or event["ts"])
 
-    Otherwise only a live lease counts. A live row whose lease ran out lost its worker: it is
-    ended here, as the reconciler would, so the thread is not refused until a pass comes
-    round. A row never leased (a sub-agent's) has a parent that answers for it; one this
-    process holds has ended here (it left the thread) and is only writing its ending.
+
+def _strings(event: dict[str, Any], *keys: str) -> bool:
+    return all(isinstance(event.get(k), str) and event[k] for k in keys)
+
+
+async def _live_elsewhere(ctx: BotContext, thread: ThreadKey) -> tuple[bool, tuple[RunRecord, ...]]:
+    """Whether another worker runs a live run in ``thread`` (one live run per thread), or
+    one is queued for it; and, if not, the thread's live rows whose worker is gone.
+
+    Otherwise only a live lease counts. A live row whose lease ran out lost its worker:
+    it is ended after the ack, as the reconciler would, so the thread is not refused
+    until a pass comes round. A row never leased (a sub-agent's) has a parent that
+    answers for it; one this process holds has ended here (it left the thread) and is
+    only writing its ending. A database that cannot say is taken as "none".
     """
     try:
         rows = await ctx.store.find_runs(states=LIVE_STATES, thread=thread)
     except StorageError:
         log.exception("thread.lookup_failed")
-        return False
-    if any(is_waiting(r) for r in rows):
-        return True
+        return False, ()
+    # Queued, or accepted by a worker (if it went away, it is queued again: it still runs).
+    if any(is_waiting(r) or is_accepted(r) for r in rows):
+        return True, ()
     now = utcnow()
-    rows = [r for r in rows if ctx.supervisor.get(r.id) is None and r.lease_expires_at]
+    rows = [r for r in rows if not ctx.supervisor.holds(r.id) and r.lease_expires_at]
     if any(_leased(r, now) for r in rows):
-        return True
-    for record in rows:
-        log.warning("thread.orphan_found", run_id=record.id, previous_owner=record.owner)
-        try:
-            await ctx.worker.reconciler.end_orphan(record, now=now)
-        except StorageError:
-            log.exception("thread.orphan_not_ended", run_id=record.id)
-    return False
+        return True, ()
+    return False, tuple(rows)
 
 
 def _leased(record: RunRecord, now: datetime) -> bool:
     return record.lease_expires_at is not None and record.lease_expires_at > now
 
 
-def _task_text(text: str, bot_user_id: str) -> str:
-    return re.sub(rf"<@{re.escape(bot_user_id)}(\|[^>]*)?>", "", text).strip()
-
-
-async def _thread_history(
-    surface: SlackSurface, channel: str, thread_ts: str, current_ts: str, ctx: BotContext
-) -> list[ChatMessage]:
-    try:
-        reply = await surface.budget.call(
-            "conversations.replies", channel=channel, ts=thread_ts, limit=200
-        )
-    except SlackError as exc:
-        log.warning("thread.history_unavailable", error=exc.error)
-        return []
-    return history_from(reply.get("messages", []), ctx.bot_user_id, exclude_ts=current_ts)
-
-
-def history_from(
-    slack_messages: list[dict[str, Any]], bot_user_id: str, *, exclude_ts: str
-) -> list[ChatMessage]:
-    """The thread as a chat history: our posts as the assistant, people as users."""
-    history: list[ChatMessage] = []
-    for message in slack_messages[-_HISTORY_MESSAGES:]:
-        if message.get("ts") == exclude_ts or not message.get("text"):
-            continue
-        text = _task_text(str(message["text"]), bot_user_id)
-        if message.get("bot_id") or message.get("user") == bot_user_id:
-            history.append({"role": "assistant", "content": text})
-        else:
-            history.append({"role": "user", "content": f"<@{message.get('user')}>: {text}"})
-    while sum(len(str(m["content"])) for m in history) > _HISTORY_CHARS and len(history) > 1:
-        history.pop(0)
-    return history
-
-
-async def _ephemeral(
-    surface: SlackSurface, channel: str, user: str, thread_ts: str, text: str
-) -> None:
+async def _ephemeral(surface: SlackSurface, asked: Asked, text: str) -> None:
     try:
         await surface.budget.call(
-            "chat.postEphemeral", channel=channel, user=user, text=text, thread_ts=thread_ts
+            "chat.postEphemeral",
+            channel=asked.thread.channel,
+            user=asked.user,
+            text=text,
+            thread_ts=asked.thread.thread_ts,
         )
     except SlackError as exc:
         log.warning("reply.failed", error=exc.error)
+    except BudgetNotRunning:
+        log.warning("reply.failed", error="shutting down")
+
+
+async def _post(surface: SlackSurface, thread: ThreadKey, text: str) -> None:
+    try:
+        await surface.budget.post_message(thread.channel, text=text, thread_ts=thread.thread_ts)
+    except SlackError as exc:
+        log.error("reply.failed", error=exc.error)
+    except BudgetNotRunning:
+        log.error("reply.failed", error="shutting down")

@@ -16,9 +16,10 @@ Before the ack, every database call within :data:`bot.stops.ACK_BUDGET_S`:
    (:meth:`bot.stops.StopService.request`); with no live run it does nothing (a bare
    stop word never starts a run).
 2. Is the reply in a thread with a live run: this worker's, one another worker holds
-   a live lease on, or one waiting in the queue (its guidance is delivered when it
-   starts)? If not (or the database cannot say), nothing happens here and the
-   listener carries on (a reply in a finished run's thread continues it, as before).
+   a live lease on, or one not started yet (accepted by a worker, or waiting in the
+   queue: its guidance is delivered when it starts)? If not (or the database cannot
+   say), nothing happens here and the listener carries on (a reply in a finished run's
+   thread continues it, as before).
 3. Longer than ``GUIDANCE_MAX_CHARS``, or by someone ``STOP_POLICY`` does not allow (the
    policy that decides who may stop the run; under ``participants`` whoever writes in the
    thread is one): refused, nothing is queued.
@@ -39,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from agent_core import LIVE_STATES, AuditEvent, GuidanceRecord, StorageError, ThreadKey
-from agent_core.ports import is_waiting
+from agent_core.ports import is_accepted, is_waiting
 from agent_core.stop import utcnow
 from bot import messages
 from bot.errors import BudgetNotRunning, SlackError
@@ -221,11 +222,12 @@ class Steering:
             return _Target(live.run.id, live.requester, local=True)
         now = utcnow()
         for row in await self._ctx.store.find_runs(states=LIVE_STATES, thread=thread):
+            if is_waiting(row) or is_accepted(row):
+                # Not started yet, by any worker: its first scan delivers the guidance.
+                return _Target(row.id, row.requester, local=False)
             leased = row.lease_expires_at is not None and row.lease_expires_at > now
             # A sub-agent's row shares its parent's thread and has no lease of its own.
             if leased and row.parent_id is None and row.owner != self._ctx.worker.id:
-                return _Target(row.id, row.requester, local=False)
-            if is_waiting(row):
                 return _Target(row.id, row.requester, local=False)
         return None
 

@@ -10,8 +10,9 @@ Issue 7, classes 6 and 8 (docs/stopping.md, docs/operations.md):
   a run's id in its button ``value``, pressed in another thread, channel or team, or on
   another message, is refused with an ephemeral and changes nothing, whether it lands in
   the worker that owns the run or in another one (which can only ask the database).
-- When the shared delivery log cannot answer, a click (which must be committed anyway)
-  is refused and says so; a mention is answered all the same.
+- When the shared delivery log cannot answer, a mention is answered all the same (a
+  click, whose delivery is recorded with its stop request, is
+  ``tests/bot/test_click_deliveries.py``'s).
 
 The "other worker" is a second app in this process on the same SQLite file (as in
 ``tests/system/test_races.py``): it has its own connection, stop watcher and supervisor,
@@ -199,23 +200,6 @@ async def test_a_stop_slower_than_slacks_3_seconds_is_never_taken_for_an_unknown
 
 
 # -- the delivery log cannot answer ------------------------------------------------------
-
-
-async def test_a_click_that_cannot_be_checked_for_a_repeat_changes_nothing(
-    bot: Bot, llm: LLMock, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    llm.add(*stalled_answer(1.0, with_tool=False, text=SHORT_TEXT))
-    _, running = await bot.mention("write a little")
-    assert bot.app.ctx is not None
-    monkeypatch.setattr(bot.app.ctx.store, "first_delivery", refuse)
-
-    assert await bot.click(running, ACTION_ABORT) == 200
-
-    assert await bot.ephemerals(DEFAULT_USER) == [messages.STOP_NOT_RECORDED]
-    live = bot.live_run(running)
-    assert live is not None and live.run.control.reason is None
-    assert await stop_requests(bot, run_id_of(running)) == []
-    assert "Finished" in block_text(await bot.final(running))
 
 
 async def test_a_mention_is_answered_when_the_delivery_log_cannot_say(

@@ -71,6 +71,8 @@ class Faults:
     """How many more writes of a terminal state fail before reaching the database."""
     terminal_failures: int = 0
     fail_create_run: bool = False
+    create_run_lands: bool = False
+    """With ``fail_create_run``: the insert is done, only its answer is lost."""
     before_terminal_write: Callable[[Store, str], Awaitable[None]] | None = None
     """Runs just before a terminal write reaches the database (a racing click, say)."""
     heartbeats: int = 0
@@ -101,6 +103,8 @@ class FaultyStore:
 
     async def create_run(self, run: RunRecord) -> None:
         if self._faults.fail_create_run:
+            if self._faults.create_run_lands:
+                await self._inner.create_run(run)
             raise StorageError("PostgreSQL could not create a run: connection lost")
         await self._inner.create_run(run)
 
@@ -394,6 +398,37 @@ async def test_a_mention_whose_run_cannot_be_recorded_gets_an_honest_reply(
     llm.reply("Hello!")
     status = await mention_in_thread(bot, thread_ts, "hello again", known=reply.ts)
     assert "Hello!" in block_text(await bot.final(status))
+
+
+async def test_a_mention_whose_row_landed_unseen_is_told_and_never_runs_later(
+    make_bot: BotFactory, llm: LLMock, faults: Faults
+) -> None:
+    faults.fail_create_run = faults.create_run_lands = True
+    bot = await make_bot()
+    envelope = slack_requests.app_mention(f"<@{bot.slack.workspace.bot_user_id}> hello")
+    thread_ts = envelope["event"]["ts"]
+    assert await bot.event(envelope) == 200
+
+    def bot_posts(slack: FakeSlack) -> list[Message]:
+        return [m for m in slack.thread(DEFAULT_CHANNEL, thread_ts) if m.is_bot]
+
+    (reply,) = await bot.slack.wait_until(bot_posts, timeout=WAIT_S)
+    assert reply.text == messages.RUN_NOT_RECORDED
+
+    async def ended() -> bool:
+        rows = await store_of(bot).find_runs(thread=thread_key(bot.slack, thread_ts))
+        return [r.state for r in rows] == [RunState.FAILED]
+
+    # The row the person was told about is ended, not left to be queued and run later.
+    await until_async(ended, what="the unseen row ended", timeout=WAIT_S)
+    faults.fail_create_run = False
+    assert bot.app.ctx is not None
+    later = utcnow() + timedelta(seconds=10)  # its lease long run out
+    report = await bot.app.ctx.worker.reconciler.run_once(later)
+    assert (report.requeued, report.orphans_ended) == (0, 0)
+    assert await store_of(bot).queued_runs() == []
+    assert llm.requests == []
+    assert len(bot_posts(bot.slack)) == 1
 
 
 # -- class 9: other bots, stop requests on ended runs ----------------------------------

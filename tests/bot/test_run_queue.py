@@ -14,6 +14,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from agent_core import RunState
+from agent_core.ports import is_waiting
 from bot import messages
 from bot.run_queue import history_of, starting_conversation, worth_refreshing
 from tests.bot.harness import (
@@ -60,8 +61,14 @@ async def queued(bot: Bot, task: str, ahead: int) -> Message:
     assert bot.live_run(message) is None  # nobody runs it
     assert bot.app.ctx is not None
     store = bot.app.ctx.store
-    # The message is posted first, then the run is stored with it.
-    await until_async(lambda: store.get_run(run_id_of(message)), what="the queued run's row")
+    # The message is posted first, then the run (stored when it was accepted) is let go
+    # to the queue with it.
+
+    async def waiting() -> bool:
+        record = await store.get_run(run_id_of(message))
+        return record is not None and is_waiting(record) and record.status_ts == message.ts
+
+    await until_async(waiting, what="the queued run to wait in its message")
     return message
 
 

@@ -129,6 +129,18 @@ async def _check_requested(store: PostgresStore, answer: Any, heard: Heard) -> N
     await heard.until("run-1")  # and the owner was woken
 
 
+CLICK = "stop:click:1700000000.000200:U1"
+
+
+async def _check_requested_once(store: PostgresStore, answer: Any, heard: Heard) -> None:
+    assert answer is not None  # our transaction landed: the delivery is ours, as the request
+    await _check_requested(store, answer, heard)
+    assert not await store.first_delivery(CLICK)
+    assert (
+        await store.add_stop_request("run-1", THREAD, StopReason.STOP, "U1", delivery=CLICK) is None
+    )
+
+
 async def _check_handled(store: PostgresStore, answer: Any, _heard: Heard) -> None:
     assert answer is True  # we marked it: nobody else did
     assert await store.pending_stop_requests() == []
@@ -200,6 +212,13 @@ OPS = [
         _nothing,
         lambda s: s.add_stop_request("run-1", THREAD, StopReason.STOP, "U1"),
         _check_requested,
+    ),
+    Op(
+        "add_stop_request_with_delivery",
+        "INSERT INTO deliveries",
+        _nothing,
+        lambda s: s.add_stop_request("run-1", THREAD, StopReason.STOP, "U1", delivery=CLICK),
+        _check_requested_once,
     ),
     Op(
         "mark_stop_handled",
@@ -405,6 +424,21 @@ class Tally:
         )
         self.firsts[key] += answers.count(True)
 
+    async def race_to_request(self, run_id: str, a: PostgresStore, b: PostgresStore) -> None:
+        """Both workers got the same click: at most one may be told it added a request."""
+        key = f"stop:click:{run_id}"
+        answers = await asyncio.gather(
+            *(
+                self.call(
+                    store.add_stop_request(run_id, THREAD, StopReason.ABORT, "U2", delivery=key)
+                )
+                for store in (a, b)
+            )
+        )
+        added = [a for a in answers if isinstance(a, StopRequestRecord)]
+        self.requests += added
+        self.firsts[key] += len(added)
+
 
 async def test_only_storage_errors_escape_while_backends_are_terminated(
     own_pg_url: str,
@@ -435,6 +469,7 @@ async def test_only_storage_errors_escape_while_backends_are_terminated(
                 tally.requests.append(request)
             await tally.race_to_end(run_id, store, other)
             await tally.race_to_deliver(f"event:{run_id}", store, other)
+            await tally.race_to_request(run_id, store, other)
             await tally.call(store.get_run(run_id))
             await tally.call(store.pending_stop_requests([run_id]))
 
@@ -458,6 +493,8 @@ async def test_only_storage_errors_escape_while_backends_are_terminated(
         for request in tally.requests:  # every request a caller was told is stored...
             stored = await after.stop_requests_for(request.run_id)
             assert [r.id for r in stored].count(request.id) == 1  # ...exactly once
+            # One click delivered to two workers: one request at most, whatever was lost.
+            assert [r.requested_by for r in stored].count("U2") <= 1
         for run_id, winners in tally.winners.items():
             assert len(winners) <= 1, f"two workers both won {run_id}: {winners}"
             if winners:  # the reported win is the state the run is in

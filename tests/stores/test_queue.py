@@ -111,6 +111,34 @@ async def test_unclaim_puts_a_claimed_run_back(backend: Backend) -> None:
     assert again is not None and again.id == taken.id and again.owner == "w2"
 
 
+async def test_an_accepted_run_requeued_by_its_holder_waits_for_any_worker(
+    backend: Backend,
+) -> None:
+    store = await backend.open()
+    lease = datetime.now(UTC) + timedelta(seconds=30)
+    await store.create_run(waiting(1, owner="w", lease_expires_at=lease))
+    assert await store.claim_queued("w2", 30) is None  # held: not waiting
+    assert not await store.requeue_run("run-001", "someone-else")
+
+    assert await store.requeue_run("run-001", "w", status_ts="ts-1")
+    (queued,) = await store.queued_runs()
+    assert (queued.id, queued.owner, queued.lease_expires_at) == ("run-001", None, None)
+    assert queued.status_ts == "ts-1"
+    assert not await store.requeue_run("run-001", "w")  # nobody's now
+    taken = await store.claim_queued("w2", 30)
+    assert taken is not None and taken.id == "run-001" and taken.status_ts == "ts-1"
+
+
+async def test_a_started_run_is_never_requeued(backend: Backend) -> None:
+    store = await backend.open()
+    lease = datetime.now(UTC) + timedelta(seconds=30)
+    await store.create_run(waiting(1, owner="w", lease_expires_at=lease, status_ts="ts-1"))
+    assert await store.set_state("run-001", RunState.RUNNING, expected=[RunState.QUEUED])
+    assert not await store.requeue_run("run-001", "w")
+    stored = await store.get_run("run-001")
+    assert stored is not None and (stored.state, stored.owner) == (RunState.RUNNING, "w")
+
+
 async def test_waiting_runs_survive_reopening(backend: Backend) -> None:
     if backend.name == "memory":
         pytest.skip("the memory store is the process")

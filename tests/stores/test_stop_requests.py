@@ -1,14 +1,23 @@
-"""StopRequestStore contract: committed, visible to other workers, ordered, handled once."""
+"""StopRequestStore contract: committed, visible to other workers, ordered, handled once;
+added with the delivery that asks for it, once per delivery, or not at all."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import sqlite3
 from typing import TYPE_CHECKING
 
+import asyncpg  # type: ignore[import-untyped]
+import pytest
+
+from agent_core.errors import StorageError
 from agent_core.ports import ThreadKey
 from agent_core.stop import StopReason
 
 if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
     from agent_core.ports import Store
     from tests.stores.conftest import Backend
 
@@ -60,3 +69,104 @@ async def test_handling_one_request_leaves_the_others_pending(store: Store) -> N
     assert await store.mark_stop_handled(stop.id)
 
     assert await store.pending_stop_requests(["run-1"]) == [abort]
+
+
+# -- a request and the delivery that asks for it, in one transaction -------------------
+
+CLICK = "stop:click:1700000000.000200:U1"
+
+
+async def test_a_delivery_adds_one_request_whichever_worker_gets_it(backend: Backend) -> None:
+    clicker = await backend.open()
+    other_worker = await backend.open()  # Slack delivered the same click there too
+
+    added = await clicker.add_stop_request(
+        "run-1", THREAD, StopReason.ABORT, "U1", request_id="r1", delivery=CLICK
+    )
+    again = await other_worker.add_stop_request(
+        "run-1", THREAD, StopReason.ABORT, "U1", delivery=CLICK
+    )
+    here_again = await clicker.add_stop_request(
+        "run-1", THREAD, StopReason.ABORT, "U1", delivery=CLICK
+    )
+
+    assert added is not None and added.id == "r1"
+    assert (again, here_again) == (None, None)
+    assert await other_worker.pending_stop_requests() == [added]
+    # One delivery log: the key the request took is taken for every other use too.
+    assert not await other_worker.first_delivery(CLICK)
+
+
+async def test_workers_racing_with_one_delivery_add_exactly_one_request(backend: Backend) -> None:
+    workers = [await backend.open() for _ in range(4)]
+
+    for i in range(10):
+        key = f"{CLICK}:{i}"
+        answers = await asyncio.gather(
+            *(
+                w.add_stop_request(f"run-{i}", THREAD, StopReason.STOP, "U1", delivery=key)
+                for w in workers
+            )
+        )
+        added = [a for a in answers if a is not None]
+        assert len(added) == 1, (key, answers)
+        assert await workers[0].pending_stop_requests([f"run-{i}"]) == added
+
+
+async def test_a_delivery_taken_before_adds_no_request(store: Store) -> None:
+    assert await store.first_delivery(CLICK)
+
+    assert (
+        await store.add_stop_request("run-1", THREAD, StopReason.STOP, "U1", delivery=CLICK) is None
+    )
+
+    assert await store.pending_stop_requests() == []
+    assert await store.stop_requests_for("run-1") == []
+
+
+async def test_a_request_that_cannot_be_stored_leaves_its_delivery_untaken(
+    backend: Backend, backend_url: str
+) -> None:
+    if backend.name == "memory":
+        pytest.skip("nothing in memory refuses a row")
+    store = await backend.open()
+
+    async with stop_requests_refused(backend.name, backend_url):
+        with pytest.raises(StorageError):
+            await store.add_stop_request("run-1", THREAD, StopReason.STOP, "U1", delivery=CLICK)
+    assert await store.stop_requests_for("run-1") == []
+
+    # Slack's repeat of that delivery finds it free, and is the one that commits.
+    added = await store.add_stop_request("run-1", THREAD, StopReason.STOP, "U1", delivery=CLICK)
+    assert added is not None
+    assert await store.pending_stop_requests() == [added]
+
+
+@contextlib.asynccontextmanager
+async def stop_requests_refused(kind: str, url: str) -> AsyncIterator[None]:
+    """Every insert into ``stop_requests`` fails, by a trigger, until the block ends."""
+    if kind == "sqlite":
+        with contextlib.closing(sqlite3.connect(url, isolation_level=None)) as conn:
+            conn.execute(
+                "CREATE TRIGGER refuse BEFORE INSERT ON stop_requests "
+                "BEGIN SELECT RAISE(ABORT, 'injected fault'); END"
+            )
+            try:
+                yield
+            finally:
+                conn.execute("DROP TRIGGER refuse")
+        return
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.execute(
+            "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS "
+            "$$ BEGIN RAISE EXCEPTION 'injected fault'; END $$; "
+            "CREATE TRIGGER refuse BEFORE INSERT ON stop_requests "
+            "FOR EACH ROW EXECUTE FUNCTION refuse()"
+        )
+        try:
+            yield
+        finally:
+            await conn.execute("DROP TRIGGER refuse ON stop_requests; DROP FUNCTION refuse()")
+    finally:
+        await conn.close()
