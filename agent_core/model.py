@@ -12,6 +12,19 @@ and each chunk is parsed with ``orjson.loads`` into plain dicts. The OpenAI SDK 
 CPU per streamed chunk than everything else a chunk does: first its typed chunk objects,
 then, once those were gone, the layers between its HTTP client and the socket.
 
+Reads are paced when many streams are open (:class:`_ReadPacer`). A model sends one
+event per token, tens a second per stream, and each network read costs the process
+about the same whatever it carries: hundreds of streams read piece by piece keep a core
+busy. So a model makes at most about ``reads_per_s`` reads a second across its open
+streams: with ``n`` open, a stream that has been read is left unread until the pacer's
+next tick, one every ``n / reads_per_s`` seconds (at most ``_GATHER_MAX_S``), and what
+arrives meanwhile waits in the socket and comes in with the next read. The streams
+resume together, on one timer, so the event loop takes their reads in one pass. A few
+streams are read as their pieces arrive (a period under ``_GATHER_MIN_S`` is not worth
+a pause); 200 streams at the default are read every 200 ms, five times as often as
+Slack's answer stream is refreshed. An answer's first text is never held back, nor its
+end once the finish reason has come; an Abort's cancellation ends a pause at once.
+
 Nothing retries here: the loop does, because only the loop can make a retry wait
 interruptible by Stop. Every failure leaves here as a :class:`agent_core.errors.ModelError`
 (the mapping is in :func:`_refused` for answers with an error status, and in :func:`_read`
@@ -29,6 +42,7 @@ import asyncio
 import email.utils
 import functools
 import json
+import math
 import os
 import ssl
 import time
@@ -65,6 +79,13 @@ _DRAIN_S = 0.1
 reused) before the response is simply closed."""
 _ERROR_BODY_MAX = 64 * 1024
 """How much of an error answer's body is read for its message."""
+READS_PER_S = 1000.0
+"""The default pace of a model's reads across its open streams (see the module doc)."""
+_GATHER_MIN_S = 0.01
+"""A pacing period shorter than this is not kept: pausing would cost more than the reads
+it saves."""
+_GATHER_MAX_S = 0.5
+"""However many streams are open, each is read at least this often."""
 
 
 class OpenAIChatModel:
@@ -73,6 +94,9 @@ class OpenAIChatModel:
     ``base_url`` defaults to ``OPENAI_BASE_URL`` from the environment, then to OpenAI's.
     The HTTP session is made on first use (it belongs to the running event loop) and
     closed by :meth:`aclose`.
+
+    ``reads_per_s`` paces the reads of many open streams (0: every piece is read as it
+    arrives, however many are open); see the module doc.
 
     The proxy comes from the environment (``HTTP(S)_PROXY``, ``NO_PROXY``, as aiohttp's
     ``trust_env`` reads them), looked up once here. With ``trust_env`` itself, aiohttp
@@ -88,9 +112,11 @@ class OpenAIChatModel:
         base_url: str | None = None,
         idle_timeout_s: float = 60.0,
         connect_timeout_s: float = 10.0,
+        reads_per_s: float = READS_PER_S,
     ) -> None:
         self.model = model
         self.idle_timeout_s = idle_timeout_s
+        self._pacer = _ReadPacer(reads_per_s)
         self.connect_timeout_s = connect_timeout_s
         base = base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
         self.url = base.rstrip("/") + "/chat/completions"
@@ -142,7 +168,7 @@ class OpenAIChatModel:
             proxy=self._proxy,
             proxy_auth=self._proxy_auth,
         )
-        await _read(send, turn, self.idle_timeout_s)
+        await _read(send, turn, self.idle_timeout_s, self._pacer)
         return turn.response()
 
 
@@ -155,10 +181,14 @@ def _env_proxy(url: str) -> tuple[URL | None, aiohttp.BasicAuth | None]:
 
 
 async def _read(
-    send: Callable[[], Awaitable[aiohttp.ClientResponse]], turn: _Turn, idle_s: float
+    send: Callable[[], Awaitable[aiohttp.ClientResponse]],
+    turn: _Turn,
+    idle_s: float,
+    pacer: _ReadPacer,
 ) -> None:
     """Send the request and feed the streamed body's chunks to ``turn`` until ``[DONE]``
-    or the body ends. No data for ``idle_s`` (the answer's head included) is a stall."""
+    or the body ends, its reads paced by ``pacer``. No data for ``idle_s`` (the answer's
+    head included) is a stall."""
     loop = asyncio.get_running_loop()
     try:
         async with asyncio.timeout(None) as limit:
@@ -168,7 +198,7 @@ async def _read(
                 try:
                     if response.status >= 400:
                         raise _refused(response.status, response.headers, await _text(response))
-                    await _events(response, turn, idle, loop)
+                    await _events(response, turn, idle, loop, pacer)
                 except BaseException:
                     response.close()  # at once: the server sees the connection go now
                     raise
@@ -190,16 +220,84 @@ async def _events(
     turn: _Turn,
     idle: _IdleWatch,
     loop: asyncio.AbstractEventLoop,
+    pacer: _ReadPacer,
 ) -> None:
     decoder = SSEDecoder()
-    read = response.content.readany
-    while piece := await read():
-        idle.last = loop.time()
-        for event in decoder.feed(piece):
-            if event.data[:6] == b"[DONE]":
-                await _drain(response)
-                return
-            turn.absorb(_chunk(event.data))
+    content = response.content
+    read = content.readany
+    connection = response.connection
+    protocol = connection.protocol if connection is not None else None
+    pacer.open += 1
+    try:
+        while piece := await read():
+            idle.last = loop.time()
+            for event in decoder.feed(piece):
+                if event.data[:6] == b"[DONE]":
+                    await _drain(response)
+                    return
+                turn.absorb(_chunk(event.data))
+            if pacer.paces() and protocol is not None:
+                if turn.finish_reason is None and not content.is_eof():
+                    await _gather(protocol, pacer)
+    finally:
+        pacer.open -= 1
+
+
+async def _gather(protocol: asyncio.BaseProtocol, pacer: _ReadPacer) -> None:
+    """Leave the connection unread until the pacer's next tick: what arrives meanwhile
+    waits in the socket and comes in with the next read. An Abort's cancellation ends the
+    wait at once; the connection reads again before anything else is done with it."""
+    protocol.pause_reading()  # type: ignore[attr-defined]
+    try:
+        await pacer.tick()
+    finally:
+        protocol.resume_reading()  # type: ignore[attr-defined]
+
+
+class _ReadPacer:
+    """The ticks on which a model's paused streams are read again (see the module doc).
+
+    One timer for all of them, set only while a stream waits.
+    """
+
+    def __init__(self, reads_per_s: float) -> None:
+        if reads_per_s < 0:
+            raise ValueError(f"reads_per_s must be 0 or more, got {reads_per_s}")
+        self._per_s = reads_per_s
+        self.open = 0
+        """The streams being read now."""
+        self._next: asyncio.Event | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._last = -math.inf
+
+    def period_s(self) -> float:
+        """The time between two ticks now; 0 when the streams are not paced."""
+        if not self._per_s:
+            return 0.0
+        period = min(self.open / self._per_s, _GATHER_MAX_S)
+        return period if period >= _GATHER_MIN_S else 0.0
+
+    def paces(self) -> bool:
+        return self.period_s() > 0
+
+    async def tick(self) -> None:
+        """Return at the next tick (cancellable: an Abort does not wait for it)."""
+        if self._timer is None:  # nobody waits: a new event, on this loop
+            self._next = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            period = self.period_s()
+            due = self._last + period
+            if due <= loop.time():
+                due = loop.time() + period
+            self._timer = loop.call_at(due, self._ring)
+        assert self._next is not None
+        await self._next.wait()
+
+    def _ring(self) -> None:
+        self._timer = None
+        self._last = asyncio.get_running_loop().time()
+        assert self._next is not None
+        self._next.set()
 
 
 async def _drain(response: aiohttp.ClientResponse) -> None:

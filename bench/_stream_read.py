@@ -4,7 +4,9 @@ Not one of the judged benchmarks. A local aiohttp server (a process of its own, 
 CPU is not counted) streams chat-completion chunks, one ``data:`` event per write,
 paced, to ``--clients`` concurrent streams. This process reads them with one of:
 
-- ``model``: :class:`agent_core.OpenAIChatModel` as it is;
+- ``model``: :class:`agent_core.OpenAIChatModel` as it is (its reads paced, so with 200
+  streams each is read every 200 ms);
+- ``model_eager``: the same with ``reads_per_s=0``: every piece read as it arrives;
 - ``iter_any``: aiohttp directly, ``resp.content.iter_any()``, then the same SSE decoder,
   ``json.loads`` and turn assembly the model uses;
 - ``readany``: as ``iter_any`` but ``await resp.content.readany()`` in a loop (one
@@ -31,7 +33,7 @@ import aiohttp
 from aiohttp import web
 
 from agent_core import OpenAIChatModel
-from agent_core.model import _chunk, _Turn
+from agent_core.model import READS_PER_S, _chunk, _Turn
 from agent_core.ports import ModelRequest
 from agent_core.sse import SSEDecoder
 
@@ -108,9 +110,10 @@ async def _via_aiohttp(base: str, counter: Counter, http: aiohttp.ClientSession,
 
 async def _measure(kind: str, base: str, clients: int, warmup: float, window: float) -> float:
     counter = Counter()
-    model = OpenAIChatModel(model="m", api_key="k", base_url=base)
+    pace = {"model_eager": 0.0}.get(kind, READS_PER_S)
+    model = OpenAIChatModel(model="m", api_key="k", base_url=base, reads_per_s=pace)
     http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
-    if kind == "model":
+    if kind.startswith("model"):
         tasks = [asyncio.create_task(_via_model(base, counter, model)) for _ in range(clients)]
     else:
         tasks = [
@@ -141,7 +144,7 @@ def main() -> None:
     p.add_argument("--chunks", type=int, default=100000)
     p.add_argument("--warmup", type=float, default=3.0)
     p.add_argument("--window", type=float, default=10.0)
-    p.add_argument("--kinds", default="model,iter_any,readany")
+    p.add_argument("--kinds", default="model,model_eager,iter_any,readany")
     p.add_argument("--uvloop", action="store_true", help="run the clients on uvloop")
     args = p.parse_args()
     if args.serve:

@@ -17,7 +17,7 @@ import pytest
 from aiohttp import web
 
 from agent_core.errors import ContextOverflow, FatalModelError, RateLimited, RetryableModelError
-from agent_core.model import OpenAIChatModel
+from agent_core.model import OpenAIChatModel, _ReadPacer
 from agent_core.ports import ModelRequest
 from tests.fakes.waiting import Changes
 
@@ -310,3 +310,64 @@ async def test_a_chunk_that_is_not_utf8_is_malformed(raw: RawServer, model_at: A
     with pytest.raises(RetryableModelError, match="malformed chunk"):
         await model_at(raw.url(answer)).complete(REQUEST, texts.append)
     assert texts == ["fine"]
+
+
+async def test_an_answer_read_at_a_pace_is_whole_and_its_connection_serves_the_next_turn(
+    model_at: Any,
+) -> None:
+    """The answer's pieces arrive apart while the model leaves its stream unread for 50 ms
+    after each read (20 reads a second, one stream open): every word arrives once and in
+    order, and the connection, paused between reads, reads again when the next turn
+    takes it from the pool."""
+    words = [f"w{i} " for i in range(12)]
+    peers: list[Any] = []
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        peers.append(request.transport.get_extra_info("peername") if request.transport else None)
+        reply = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await reply.prepare(request)
+        for word in words:
+            await reply.write(sse(text_chunk(word)))
+            await asyncio.sleep(0.02)  # wait-ok: pieces that arrive apart
+        await reply.write(sse(text_chunk("", "stop"), "[DONE]"))
+        await reply.write_eof()
+        return reply
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", handle)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    model = OpenAIChatModel(
+        model="test-model",
+        api_key="sk-test",
+        base_url=f"http://127.0.0.1:{runner.addresses[0][1]}/v1",
+        reads_per_s=20,
+    )
+    try:
+        for _ in range(2):
+            deltas: list[str] = []
+            response = await model.complete(REQUEST, deltas.append)
+            assert deltas == words
+            assert response.text == "".join(words)
+            assert response.finish_reason == "stop"
+    finally:
+        await model.aclose()
+        await runner.cleanup()
+
+    assert len(peers) == 2
+    assert len(set(peers)) == 1  # the second turn reused the connection
+
+
+def test_reads_are_paced_only_when_many_streams_are_open() -> None:
+    """At 1,000 reads a second: one stream is read as it arrives, 200 every 200 ms, and
+    however many are open each is read at least every 500 ms; 0 never paces."""
+    pacer = _ReadPacer(1000)
+    for open_streams, gap in ((1, 0.0), (5, 0.0), (200, 0.2), (5000, 0.5)):
+        pacer.open = open_streams
+        assert pacer.period_s() == pytest.approx(gap)
+    unpaced = _ReadPacer(0)
+    unpaced.open = 1000
+    assert unpaced.period_s() == 0.0
