@@ -53,7 +53,7 @@ import inspect
 import json
 import typing
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, overload
 
 import pydantic
@@ -117,18 +117,20 @@ class Tool:
     apply: ``delegate``, whose child run has its own limits (turns, each of its tool
     calls, the model's idle timeout) and obeys its parent's Stop and Abort."""
 
+    spec: ToolSpec = field(init=False, repr=False, compare=False)
+    """The tool as the model sees it, made once: every model request offers it, and
+    pydantic builds a JSON schema at some cost."""
+
     def __post_init__(self) -> None:
         if (self.args_model is None) == (self.parameters is None):
             raise TypeError(f"tool {self.name}: give exactly one of args_model and parameters")
-
-    @property
-    def spec(self) -> ToolSpec:
         if self.parameters is not None:
-            return ToolSpec(self.name, self.description, dict(self.parameters))
-        assert self.args_model is not None
-        schema = self.args_model.model_json_schema()
-        schema.pop("title", None)
-        return ToolSpec(self.name, self.description, schema)
+            schema = dict(self.parameters)
+        else:
+            assert self.args_model is not None
+            schema = self.args_model.model_json_schema()
+            schema.pop("title", None)
+        object.__setattr__(self, "spec", ToolSpec(self.name, self.description, schema))
 
     @property
     def is_async(self) -> bool:
