@@ -28,7 +28,9 @@ all of them. The core never imports an adapter.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol, overload, runtime_checkable
@@ -44,6 +46,7 @@ if TYPE_CHECKING:
     from agent_core.outcomes import ExitCode, Outcome, Usage
 
 __all__ = [
+    "ANSWERING",
     "QUEUE_WAKEUP",
     "AuditEvent",
     "ChatMessage",
@@ -76,6 +79,7 @@ __all__ = [
     "ThreadKey",
     "ToolCall",
     "ToolSpec",
+    "answering",
     "is_accepted",
     "is_waiting",
 ]
@@ -713,6 +717,23 @@ def is_accepted(record: RunRecord) -> bool:
         and record.auto_resumes == 0
         and record.continued_from is None
     )
+
+
+ANSWERING: ContextVar[bool] = ContextVar("threadpilot_answering", default=False)
+"""True in the calls a person is waiting on: a click, between its receipt and its
+acknowledgement (:func:`answering`). A store may serve them ahead of its background work;
+PostgreSQL gives them connections of their own, so they never queue for the pool behind
+the runs' writes."""
+
+
+@contextmanager
+def answering() -> Iterator[None]:
+    """The store calls made inside (and in tasks started inside) answer a person now."""
+    token = ANSWERING.set(True)
+    try:
+        yield
+    finally:
+        ANSWERING.reset(token)
 
 
 QUEUE_WAKEUP = "queue"

@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from agent_core import LIVE_STATES, AuditEvent, RunResult, RunState, StopReason, StorageError
-from agent_core.ports import is_waiting
+from agent_core.ports import answering, is_waiting
 from agent_core.stop import utcnow
 from bot import messages
 from bot.errors import BudgetNotRunning, SlackError
@@ -219,30 +219,36 @@ class StopService:
         budget.
 
         Never raises for a database fault: the decision then has no verdict, and its
-        ``failure`` is the answer :meth:`after` gives.
+        ``failure`` is the answer :meth:`after` gives. Its store calls are made as
+        :func:`~agent_core.ports.answering` ones: a person waits for their answer.
         """
         live = self._live(ask)
         try:
-            async with asyncio.timeout(self._budget_s):
-                decision = await self._decide(ask, live)
-                verdict = decision.verdict
-                if live is None and verdict in (Verdict.NOT_FOUND, Verdict.FINISHED):
-                    return await self.resume_controls.stop(ask, decision)
-                if verdict is None or not verdict.changes_state:
-                    return decision
-                request = await self._commit(decision, verdict, live)
-                if request is None:
-                    return replace(decision, verdict=Verdict.REDELIVERED)
+            with answering():  # not what it sets in motion: the run's own work
+                decided = await self._request(ask, live)
         except TimeoutError:
             log.warning("stop.not_recorded", reason="database_busy", budget_s=self._budget_s)
             return StopDecision(ask, None, failure=_not_recorded(ask, busy=True))
         except StorageError:
             log.exception("stop.not_recorded", reason="database_error")
             return StopDecision(ask, None, failure=_not_recorded(ask, busy=False))
-        if live is not None:
-            kind = verdict.requests
-            assert kind is not None
+        if live is not None and decided.request is not None:
+            kind = decided.request.kind
             live.run.request_stop(kind, ask.user, source=ask.source.value)
+        return decided
+
+    async def _request(self, ask: StopAsk, live: LiveRun | None) -> StopDecision:
+        """Decide and commit; the decision carries the committed request, if any."""
+        async with asyncio.timeout(self._budget_s):
+            decision = await self._decide(ask, live)
+            verdict = decision.verdict
+            if live is None and verdict in (Verdict.NOT_FOUND, Verdict.FINISHED):
+                return await self.resume_controls.stop(ask, decision)
+            if verdict is None or not verdict.changes_state:
+                return decision
+            request = await self._commit(decision, verdict, live)
+            if request is None:
+                return replace(decision, verdict=Verdict.REDELIVERED)
         return replace(decision, request=request)
 
     def _live(self, ask: StopAsk) -> LiveRun | None:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar, overload
 import asyncpg  # type: ignore[import-untyped]
 
 from agent_core.errors import StorageError
-from agent_core.ports import StopRequestRecord
+from agent_core.ports import ANSWERING, StopRequestRecord
 from agent_core.states import LIVE_STATES, TERMINAL_STATES, RunState
 from agent_core.stop import utcnow
 from agent_core.stores import _codec as codec
@@ -66,15 +66,39 @@ RETRY_BUDGET_S = 3.0
 seconds of its start, and the retry gets as long again: Slack's ack budget for a click.
 A caller that can wait longer (a terminal write) retries on its own, with backoff."""
 
+ANSWERING_POOL_SIZE = 3
+"""Connections kept for the calls a person waits on (a click before its ack), beside the
+pool the runs' work shares: a click never queues for a connection behind that work."""
+
 RELEASE_TIMEOUT_S = 5.0
-"""How long handing a connection back to the pool (asyncpg resets it) may take before
-asyncpg closes it instead."""
+"""How long handing a connection back to the pool (asyncpg rolls back a transaction left
+open) may take before asyncpg closes it instead."""
 
 _T = TypeVar("_T")
 
 if TYPE_CHECKING:
     _Work: TypeAlias = Callable[[Any, bool], Awaitable[_T]]
     """One attempt of a call: ``(connection, retrying) -> answer``."""
+
+
+async def _give_back(pool: Any, conn: Any) -> None:
+    # asyncpg closes a connection whose reset fails; its error is no caller's concern.
+    with contextlib.suppress(*DRIVER_ERRORS):
+        await pool.release(conn, timeout=RELEASE_TIMEOUT_S)
+
+
+async def _close_pools(*pools: Any) -> None:
+    for pool in dict.fromkeys(p for p in pools if p is not None):  # each once
+        await pool.close()
+
+
+async def _keep_session(_conn: Any) -> None:
+    """The pool's reset of a connection handed back: none beyond asyncpg's own rollback of
+    a transaction left open. Its default (``RESET ALL``, ``UNLISTEN *``, advisory locks
+    released, ...) is one more round trip per call, holding the connection meanwhile, and
+    this store leaves no session state behind: its ``LISTEN`` and its migration each have
+    a connection of their own, outside the pool."""
+
 
 _LIVE = sorted(LIVE_STATES)
 _TERMINAL = sorted(TERMINAL_STATES)
@@ -128,9 +152,12 @@ class PostgresStore(PostgresQueue):
     """Runs, stop requests, checkpoints, events and leases in a PostgreSQL database (the
     run queue's SQL is :class:`~agent_core.stores.postgres_queue.PostgresQueue`'s)."""
 
-    def __init__(self, pool: Any, dsn: str) -> None:
-        """Use :meth:`open`; this only wraps a pool it has created."""
+    def __init__(self, pool: Any, dsn: str, *, answering_pool: Any = None) -> None:
+        """Use :meth:`open`; this only wraps the pools it has created. Calls made while
+        :data:`~agent_core.ports.ANSWERING` is set use ``answering_pool`` (the one pool
+        if there is none)."""
         self._pool = pool
+        self._answering_pool = answering_pool if answering_pool is not None else pool
         self._dsn = dsn
         self._where = describe_dsn(dsn)
         self._cleanups = Cleanups(self._where)
@@ -158,24 +185,30 @@ class PostgresStore(PostgresQueue):
         try:
             # The pool first: its errors (refused, no such database, bad password) come
             # straight from asyncpg, unwrapped, and make the clearest messages.
-            pool = await asyncpg.create_pool(dsn, min_size=min_size, max_size=max_size, **limits)
+            pool = await asyncpg.create_pool(
+                dsn, min_size=min_size, max_size=max_size, reset=_keep_session, **limits
+            )
         except DRIVER_ERRORS as exc:
             raise StorageError(_cannot_connect(where, exc, connect_timeout_s)) from exc
+        answering = None
         try:
+            answering = await asyncpg.create_pool(
+                dsn, min_size=1, max_size=ANSWERING_POOL_SIZE, reset=_keep_session, **limits
+            )
             if migrate:
                 await upgrade_postgres(lambda: asyncpg.connect(dsn, **limits), where=where)
         except DRIVER_ERRORS as exc:
-            await pool.close()
+            await _close_pools(pool, answering)
             problem = _cannot_connect(where, exc, connect_timeout_s)
             raise StorageError(f"cannot migrate: {problem}") from exc
         except BaseException:
-            await pool.close()
+            await _close_pools(pool, answering)
             raise
-        return cls(pool, dsn)
+        return cls(pool, dsn, answering_pool=answering)
 
     async def close(self) -> None:
         await self._cleanups.wait()  # connections released by cancelled calls come back
-        await self._pool.close()
+        await _close_pools(self._pool, self._answering_pool)
 
     def listen_stops(
         self, on_stop: StopWakeup, *, on_reconnect: Reconnected | None = None
@@ -211,6 +244,8 @@ class PostgresStore(PostgresQueue):
             # (Failing to open a new connection says nothing about the open ones: expiring
             # them then would turn a server that refuses new connections into an outage.)
             await self._pool.expire_connections()
+            if self._answering_pool is not self._pool:
+                await self._answering_pool.expire_connections()
         in_time = loop.time() - started < RETRY_BUDGET_S
         if not (first.lost and in_time and (idempotent or not first.sent)):
             raise self._error(action, first.cause) from first.cause
@@ -224,8 +259,9 @@ class PostgresStore(PostgresQueue):
         raise self._error(action, second, retried=True) from second
 
     async def _attempt(self, work: _Work[_T], *, retrying: bool) -> _T:
+        pool = self._answering_pool if ANSWERING.get() else self._pool
         try:
-            conn = await self._pool.acquire()
+            conn = await pool.acquire()
         except Exception as exc:
             if not is_driver_error(exc):
                 raise
@@ -235,21 +271,16 @@ class PostgresStore(PostgresQueue):
         except BaseException as exc:
             # Also on cancellation: the connection goes back in a task of the store's, so a
             # cancelled caller does not wait for asyncpg to cancel the query and reset.
-            self._release(conn)
+            self._release(pool, conn)
             if isinstance(exc, Exception) and is_driver_error(exc):
                 lost = connection_lost(exc) or conn.is_closed()
                 raise _Failed(exc, sent=True, lost=lost) from exc
             raise
-        self._release(conn)
+        self._release(pool, conn)
         return result
 
-    def _release(self, conn: Any) -> None:
-        self._cleanups.spawn(self._give_back(conn), "release a connection")
-
-    async def _give_back(self, conn: Any) -> None:
-        # asyncpg closes a connection whose reset fails; its error is no caller's concern.
-        with contextlib.suppress(*DRIVER_ERRORS):
-            await self._pool.release(conn, timeout=RELEASE_TIMEOUT_S)
+    def _release(self, pool: Any, conn: Any) -> None:
+        self._cleanups.spawn(_give_back(pool, conn), "release a connection")
 
     async def _execute(self, action: str, sql: str, *params: Any, idempotent: bool = False) -> int:
         async def work(conn: Any, _retrying: bool) -> int:
