@@ -55,6 +55,7 @@ from bot.dedupe import Deliveries, EventDeduper
 from bot.handlers import actions, command, events, feedback, home, mentions
 from bot.home_refresh import HomeRefresher
 from bot.http_guard import Refusal, SlackRequestGuard, on_bolt_error
+from bot.loop_load import LoopLoad
 from bot.metrics import CONTENT_TYPE, Metrics
 from bot.session import RunSession
 from bot.stops import ACK_BUDGET_S, StopService
@@ -113,6 +114,7 @@ class ThreadpilotApp:
         self._worker: Worker | None = None
         self._dashboard: Dashboard | None = None
         self._home: HomeRefresher | None = None
+        self._load: LoopLoad | None = None
         self._guard: SlackRequestGuard | None = None
         self._started = False
         self.metrics = Metrics()
@@ -170,6 +172,10 @@ class ThreadpilotApp:
             ),
             store=self._store,
         )
+        if settings.BUSY_LOOP_LAG_MS:
+            self._load = LoopLoad(
+                busy_lag_s=settings.BUSY_LOOP_LAG_MS / 1000, on_lag=self.metrics.loop_lag.set
+            )
         supervisor = Supervisor(
             agent,
             self._store,
@@ -177,6 +183,7 @@ class ThreadpilotApp:
             lease_ttl_s=settings.LEASE_TTL,
             metrics=self.metrics,
             max_live=settings.MAX_LIVE_RUNS,
+            load=self._load,
         )
         self._worker = Worker(
             self._store,
@@ -216,6 +223,8 @@ class ThreadpilotApp:
         # started here must be heartbeated, and a click landing elsewhere must reach it.
         await self._worker.start()
         await self._home.start()
+        if self._load is not None:
+            self._load.start()
         bolt = self.bolt = self._bolt(client, self.ctx)
         if settings.SLACK_APP_TOKEN is not None:
             self._socket = _TimedSocketMode(
@@ -351,6 +360,8 @@ class ThreadpilotApp:
         self._ready = False
         say = log.info if self._started else log.debug
         say("app.shutting_down")
+        if self._load is not None:
+            self._load.close()
         try:
             async with asyncio.timeout(timeout_s + 2):
                 if self._socket is not None:

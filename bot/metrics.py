@@ -98,6 +98,12 @@ class Metrics:
             "(this process's view, read on its periodic tick).",
             registry=registry,
         )
+        self.loop_lag = Gauge(
+            "threadpilot_event_loop_lag_seconds",
+            "How late this process's event loop runs a timer, smoothed; over "
+            "BUSY_LOOP_LAG_MS the worker takes no new runs.",
+            registry=registry,
+        )
         self.runs_ended = Counter(
             "threadpilot_runs_ended",
             "Runs that ended in this process, by outcome and why they ended (a resumed "

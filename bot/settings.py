@@ -23,6 +23,7 @@ from agent_core import (
 from agent_core.errors import ConfigError
 from agent_core.mcp import ServerConfig, load_mcp_config
 from agent_core.stores.factory import parse_database_url
+from bot.loop_load import BUSY_LAG_S
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -99,6 +100,12 @@ class Settings(BaseSettings):
         default=200,
         ge=1,
         description="Runs one worker process drives at once; more wait in the durable queue.",
+    )
+    BUSY_LOOP_LAG_MS: float = Field(
+        default=BUSY_LAG_S * 1000,
+        ge=0,
+        description="A worker whose event loop runs this late on average (ms) takes no new "
+        "runs until it is calm again; 0 turns this off.",
     )
     STOP_POLL_INTERVAL: float = Field(default=0.25, gt=0, le=10)
     WORKER_ID: str | None = None

@@ -65,6 +65,7 @@ if TYPE_CHECKING:
         ThreadKey,
     )
     from agent_core.ports import Store
+    from bot.loop_load import LoopLoad
     from bot.metrics import Metrics
     from bot.resume import Resumes
     from bot.session import RunSession
@@ -108,10 +109,15 @@ class Supervisor:
         lease_ttl_s: float,
         metrics: Metrics | None = None,
         max_live: int | None = None,
+        load: LoopLoad | None = None,
     ) -> None:
         self.agent = agent
         self.max_live = max_live
         """``MAX_LIVE_RUNS``: runs beyond it wait in the queue (:mod:`bot.run_queue`)."""
+        self._load = load
+        """While this process's event loop is busy, no new run starts here."""
+        if load is not None:
+            load.on_calm = self._calm
         self._metrics = metrics
         self.store = store
         self.worker_id = worker_id
@@ -189,19 +195,26 @@ class Supervisor:
         return self._accepting
 
     def has_room(self) -> bool:
-        """True if a new run may start here now: accepting, and fewer than ``max_live``
-        runs still working (a run whose loop has ended, only waiting for Slack to take
-        its final message, no longer counts).
+        """True if a new run may start here now: accepting, the event loop not busy
+        (:mod:`bot.loop_load`), and fewer than ``max_live`` runs still working (a run
+        whose loop has ended, only waiting for Slack to take its final message, no longer
+        counts).
 
         Resumes and continuations are not held to it (they are few, and a person is
         waiting for them); they count towards it.
         """
         if not self._accepting:
             return False
+        if self._load is not None and self._load.busy:
+            return False
         if self.max_live is None:
             return True
         working = sum(1 for live in self._live.values() if live.run.result is None)
         return working < self.max_live
+
+    def _calm(self) -> None:
+        if self.room_freed is not None:
+            self.room_freed()
 
     # -- starting and ending -----------------------------------------------------------
 

@@ -63,6 +63,10 @@ def bot_settings(slack: FakeSlack, llm: LLMock, tmp_path: Path, **overrides: Any
         "OPENAI_MODEL": "test-model",
         "DATABASE_URL": f"sqlite:///{tmp_path}/threadpilot.db",
         "LOG_LEVEL": "DEBUG",
+        # Off: this loop also serves the fake Slack and llmock, on a CI machine shared
+        # with other jobs; a worker declining new runs for that would hold up tests about
+        # other things. tests/bot/test_loop_load.py turns it on.
+        "BUSY_LOOP_LAG_MS": 0,
         **overrides,
     }
     return Settings(_env_file=None, **values)  # type: ignore[call-arg]

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 SERIES = {
     "threadpilot_live_runs": "gauge",
     "threadpilot_queued_runs": "gauge",
+    "threadpilot_event_loop_lag_seconds": "gauge",
     "threadpilot_runs_ended": "counter",
     "threadpilot_stop_requests": "counter",
     "threadpilot_click_ack_seconds": "histogram",
