@@ -39,17 +39,29 @@ from typing import TYPE_CHECKING
 import aiohttp
 import asyncpg  # type: ignore[import-untyped]
 from llmock.scenarios import Reply, StreamFault
+from prometheus_client.parser import text_string_to_metric_families
 
+from bench._clicker import Clicker
 from bench._llmock import llmock_process, llmock_server
+from bench._probes import LoopLag
 from bench._queue_cluster import QueueBench, RunCheck, fresh_database
 from bench._setup import bench_main, parser
-from bench._stats import Figure, Row, machine_line, print_figures, print_table, revision_line
+from bench._stats import (
+    Figure,
+    Row,
+    machine_line,
+    percentile,
+    print_figures,
+    print_table,
+    revision_line,
+)
 from tests.fakes.slack_api import FakeSlack
 from tests.system.workers import Cluster
 
 if TYPE_CHECKING:
     from bench._queue_cluster import Mention
     from tests.fakes.slack_messages import Message
+    from tests.system.workers import WorkerProcess
 
 TARGET_MS = 100.0
 LIVE_PER_WORKER = 25
@@ -74,10 +86,13 @@ async def phase_share(
         cluster.cwd.mkdir(parents=True, exist_ok=True)
         stack.push_async_callback(cluster.close)
         await cluster.start(*(f"w{i}" for i in range(workers)), MAX_LIVE_RUNS=str(LIVE_PER_WORKER))
-        bench = QueueBench(slack, cluster, url, teams, prefix=f"S{workers}")
+        clicker = await stack.enter_async_context(Clicker())
+        bench = QueueBench(slack, cluster, url, teams, prefix=f"S{workers}", clicker=clicker)
         await bench.warm_up()
 
         started = time.monotonic()
+        drained, lag = asyncio.Event(), LoopLag()
+        lagging = asyncio.create_task(lag.run(drained))
         sending = asyncio.create_task(bench.mention_all(runs))
         clicking = asyncio.create_task(click_during(bench))
         most_queued = 0
@@ -92,6 +107,9 @@ async def phase_share(
         clicking.cancel()
         await asyncio.gather(clicking, return_exceptions=True)
         await sending
+        drained.set()
+        await lagging
+        inside = await acks_inside(bench.workers, http)
         check = await bench.check()
     label = f"{workers} workers, {runs} runs"
     row = Row(
@@ -106,8 +124,36 @@ async def phase_share(
         f"{label}: {check.line()}; {len(bench.clicks_ms)} clicks answered, {bench.unanswered} "
         f"unanswered; most waiting at once {most_queued}; drain {took:.1f} s"
         + ("" if check.ended >= runs else f" (gave up after {DRAIN_LIMIT_S:g} s)")
+        + f"; this process's loop lag p99 {percentile(lag.samples, 99):.0f} ms; {inside}"
     )
     return row, rate, check, note
+
+
+async def acks_inside(workers: list[WorkerProcess], http: aiohttp.ClientSession) -> str:
+    """The Stop clicks' ack times as the workers measured them (``/metrics``: from the
+    handler's start to the ack), summed over the workers, for comparison with the
+    clicker's: the difference is time spent before the handler ran, in either process."""
+    buckets: dict[float, float] = {}
+    for worker in workers:
+        async with http.get(f"{worker.url}/metrics") as response:
+            text = await response.text()
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if (
+                    sample.name == "threadpilot_click_ack_seconds_bucket"
+                    and sample.labels.get("control") == "stop"
+                ):
+                    le = float(sample.labels["le"])
+                    buckets[le] = buckets.get(le, 0.0) + sample.value
+    total = buckets.get(float("inf"), 0.0)
+    if not total:
+        return "the workers timed no clicks"
+    p99 = next(le for le in sorted(buckets) if buckets[le] >= 0.99 * total)
+    under = buckets.get(TARGET_MS / 1000, 0.0)
+    return (
+        f"inside the workers: {under:.0f} of {total:.0f} acked within {TARGET_MS:g} ms, "
+        f"p99 at most {p99 * 1000:g} ms (histogram bucket)"
+    )
 
 
 async def click_during(bench: QueueBench) -> None:
@@ -116,9 +162,9 @@ async def click_during(bench: QueueBench) -> None:
     try:
         while len(tasks) < CLICKS:
             await asyncio.sleep(CLICK_EVERY_S)  # the clicks' pacing
-            targets = bench.clickable()
-            if targets:
-                mention, message = random.choice(targets)
+            target = bench.some_clickable()
+            if target is not None:
+                mention, message = target
                 worker = random.choice(bench.workers)
                 tasks.append(asyncio.create_task(bench.click(mention, message, worker)))
         await asyncio.gather(*tasks)
@@ -143,7 +189,8 @@ async def phase_overload(tmp: Path) -> tuple[list[Row], list[str], bool]:
         cluster.cwd.mkdir(parents=True, exist_ok=True)
         stack.push_async_callback(cluster.close)
         await cluster.start("w0", MAX_LIVE_RUNS=str(OVERLOAD_LIVE))
-        bench = QueueBench(slack, cluster, url, 1, prefix="OV")  # see the module doc
+        clicker = await stack.enter_async_context(Clicker())
+        bench = QueueBench(slack, cluster, url, 1, prefix="OV", clicker=clicker)  # module doc
         await bench.warm_up(stalled=True)
         before = len(server.state.journal.records()) + server.state.journal.in_flight
 
