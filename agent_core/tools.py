@@ -96,6 +96,15 @@ class ToolError(ThreadpilotError):
     ``error: <tool>: <message>`` (no exception class name)."""
 
 
+@functools.cache
+def _json_schema(args_model: type[pydantic.BaseModel]) -> dict[str, Any]:
+    """The arguments' JSON schema as offered to the model, built once per model class:
+    pydantic takes a while, and some tools (``delegate``) are made for every run."""
+    schema = args_model.model_json_schema()
+    schema.pop("title", None)
+    return schema
+
+
 @dataclass(frozen=True, slots=True)
 class Tool:
     """A tool the model can call: a Python function, or a tool carried out elsewhere.
@@ -118,8 +127,7 @@ class Tool:
     calls, the model's idle timeout) and obeys its parent's Stop and Abort."""
 
     spec: ToolSpec = field(init=False, repr=False, compare=False)
-    """The tool as the model sees it, made once: every model request offers it, and
-    pydantic builds a JSON schema at some cost."""
+    """The tool as the model sees it, made once: every model request offers it."""
 
     def __post_init__(self) -> None:
         if (self.args_model is None) == (self.parameters is None):
@@ -128,8 +136,7 @@ class Tool:
             schema = dict(self.parameters)
         else:
             assert self.args_model is not None
-            schema = self.args_model.model_json_schema()
-            schema.pop("title", None)
+            schema = _json_schema(self.args_model)
         object.__setattr__(self, "spec", ToolSpec(self.name, self.description, schema))
 
     @property
