@@ -21,6 +21,7 @@ import aiohttp
 
 from agent_core.stores.factory import open_store
 from bench._llmock import llmock_server
+from bot.loop_load import BUSY_LAG_S
 from tests.fakes import slack_requests
 from tests.fakes.slack_api import FakeSlack
 from tests.system.workers import LEASE_TTL_S, Cluster, kill_leftovers
@@ -34,6 +35,11 @@ if TYPE_CHECKING:
     from tests.system.workers import WorkerProcess
 
 __all__ = ["LEASE_TTL_S", "Workers", "alive", "children", "mention", "run_rows", "workers"]
+
+
+APP_BUSY_LOOP_LAG_MS = f"{BUSY_LAG_S * 1000:g}"
+"""``BUSY_LOOP_LAG_MS`` as the app ships it: the system tests' workers turn it off, the
+benchmarks measure the app as it is."""
 
 
 @dataclass(frozen=True)
@@ -51,7 +57,14 @@ async def workers() -> AsyncIterator[Workers]:
         store = await open_store(f"sqlite:///{database}")  # migrated once, before workers
         await store.close()
         async with FakeSlack() as slack, aiohttp.ClientSession() as http:
-            cluster = Cluster(slack, llm.base_url(), f"sqlite:///{database}", Path(tmp), http)
+            cluster = Cluster(
+                slack,
+                llm.base_url(),
+                f"sqlite:///{database}",
+                Path(tmp),
+                http,
+                busy_loop_lag_ms=APP_BUSY_LOOP_LAG_MS,
+            )
             try:
                 yield Workers(cluster, llm, database, Path(tmp))
             finally:

@@ -55,6 +55,7 @@ from bench._stats import (
     print_table,
     revision_line,
 )
+from bench._workers import APP_BUSY_LOOP_LAG_MS
 from tests.fakes.slack_api import FakeSlack
 from tests.system.workers import Cluster
 
@@ -82,7 +83,14 @@ async def phase_share(
         url = await stack.enter_async_context(fresh_database())
         slack = await stack.enter_async_context(FakeSlack())
         http = await stack.enter_async_context(aiohttp.ClientSession())
-        cluster = Cluster(slack, llm_url, url, tmp / f"share{workers}", http)
+        cluster = Cluster(
+            slack,
+            llm_url,
+            url,
+            tmp / f"share{workers}",
+            http,
+            busy_loop_lag_ms=APP_BUSY_LOOP_LAG_MS,
+        )
         cluster.cwd.mkdir(parents=True, exist_ok=True)
         stack.push_async_callback(cluster.close)
         await cluster.start(*(f"w{i}" for i in range(workers)), MAX_LIVE_RUNS=str(LIVE_PER_WORKER))
@@ -185,7 +193,14 @@ async def phase_overload(tmp: Path) -> tuple[list[Row], list[str], bool]:
         url = await stack.enter_async_context(fresh_database())
         slack = await stack.enter_async_context(FakeSlack())
         http = await stack.enter_async_context(aiohttp.ClientSession())
-        cluster = Cluster(slack, server.base_url(), url, tmp / "overload", http)
+        cluster = Cluster(
+            slack,
+            server.base_url(),
+            url,
+            tmp / "overload",
+            http,
+            busy_loop_lag_ms=APP_BUSY_LOOP_LAG_MS,
+        )
         cluster.cwd.mkdir(parents=True, exist_ok=True)
         stack.push_async_callback(cluster.close)
         await cluster.start("w0", MAX_LIVE_RUNS=str(OVERLOAD_LIVE))

@@ -8,9 +8,12 @@ the mentions it receives (:meth:`bot.supervisor.Supervisor.has_room`), until its
 calm again; then the queue's taker looks for work at once.
 
 :class:`LoopLoad` measures it with one timer every ``PERIOD_S``: how much later than asked
-the loop ran it, smoothed over about ``SMOOTHING`` samples. The loop is busy once that
-lag is over ``BUSY_LAG_S`` and calm again once it is under half of it (the gap between
-the two keeps a worker from flapping). The smoothed lag is a ``/metrics`` gauge.
+the loop ran it, each sample counted up to twice the limit, smoothed over about
+``SMOOTHING`` samples. So one long pause (a full garbage collection, a slow start-up
+step) does not make the worker busy; a loop late tick after tick for a fifth of a second
+does. The loop is busy once the smoothed lag is over ``BUSY_LAG_S`` and calm again once
+it is under half of it (the gap between the two keeps a worker from flapping). The
+smoothed lag is a ``/metrics`` gauge.
 """
 
 from __future__ import annotations
@@ -29,8 +32,7 @@ log = structlog.get_logger("bot.loop_load")
 
 PERIOD_S = 0.025
 SMOOTHING = 8
-"""The samples the smoothed lag mostly reflects: a single pause (a collection, one long
-callback) does not make the loop busy, a loop late for a fifth of a second does."""
+"""The samples the smoothed lag mostly reflects (about a fifth of a second of them)."""
 BUSY_LAG_S = 0.01
 """A click takes about five turns of the loop from its request to its ack; a loop this
 late on average keeps that well inside the 100 ms an ack is given here."""
@@ -50,7 +52,7 @@ class LoopLoad:
     ) -> None:
         self.busy_lag_s = busy_lag_s
         self.lag_s = 0.0
-        """The smoothed lag, in seconds."""
+        """The smoothed lag, in seconds (each sample counted up to twice the limit)."""
         self.busy = False
         self.on_calm: Callable[[], None] | None = None
         self._on_lag = on_lag
@@ -76,7 +78,7 @@ class LoopLoad:
 
     def sample(self, lag_s: float) -> None:
         """Take one measurement of the loop's lateness (the timer's; tests give their own)."""
-        self.lag_s += (lag_s - self.lag_s) / SMOOTHING
+        self.lag_s += (min(lag_s, 2 * self.busy_lag_s) - self.lag_s) / SMOOTHING
         if self._on_lag is not None:
             self._on_lag(self.lag_s)
         if not self.busy and self.lag_s > self.busy_lag_s:

@@ -26,9 +26,9 @@ def busy(load: LoopLoad) -> bool:
     return load.busy
 
 
-def test_one_late_tick_is_not_busy_a_late_loop_is() -> None:
+def test_one_long_pause_is_not_busy_a_late_loop_is() -> None:
     load = LoopLoad(busy_lag_s=0.01)
-    load.sample(0.05)  # one 50 ms pause: a collection, say
+    load.sample(0.5)  # one half-second pause: a full collection, say
     assert not load.busy
     for _ in range(SMOOTHING):
         load.sample(0.03)
