@@ -132,6 +132,9 @@ class Reconciler:
         self._is_local = is_local
         self.policy = policy or ResumeSettings()
         """The resume policy's settings (``Settings.resume_settings``)."""
+        self.on_requeued: Callable[[], None] | None = None
+        """Told each time a run goes back in the queue (set by the worker: its taker looks
+        at once, not once this pass's Slack writes, which wait on rate limits, are done)."""
 
     async def run_once(
         self, now: datetime | None = None, *, starting: bool = False
@@ -202,6 +205,8 @@ class Reconciler:
         if not await self._store.requeue_run(record.id, record.owner):
             return False
         log.warning("run.requeued", run_id=record.id, previous_owner=record.owner)
+        if self.on_requeued is not None:
+            self.on_requeued()
         return True
 
     async def _end_in_store(self, record: RunRecord, now: datetime) -> _Ending | None:

@@ -99,7 +99,9 @@ class Worker:
             metrics=metrics,
         )
         self.watcher.on_queued = self.queue.wake
+        self.reconciler.on_requeued = self.queue.wake
         self._task: asyncio.Task[None] | None = None
+        self._reconciling: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         await self.watcher.start()
@@ -110,10 +112,11 @@ class Worker:
         log.info("worker.started", worker_id=self.id, lease_ttl_s=self._settings.LEASE_TTL)
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.wait([self._task], timeout=2.0)
-            self._task = None
+        for task in (self._task, self._reconciling):
+            if task is not None:
+                task.cancel()
+                await asyncio.wait([task], timeout=2.0)
+        self._task = self._reconciling = None
         await self.queue.close()
         await self.resumes.close()
         await self.watcher.close()
@@ -134,7 +137,12 @@ class Worker:
                 await self.queue.tick()
                 if since_reconcile >= min(RECONCILE_EVERY_S, self._settings.LEASE_TTL):
                     since_reconcile = 0.0
-                    await self._reconcile()
+                    # A task of its own: telling orphans' threads waits on Slack's rate
+                    # limits, and the heartbeat must not (our own leases would lapse).
+                    if self._reconciling is None or self._reconciling.done():
+                        self._reconciling = asyncio.create_task(
+                            self._reconcile(), name="worker-reconcile"
+                        )
                 if since_purge >= PURGE_EVERY_S:
                     since_purge = 0.0
                     cutoff = utcnow() - timedelta(days=self._settings.RETENTION_DAYS)
@@ -146,9 +154,6 @@ class Worker:
 
     async def _reconcile(self, *, starting: bool = False) -> None:
         try:
-            report = await self.reconciler.run_once(starting=starting)
+            await self.reconciler.run_once(starting=starting)
         except Exception:
             log.exception("worker.reconcile_failed")
-            return
-        if report.requeued:
-            self.queue.wake()

@@ -6,6 +6,7 @@ A real SQLite store, the fake Slack and the real reconciler.
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -91,3 +92,33 @@ async def test_a_resume_in_place_whose_worker_went_away_is_ended_and_resumed_not
     assert resumed == ["resuming"]  # from its checkpoint, in its own status message
     events = [e.kind for e in await store.events_for("resuming")]
     assert events[0] == "run.takeover" and "run.resumed" in events
+
+
+async def test_the_queue_is_told_at_once_not_after_the_orphans_slack_messages(
+    store: Store, slack: FakeSlack, workspaces: Workspaces
+) -> None:
+    """The requeued run is for any worker with room now: its taker must not wait while
+    this pass tells another orphan's thread, which waits on Slack's rate limit."""
+    status_ts = slack.seed_message("C1", "Working", user=slack.workspace.bot_user_id)
+    await orphan(store, slack, "running", state=RunState.RUNNING, status_ts=status_ts)
+    await orphan(store, slack, "accepted")
+    slack.fail_next("chat.update", status=429, retry_after=3)
+    told = asyncio.Event()
+    resumed: list[str] = []
+
+    async def resume(record: RunRecord, checkpoint: Checkpoint | None) -> None:
+        resumed.append(record.id)
+
+    passing = reconciler(store, workspaces, resume)
+    passing.on_requeued = told.set
+
+    reconciling = asyncio.create_task(passing.run_once())
+    await asyncio.wait_for(told.wait(), 5)
+    assert not reconciling.done()  # the running orphan's message still waits for Slack
+    (waiting,) = await store.queued_runs()
+    assert waiting.id == "accepted"
+
+    report = await reconciling
+    assert (report.requeued, report.orphans_ended) == (1, 1)
+    assert resumed == ["running"]  # the lost worker's run resumes, as policy says
+    assert [c for c in slack.calls("chat.update") if c.ok]
