@@ -230,10 +230,8 @@ class QueueBench:
         none of them does. (:meth:`clickable` reads every run's message, a copy each:
         done every click during the drain, that scan took most of this process's time.)"""
         for mention in random.sample(self.mentions, min(tries, len(self.mentions))):
-            message = self.status_message(mention)
-            if message is None or message.ts in self.clicked:
-                continue
-            if ACTION_STOP in buttons(message):
+            message = self._showing_stop(mention)
+            if message is not None:
                 return mention, message
         return None
 
@@ -241,14 +239,19 @@ class QueueBench:
         """Runs whose status message shows Stop now (only queued ones, or only live)."""
         found = []
         for mention in self.mentions:
-            message = self.status_message(mention)
-            if message is None or message.ts in self.clicked:
-                continue
-            if ACTION_STOP not in buttons(message):
+            message = self._showing_stop(mention)
+            if message is None:
                 continue
             if queued is None or queued == ("Queued" in (message.text or "")):
                 found.append((mention, message))
         return found
+
+    def _showing_stop(self, mention: Mention) -> Message | None:
+        """The run's status message if it shows Stop and has not been clicked."""
+        message = self.status_message(mention)
+        if message is None or message.ts in self.clicked or ACTION_STOP not in buttons(message):
+            return None
+        return message
 
     # -- clicks ------------------------------------------------------------------------
 

@@ -8,6 +8,7 @@ llmock's faults are in test_model_stream.py.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
 from dataclasses import dataclass, field
@@ -22,7 +23,7 @@ from agent_core.ports import ModelRequest
 from tests.fakes.waiting import Changes
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable
+    from collections.abc import AsyncIterator, Awaitable, Callable
     from pathlib import Path
 
 REQUEST = ModelRequest(messages=({"role": "user", "content": "go"},))
@@ -273,7 +274,12 @@ async def test_a_netrc_entry_for_the_endpoint_leaves_the_key_alone(
     assert "authorization: bearer sk-test" in raw.seen[0].head.decode().lower()
 
 
-async def test_a_finished_answer_leaves_its_connection_for_the_next_turn(model_at: Any) -> None:
+@contextlib.asynccontextmanager
+async def streaming_server(
+    write: Callable[[web.StreamResponse], Awaitable[None]],
+) -> AsyncIterator[tuple[str, list[Any]]]:
+    """A real aiohttp server answering every chat completion as ``write`` streams it;
+    yields its base URL and each request's peer (one peer: one connection, reused)."""
     peers: list[Any] = []
 
     async def handle(request: web.Request) -> web.StreamResponse:
@@ -281,7 +287,7 @@ async def test_a_finished_answer_leaves_its_connection_for_the_next_turn(model_a
         peers.append(request.transport.get_extra_info("peername") if request.transport else None)
         reply = web.StreamResponse(headers={"content-type": "text/event-stream"})
         await reply.prepare(request)
-        await reply.write(ANSWER)
+        await write(reply)
         await reply.write_eof()
         return reply
 
@@ -289,15 +295,21 @@ async def test_a_finished_answer_leaves_its_connection_for_the_next_turn(model_a
     app.router.add_post("/v1/chat/completions", handle)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
     try:
-        port = runner.addresses[0][1]
-        model = model_at(f"http://127.0.0.1:{port}/v1")
-        for _ in range(3):
-            assert (await model.complete(REQUEST, lambda _: None)).text == "hello"
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}/v1", peers
     finally:
         await runner.cleanup()
+
+
+async def test_a_finished_answer_leaves_its_connection_for_the_next_turn(model_at: Any) -> None:
+    async def answer(reply: web.StreamResponse) -> None:
+        await reply.write(ANSWER)
+
+    async with streaming_server(answer) as (url, peers):
+        model = model_at(url)
+        for _ in range(3):
+            assert (await model.complete(REQUEST, lambda _: None)).text == "hello"
 
     assert len(peers) == 3
     assert len(set(peers)) == 1  # one connection, reused
@@ -312,50 +324,30 @@ async def test_a_chunk_that_is_not_utf8_is_malformed(raw: RawServer, model_at: A
     assert texts == ["fine"]
 
 
-async def test_an_answer_read_at_a_pace_is_whole_and_its_connection_serves_the_next_turn(
-    model_at: Any,
-) -> None:
+async def test_an_answer_read_at_a_pace_is_whole_and_its_connection_serves_the_next_turn() -> None:
     """The answer's pieces arrive apart while the model leaves its stream unread for 50 ms
     after each read (20 reads a second, one stream open): every word arrives once and in
     order, and the connection, paused between reads, reads again when the next turn
     takes it from the pool."""
     words = [f"w{i} " for i in range(12)]
-    peers: list[Any] = []
 
-    async def handle(request: web.Request) -> web.StreamResponse:
-        await request.read()
-        peers.append(request.transport.get_extra_info("peername") if request.transport else None)
-        reply = web.StreamResponse(headers={"content-type": "text/event-stream"})
-        await reply.prepare(request)
+    async def answer(reply: web.StreamResponse) -> None:
         for word in words:
             await reply.write(sse(text_chunk(word)))
             await asyncio.sleep(0.02)  # wait-ok: pieces that arrive apart
         await reply.write(sse(text_chunk("", "stop"), "[DONE]"))
-        await reply.write_eof()
-        return reply
 
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", handle)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    model = OpenAIChatModel(
-        model="test-model",
-        api_key="sk-test",
-        base_url=f"http://127.0.0.1:{runner.addresses[0][1]}/v1",
-        reads_per_s=20,
-    )
-    try:
-        for _ in range(2):
-            deltas: list[str] = []
-            response = await model.complete(REQUEST, deltas.append)
-            assert deltas == words
-            assert response.text == "".join(words)
-            assert response.finish_reason == "stop"
-    finally:
-        await model.aclose()
-        await runner.cleanup()
+    async with streaming_server(answer) as (url, peers):
+        model = OpenAIChatModel(model="test-model", api_key="sk-test", base_url=url, reads_per_s=20)
+        try:
+            for _ in range(2):
+                deltas: list[str] = []
+                response = await model.complete(REQUEST, deltas.append)
+                assert deltas == words
+                assert response.text == "".join(words)
+                assert response.finish_reason == "stop"
+        finally:
+            await model.aclose()
 
     assert len(peers) == 2
     assert len(set(peers)) == 1  # the second turn reused the connection
