@@ -37,9 +37,9 @@ from bot.errors import (
     SlackUnavailable,
 )
 from bot.slack_limits import (
-    HEADROOM,
     LIMITS_PER_MINUTE,
     UNLISTED_LIMIT,
+    WINDOW_SHARE,
     TokenBucket,
     backoff_s,
     retry_after_s,
@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 
     from bot.metrics import Metrics
 
-__all__ = ["HEADROOM", "LIMITS_PER_MINUTE", "SlackBudget", "TokenBucket"]
+__all__ = ["LIMITS_PER_MINUTE", "WINDOW_SHARE", "SlackBudget", "TokenBucket"]
 
 log = structlog.get_logger("bot.slack_budget")
 
@@ -131,8 +131,9 @@ class _Final(_Progress):
 class SlackBudget:
     """Slack Web API calls for one workspace, kept within Slack's rate limits.
 
-    ``tiers`` overrides Slack's limit (calls per minute) for some methods; the budget still
-    stays HEADROOM below it. ``clock`` is the time source of the buckets and backoffs.
+    ``tiers`` overrides Slack's limit (calls per minute) for some methods; the budget
+    still keeps within ``WINDOW_SHARE`` of it. ``clock`` is the time source of the buckets
+    and backoffs.
     Blocks are sent as they are when their turn comes: do not mutate them after handing over.
     """
 

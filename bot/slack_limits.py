@@ -1,9 +1,12 @@
 """Slack's rate limits as threadpilot budgets them, and the token bucket that enforces one.
 
 One table: Slack's documented limit per method (calls per minute, per workspace and app),
-sourced below. A bucket refills at ``HEADROOM`` of that limit and saves a small burst, so
-a full bucket followed by steady use stays at or under 95 % of Slack's limit in any
-60-second window. :mod:`bot.slack_budget` decides what to send through them.
+sourced below. A bucket saves a burst of ``BURST_SHARE`` of that limit (at most
+``MAX_BURST`` calls) and refills at what is left of ``WINDOW_SHARE`` of it, so a full
+bucket followed by steady use never puts more than 95 % of Slack's limit in any 60-second
+window. The burst is what Slack's bursty moments need (a restart telling ten threads at
+once, many runs ending together); the steady rate pays for it. :mod:`bot.slack_budget`
+decides what to send through them.
 """
 
 from __future__ import annotations
@@ -18,9 +21,9 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
 __all__ = [
-    "HEADROOM",
     "LIMITS_PER_MINUTE",
     "UNLISTED_LIMIT",
+    "WINDOW_SHARE",
     "TokenBucket",
     "backoff_s",
     "retry_after_s",
@@ -48,7 +51,8 @@ LIMITS_PER_MINUTE: dict[str, float] = {
     "auth.test": TIER_4,
 }
 UNLISTED_LIMIT = TIER_2  # the cautious guess for a method missing above
-HEADROOM, BURST_SHARE, MAX_BURST = 0.9, 0.05, 3
+WINDOW_SHARE = 0.95  # of Slack's limit: the most any 60 s of our calls may hold
+BURST_SHARE, MAX_BURST = 0.15, 10
 
 DEFAULT_RETRY_AFTER_S = 1.0  # slack_sdk's default too, for a 429 without the header
 BACKOFF_BASE_S, BACKOFF_CAP_S = 0.25, 4.0
@@ -56,6 +60,9 @@ BACKOFF_BASE_S, BACKOFF_CAP_S = 0.25, 4.0
 
 class TokenBucket:
     """When the next call may go: ``rate`` per second, up to ``capacity`` saved up.
+
+    ``capacity + 60 * rate`` is ``WINDOW_SHARE`` of ``per_minute``, except for a limit
+    so small (about 2 a minute) that one saved call is over half of that: it keeps half.
 
     ``pause()`` is how a 429 reaches everyone sharing the bucket: nothing goes until
     Retry-After has passed, then one call (the retry), then the steady rate; never a burst
@@ -65,8 +72,9 @@ class TokenBucket:
     def __init__(self, per_minute: float, clock: Callable[[], float] = time.monotonic) -> None:
         if per_minute <= 0:
             raise ValueError(f"a rate limit must be positive, got {per_minute}/min")
-        self.rate = HEADROOM * per_minute / 60.0
+        window = WINDOW_SHARE * per_minute
         self.capacity = float(max(1, min(MAX_BURST, int(per_minute * BURST_SHARE))))
+        self.rate = max(window - self.capacity, window / 2) / 60.0
         self._clock = clock
         self._tokens, self._updated = self.capacity, clock()
         self._paused_until = -math.inf

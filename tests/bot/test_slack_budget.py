@@ -32,7 +32,7 @@ from bot.errors import (
     SlackRefused,
     SlackUnavailable,
 )
-from bot.slack_budget import HEADROOM, LIMITS_PER_MINUTE, SlackBudget, TokenBucket
+from bot.slack_budget import LIMITS_PER_MINUTE, WINDOW_SHARE, SlackBudget, TokenBucket
 from tests.fakes.slack_api import FakeSlack
 from tests.fakes.slack_workspace import DEFAULT_CHANNEL, DEFAULT_USER, DEFAULT_WORKSPACE
 
@@ -126,25 +126,42 @@ class FakeClock:
 
 def test_bucket_refills_at_its_rate_and_a_429_pause_stops_it() -> None:
     clock = FakeClock()
-    bucket = TokenBucket(60.0, clock)  # 0.9 calls/s, 3 saved
-    for _ in range(3):
+    bucket = TokenBucket(60.0, clock)  # 9 saved, then 0.8 calls/s: 57 in a minute
+    for _ in range(9):
         assert bucket.wait_s() == 0.0
         bucket.take()
-    assert bucket.wait_s() == pytest.approx(1 / 0.9)
+    assert bucket.wait_s() == pytest.approx(1 / 0.8)
     clock.now += 1000.0
-    assert bucket.wait_s() == 0.0  # saved up to the burst, no more
+    for _ in range(9):  # saved up to the burst, no more
+        assert bucket.wait_s() == 0.0
+        bucket.take()
+    assert bucket.wait_s() == pytest.approx(1 / 0.8)
     bucket.pause(5.0)
     assert bucket.wait_s() == pytest.approx(5.0)
     clock.now += 5.0
     bucket.take()  # the retry goes as soon as the pause ends, then the steady rate
-    assert bucket.wait_s() == pytest.approx(1 / 0.9)
+    assert bucket.wait_s() == pytest.approx(1 / 0.8)
+
+
+def test_a_bucket_saves_a_burst_that_ten_status_messages_fit_in() -> None:
+    # A restart tells every orphaned run's thread at once; ten of them in one workspace
+    # must not wait out a minute of chat.update's steady rate.
+    clock = FakeClock()
+    bucket = TokenBucket(LIMITS_PER_MINUTE["chat.update"], clock)
+    sent_at = []
+    for _ in range(10):
+        clock.now += bucket.wait_s()
+        bucket.take()
+        sent_at.append(clock.now - 100.0)
+    assert sent_at[:7] == [0.0] * 7
+    assert sent_at[-1] == pytest.approx(3 * 60 / (0.95 * 50 - 7))  # 4.4 s
 
 
 @pytest.mark.parametrize("method", sorted(LIMITS_PER_MINUTE))
 def test_a_full_bucket_stays_under_the_tier_in_any_minute(method: str) -> None:
     limit = LIMITS_PER_MINUTE[method]
     bucket = TokenBucket(limit)
-    assert bucket.capacity + 60 * bucket.rate <= (HEADROOM + 0.05) * limit
+    assert bucket.capacity + 60 * bucket.rate <= WINDOW_SHARE * limit + 1e-9
 
 
 # -- progress and finals ---------------------------------------------------------------
