@@ -11,8 +11,8 @@ Two Slack details shape the mentions, both imposed by the app's own Slack budget
   post a second per worker): the other mentions were waiting their turn to post, not
   lost (all 200 rows were there after 116 s).
 - **Several workspaces** (``teams``). The budget is per workspace, and every run writes
-  its final message with ``chat.update`` (Tier 3: 45 a minute per worker after
-  headroom), so one workspace drains at most about 0.75 runs/s per worker whatever the
+  its final message with ``chat.update`` (Tier 3: 40.5 a minute per worker after
+  a burst of 7), so one workspace drains at most about 0.7 runs/s per worker whatever the
   queue does. Spreading the mentions over workspaces (as an org-wide install sees them)
   takes Slack's limit out of the measurement; ``teams=1`` shows the Slack-bound rate.
 

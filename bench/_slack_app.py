@@ -10,8 +10,8 @@ model through ``ThreadpilotApp(model=...)``, which is otherwise what it would bu
 Two Slack details shape the set-up (both are the app's behaviour under Slack's limits,
 not shortcuts): every run gets a channel of its own, because ``chat.postMessage`` is
 budgeted at about one a second per channel; and the fake answers
-``agents.sessions.setStatus`` with ``unknown_method``, because at Tier 3 (about 45 calls a
-minute after headroom) opening 200 agent sessions in one workspace would take 4 minutes.
+``agents.sessions.setStatus`` with ``unknown_method``, because at Tier 3 (about 40 calls a
+minute after a burst of 7) opening 200 agent sessions in one workspace would take 4 minutes.
 The first run starts alone, so its refusal switches the feature off before the others
 queue for it. Chat streaming stays on: its Tier 2 budget makes most runs wait for
 ``chat.startStream``, and meanwhile their answer is rendered into the status message.

@@ -117,6 +117,8 @@ class Fault:
     retry_after: int | None
     landed: bool = False
     hold_s: float = 0.0
+    only: Callable[[Json], bool] | None = None
+    """If set, the fault waits for a call whose arguments it accepts; others pass."""
 
 
 @dataclass(frozen=True)
@@ -212,8 +214,10 @@ class FakeSlack:
         retry_after: int = 1,
         times: int = 1,
         landed: bool = False,
+        only: Callable[[Json], bool] | None = None,
     ) -> None:
         """Make the next `times` calls of `method` fail; faults queue up in FIFO order.
+        With `only`, the next `times` calls whose arguments it accepts (others pass).
 
         `status=429` answers like Slack's rate limiter (`Retry-After`, `ratelimited`),
         `status>=500` a server error, and the default `status=200` with `error` an
@@ -228,7 +232,9 @@ class FakeSlack:
         if status == 429:
             error = error or "ratelimited"
         error = error or SERVER_ERRORS.get(status, "internal_error")
-        fault = Fault(status, error, retry_after if status == 429 else None, landed=landed)
+        fault = Fault(
+            status, error, retry_after if status == 429 else None, landed=landed, only=only
+        )
         self._faults.setdefault(method, deque()).extend([fault] * times)
 
     def time_out_next(
@@ -341,7 +347,7 @@ class FakeSlack:
         fault: Fault | None = None
         try:
             args, token = await _read_args(request)
-            fault = self._next_fault(method) or self._over_limit(method, args, arrived)
+            fault = self._next_fault(method, args) or self._over_limit(method, args, arrived)
             landed = False
             if fault is None or fault.landed:
                 status, body, headers = self._answer(method, args, token)
@@ -383,12 +389,13 @@ class FakeSlack:
         """The calls answered 429 (by the rate limits or by `fail_next`)."""
         return [call for call in self.calls(method) if call.status == 429]
 
-    def _next_fault(self, method: str) -> Fault | None:
+    def _next_fault(self, method: str, args: Json) -> Fault | None:
         """The fault scripted for this call, if any (a missing method never consumes one)."""
         queued = self._faults.get(method)
         if method in self._unknown or not queued:
             return None
-        return queued.popleft()
+        only = queued[0].only
+        return queued.popleft() if only is None or only(args) else None
 
     def _answer(
         self, method: str, args: Json, token: str | None
