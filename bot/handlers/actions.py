@@ -2,12 +2,13 @@
 
 A click is read into a :class:`~bot.stops.StopAsk` and handed to the stop service
 (:mod:`bot.stops`): decided, checked against Slack's re-deliveries, committed and, if
-this worker owns the run, applied, all before ``ack()`` and within
-:data:`~bot.stops.ACK_BUDGET_S` of Slack's 3 seconds; then the slow part (audit event,
-ephemeral answer). The status message changes by itself: the run emits
-``StopRequested`` and the run's session re-renders it without buttons that no longer
-apply. ``Resume now`` and ``Don't resume`` (on an ended run whose resume is scheduled,
-docs/stopping.md) go through the same service, in the same order.
+this worker owns the run, applied, all before ``ack()`` (in the listener's middleware,
+:mod:`bot.handlers.acking`) and within :data:`~bot.stops.ACK_BUDGET_S` of Slack's 3
+seconds; then, in the listener, the slow part (audit event, ephemeral answer). The
+status message changes by itself: the run emits ``StopRequested`` and the run's session
+re-renders it without buttons that no longer apply. ``Resume now`` and ``Don't resume``
+(on an ended run whose resume is scheduled, docs/stopping.md) go through the same
+service, in the same order.
 """
 
 from __future__ import annotations
@@ -21,13 +22,14 @@ from agent_core import StopReason
 from bot import messages
 from bot.dedupe import click_key
 from bot.errors import SlackError
+from bot.handlers.acking import acking, before_ack
 from bot.policy import Origin
-from bot.resume_controls import ResumeAction, ResumeAsk
-from bot.stops import ACK_BUDGET_S, Source, StopAsk
+from bot.resume_controls import ResumeAction, ResumeAsk, ResumeDecided
+from bot.stops import ACK_BUDGET_S, Source, StopAsk, StopDecision
 from bot.views.status import ACTION_ABORT, ACTION_DONT_RESUME, ACTION_RESUME_NOW, ACTION_STOP
 
 if TYPE_CHECKING:
-    from slack_bolt.async_app import AsyncAck, AsyncApp
+    from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext
 
     from bot.context import BotContext
 
@@ -42,11 +44,24 @@ matches when the first has not acked within 3 s; a Stop must never end up there.
 
 
 def register(app: AsyncApp, ctx: BotContext) -> None:
-    async def on_stop(ack: AsyncAck, body: dict[str, Any]) -> None:
-        await _click(ctx, ack, body, StopReason.STOP)
+    def stop(action: StopReason) -> None:
+        async def decide(body: dict[str, Any]) -> StopDecision | None:
+            return await _request(ctx, body, action)
 
-    async def on_abort(ack: AsyncAck, body: dict[str, Any]) -> None:
-        await _click(ctx, ack, body, StopReason.ABORT)
+        async def on_click(context: AsyncBoltContext) -> None:
+            await _after(ctx, context, action)
+
+        action_id = ACTION_STOP if action is StopReason.STOP else ACTION_ABORT
+        app.action(action_id, middleware=[acking(decide)])(on_click)
+
+    def resume(action: ResumeAction, action_id: str) -> None:
+        async def decide(body: dict[str, Any]) -> ResumeDecided | None:
+            return await _resume_request(ctx, body, action)
+
+        async def on_click(context: AsyncBoltContext) -> None:
+            await _resume_after(ctx, context, action)
+
+        app.action(action_id, middleware=[acking(decide)])(on_click)
 
     async def on_unknown(ack: AsyncAck, body: dict[str, Any]) -> None:
         await ack()
@@ -54,28 +69,31 @@ def register(app: AsyncApp, ctx: BotContext) -> None:
         log.warning("click.unknown_action", action_id=action)
         await _ephemeral(ctx, body, messages.UNKNOWN_ACTION)
 
-    async def on_resume_now(ack: AsyncAck, body: dict[str, Any]) -> None:
-        await _resume_click(ctx, ack, body, ResumeAction.RESUME_NOW)
-
-    async def on_dont_resume(ack: AsyncAck, body: dict[str, Any]) -> None:
-        await _resume_click(ctx, ack, body, ResumeAction.DONT_RESUME)
-
-    app.action(ACTION_STOP)(on_stop)
-    app.action(ACTION_ABORT)(on_abort)
-    app.action(ACTION_RESUME_NOW)(on_resume_now)
-    app.action(ACTION_DONT_RESUME)(on_dont_resume)
+    stop(StopReason.STOP)
+    stop(StopReason.ABORT)
+    resume(ResumeAction.RESUME_NOW, ACTION_RESUME_NOW)
+    resume(ResumeAction.DONT_RESUME, ACTION_DONT_RESUME)
     app.action(_NOT_OURS)(on_unknown)
 
 
-async def _click(ctx: BotContext, ack: AsyncAck, body: dict[str, Any], action: StopReason) -> None:
+async def _request(
+    ctx: BotContext, body: dict[str, Any], action: StopReason
+) -> StopDecision | None:
+    """Before the ack: the stop service's decision, committed; None for a malformed click."""
     ask = _ask(body, action)
     if ask is None:
-        await ack()
+        return None
+    with structlog.contextvars.bound_contextvars(run_id=ask.run_id, user=ask.user):
+        return await ctx.stops.request(ask)
+
+
+async def _after(ctx: BotContext, context: AsyncBoltContext, action: StopReason) -> None:
+    decision = before_ack(context)
+    if not isinstance(decision, StopDecision):
         log.warning("click.malformed", action=action.value)
         return
+    ask = decision.ask
     with structlog.contextvars.bound_contextvars(run_id=ask.run_id, user=ask.user):
-        decision = await ctx.stops.request(ask)
-        await ack()
         await ctx.stops.after(decision)
         verdict = decision.verdict
         log.info(
@@ -86,16 +104,14 @@ async def _click(ctx: BotContext, ack: AsyncAck, body: dict[str, Any], action: S
         )
 
 
-async def _resume_click(
-    ctx: BotContext, ack: AsyncAck, body: dict[str, Any], action: ResumeAction
-) -> None:
+async def _resume_request(
+    ctx: BotContext, body: dict[str, Any], action: ResumeAction
+) -> ResumeDecided | None:
     user = _field(body.get("user"), "id")
     pressed = _first(body.get("actions"))
     action_ts = _field(pressed, "action_ts")
     if not isinstance(user, str) or not user or not isinstance(action_ts, str) or not action_ts:
-        await ack()
-        log.warning("click.malformed", action=action.value)
-        return
+        return None
     ask = ResumeAsk(
         user=user,
         action=action,
@@ -104,8 +120,16 @@ async def _resume_click(
         message=_origin(body),
     )
     with structlog.contextvars.bound_contextvars(run_id=ask.run_id, user=user):
-        decided = await ctx.stops.resume(ask)
-        await ack()
+        return await ctx.stops.resume(ask)
+
+
+async def _resume_after(ctx: BotContext, context: AsyncBoltContext, action: ResumeAction) -> None:
+    decided = before_ack(context)
+    if not isinstance(decided, ResumeDecided):
+        log.warning("click.malformed", action=action.value)
+        return
+    ask = decided.ask
+    with structlog.contextvars.bound_contextvars(run_id=ask.run_id, user=ask.user):
         await ctx.stops.resume_after(decided)
         verdict = decided.verdict
         log.info(

@@ -2,7 +2,8 @@
 ``/threadpilot`` list shows too (docs/slack-setup.md, Home tab and /threadpilot).
 
 Every button goes through the stop service (:mod:`bot.stops`): decided, checked against
-re-deliveries and committed before ``ack()``, then the audit event after it. A run owned
+re-deliveries and committed before ``ack()`` (in the listener's middleware,
+:mod:`bot.handlers.acking`), then the audit event after it. A run owned
 by another worker is stopped through the database, as from its status message. The
 answer goes where the button was: the Home tab is published again with the answer on
 top (:class:`~bot.home_refresh.HomeRefresher`); the ``/threadpilot`` list (an ephemeral
@@ -24,6 +25,7 @@ import structlog
 from agent_core import StopReason, StorageError
 from bot import messages
 from bot.dedupe import click_key
+from bot.handlers.acking import acking, before_ack
 from bot.policy import Verdict
 from bot.stops import Source, StopAsk, StopDecision, reply_text
 from bot.views.home import (
@@ -34,10 +36,10 @@ from bot.views.home import (
 )
 
 if TYPE_CHECKING:
-    from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncRespond
+    from slack_bolt.async_app import AsyncApp, AsyncBoltContext, AsyncRespond
 
     from bot.context import BotContext
-    from bot.dashboard import Dashboard
+    from bot.dashboard import Dashboard, StopAll
     from bot.home_refresh import HomeRefresher
     from bot.settings import Settings
 
@@ -56,30 +58,42 @@ def register(
             return
         refresher.show(str(body["team_id"]), str(event["user"]))
 
-    async def on_stop(ack: AsyncAck, body: dict[str, Any], respond: AsyncRespond) -> None:
-        await _control(ctx, dashboard, refresher, ack, body, respond, StopReason.STOP)
+    def control(kind: StopReason, action_id: str) -> None:
+        async def decide(body: dict[str, Any]) -> Decided | None:
+            return await _request(ctx, body, kind)
 
-    async def on_abort(ack: AsyncAck, body: dict[str, Any], respond: AsyncRespond) -> None:
-        await _control(ctx, dashboard, refresher, ack, body, respond, StopReason.ABORT)
+        async def on_click(context: AsyncBoltContext, respond: AsyncRespond) -> None:
+            decided = before_ack(context)
+            if not isinstance(decided, Decided):
+                log.warning("home.click_malformed", action=kind.value)
+                return
+            await _after(ctx, dashboard, refresher, decided, respond)
 
-    async def on_stop_all(ack: AsyncAck, body: dict[str, Any], respond: AsyncRespond) -> None:
+        app.action(action_id, middleware=[acking(decide)])(on_click)
+
+    async def stop_all(body: dict[str, Any]) -> StoppedAll | None:
         click = Click.read(body)
         if click is None:
-            await ack()
-            log.warning("home.click_malformed", action=ACTION_STOP_ALL)
-            return
+            return None
         result = await dashboard.stop_all(
             click.team, click.user, click.source, delivery=click.delivery
         )
-        await ack()
-        await dashboard.after_stop_all(result)
+        return StoppedAll(click, result)
+
+    async def on_stop_all(context: AsyncBoltContext, respond: AsyncRespond) -> None:
+        stopped = before_ack(context)
+        if not isinstance(stopped, StoppedAll):
+            log.warning("home.click_malformed", action=ACTION_STOP_ALL)
+            return
+        click = stopped.click
+        await dashboard.after_stop_all(stopped.result)
         log.info("home.stop_all", user=click.user, source=click.source.value)
-        await _answer(dashboard, refresher, click, respond, result.answer)
+        await _answer(dashboard, refresher, click, respond, stopped.result.answer)
 
     app.event("app_home_opened")(on_home_opened)
-    app.action(ACTION_HOME_STOP)(on_stop)
-    app.action(ACTION_HOME_ABORT)(on_abort)
-    app.action(ACTION_STOP_ALL)(on_stop_all)
+    control(StopReason.STOP, ACTION_HOME_STOP)
+    control(StopReason.ABORT, ACTION_HOME_ABORT)
+    app.action(ACTION_STOP_ALL, middleware=[acking(stop_all)])(on_stop_all)
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,20 +128,27 @@ class Click:
         return cls(user, team, action_ts, str(_field(pressed, "value") or ""), source)
 
 
-async def _control(
-    ctx: BotContext,
-    dashboard: Dashboard,
-    refresher: HomeRefresher,
-    ack: AsyncAck,
-    body: dict[str, Any],
-    respond: AsyncRespond,
-    kind: StopReason,
-) -> None:
+@dataclass(frozen=True, slots=True)
+class Decided:
+    """A Stop or Abort press, and what the stop service made of it before the ack."""
+
+    click: Click
+    decision: StopDecision
+
+
+@dataclass(frozen=True, slots=True)
+class StoppedAll:
+    """A Stop all press, and what it asked for before the ack."""
+
+    click: Click
+    result: StopAll
+
+
+async def _request(ctx: BotContext, body: dict[str, Any], kind: StopReason) -> Decided | None:
+    """Before the ack: the press decided and committed; None for a malformed one."""
     click = Click.read(body)
     if click is None:
-        await ack()
-        log.warning("home.click_malformed", action=kind.value)
-        return
+        return None
     ask = StopAsk(
         user=click.user,
         kind=kind,
@@ -136,13 +157,23 @@ async def _control(
         delivery=click.delivery,
     )
     with structlog.contextvars.bound_contextvars(run_id=ask.run_id, user=ask.user):
-        decision = await ctx.stops.request(ask)
-        await ack()
+        return Decided(click, await ctx.stops.request(ask))
+
+
+async def _after(
+    ctx: BotContext,
+    dashboard: Dashboard,
+    refresher: HomeRefresher,
+    decided: Decided,
+    respond: AsyncRespond,
+) -> None:
+    click, decision = decided.click, decided.decision
+    with structlog.contextvars.bound_contextvars(run_id=decision.ask.run_id, user=click.user):
         await ctx.stops.after(decision)
         verdict = decision.verdict
         log.info(
             "home.click_handled",
-            action=kind.value,
+            action=decision.ask.kind.value,
             source=click.source.value,
             verdict=verdict.value if verdict is not None else "not_recorded",
             local=decision.local,
