@@ -282,7 +282,7 @@ class Supervisor:
             thread=accepted.thread,
             history=history,
         )
-        return self._launch(run, accepted.requester, make_session, registered=True)
+        return self._launch(run, accepted.requester, make_session, registered=True, accepted=True)
 
     def start_queued(
         self,
@@ -358,19 +358,23 @@ class Supervisor:
         make_session: Callable[[Run], RunSession],
         *,
         registered: bool,
+        accepted: bool = False,
         auto_resumes: int = 0,
     ) -> LiveRun:
         """Run ``run`` in a task held here; ``registered``: its row is already stored and
-        leased here (else it is written first)."""
+        leased here (else it is written first); ``accepted``: stored and leased here before
+        a person's message was acknowledged, and started only if the lease is still ours
+        (:meth:`_still_ours`)."""
         live = LiveRun(run, make_session(run), requester, auto_resumes=auto_resumes)
         self._live[run.id] = live
         self._by_thread[run.thread] = run.id
         if self._metrics is not None:
             self._metrics.watch_run(run)
-        live.task = asyncio.create_task(self._drive(live, registered), name=f"session:{run.id}")
+        drive = self._drive(live, registered, accepted)
+        live.task = asyncio.create_task(drive, name=f"session:{run.id}")
         return live
 
-    async def _drive(self, live: LiveRun, registered: bool) -> None:
+    async def _drive(self, live: LiveRun, registered: bool, accepted: bool) -> None:
         run = live.run
         bound = structlog.contextvars.bound_contextvars(
             run_id=run.id,
@@ -381,6 +385,8 @@ class Supervisor:
         )
         with bound:
             try:
+                if accepted and not await self._still_ours(run.id):
+                    return  # the queue has it, or another worker: nothing was shown here
                 live.registered = registered or await self._register(live)
                 if not live.registered:
                     await self._not_recorded(live)
@@ -502,6 +508,27 @@ class Supervisor:
         except BudgetNotRunning:
             log.error("reply.failed", error="shutting down")
         await self._abandon(run)
+
+    async def _still_ours(self, run_id: str) -> bool:
+        """True if the accepted run's lease is still this worker's (renewed now); before
+        anything of it is shown. While this worker was away (the database out of reach,
+        or its loop stalled) longer than the lease, another worker's reconciler may have
+        put the run back in the queue, and a worker may have taken it: then it is not
+        started here too. Retried through a database outage; if the database cannot say
+        in time, the run is left to the queue (its lease runs out and it is queued)."""
+
+        async def renew() -> bool:
+            ours = await self.store.heartbeat(self.worker_id, [run_id], self.lease_ttl_s)
+            return run_id in ours
+
+        try:
+            if await until_landed(renew, step="accepted_lease", run_id=run_id):
+                return True
+        except StorageError:
+            log.error("run.not_started", reason="the database could not confirm its lease")
+            return False
+        log.warning("run.not_started", reason="its lease lapsed: the queue has it")
+        return False
 
     async def _register(self, live: LiveRun) -> bool:
         """Store the run, already leased to this worker: it is never without an owner."""
