@@ -152,7 +152,9 @@ class RunControl:
             self._children.remove(child)
 
     def add_listener(self, listener: Callable[[StopRequest], None]) -> None:
-        """Call ``listener`` synchronously each time the effective request changes."""
+        """Call ``listener`` each time the effective request changes: at once, or, for a
+        request that cancels the run's task, on the loop's next turn, after the task's
+        unwinding has hung up the model's connection (see :meth:`request_stop`)."""
         self._listeners.append(listener)
 
     # -- the one entry point -----------------------------------------------------------
@@ -161,7 +163,8 @@ class RunControl:
         """Ask the run to end. Returns True if this changed the run's stop state.
 
         Idempotent: the same or a lower-ranked reason is a no-op. Cancelling reasons
-        cancel the run's task at once (the HTTP stream is closed by the unwinding).
+        cancel the run's task at once (the HTTP stream is closed by the unwinding), and
+        are logged and announced to the listeners just after that unwinding.
         """
         current = self._request
         if current is not None and reason.rank <= current.reason.rank:
@@ -177,21 +180,28 @@ class RunControl:
         self._request = request
         self._history.append(request)
         self._requested.set()
+        for child in list(self._children):
+            child.request_stop(reason, requested_by, source="parent")
+        if reason.cancels and self._cancel_task():
+            # Hang up first: the task's unwinding closes the model's connection on the
+            # loop's next turn, and the log line and the listeners come right after it
+            # (still in order, and before the run reports its end) instead of before.
+            asyncio.get_running_loop().call_soon(self._announce, request, current)
+        else:
+            self._announce(request, current)
+        return True
+
+    def _announce(self, request: StopRequest, replaced: StopRequest | None) -> None:
         log.info(
             "stop.requested",
             run_id=self.run_id,
-            reason=reason.value,
-            requested_by=requested_by,
-            source=source,
-            upgraded_from=current.reason.value if current else None,
+            reason=request.reason.value,
+            requested_by=request.requested_by,
+            source=request.source,
+            upgraded_from=replaced.reason.value if replaced else None,
         )
         for listener in list(self._listeners):
             listener(request)
-        for child in list(self._children):
-            child.request_stop(reason, requested_by, source="parent")
-        if reason.cancels:
-            self._cancel_task()
-        return True
 
     def mark_honoured(self) -> None:
         """Record the moment the run actually acted on the request (first time only)."""
@@ -204,10 +214,12 @@ class RunControl:
                 requested_by=self._request.requested_by,
             )
 
-    def _cancel_task(self) -> None:
+    def _cancel_task(self) -> bool:
+        """Cancel the run's task; False if there is none to cancel (not attached, or done)."""
         task = self._task
         if task is None or task.done():
-            return
+            return False
         self.cancel_issued = True
         assert self._request is not None
         task.cancel(msg=f"threadpilot:{self._request.reason.value}")
+        return True

@@ -24,6 +24,7 @@ from llmock.journal import RequestRecord
 from llmock.scenarios import Reply, StreamFault
 from llmock.simulation import MockResponseSettings
 from llmock.testing import LLMockServer
+from yarl import URL
 
 from agent_core import OpenAIChatModel
 
@@ -33,6 +34,8 @@ if TYPE_CHECKING:
 __all__ = [
     "LONG_TEXT",
     "Placement",
+    "ProcessUpstream",
+    "ThreadUpstream",
     "journal_of",
     "llmock_process",
     "llmock_server",
@@ -124,3 +127,71 @@ async def paced_llmock(
         chaos = server.state.stream_chaos
         server.state.stream_chaos = replace(chaos, chunk_delay_ms=chunk_ms).validated()
         yield server.base_url()
+
+
+class ThreadUpstream:
+    """An abort trial's upstream: llmock in a thread here, scripted per request to stream
+    two chunks and stall. Its journal is read directly, but its thread shares this
+    process's GIL: what the client does after closing delays what llmock notices."""
+
+    def __init__(self, server: LLMockServer, stall_s: float) -> None:
+        self.server, self.port, self.base_url = server, server.port, server.base_url()
+        self._stall_s = stall_s
+
+    def script(self) -> None:
+        stall = StreamFault("stall", after_chunks=2, stall_seconds=self._stall_s)
+        self.server.state.scenarios.add(Reply(text=LONG_TEXT), stall)
+
+    async def ended(self, *, wait_s: float = 5.0) -> RequestRecord | None:
+        """The trial's request once llmock has seen it end (None if it did not in time);
+        the journal is cleared for the next trial."""
+        records = await settled_records(self.server, wait_s=wait_s)
+        self.server.state.journal.clear()  # a request still stalled stays out of later trials
+        return records[0] if records else None
+
+
+class ProcessUpstream:
+    """The same, with llmock in a process of its own (``paced_llmock("process", ...,
+    stall_s=...)``: every answer stalls): it notices a close as soon as the kernel hands
+    it the FIN, whatever this process does next. Its journal is read, and cleared after
+    each trial, over HTTP (``/_llmock/requests``) on a session of its own: ``async with``."""
+
+    def __init__(self, base_url: str) -> None:
+        self.base_url = base_url
+        port = URL(base_url).port
+        assert port is not None
+        self.port = port
+        self._journal = f"{base_url.removesuffix('/').removesuffix('/v1')}/_llmock/requests"
+        self._http: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> ProcessUpstream:
+        self._http = aiohttp.ClientSession()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._http is not None:
+            await self._http.close()
+
+    def script(self) -> None:
+        pass  # the process answers every request so
+
+    async def ended(self, *, wait_s: float = 5.0) -> RequestRecord | None:
+        """The trial's request once llmock has seen it end (None if it did not in time);
+        the journal is cleared for the next trial."""
+        assert self._http is not None, "use ProcessUpstream in `async with`"
+        fields = {f.name for f in dataclass_fields(RequestRecord)}
+        try:
+            async with asyncio.timeout(wait_s):
+                while True:
+                    async with self._http.get(self._journal) as answer:
+                        listed = (await answer.json())["requests"]
+                    if listed:
+                        break
+                    await asyncio.sleep(0.005)  # the journal is in another process: polled
+        except TimeoutError:
+            listed = []
+        async with self._http.delete(self._journal) as answer:
+            answer.raise_for_status()
+        if not listed:
+            return None
+        return RequestRecord(**{k: v for k, v in listed[0].items() if k in fields})

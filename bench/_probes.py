@@ -30,24 +30,42 @@ class SocketCloseProbe:
     def __init__(self, port: int) -> None:
         self.port = port
         self.closed_at: list[float] = []
-        """Monotonic times at which a socket connected to ``port`` was closed, in order."""
-        self._original: Any = None
+        """Monotonic times at which a socket connected to ``port`` was shut down or
+        closed (whichever came first for it), in order."""
+        self._originals: dict[str, Any] = {}
         self._thread = threading.get_ident()
+        self._hung_up: set[int] = set()
 
     def __enter__(self) -> SocketCloseProbe:
-        original = socket.socket.close
+        for name in ("close", "shutdown"):
+            self._originals[name] = getattr(socket.socket, name)
+            setattr(socket.socket, name, self._wrap(name, self._originals[name]))
+        return self
+
+    def _wrap(self, name: str, original: Any) -> Any:
         probe = self
 
-        def close(sock: Any) -> None:
+        def wrapped(sock: Any, *args: Any) -> Any:
             # Only the benchmark's own thread: the llmock server thread closes sockets too.
-            watched = threading.get_ident() == probe._thread and probe._connected_to_port(sock)
-            original(sock)
+            # A shutdown is the FIN; the close that follows it is not counted again. The
+            # time is taken before the call: the call lets go of the GIL, and llmock's
+            # thread may run first.
+            watched = (
+                threading.get_ident() == probe._thread
+                and id(sock) not in probe._hung_up
+                and probe._connected_to_port(sock)
+            )
+            at = time.monotonic()
+            result = original(sock, *args)
             if watched:
-                probe.closed_at.append(time.monotonic())
+                probe.closed_at.append(at)
+            if name == "shutdown" and watched:
+                probe._hung_up.add(id(sock))
+            elif name == "close":
+                probe._hung_up.discard(id(sock))  # closed: its id may be a new socket's
+            return result
 
-        self._original = original
-        setattr(socket.socket, "close", close)  # noqa: B010 - patching a method on purpose
-        return self
+        return wrapped
 
     def __exit__(
         self,
@@ -55,7 +73,8 @@ class SocketCloseProbe:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        setattr(socket.socket, "close", self._original)  # noqa: B010
+        for name, original in self._originals.items():
+            setattr(socket.socket, name, original)
 
     def _connected_to_port(self, sock: socket.socket) -> bool:
         try:

@@ -25,17 +25,13 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from llmock.scenarios import Reply, StreamFault
-
 from agent_core import Agent, ExitCode, RunFinished, StopReason, TextDelta
-from bench._llmock import LONG_TEXT, llmock_server, openai_model, settled_records
+from bench._llmock import ProcessUpstream, ThreadUpstream, llmock_server, openai_model
 from bench._probes import SocketCloseProbe
 from bench._setup import bench_main, parser
 from bench._stats import Row, machine_line, print_table, revision_line
 
 if TYPE_CHECKING:
-    from llmock.testing import LLMockServer
-
     from agent_core import RunEvent
 
 STALL_S = 30.0
@@ -55,10 +51,10 @@ class Trial:
     """The server saw the stream end early (not completed) and before the stall was over."""
 
 
-async def one_trial(agent: Agent, server: LLMockServer, probe: SocketCloseProbe) -> Trial:
-    server.state.scenarios.add(
-        Reply(text=LONG_TEXT), StreamFault("stall", after_chunks=2, stall_seconds=STALL_S)
-    )
+async def one_trial(
+    agent: Agent, upstream: ThreadUpstream | ProcessUpstream, probe: SocketCloseProbe
+) -> Trial:
+    upstream.script()
     run = agent.new_run("write a long answer")
     first_text = asyncio.Event()
     finished_at: list[float] = []
@@ -78,8 +74,8 @@ async def one_trial(agent: Agent, server: LLMockServer, probe: SocketCloseProbe)
     run.request_stop(StopReason.ABORT, "bench")
     result = await task
     returned = time.monotonic()
-    (record,) = await settled_records(server)
-    server.state.journal.clear()
+    record = await upstream.ended()
+    assert record is not None, "llmock never saw the aborted request end"
     (finished,) = finished_at
     # No close seen at all counts as "closed never", i.e. after everything.
     client_close = probe.closed_at[0] if probe.closed_at else float("inf")
@@ -99,10 +95,11 @@ async def measure(trials: int) -> bool:
     with llmock_server() as server, SocketCloseProbe(server.port) as probe:
         model = openai_model(server)
         agent = Agent(model)
+        upstream = ThreadUpstream(server, STALL_S)
         try:
             for _ in range(WARMUP):
-                await one_trial(agent, server, probe)
-            results = [await one_trial(agent, server, probe) for _ in range(trials)]
+                await one_trial(agent, upstream, probe)
+            results = [await one_trial(agent, upstream, probe) for _ in range(trials)]
         finally:
             await model.aclose()
     client_order = sum(not t.socket_closed_before_finished for t in results)

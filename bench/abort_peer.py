@@ -32,10 +32,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from llmock.scenarios import Reply, StreamFault
-
-from agent_core import Agent
-from bench._llmock import LONG_TEXT, llmock_server, openai_model, settled_records
+from agent_core import Agent, OpenAIChatModel
+from bench._llmock import ProcessUpstream, paced_llmock
 from bench._probes import SocketCloseProbe
 from bench._setup import NOT_RUN, bench_main, parser
 from bench._stats import Row, machine_line, percentile, print_table, revision_line
@@ -44,9 +42,9 @@ from bench.abort_close import STALL_S, one_trial
 if TYPE_CHECKING:
     from types import ModuleType
 
-    from llmock.testing import LLMockServer
 
 WARMUP = 20
+WORDS = 400
 RATIO = 1.05
 ABSOLUTE_MS = 5.0
 INSTALL_HINT = (
@@ -78,22 +76,18 @@ def load_peer() -> ModuleType | None:
 class Peer:
     """The Agents SDK pointed at llmock through the chat completions API."""
 
-    def __init__(self, sdk: ModuleType, server: LLMockServer) -> None:
+    def __init__(self, sdk: ModuleType, base_url: str) -> None:
         import openai
 
         sdk.set_tracing_disabled(True)
         self.sdk = sdk
         # As ours: the SDK's own retries off, so a cut stream is never retried.
-        self.client = openai.AsyncOpenAI(
-            api_key="bench-key", base_url=server.base_url(), max_retries=0
-        )
+        self.client = openai.AsyncOpenAI(api_key="bench-key", base_url=base_url, max_retries=0)
         model = sdk.OpenAIChatCompletionsModel(model="bench-model", openai_client=self.client)
         self.agent = sdk.Agent(name="bench", instructions="Answer.", model=model)
 
-    async def trial(self, server: LLMockServer, probe: SocketCloseProbe) -> PeerTrial:
-        server.state.scenarios.add(
-            Reply(text=LONG_TEXT), StreamFault("stall", after_chunks=2, stall_seconds=STALL_S)
-        )
+    async def trial(self, upstream: ProcessUpstream, probe: SocketCloseProbe) -> PeerTrial:
+        upstream.script()
         result: Any = self.sdk.Runner.run_streamed(self.agent, "write a long answer")
         t0 = 0.0
         async with asyncio.timeout(10):
@@ -109,9 +103,7 @@ class Peer:
         task_done = time.monotonic()
         if t0 == 0.0:
             raise RuntimeError("the Agents SDK run streamed no text before it ended")
-        records = await settled_records(server, wait_s=2.0)
-        server.state.journal.clear()  # a request still stalled stays out of later trials
-        record = records[0] if records else None
+        record = await upstream.ended(wait_s=2.0)
         closed = record is not None and not record.completed and record.duration < STALL_S
         client_close = probe.closed_at[0] if probe.closed_at else float("inf")
         return PeerTrial(
@@ -132,22 +124,25 @@ def _is_text_delta(event: Any) -> bool:
 
 
 async def measure(sdk: ModuleType, trials: int) -> bool:
-    with llmock_server() as server, SocketCloseProbe(server.port) as probe:
-        model = openai_model(server)
-        agent = Agent(model)
-        peer = Peer(sdk, server)
-        try:
-            for _ in range(WARMUP):
-                await one_trial(agent, server, probe)
-                await peer.trial(server, probe)
-            ours = []
-            theirs = []
-            for _ in range(trials):
-                ours.append(await one_trial(agent, server, probe))
-                theirs.append(await peer.trial(server, probe))
-        finally:
-            await model.aclose()
-            await peer.client.close()
+    async with paced_llmock("process", chunk_ms=0, words=WORDS, stall_s=STALL_S) as url:
+        upstream = ProcessUpstream(url)
+        async with upstream:
+            with SocketCloseProbe(upstream.port) as probe:
+                model = OpenAIChatModel(model="bench-model", api_key="bench-key", base_url=url)
+                agent = Agent(model)
+                peer = Peer(sdk, url)
+                try:
+                    for _ in range(WARMUP):
+                        await one_trial(agent, upstream, probe)
+                        await peer.trial(upstream, probe)
+                    ours = []
+                    theirs = []
+                    for _ in range(trials):
+                        ours.append(await one_trial(agent, upstream, probe))
+                        theirs.append(await peer.trial(upstream, probe))
+                finally:
+                    await model.aclose()
+                    await peer.client.close()
 
     peer_p99 = percentile([t.server_close_ms for t in theirs], 99)
     limit = min(ABSOLUTE_MS, peer_p99 * RATIO)
@@ -186,7 +181,9 @@ async def measure(sdk: ModuleType, trials: int) -> bool:
             f"threadpilot trials not ending as an abort with the stream cut short: {wrong}",
             f"alternating trials, {WARMUP} warm-up pairs not counted; openai-agents "
             f"{_version('openai-agents')}, openai {_version('openai')}; llmock runs in a "
-            "thread of this process (shares the GIL)",
+            "process of its own (its journal read over HTTP; its monotonic clock is this "
+            "one's), so it notices a close when the FIN reaches it, not when this process "
+            "next lets go of the GIL",
             machine_line(),
             revision_line(),
         ],
