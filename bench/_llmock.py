@@ -12,6 +12,7 @@ shares the GIL nor counts towards this process's memory, but its journal is out 
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import sys
 from contextlib import asynccontextmanager, contextmanager
@@ -82,19 +83,25 @@ async def journal_of(base_url: str) -> list[RequestRecord]:
 
 
 @asynccontextmanager
-async def llmock_process(*options: str) -> AsyncIterator[str]:
-    """Start ``bench._llmock_serve`` with ``options``; yields its OpenAI base URL."""
-    async with serving_process("bench._llmock_serve", *options) as port:
+async def llmock_process(*options: str, cpus: set[int] | None = None) -> AsyncIterator[str]:
+    """Start ``bench._llmock_serve`` with ``options`` (on ``cpus`` only, if given);
+    yields its OpenAI base URL."""
+    async with serving_process("bench._llmock_serve", *options, cpus=cpus) as port:
         yield f"http://127.0.0.1:{port}/v1"
 
 
 @asynccontextmanager
-async def serving_process(module: str, *options: str) -> AsyncIterator[str]:
-    """Run ``python -m module``; yield the first line it prints; stop it by closing stdin."""
+async def serving_process(
+    module: str, *options: str, cpus: set[int] | None = None
+) -> AsyncIterator[str]:
+    """Run ``python -m module`` (on ``cpus`` only, if given); yield the first line it
+    prints; stop it by closing stdin."""
     server = await asyncio.create_subprocess_exec(
         sys.executable, "-m", module, *options, stdin=subprocess.PIPE, stdout=subprocess.PIPE
     )
     assert server.stdin is not None and server.stdout is not None
+    if cpus is not None:
+        os.sched_setaffinity(server.pid, cpus)
     try:
         async with asyncio.timeout(30):
             line = (await server.stdout.readline()).decode().strip()
@@ -109,13 +116,19 @@ async def serving_process(module: str, *options: str) -> AsyncIterator[str]:
 
 @asynccontextmanager
 async def paced_llmock(
-    placement: Placement, *, chunk_ms: int, words: int, stall_s: float = 0.0
+    placement: Placement,
+    *,
+    chunk_ms: int,
+    words: int,
+    stall_s: float = 0.0,
+    cpus: set[int] | None = None,
 ) -> AsyncIterator[str]:
     """llmock answering every request with ``words`` words, one chunk every ``chunk_ms``;
-    with ``stall_s``, every answer stalls that long after its first word instead."""
+    with ``stall_s``, every answer stalls that long after its first word instead. In a
+    process, on ``cpus`` only if given."""
     if placement == "process":
         options = ("--chunk-ms", str(chunk_ms), "--words", str(words), "--stall", str(stall_s))
-        async with llmock_process(*options) as base_url:
+        async with llmock_process(*options, cpus=cpus) as base_url:
             yield base_url
         return
     with llmock_server() as server:

@@ -27,8 +27,10 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import os
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +42,7 @@ from bench._stats import Row, machine_line, percentile, print_table, revision_li
 from bench.abort_close import STALL_S, one_trial
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
     from types import ModuleType
 
 
@@ -123,8 +126,41 @@ def _is_text_delta(event: Any) -> bool:
     )
 
 
+def cpus_apart() -> tuple[set[int], set[int]] | None:
+    """This process's CPUs and llmock's, none shared; None with a single CPU."""
+    cpus = sorted(os.sched_getaffinity(0))
+    return (set(cpus[:-1]), {cpus[-1]}) if len(cpus) >= 2 else None
+
+
+@contextmanager
+def on_cpus(cpus: set[int] | None) -> Iterator[None]:
+    """This process on ``cpus`` only, for the duration."""
+    if cpus is None:
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cpus)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+
+
 async def measure(sdk: ModuleType, trials: int) -> bool:
-    async with paced_llmock("process", chunk_ms=0, words=WORDS, stall_s=STALL_S) as url:
+    apart = cpus_apart()
+    ours_cpus, llmock_cpus = apart if apart is not None else (None, None)
+    with on_cpus(ours_cpus):
+        return await _measure(sdk, trials, llmock_cpus, apart)
+
+
+async def _measure(
+    sdk: ModuleType,
+    trials: int,
+    llmock_cpus: set[int] | None,
+    apart: tuple[set[int], set[int]] | None,
+) -> bool:
+    stalled = paced_llmock("process", chunk_ms=0, words=WORDS, stall_s=STALL_S, cpus=llmock_cpus)
+    async with stalled as url:
         upstream = ProcessUpstream(url)
         async with upstream:
             with SocketCloseProbe(upstream.port) as probe:
@@ -184,6 +220,14 @@ async def measure(sdk: ModuleType, trials: int) -> bool:
             "process of its own (its journal read over HTTP; its monotonic clock is this "
             "one's), so it notices a close when the FIN reaches it, not when this process "
             "next lets go of the GIL",
+            (
+                f"CPUs: this process on {sorted(apart[0])}, llmock on {sorted(apart[1])}, as "
+                "a remote server shares no CPU with its client (on loopback the FIN wakes "
+                "the server on the client's CPU, where it waits for whatever the client "
+                "does next)"
+                if apart is not None
+                else "CPUs: one, shared by this process and llmock"
+            ),
             machine_line(),
             revision_line(),
         ],
