@@ -2,29 +2,37 @@
 
 Bolt starts an action's listener in a task and then polls every 10 ms for its ack, so a
 listener that acknowledges itself is answered 10 ms late at best, and one loop turn per
-poll later under load. A listener middleware is awaited before that: :func:`acking`
-makes one that does the work, leaves its result in the request context and acks; the
-listener then finds the ack done, and does the rest after the answer has gone.
+poll later under load. A listener middleware is awaited before that: :func:`control`
+registers a button whose ``before`` work runs in such a middleware, which then acks; the
+listener, started after, hands what ``before`` returned to ``after``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
-    from slack_bolt.async_app import AsyncAck, AsyncBoltContext
+    from collections.abc import Awaitable, Callable
 
-__all__ = ["acking", "before_ack"]
+    from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext, AsyncRespond
+
+__all__ = ["control"]
 
 _DONE = "threadpilot_before_ack"
-"""Where the middleware leaves the work's result, in Bolt's request context."""
+"""Where the middleware leaves ``before``'s result, in Bolt's request context."""
 
-Middleware = Callable[..., Awaitable[None]]
+T = TypeVar("T")
 
 
-def acking(work: Callable[[dict[str, Any]], Awaitable[object]]) -> Middleware:
-    """A listener middleware: ``work(body)``, then the ack, then the listener."""
+def control(
+    app: AsyncApp,
+    action_id: str,
+    before: Callable[[dict[str, Any]], Awaitable[T | None]],
+    after: Callable[[T, AsyncRespond], Awaitable[None]],
+) -> None:
+    """Register the button ``action_id``: ``before(body)`` (decide and commit), the ack,
+    then ``after(result, respond)``. ``before`` returns None for a press it cannot read
+    (and logs it): that press is acknowledged and nothing follows."""
 
     async def middleware(
         ack: AsyncAck,
@@ -32,13 +40,13 @@ def acking(work: Callable[[dict[str, Any]], Awaitable[object]]) -> Middleware:
         context: AsyncBoltContext,
         next: Callable[[], Awaitable[None]],
     ) -> None:
-        context[_DONE] = await work(body)
+        context[_DONE] = await before(body)
         await ack()
         await next()
 
-    return middleware
+    async def listener(context: AsyncBoltContext, respond: AsyncRespond) -> None:
+        done = context.get(_DONE)
+        if done is not None:
+            await after(done, respond)
 
-
-def before_ack(context: AsyncBoltContext) -> object:
-    """What the :func:`acking` middleware's work returned (None if it returned nothing)."""
-    return context.get(_DONE)
+    app.action(action_id, middleware=[middleware])(listener)

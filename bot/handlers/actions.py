@@ -22,14 +22,14 @@ from agent_core import StopReason
 from bot import messages
 from bot.dedupe import click_key
 from bot.errors import SlackError
-from bot.handlers.acking import acking, before_ack
+from bot.handlers.acking import control
 from bot.policy import Origin
 from bot.resume_controls import ResumeAction, ResumeAsk, ResumeDecided
 from bot.stops import ACK_BUDGET_S, Source, StopAsk, StopDecision
 from bot.views.status import ACTION_ABORT, ACTION_DONT_RESUME, ACTION_RESUME_NOW, ACTION_STOP
 
 if TYPE_CHECKING:
-    from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext
+    from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncRespond
 
     from bot.context import BotContext
 
@@ -44,24 +44,23 @@ matches when the first has not acked within 3 s; a Stop must never end up there.
 
 
 def register(app: AsyncApp, ctx: BotContext) -> None:
-    def stop(action: StopReason) -> None:
-        async def decide(body: dict[str, Any]) -> StopDecision | None:
+    def stop(action: StopReason, action_id: str) -> None:
+        async def before(body: dict[str, Any]) -> StopDecision | None:
             return await _request(ctx, body, action)
 
-        async def on_click(context: AsyncBoltContext) -> None:
-            await _after(ctx, context, action)
+        async def after(decision: StopDecision, _respond: AsyncRespond) -> None:
+            await _after(ctx, decision, action)
 
-        action_id = ACTION_STOP if action is StopReason.STOP else ACTION_ABORT
-        app.action(action_id, middleware=[acking(decide)])(on_click)
+        control(app, action_id, before, after)
 
     def resume(action: ResumeAction, action_id: str) -> None:
-        async def decide(body: dict[str, Any]) -> ResumeDecided | None:
+        async def before(body: dict[str, Any]) -> ResumeDecided | None:
             return await _resume_request(ctx, body, action)
 
-        async def on_click(context: AsyncBoltContext) -> None:
-            await _resume_after(ctx, context, action)
+        async def after(decided: ResumeDecided, _respond: AsyncRespond) -> None:
+            await _resume_after(ctx, decided, action)
 
-        app.action(action_id, middleware=[acking(decide)])(on_click)
+        control(app, action_id, before, after)
 
     async def on_unknown(ack: AsyncAck, body: dict[str, Any]) -> None:
         await ack()
@@ -69,8 +68,8 @@ def register(app: AsyncApp, ctx: BotContext) -> None:
         log.warning("click.unknown_action", action_id=action)
         await _ephemeral(ctx, body, messages.UNKNOWN_ACTION)
 
-    stop(StopReason.STOP)
-    stop(StopReason.ABORT)
+    stop(StopReason.STOP, ACTION_STOP)
+    stop(StopReason.ABORT, ACTION_ABORT)
     resume(ResumeAction.RESUME_NOW, ACTION_RESUME_NOW)
     resume(ResumeAction.DONT_RESUME, ACTION_DONT_RESUME)
     app.action(_NOT_OURS)(on_unknown)
@@ -82,16 +81,13 @@ async def _request(
     """Before the ack: the stop service's decision, committed; None for a malformed click."""
     ask = _ask(body, action)
     if ask is None:
+        log.warning("click.malformed", action=action.value)
         return None
     with structlog.contextvars.bound_contextvars(run_id=ask.run_id, user=ask.user):
         return await ctx.stops.request(ask)
 
 
-async def _after(ctx: BotContext, context: AsyncBoltContext, action: StopReason) -> None:
-    decision = before_ack(context)
-    if not isinstance(decision, StopDecision):
-        log.warning("click.malformed", action=action.value)
-        return
+async def _after(ctx: BotContext, decision: StopDecision, action: StopReason) -> None:
     ask = decision.ask
     with structlog.contextvars.bound_contextvars(run_id=ask.run_id, user=ask.user):
         await ctx.stops.after(decision)
@@ -107,10 +103,12 @@ async def _after(ctx: BotContext, context: AsyncBoltContext, action: StopReason)
 async def _resume_request(
     ctx: BotContext, body: dict[str, Any], action: ResumeAction
 ) -> ResumeDecided | None:
+    """Before the ack: the resume control decided and committed; None for a malformed click."""
     user = _field(body.get("user"), "id")
     pressed = _first(body.get("actions"))
     action_ts = _field(pressed, "action_ts")
     if not isinstance(user, str) or not user or not isinstance(action_ts, str) or not action_ts:
+        log.warning("click.malformed", action=action.value)
         return None
     ask = ResumeAsk(
         user=user,
@@ -123,11 +121,7 @@ async def _resume_request(
         return await ctx.stops.resume(ask)
 
 
-async def _resume_after(ctx: BotContext, context: AsyncBoltContext, action: ResumeAction) -> None:
-    decided = before_ack(context)
-    if not isinstance(decided, ResumeDecided):
-        log.warning("click.malformed", action=action.value)
-        return
+async def _resume_after(ctx: BotContext, decided: ResumeDecided, action: ResumeAction) -> None:
     ask = decided.ask
     with structlog.contextvars.bound_contextvars(run_id=ask.run_id, user=ask.user):
         await ctx.stops.resume_after(decided)

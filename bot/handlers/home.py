@@ -25,7 +25,7 @@ import structlog
 from agent_core import StopReason, StorageError
 from bot import messages
 from bot.dedupe import click_key
-from bot.handlers.acking import acking, before_ack
+from bot.handlers.acking import control
 from bot.policy import Verdict
 from bot.stops import Source, StopAsk, StopDecision, reply_text
 from bot.views.home import (
@@ -36,7 +36,7 @@ from bot.views.home import (
 )
 
 if TYPE_CHECKING:
-    from slack_bolt.async_app import AsyncApp, AsyncBoltContext, AsyncRespond
+    from slack_bolt.async_app import AsyncApp, AsyncRespond
 
     from bot.context import BotContext
     from bot.dashboard import Dashboard, StopAll
@@ -58,42 +58,35 @@ def register(
             return
         refresher.show(str(body["team_id"]), str(event["user"]))
 
-    def control(kind: StopReason, action_id: str) -> None:
-        async def decide(body: dict[str, Any]) -> Decided | None:
+    def stop(kind: StopReason, action_id: str) -> None:
+        async def before(body: dict[str, Any]) -> Decided | None:
             return await _request(ctx, body, kind)
 
-        async def on_click(context: AsyncBoltContext, respond: AsyncRespond) -> None:
-            decided = before_ack(context)
-            if not isinstance(decided, Decided):
-                log.warning("home.click_malformed", action=kind.value)
-                return
+        async def after(decided: Decided, respond: AsyncRespond) -> None:
             await _after(ctx, dashboard, refresher, decided, respond)
 
-        app.action(action_id, middleware=[acking(decide)])(on_click)
+        control(app, action_id, before, after)
 
     async def stop_all(body: dict[str, Any]) -> StoppedAll | None:
         click = Click.read(body)
         if click is None:
+            log.warning("home.click_malformed", action=ACTION_STOP_ALL)
             return None
         result = await dashboard.stop_all(
             click.team, click.user, click.source, delivery=click.delivery
         )
         return StoppedAll(click, result)
 
-    async def on_stop_all(context: AsyncBoltContext, respond: AsyncRespond) -> None:
-        stopped = before_ack(context)
-        if not isinstance(stopped, StoppedAll):
-            log.warning("home.click_malformed", action=ACTION_STOP_ALL)
-            return
+    async def after_stop_all(stopped: StoppedAll, respond: AsyncRespond) -> None:
         click = stopped.click
         await dashboard.after_stop_all(stopped.result)
         log.info("home.stop_all", user=click.user, source=click.source.value)
         await _answer(dashboard, refresher, click, respond, stopped.result.answer)
 
     app.event("app_home_opened")(on_home_opened)
-    control(StopReason.STOP, ACTION_HOME_STOP)
-    control(StopReason.ABORT, ACTION_HOME_ABORT)
-    app.action(ACTION_STOP_ALL, middleware=[acking(stop_all)])(on_stop_all)
+    stop(StopReason.STOP, ACTION_HOME_STOP)
+    stop(StopReason.ABORT, ACTION_HOME_ABORT)
+    control(app, ACTION_STOP_ALL, stop_all, after_stop_all)
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +141,7 @@ async def _request(ctx: BotContext, body: dict[str, Any], kind: StopReason) -> D
     """Before the ack: the press decided and committed; None for a malformed one."""
     click = Click.read(body)
     if click is None:
+        log.warning("home.click_malformed", action=kind.value)
         return None
     ask = StopAsk(
         user=click.user,

@@ -20,6 +20,7 @@ import sqlite3
 from typing import TYPE_CHECKING
 
 import pytest
+from structlog.testing import capture_logs
 
 from agent_core import StopReason
 from bot import messages
@@ -148,6 +149,28 @@ async def test_a_click_whose_delivery_cannot_be_recorded_changes_nothing(
         assert await bot.click(running, ACTION_ABORT) == 200
         assert await bot.ephemerals(DEFAULT_USER) == [messages.STOP_NOT_RECORDED]
 
+    live = bot.live_run(running)
+    assert live is not None and live.run.control.reason is None
+    assert await stop_requests(bot, run_id_of(running)) == []
+    assert "Finished" in block_text(await bot.final(running))
+
+
+@pytest.mark.parametrize("action_id", [ACTION_STOP, ACTION_ABORT])
+async def test_a_press_without_its_action_ts_is_acknowledged_and_changes_nothing(
+    bot: Bot, llm: LLMock, action_id: str
+) -> None:
+    # Slack always sends action_ts; without it the press has no delivery key, so it can
+    # be neither deduplicated nor committed. It is answered (no retry) and dropped.
+    llm.add(*stalled_answer(1.0, with_tool=False, text=SHORT_TEXT))
+    _, running = await bot.mention("write a little")
+    await bot.slack.wait_for_call("chat.startStream", timeout=WAIT_S)
+    press = slack_requests.click_button(running, action_id)
+    del press["actions"][0]["action_ts"]
+
+    with capture_logs() as logs:
+        await deliver(bot, press)
+
+    assert [line["event"] for line in logs if line["log_level"] == "warning"] == ["click.malformed"]
     live = bot.live_run(running)
     assert live is not None and live.run.control.reason is None
     assert await stop_requests(bot, run_id_of(running)) == []
