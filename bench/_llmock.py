@@ -18,7 +18,7 @@ import sys
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import fields as dataclass_fields
 from dataclasses import replace
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import aiohttp
 from llmock.journal import RequestRecord
@@ -75,11 +75,13 @@ async def journal_of(base_url: str) -> list[RequestRecord]:
     async with aiohttp.ClientSession() as http, http.get(f"{root}/_llmock/requests") as answer:
         answer.raise_for_status()
         listed = await answer.json()
+    return [_record(item) for item in listed["requests"]]
+
+
+def _record(item: dict[str, Any]) -> RequestRecord:
+    """A journal entry as ``GET /_llmock/requests`` lists it."""
     fields = {f.name for f in dataclass_fields(RequestRecord)}
-    return [
-        RequestRecord(**{k: v for k, v in item.items() if k in fields})
-        for item in listed["requests"]
-    ]
+    return RequestRecord(**{k: v for k, v in item.items() if k in fields})
 
 
 @asynccontextmanager
@@ -192,7 +194,6 @@ class ProcessUpstream:
         """The trial's request once llmock has seen it end (None if it did not in time);
         the journal is cleared for the next trial."""
         assert self._http is not None, "use ProcessUpstream in `async with`"
-        fields = {f.name for f in dataclass_fields(RequestRecord)}
         try:
             async with asyncio.timeout(wait_s):
                 while True:
@@ -207,4 +208,4 @@ class ProcessUpstream:
             answer.raise_for_status()
         if not listed:
             return None
-        return RequestRecord(**{k: v for k, v in listed[0].items() if k in fields})
+        return _record(listed[0])
