@@ -266,10 +266,12 @@ class StopService:
         if live is not None:
             view, base = _live_view(ask, live)
         else:
-            record = await self._stored_run(ask)
+            record, requests = await self._stored_run(ask)
             if record is None:
                 return StopDecision(ask, Verdict.NOT_FOUND)
-            if not record.state.is_terminal:
+            if record.state.is_terminal:
+                requests = None  # an ended run's are not its view's
+            elif requests is None:
                 requests = await self._store.pending_stop_requests([record.id])
             view, base = _stored_view(ask, record, requests or [])
         assert base.run_id is not None and base.thread is not None
@@ -288,14 +290,24 @@ class StopService:
             verdict = decide(ask, view, self._settings, double_press_s=self.double_press_s)
         return replace(base, verdict=verdict)
 
-    async def _stored_run(self, ask: StopAsk) -> RunRecord | None:
+    async def _stored_run(
+        self, ask: StopAsk
+    ) -> tuple[RunRecord | None, list[StopRequestRecord] | None]:
+        """The run asked about, from the database, and (for a run named by id) its
+        pending stop requests: read side by side, the person waits for both. The
+        requests are None where they were not read (found by thread)."""
         if ask.run_id is not None:
-            return await self._store.get_run(ask.run_id) if ask.run_id else None
+            if not ask.run_id:
+                return None, None
+            return await asyncio.gather(
+                self._store.get_run(ask.run_id),
+                self._store.pending_stop_requests([ask.run_id]),
+            )
         assert ask.thread is not None
         found = await self._store.find_runs(
             states=LIVE_STATES, thread=ask.thread, top_level=True, limit=1
         )
-        return found[0] if found else None
+        return (found[0] if found else None), None
 
     async def _commit(
         self, decision: StopDecision, verdict: Verdict, live: LiveRun | None

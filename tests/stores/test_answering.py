@@ -3,18 +3,21 @@
 On PostgreSQL: every connection of the store's pool is taken by an update waiting on a row
 that another session holds locked (the runs' writes, stuck). A read made while
 ``answering()`` is set still answers at once, on the connections kept for it; the same
-read made without it waits for a pool connection.
+read made without it waits for a pool connection. And its connections are open from the
+start: a server that takes no new connections (at its limit) still answers a click.
 """
 
 from __future__ import annotations
 
 import asyncio
+from urllib.parse import urlsplit
 
 import asyncpg  # type: ignore[import-untyped]
 
 from agent_core.ports import RunRecord, ThreadKey, answering
 from agent_core.states import RunState
-from agent_core.stores.postgres import PostgresStore
+from agent_core.stores.postgres import ANSWERING_POOL_SIZE, PostgresStore
+from tests.stores.conftest import admin_execute
 from tests.system.workers import until_async
 
 THREAD = ThreadKey("T1", "C1", "1700000000.000100")
@@ -53,6 +56,22 @@ async def test_an_answering_read_is_served_while_the_pool_is_taken(own_pg_url: s
             task.cancel()
         await asyncio.gather(*stuck, return_exceptions=True)
         await locker.close()
+        await store.close()
+
+
+async def test_answering_connections_are_open_before_the_first_click(own_pg_url: str) -> None:
+    store = await PostgresStore.open(own_pg_url, migrate=False)
+    name = urlsplit(own_pg_url).path.lstrip("/")
+    try:
+        await store.create_run(RunRecord("asked", THREAD, "U1", "a task"))
+        # From now on the server opens no connection to this database: as at its limit.
+        await admin_execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
+        with answering():
+            reads = [store.get_run("asked") for _ in range(ANSWERING_POOL_SIZE)]
+            asked = await asyncio.wait_for(asyncio.gather(*reads), WAIT_S)
+        assert [r.task if r else None for r in asked] == ["a task"] * ANSWERING_POOL_SIZE
+    finally:
+        await admin_execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
         await store.close()
 
 
