@@ -86,6 +86,7 @@ from agent_core.resume_policy import (
     parse_auto_resume,
     parse_max_auto_resumes,
     parse_user_exit_grace,
+    weighs_last_stop,
 )
 from agent_core.retry import RetryPolicy
 from agent_core.states import LIVE_STATES, TERMINAL_STATES, RunState, transition
@@ -182,5 +183,6 @@ __all__ = [
     "strip_softeners",
     "tool",
     "transition",
+    "weighs_last_stop",
     "window_from_error",
 ]

@@ -44,6 +44,7 @@ __all__ = [
     "parse_max_auto_resumes",
     "parse_user_exit_grace",
     "rate_limit_backoff",
+    "weighs_last_stop",
 ]
 
 DEFAULT_AUTO_RESUME = frozenset(
@@ -160,6 +161,12 @@ def decide_resume(
             f"Session ended because of {ended_because.value}, which AUTO_RESUME lists; resuming",
         )
     )
+
+
+def weighs_last_stop(ended_because: EndedBecause, settings: ResumeSettings) -> bool:
+    """Whether :func:`decide_resume`'s answer for ``ended_because`` can depend on when a
+    person last stopped a run in the thread: the caller reads that only then."""
+    return ended_because in settings.auto_resume
 
 
 def rate_limit_backoff(resumes_in_thread: int) -> timedelta:

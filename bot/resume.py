@@ -59,6 +59,7 @@ from agent_core import (
     StopReason,
     StorageError,
     decide_resume,
+    weighs_last_stop,
     window_from_error,
 )
 from agent_core.compaction import DEFAULT_SUMMARY_WINDOW
@@ -177,11 +178,14 @@ async def _decision(
 ) -> ResumeDecision:
     if record.parent_id is not None:
         return DontResume(_SUB_AGENT)
+    last_stop = (
+        await store.last_user_stop(record.thread) if weighs_last_stop(ended, policy) else None
+    )
     decision = decide_resume(
         ended,
         settings=policy,
         resumes_in_thread=record.auto_resumes,
-        last_user_stop_at=await store.last_user_stop(record.thread),
+        last_user_stop_at=last_stop,
         not_before=_resume_after(record),
         now=now,
     )
@@ -310,18 +314,18 @@ class Resumes:
 
     # -- the run-end hook --------------------------------------------------------------
 
-    async def on_run_end(self, run_id: str) -> EndingView | None:
-        """Decide the run that just ended here; what its final message says about it.
-        None (and the run left to be decided later) if the database cannot say."""
+    async def on_run_end(self, record: RunRecord) -> EndingView | None:
+        """Decide the run that just ended here (``record``: its row, read since it
+        ended); what its final message says about it. None (and the run left to be
+        decided later) if the database cannot say."""
+        if not record.state.is_terminal:
+            return None
         try:
-            record = await self._store.get_run(run_id)
-            if record is None or not record.state.is_terminal:
-                return None
             record = await decide(
                 self._store, record, self.policy, actor=self._worker_id, now=utcnow()
             )
         except StorageError:
-            log.exception("resume.not_decided", run_id=run_id)
+            log.exception("resume.not_decided", run_id=record.id)
             return None
         return ending_view(record)
 

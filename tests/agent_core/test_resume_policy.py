@@ -23,6 +23,7 @@ from agent_core.resume_policy import (
     parse_max_auto_resumes,
     parse_user_exit_grace,
     rate_limit_backoff,
+    weighs_last_stop,
 )
 
 R = EndedBecause
@@ -190,6 +191,31 @@ def test_the_policy_table(
             assert reason is not R.RATE_LIMIT or not_before is not None
         case DontResume():
             raise AssertionError(f"allowed but refused: {decision}")
+
+
+@given(reasons, settings_strategy, st.integers(0, 8), offsets, offsets)
+def test_the_last_stop_is_read_only_where_it_can_change_the_answer(
+    reason: EndedBecause,
+    settings: ResumeSettings,
+    resumes: int,
+    stopped_ago: timedelta | None,
+    wait: timedelta | None,
+) -> None:
+    """The app reads when a person last stopped a run in the thread only if
+    ``weighs_last_stop``: wherever it says no, the answer is the same without it."""
+
+    def answer(last_stop: datetime | None) -> ResumeDecision:
+        return decide_resume(
+            reason,
+            settings=settings,
+            resumes_in_thread=resumes,
+            last_user_stop_at=last_stop,
+            not_before=None if wait is None else NOW + wait,
+            now=NOW,
+        )
+
+    if not weighs_last_stop(reason, settings):
+        assert answer(None) == answer(NOW - abs(stopped_ago or timedelta(0)))
 
 
 @given(reasons, st.integers(0, 8), offsets)
