@@ -59,12 +59,22 @@ if TYPE_CHECKING:
     )
     from agent_core.stop import StopReason
 
-__all__ = ["RELEASE_TIMEOUT_S", "RETRY_BUDGET_S", "PostgresStore"]
+__all__ = ["POOL_SIZE", "RELEASE_TIMEOUT_S", "RETRY_BUDGET_S", "PostgresStore"]
 
 RETRY_BUDGET_S = 3.0
 """A call whose connection was lost is retried only if that happened within this many
 seconds of its start, and the retry gets as long again: Slack's ack budget for a click.
 A caller that can wait longer (a terminal write) retries on its own, with backoff."""
+
+POOL_SIZE = 4
+"""Default connections a store's pool opens for the runs' work (``DATABASE_POOL_SIZE``).
+
+Few on purpose. A worker is one event loop: a handful of statements in flight keep it
+busy, and each further one is a server process competing for the database's cores. Every
+worker's pool adds to that, and a click's statements (:data:`ANSWERING_POOL_SIZE`) wait
+behind all of them for a core: measured on 2 cores with 4 workers draining the queue, a
+pool of 10 put a click's p99 at 148 ms, one of 4 at 74 ms (bench/README.md). Work beyond
+the pool waits in the worker, where it costs nothing."""
 
 ANSWERING_POOL_SIZE = 3
 """Connections kept open for the calls a person waits on (a click before its ack), beside
@@ -169,7 +179,7 @@ class PostgresStore(PostgresQueue):
         dsn: str,
         *,
         min_size: int = 1,
-        max_size: int = 10,
+        max_size: int = POOL_SIZE,
         migrate: bool = True,
         connect_timeout_s: float = 5.0,
         command_timeout_s: float = 30.0,

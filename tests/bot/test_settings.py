@@ -61,6 +61,7 @@ MORE_CASES = {
     "sqlite with two slashes": Case("DATABASE_URL", {"DATABASE_URL": "sqlite://./tp.db"}),
     "in-memory sqlite": Case("DATABASE_URL", {"DATABASE_URL": "sqlite:///:memory:"}),
     "log level": Case("LOG_LEVEL", {"LOG_LEVEL": "LOUD"}),
+    "no database connections": Case("DATABASE_POOL_SIZE", {"DATABASE_POOL_SIZE": "0"}),
 }
 """Checked in-process through load_settings(), whose error is the line main() prints."""
 
