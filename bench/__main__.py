@@ -43,7 +43,7 @@ BENCHMARKS = (
 CHILD_LIMIT_S = 150.0
 CHILD_LIMITS_S = {"queue_share": 420.0}
 """Benchmarks that need longer than :data:`CHILD_LIMIT_S` (``queue_share`` drains 1,000
-runs twice)."""
+runs six times: three rounds each with 2 and 4 workers)."""
 OUTCOME = {
     0: "all targets met",
     1: "MISS (see its table)",
