@@ -73,7 +73,7 @@ Few on purpose. A worker is one event loop: a handful of statements in flight ke
 busy, and each further one is a server process competing for the database's cores. Every
 worker's pool adds to that, and a click's statements (:data:`ANSWERING_POOL_SIZE`) wait
 behind all of them for a core: measured on 2 cores with 4 workers draining the queue, a
-pool of 10 put a click's p99 at 148 ms, one of 4 at 74 ms (bench/README.md). Work beyond
+pool of 10 put a click's p99 at 148 ms, one of 4 at 74-91 ms (bench/README.md). Work beyond
 the pool waits in the worker, where it costs nothing."""
 
 ANSWERING_POOL_SIZE = 3
