@@ -23,7 +23,7 @@ from agent_core import (
 from agent_core.errors import ConfigError
 from agent_core.mcp import ServerConfig, load_mcp_config
 from agent_core.stores.factory import parse_database_url
-from agent_core.stores.postgres import POOL_SIZE
+from agent_core.stores.postgres import ANSWERING_POOL_SIZE, POOL_SIZE
 from bot.loop_load import BUSY_LAG_S
 
 if TYPE_CHECKING:
@@ -100,7 +100,7 @@ class Settings(BaseSettings):
         ge=1,
         le=100,
         description="PostgreSQL connections one worker opens for its runs' work (clicks have "
-        "3 more of their own).",
+        f"{ANSWERING_POOL_SIZE} more of their own).",
     )
     RETENTION_DAYS: int = Field(default=30, ge=1)
     LEASE_TTL: float = Field(default=30.0, ge=3.0)

@@ -59,7 +59,13 @@ if TYPE_CHECKING:
     )
     from agent_core.stop import StopReason
 
-__all__ = ["POOL_SIZE", "RELEASE_TIMEOUT_S", "RETRY_BUDGET_S", "PostgresStore"]
+__all__ = [
+    "ANSWERING_POOL_SIZE",
+    "POOL_SIZE",
+    "RELEASE_TIMEOUT_S",
+    "RETRY_BUDGET_S",
+    "PostgresStore",
+]
 
 RETRY_BUDGET_S = 3.0
 """A call whose connection was lost is retried only if that happened within this many
