@@ -316,10 +316,9 @@ class Resumes:
 
     async def on_run_end(self, record: RunRecord) -> EndingView | None:
         """Decide the run that just ended here (``record``: its row, read since it
-        ended); what its final message says about it. None (and the run left to be
-        decided later) if the database cannot say."""
-        if not record.state.is_terminal:
-            return None
+        ended); what its final message says about it. None while the row is not terminal
+        (nothing is decided then), and (the run left to be decided later) if the database
+        cannot say."""
         try:
             record = await decide(
                 self._store, record, self.policy, actor=self._worker_id, now=utcnow()

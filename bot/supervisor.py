@@ -411,7 +411,7 @@ class Supervisor:
                     await live.session.abandon()
                 else:
                     recorded = stored is not None and stored.state.is_terminal
-                    ending = await self._ending(stored) if recorded else None
+                    ending = await self._ending(stored) if stored is not None else None
                     delivered = await live.session.close(result, ending=ending)
                     await self._record_ending(run.id, result, recorded, delivered)
             except Exception:
@@ -445,10 +445,10 @@ class Supervisor:
                 log.error("run.lease_lost", run_id=live.run.id, worker=self.worker_id)
                 live.run.request_stop(StopReason.ABORT, "system:lease-lost", source="lease")
 
-    async def _ending(self, record: RunRecord | None) -> EndingView | None:
+    async def _ending(self, record: RunRecord) -> EndingView | None:
         """Decide whether and when the run (its row, read as it ended) resumes; what its
-        final message says of it."""
-        if self.resumes is None or record is None:
+        final message says of it (None unless the row is terminal)."""
+        if self.resumes is None:
             return None
         return await self.resumes.on_run_end(record)
 
