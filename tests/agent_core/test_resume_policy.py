@@ -203,19 +203,15 @@ def test_the_last_stop_is_read_only_where_it_can_change_the_answer(
 ) -> None:
     """The app reads when a person last stopped a run in the thread only if
     ``weighs_last_stop``: wherever it says no, the answer is the same without it."""
+    not_before = None if wait is None else NOW + wait
 
-    def answer(last_stop: datetime | None) -> ResumeDecision:
-        return decide_resume(
-            reason,
-            settings=settings,
-            resumes_in_thread=resumes,
-            last_user_stop_at=last_stop,
-            not_before=None if wait is None else NOW + wait,
-            now=NOW,
+    def answer(ago: timedelta | None) -> ResumeDecision:
+        return decide(
+            reason, settings=settings, resumes=resumes, stopped_ago=ago, not_before=not_before
         )
 
     if not weighs_last_stop(reason, settings):
-        assert answer(None) == answer(NOW - abs(stopped_ago or timedelta(0)))
+        assert answer(None) == answer(abs(stopped_ago or timedelta(0)))
 
 
 @given(reasons, st.integers(0, 8), offsets)

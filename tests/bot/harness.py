@@ -51,8 +51,13 @@ def stalled_answer(
 
 def buttons(message: Message) -> list[str]:
     """The action ids of the buttons a message shows now."""
+    return buttons_in(message.blocks)
+
+
+def buttons_in(blocks: list[Json] | None) -> list[str]:
+    """The action ids of the buttons in ``blocks`` (a message's, or a call's argument)."""
     found: list[str] = []
-    for block in message.blocks or []:
+    for block in blocks or []:
         for element in [*block.get("elements", []), block.get("accessory")]:
             if isinstance(element, dict) and element.get("type") == "button":
                 found.append(str(element["action_id"]))

@@ -21,7 +21,14 @@ from bot.errors import SlackRefused
 from bot.session import AnswerStream
 from bot.surface import SlackSurface
 from bot.views.status import ACTION_ABORT, ACTION_STOP
-from tests.bot.harness import LONG_TEXT, WAIT_S, block_text, is_final, stalled_answer
+from tests.bot.harness import (
+    LONG_TEXT,
+    WAIT_S,
+    block_text,
+    buttons_in,
+    is_final,
+    stalled_answer,
+)
 from tests.fakes import slack_requests
 from tests.fakes.slack_messages import StreamState
 from tests.fakes.slack_workspace import DEFAULT_CHANNEL
@@ -37,12 +44,7 @@ if TYPE_CHECKING:
 
 def ends_the_run(args: dict[str, Any]) -> bool:
     """A chat.update that takes the Stop and Abort buttons away: the terminal write."""
-    shown = {
-        element.get("action_id")
-        for block in args.get("blocks") or []
-        for element in block.get("elements", [])
-    }
-    return not {ACTION_STOP, ACTION_ABORT} & shown
+    return not {ACTION_STOP, ACTION_ABORT} & set(buttons_in(args.get("blocks")))
 
 
 def updates_of(slack: FakeSlack, message: Message) -> list[ApiCall]:
