@@ -59,8 +59,9 @@ def llmock_server() -> Iterator[LLMockServer]:
         yield server
 
 
-def openai_model(server: LLMockServer) -> OpenAIChatModel:
-    return OpenAIChatModel(model="bench-model", api_key="bench-key", base_url=server.base_url())
+def openai_model(base_url: str) -> OpenAIChatModel:
+    """The real model client, pointed at the llmock serving ``base_url``."""
+    return OpenAIChatModel(model="bench-model", api_key="bench-key", base_url=base_url)
 
 
 async def settled_records(server: LLMockServer, *, wait_s: float = 5.0) -> list[RequestRecord]:
@@ -71,11 +72,16 @@ async def settled_records(server: LLMockServer, *, wait_s: float = 5.0) -> list[
 async def journal_of(base_url: str) -> list[RequestRecord]:
     """The journal of an llmock in another process (``GET /_llmock/requests``). Its times
     are that process's ``time.monotonic()``: on Linux the same clock as this one's."""
-    root = base_url.removesuffix("/").removesuffix("/v1")
-    async with aiohttp.ClientSession() as http, http.get(f"{root}/_llmock/requests") as answer:
+    async with aiohttp.ClientSession() as http, http.get(_journal_url(base_url)) as answer:
         answer.raise_for_status()
         listed = await answer.json()
     return [_record(item) for item in listed["requests"]]
+
+
+def _journal_url(base_url: str) -> str:
+    """Where the llmock serving the OpenAI ``base_url`` lists (GET) and clears (DELETE)
+    its journal."""
+    return f"{base_url.removesuffix('/').removesuffix('/v1')}/_llmock/requests"
 
 
 def _record(item: dict[str, Any]) -> RequestRecord:
@@ -176,7 +182,7 @@ class ProcessUpstream:
         port = URL(base_url).port
         assert port is not None
         self.port = port
-        self._journal = f"{base_url.removesuffix('/').removesuffix('/v1')}/_llmock/requests"
+        self._journal = _journal_url(base_url)
         self._http: aiohttp.ClientSession | None = None
 
     async def __aenter__(self) -> ProcessUpstream:

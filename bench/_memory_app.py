@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Literal
 
 import aiohttp
 
-from agent_core import ExitCode, OpenAIChatModel, RunFinished, StopReason
-from bench._llmock import llmock_process, serving_process
+from agent_core import ExitCode, RunFinished, StopReason
+from bench._llmock import llmock_process, openai_model, serving_process
 from bench._probes import rss_kb
 from bench._slack_app import SECRET, StreamWatch, app_settings, mention_envelope
 from bot.app import ThreadpilotApp
@@ -105,7 +105,7 @@ async def measure_app(n: int, metric: Metric) -> AppMemory:
         files = tempfile.TemporaryDirectory(prefix="threadpilot-bench-")
         # Every run live at once: none may wait in the queue.
         settings = app_settings(api_url, llm_url, files.name, socket_mode=False, max_live_runs=n)
-        model = OpenAIChatModel(model="bench-model", api_key="bench-key", base_url=llm_url)
+        model = openai_model(llm_url)
         watch = StreamWatch(model)
         app = ThreadpilotApp(settings, model=watch, listen_port=0, listen_host="127.0.0.1")
         await app.start()

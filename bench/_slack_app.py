@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import aiohttp
 
 from agent_core import OpenAIChatModel, StopReason, ThreadKey, current_run
+from bench._llmock import openai_model
 from bot.app import ThreadpilotApp
 from bot.heap import freeze_start_up_heap
 from bot.settings import Settings
@@ -161,9 +162,7 @@ class LoadedApp:
         self.transport = transport
         self.slack = slack or FakeSlack()
         self.agent_sessions = agent_sessions
-        self.watch = StreamWatch(
-            OpenAIChatModel(model="bench-model", api_key="bench-key", base_url=llm_base_url)
-        )
+        self.watch = StreamWatch(openai_model(llm_base_url))
         self.app: ThreadpilotApp | None = None
         self.http: aiohttp.ClientSession | None = None
         self._files = tempfile.TemporaryDirectory(prefix="threadpilot-bench-")

@@ -93,7 +93,7 @@ async def one_trial(
 
 async def measure(trials: int) -> bool:
     with llmock_server() as server, SocketCloseProbe(server.port) as probe:
-        model = openai_model(server)
+        model = openai_model(server.base_url())
         agent = Agent(model)
         upstream = ThreadUpstream(server, STALL_S)
         try:

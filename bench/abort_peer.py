@@ -34,8 +34,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from agent_core import Agent, OpenAIChatModel
-from bench._llmock import ProcessUpstream, paced_llmock
+from agent_core import Agent
+from bench._llmock import ProcessUpstream, openai_model, paced_llmock
 from bench._probes import SocketCloseProbe
 from bench._setup import NOT_RUN, bench_main, parser
 from bench._stats import Row, machine_line, percentile, print_table, revision_line
@@ -164,7 +164,7 @@ async def _measure(
         upstream = ProcessUpstream(url)
         async with upstream:
             with SocketCloseProbe(upstream.port) as probe:
-                model = OpenAIChatModel(model="bench-model", api_key="bench-key", base_url=url)
+                model = openai_model(url)
                 agent = Agent(model)
                 peer = Peer(sdk, url)
                 try:

@@ -39,8 +39,7 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
-from agent_core import OpenAIChatModel
-from bench._llmock import llmock_process, serving_process
+from bench._llmock import llmock_process, openai_model, serving_process
 from bench._probes import LoopLag
 from bench._setup import bench_main, parser
 from bench._slack_app import SECRET, StreamWatch, app_settings, mention_envelope
@@ -89,7 +88,7 @@ async def run_phase(
     ):
         files = tempfile.TemporaryDirectory(prefix="threadpilot-bench-")
         settings = app_settings(api_url, llm_url, files.name, socket_mode=False)
-        model = OpenAIChatModel(model="bench-model", api_key="bench-key", base_url=llm_url)
+        model = openai_model(llm_url)
         watch = StreamWatch(model)
         app = ThreadpilotApp(settings, model=watch, listen_port=0, listen_host="127.0.0.1")
         await app.start()

@@ -37,9 +37,9 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from agent_core import Agent, ExitCode, OpenAIChatModel, StopReason, TextDelta
+from agent_core import Agent, ExitCode, StopReason, TextDelta
 from agent_core.testing import ScriptedChatModel, ScriptedTurn
-from bench._llmock import llmock_process
+from bench._llmock import llmock_process, openai_model
 from bench._memory_app import measure_app
 from bench._probes import rss_kb
 from bench._setup import bench_main, parser
@@ -171,7 +171,7 @@ async def child(kind: Child, n: int) -> bool:
         measured = await measure_core(ScriptedChatModel(), n)
     elif kind == "llmock":
         async with llmock_process("--stall", "120") as base_url:
-            model = OpenAIChatModel(model="bench-model", api_key="bench-key", base_url=base_url)
+            model = openai_model(base_url)
             try:
                 measured = await measure_core(model, n)
             finally:

@@ -143,7 +143,7 @@ async def one_trial(agent: Agent, server: LLMockServer, kind: Kind) -> Trial:
 async def measure(trials: int) -> bool:
     results: dict[Kind, list[Trial]] = {}
     with llmock_server() as server:
-        model = openai_model(server)
+        model = openai_model(server.base_url())
         agent = Agent(model, [slow_step])
         try:
             kinds: tuple[Kind, ...] = ("stream", "tool", "guidance")
