@@ -44,9 +44,17 @@ class AgentConfig:
     """One tool call may take this long; then it is cancelled and the model is told it
     timed out (``TOOL_TIMEOUT``)."""
 
+    cancel_drain_s: float = 5.0
+    """A run whose task is cancelled from outside (a shutdown's deadline, a parent's
+    Abort cancelling its ``delegate`` call) records its ending for at most this long,
+    then lets the cancellation go on; a write still hanging then is given up and logged
+    (``run.ending_unrecorded``)."""
+
     def __post_init__(self) -> None:
         if not self.tool_timeout_s > 0:
             raise ValueError(f"tool_timeout_s must be positive, not {self.tool_timeout_s}")
+        if not self.cancel_drain_s > 0:
+            raise ValueError(f"cancel_drain_s must be positive, not {self.cancel_drain_s}")
 
 
 class Agent:

@@ -234,8 +234,7 @@ class Run:
             if _cancelled_from_outside():
                 # Not ours to swallow: record a terminal state (bounded), then propagate.
                 self.control.request_stop(StopReason.SHUTDOWN, "system:cancelled", source="task")
-                async with asyncio.timeout(_DRAIN_TIMEOUT_S):
-                    await asyncio.shield(self._finish(self._cancelled_ending(), started_at))
+                await self._drain_ending(started_at)
                 raise
             if not self.control.cancel_issued:
                 raise  # cancelled by something inside the run, not by us: a bug, surface it
@@ -497,6 +496,32 @@ class Run:
             self.control.mark_honoured()
             self.events.emit(StopHonoured(self.id, self.control.reason))
 
+    async def _drain_ending(self, started_at: datetime) -> None:
+        """Record the ending of a run cancelled from outside, for at most
+        ``cancel_drain_s`` (:class:`AgentConfig`); the caller re-raises the cancellation
+        either way, so a slow store cannot turn it into a timeout or a failure.
+
+        A write still hanging then is cancelled and logged: the row stays live, and the
+        reconciler ends it as it ends a crashed worker's runs.
+        """
+        finish = asyncio.create_task(
+            self._finish(self._cancelled_ending(), started_at), name=f"finish:{self.id}"
+        )
+        limit = self.agent.config.cancel_drain_s
+        try:
+            async with asyncio.timeout(limit):
+                await asyncio.shield(finish)
+        except TimeoutError:
+            reason = self.control.reason
+            self._log.warning(
+                "run.ending_unrecorded", reason=reason and reason.value, waited_s=limit
+            )
+        finally:
+            # Also when cancelled again while draining: the write is not left behind.
+            if not finish.done():
+                finish.cancel()
+                await asyncio.wait([finish], timeout=_CANCELLED_WRITE_S)
+
     async def _finish(self, ending: Ending, started_at: datetime) -> RunResult:
         undelivered = self._guidance.close()
         if undelivered:
@@ -586,7 +611,8 @@ class Run:
 
 
 _LOOP_TOOLS = frozenset({FINAL_REPORT.name, ASK_USER.name})
-_DRAIN_TIMEOUT_S = 5.0
+_CANCELLED_WRITE_S = 1.0
+"""How long a terminal write cut off by the drain bound may take to unwind."""
 
 
 def _cancelled_from_outside() -> bool:
