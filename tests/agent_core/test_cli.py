@@ -47,7 +47,7 @@ class Cli:
         unset: Sequence[str] = (),
     ) -> Cli:
         """Start it with the model settings in its environment, then ``env``, less
-        ``unset``; in ``cwd`` (this test process's own by default)."""
+        ``unset``; in ``cwd`` (by default the suite's scratch directory: no ``.env``)."""
         full_env = {
             **os.environ,
             "OPENAI_BASE_URL": llm.base_url(),

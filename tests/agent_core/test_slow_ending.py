@@ -1,5 +1,5 @@
 """A run cancelled while its ending cannot be written (a database blip): the
-cancellation stays a cancellation (STYLE rule 5), whatever the store does.
+cancellation stays a cancellation, whatever the store does.
 
 The supervisor cancels a run's task that has not ended by its shutdown deadline, and a
 parent's Abort cancels its ``delegate`` calls: in both cases the run records its ending

@@ -104,7 +104,6 @@ async def test_the_terminal_runner_refuses_a_bad_tool_timeout(llm: LLMock) -> No
         "agent_core",
         "run",
         "anything",
-        cwd=ROOT,
         env={
             **os.environ,
             "OPENAI_BASE_URL": llm.base_url(),
