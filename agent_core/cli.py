@@ -11,6 +11,11 @@ directory (the environment wins; an empty value means unset). ``LOG_LEVEL`` is t
 exception: only the environment's counts, WARNING by default, because a ``.env`` written
 for the app asks for INFO and its lines would bury the answer.
 
+The agent has the app's tools, less Slack's: the built-in ones, ``delegate``, and the
+tools of every MCP server ``MCP_CONFIG`` lists, started and closed here with the app's
+:class:`~agent_core.mcp.McpManager` (a server that does not start is logged and left
+out). A Stop lets their calls finish; an Abort or a shutdown cancels them.
+
 The answer streams to stdout; with ``--json`` it streams to stderr and stdout carries only
 the final JSON object, so scripts can parse it. Tool calls as they start (``-> name
 {arguments}``) and end (``<- name ok: result`` or ``error:``), and sub-agents as they start
@@ -33,6 +38,7 @@ from dotenv import dotenv_values
 
 from agent_core.agent import Agent, AgentConfig
 from agent_core.builtin_tools import BUILTIN_TOOLS
+from agent_core.delegation import DELEGATE
 from agent_core.errors import ConfigError
 from agent_core.events import (
     ChildFinished,
@@ -44,6 +50,8 @@ from agent_core.events import (
     TurnStarted,
 )
 from agent_core.logs import configure_logging
+from agent_core.mcp import SETTING as MCP_SETTING
+from agent_core.mcp import McpManager, load_mcp_config
 from agent_core.model import OpenAIChatModel
 from agent_core.outcomes import ExitCode
 from agent_core.stop import StopReason
@@ -53,6 +61,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
     from agent_core.loop import Run
+    from agent_core.mcp import ServerConfig
     from agent_core.outcomes import RunResult
 
 __all__ = ["main"]
@@ -68,6 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     env = _settings_env()
     try:
         model = _model_from_env(env)
+        servers = _mcp_servers(env)
         tool_timeout_s = _seconds(env, "TOOL_TIMEOUT", DEFAULT_TOOL_TIMEOUT_S)
         max_turns = _turns(env) if args.max_turns is None else args.max_turns
         final_turn_timeout_s = (
@@ -86,8 +96,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         how_to_continue=HOW_TO_CONTINUE,
     )
     shutdowns: list[signal.Signals] = []
-    agent = Agent(model, BUILTIN_TOOLS, config=config)
-    result = asyncio.run(_run(agent, args.task, args.json, shutdowns))
+    try:
+        result = asyncio.run(_session(model, servers, config, args, shutdowns))
+    except KeyboardInterrupt:  # Ctrl+C while the MCP servers started: no run yet
+        return 128 + signal.SIGINT
     out = sys.stdout
     if args.json:
         out.write(json.dumps(result.to_dict()) + "\n")
@@ -185,6 +197,37 @@ def _turns(env: Mapping[str, str]) -> int:
     return int(raw)
 
 
+def _mcp_servers(env: Mapping[str, str]) -> tuple[ServerConfig, ...]:
+    """The servers ``MCP_CONFIG`` lists, read as the app reads them (none without it)."""
+    path = env.get(MCP_SETTING, "").strip()
+    if not path:
+        return ()
+    try:
+        return load_mcp_config(path)
+    except ConfigError as exc:
+        if path in exc.problem:
+            raise
+        raise ConfigError(exc.setting, f"{exc.problem} (in {path})") from None
+
+
+async def _session(
+    model: OpenAIChatModel,
+    servers: Sequence[ServerConfig],
+    config: AgentConfig,
+    args: argparse.Namespace,
+    shutdowns: list[signal.Signals],
+) -> RunResult:
+    """Start the MCP servers, run the task with their tools and the built-in ones, then
+    close the servers and the model's connections, whatever happened."""
+    try:
+        reserved = [*(t.name for t in BUILTIN_TOOLS), DELEGATE]
+        async with McpManager(servers, reserved=reserved) as mcp:
+            agent = Agent(model, [*BUILTIN_TOOLS, *mcp.tools], config=config)
+            return await _run(agent, args.task, args.json, shutdowns)
+    finally:
+        await model.aclose()
+
+
 async def _run(
     agent: Agent, task: str, as_json: bool, shutdowns: list[signal.Signals]
 ) -> RunResult:
@@ -201,8 +244,6 @@ async def _run(
     finally:
         for signum in (signal.SIGINT, *_SHUTDOWN_SIGNALS):
             loop.remove_signal_handler(signum)
-        assert isinstance(agent.model, OpenAIChatModel)
-        await agent.model.aclose()
 
 
 _SHUTDOWN_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
