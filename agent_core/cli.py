@@ -316,6 +316,8 @@ class _Progress:
                 )
             case ToolFinished(name=name, ok=ok, output=output):
                 verdict = self._paint("ok", _GREEN) if ok else self._paint("error", _RED)
+                # The model reads "error: ..."; here the verdict already says so.
+                output = output if ok else output.removeprefix("error: ")
                 self._line(
                     f"{indent}{self._paint('<-', _DIM)} {name} {verdict}: {_one_line(output)}"
                 )

@@ -281,11 +281,19 @@ class Run:
                     continue
                 if isinstance(exc.error, RateLimited):
                     await self._checkpoint_unfinished_turn()
-                    return rate_limited_ending(exc.error, exc.error.retry_after, self._tally)
+                    return rate_limited_ending(
+                        exc.error,
+                        exc.error.retry_after,
+                        self._tally,
+                        how=self._how,
+                        stored=self._stored,
+                    )
                 return await self._final_turn(FinalTurnReason.MAX_RETRIES)
             except ContextOverflow as exc:
                 await self._checkpoint_unfinished_turn()
-                return context_exhausted_ending(exc, self._tally, how=self._how)
+                return context_exhausted_ending(
+                    exc, self._tally, how=self._how, stored=self._stored
+                )
             except FatalModelError as exc:
                 return model_failed_ending(
                     exc, Outcome.FAILED, ExitCode.ERROR, self._tally, how=self._how
@@ -469,6 +477,11 @@ class Run:
         """How a person continues after this run ends, in its surface's words."""
         return self.agent.config.how_to_continue
 
+    @property
+    def _stored(self) -> bool:
+        """The run has a store: its checkpoints are kept, so it can be resumed."""
+        return self.agent.store is not None
+
     async def _checkpoint_unfinished_turn(self) -> None:
         """Store the conversation as the turn that failed would have seen it (guidance
         delivered for it included), so a resumed or continued run starts from there."""
@@ -489,7 +502,7 @@ class Run:
         request = self.control.request
         assert request is not None, "cancelled without a stop request"
         self._honour_stop()
-        return cancelled_ending(request.reason, self._tally, how=self._how)
+        return cancelled_ending(request.reason, self._tally, how=self._how, stored=self._stored)
 
     def _honour_stop(self) -> None:
         if self.control.honoured_at is None and self.control.reason is not None:

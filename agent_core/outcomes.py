@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
 __all__ = [
+    "SHUTDOWN_WORDS",
     "ExitCode",
     "Handoff",
     "Outcome",
@@ -82,6 +83,10 @@ _REASON_FROM_EXIT = {
 }
 
 
+SHUTDOWN_WORDS = "interrupted by a shutdown"
+"""How a label names a shutdown unless the surface has its own words for it."""
+
+
 def outcome_label(
     outcome: Outcome,
     *,
@@ -89,13 +94,16 @@ def outcome_label(
     exit_code: ExitCode | None = None,
     stopped_by: str | None = None,
     name: Callable[[str], str] = str,
+    shutdown: str = SHUTDOWN_WORDS,
 ) -> str:
     """The canonical label first, then what a person needs to know about it:
-    "User interlude: stopped by <@U1>", "Blocked: interrupted by a restart", "Finished".
+    "User interlude: stopped by <@U1>", "Blocked: interrupted by a shutdown", "Finished".
 
-    ``name`` renders a person (``<@U1>`` in Slack, the plain id in a terminal). A stop can
-    be honoured and the run still end another way (the answer was already complete, or
-    the final turn failed): then the real outcome leads and the stop is named after it.
+    ``name`` renders a person (``<@U1>`` in Slack, the plain id in a terminal), and
+    ``shutdown`` says what a shutdown was in the surface's words (the app: a restart). A
+    stop can be honoured and the run still end another way (the answer was already
+    complete, or the final turn failed): then the real outcome leads and the stop is
+    named after it.
     """
     base = OUTCOME_LABELS[outcome]
     reason = stop_reason or (_REASON_FROM_EXIT.get(exit_code) if exit_code else None)
@@ -104,7 +112,7 @@ def outcome_label(
         verb = "aborted" if reason is StopReason.ABORT else "stopped"
         return f"{base}: {verb}{by}"
     if outcome is Outcome.BLOCKED and reason is StopReason.SHUTDOWN:
-        return f"{base}: interrupted by a restart"
+        return f"{base}: {shutdown}"
     return f"{base} (stop requested{by})" if stopped_by else base
 
 
@@ -302,7 +310,7 @@ class RunResult:
     def summary(self) -> str:
         return self.handoff.evidence
 
-    def label(self, name: Callable[[str], str] = str) -> str:
+    def label(self, name: Callable[[str], str] = str, shutdown: str = SHUTDOWN_WORDS) -> str:
         """The outcome as people read it (:func:`outcome_label`)."""
         return outcome_label(
             self.outcome,
@@ -310,6 +318,7 @@ class RunResult:
             exit_code=self.exit_code,
             stopped_by=self.handoff.stopped_by,
             name=name,
+            shutdown=shutdown,
         )
 
     @classmethod

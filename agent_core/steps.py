@@ -276,44 +276,62 @@ def model_failed_ending(
     )
 
 
-def rate_limited_ending(error: ModelError, retry_after_s: float | None, tally: RunTally) -> Ending:
-    """The in-run retries were spent on rate limits: blocked, resumable from the checkpoint.
+def rate_limited_ending(
+    error: ModelError, retry_after_s: float | None, tally: RunTally, *, how: str, stored: bool
+) -> Ending:
+    """The in-run retries were spent on rate limits: blocked, resumable from the checkpoint
+    when the run is ``stored`` (the app resumes it; a terminal keeps nothing).
 
     No final turn: the provider has just refused for a while, so a last request would
     only be refused too. The handoff is built from what the run recorded.
     """
     wait = f"{retry_after_s:g} s" if retry_after_s is not None else "a backoff"
+    if stored:
+        kept = f" The conversation up to turn {tally.steps_completed} is checkpointed."
+        next_step = (
+            f"threadpilot resumes it from the checkpoint after {wait} when policy "
+            "allows; otherwise retry once the provider's rate limit has passed."
+        )
+    else:
+        kept = ""
+        next_step = f"Nothing is running. Once {wait} has passed, {how} to retry."
     return Ending(
         Outcome.BLOCKED,
         ExitCode.MAX_RETRIES,
         evidence=f"The model provider is rate-limiting requests ({error}). "
-        f"{tally.progress_summary()} The conversation up to turn {tally.steps_completed} "
-        "is checkpointed.",
-        next_step=f"threadpilot resumes it from the checkpoint after {wait} when policy "
-        "allows; otherwise retry once the provider's rate limit has passed.",
+        f"{tally.progress_summary()}{kept}",
+        next_step=next_step,
         error=str(error),
         clues=Clues(error=error),
         retry_after_s=retry_after_s,
     )
 
 
-def context_exhausted_ending(error: ModelError, tally: RunTally, *, how: str) -> Ending:
+def context_exhausted_ending(
+    error: ModelError, tally: RunTally, *, how: str, stored: bool
+) -> Ending:
     """The conversation no longer fits the context window: blocked, to be continued in a
-    new run from a summary (:mod:`agent_core.compaction`)."""
+    new run from a summary (:mod:`agent_core.compaction`) when the run is ``stored``."""
+    continued = "threadpilot continues in a new run from a summary of this one when policy "
     return Ending(
         Outcome.BLOCKED,
         ExitCode.TOKEN_LIMIT,
         evidence=f"The conversation no longer fits the model's context window ({error}). "
         f"{tally.progress_summary()}",
-        next_step="threadpilot continues in a new run from a summary of this one when "
-        f"policy allows; otherwise {how} with a narrower request.",
+        next_step=f"{continued}allows; otherwise {how} with a narrower request."
+        if stored
+        else f"Nothing is running. {_sentence(how)} with a narrower request.",
         error=str(error),
         clues=Clues(error=error),
     )
 
 
-def cancelled_ending(reason: StopReason, tally: RunTally, *, how: str) -> Ending:
-    """The ending of a run whose task was cancelled by an abort or a shutdown."""
+def cancelled_ending(reason: StopReason, tally: RunTally, *, how: str, stored: bool) -> Ending:
+    """The ending of a run whose task was cancelled by an abort or a shutdown.
+
+    ``stored``: the run has a store, so a shut-down run is checkpointed and the app
+    resumes it; without one (a terminal) nothing was kept, and a person starts again.
+    """
     during = f"during turn {tally.turns} while {tally.activity}"
     if reason is StopReason.ABORT:
         return Ending(
@@ -323,10 +341,17 @@ def cancelled_ending(reason: StopReason, tally: RunTally, *, how: str) -> Ending
             f"{tally.progress_summary()}",
             next_step=f"Nothing is running. {_sentence(how)} to start again.",
         )
+    if not stored:
+        return Ending(
+            Outcome.BLOCKED,
+            ExitCode.SHUTDOWN,
+            evidence=f"Interrupted by a shutdown {during}; nothing was saved.",
+            next_step=f"Nothing is running. {_sentence(how)} to start again.",
+        )
     return Ending(
         Outcome.BLOCKED,
         ExitCode.SHUTDOWN,
-        evidence=f"Interrupted by a restart {during}; the conversation up to turn "
+        evidence=f"Interrupted by a shutdown {during}; the conversation up to turn "
         f"{tally.steps_completed} is checkpointed.",
         next_step="threadpilot resumes it from the checkpoint after the restart when policy "
         f"allows; otherwise {how}.",

@@ -36,6 +36,14 @@ class RunTally:
         self.last_usage = usage
 
     def progress_summary(self, error: ModelError | None = None) -> str:
-        done = "; ".join(self.tool_log[-10:]) or "no tool calls"
+        """What the run did, e.g. "2 model turns, 1 tool call (search: ok).", then the
+        model endpoint's failure, if any."""
+        calls = "no tool calls"
+        if self.tool_log:
+            calls = f"{_count(len(self.tool_log), 'tool call')} ({'; '.join(self.tool_log[-10:])})"
         failure = f" The model endpoint failed: {error}." if error is not None else ""
-        return f"{self.turns} model turns, {len(self.tool_log)} tool calls ({done}).{failure}"
+        return f"{_count(self.turns, 'model turn')}, {calls}.{failure}"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"

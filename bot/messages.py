@@ -298,6 +298,9 @@ _DEFAULT_NEXT_STEP = {
     Outcome.ASK_USER_QUESTION: "Reply in the thread with your answer.",
 }
 
+SHUTDOWN_LABEL = "interrupted by a restart"
+"""What an outcome label calls a shutdown here: the app's runs resume after it."""
+
 _EXIT_NOTES = {
     ExitCode.FINAL_ANSWER: "final answer",
     ExitCode.USER_STOP: "stopped on request",
@@ -328,12 +331,17 @@ def outcome_label(
     the same fields) can be labelled too; :func:`result_label` is the shortcut.
     """
     return core_outcome_label(
-        outcome, stop_reason=stop_reason, exit_code=exit_code, stopped_by=stopped_by, name=mention
+        outcome,
+        stop_reason=stop_reason,
+        exit_code=exit_code,
+        stopped_by=stopped_by,
+        name=mention,
+        shutdown=SHUTDOWN_LABEL,
     )
 
 
 def result_label(result: RunResult) -> str:
-    return result.label(mention)
+    return result.label(mention, SHUTDOWN_LABEL)
 
 
 def result_details(exit_code: ExitCode, turns: int, elapsed_s: float, tokens: int) -> str:

@@ -318,7 +318,9 @@ async def test_tool_calls_and_their_results_show_as_they_happen(llm: LLMock) -> 
     started = lines.index('-> calculate {"expression": "6 * 7"}')
     assert lines[started + 1] == "<- calculate ok: 42"
     failed = lines.index('-> calculate {"expression": "1 / 0"}')
-    assert lines[failed + 1].startswith("<- calculate error: ")
+    assert lines[failed + 1] == (
+        "<- calculate error: calculate raised ZeroDivisionError: division by zero"
+    )
     assert not ANSI.search(cli.stderr + cli.stdout)  # piped: no colour
 
 

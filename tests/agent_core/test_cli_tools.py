@@ -143,3 +143,38 @@ async def test_a_bad_mcp_config_is_one_line_and_status_2(llm: LLMock, tmp_path: 
     (line,) = cli.stderr.strip().splitlines()
     assert line.startswith(f"threadpilot: MCP_CONFIG: cannot read {missing}")
     assert llm.requests == []
+
+
+async def test_sigterm_is_reported_in_terminal_words(
+    llm: LLMock, fake: FakeMcpServer, fake_config: str
+) -> None:
+    """Nothing is stored or resumed in a terminal: its report says so, and the lines
+    before it read as plain English."""
+    llm.add(
+        Reply(
+            tool_calls=(
+                ToolCall("calculate", {"expression": "1 / 0"}),
+                ToolCall("fake__slow", {"steps": 2}),
+            )
+        )
+    )
+    cli = await Cli.start(llm, "divide, then wait", env={"MCP_CONFIG": fake_config})
+    await fake.until(lambda: fake.calls, "the slow call to start")
+    await cli.wait_for_stderr("<- calculate")
+
+    cli.signal(signal.SIGTERM)
+    status, stdout = await cli.finish()
+
+    assert status == 143
+    assert stdout[stdout.index("Outcome:") :].splitlines() == [
+        "Outcome: Blocked: interrupted by a shutdown [EXIT-SHUTDOWN]",
+        "Evidence: Interrupted by a shutdown during turn 1 while running the tool "
+        "fake__slow; nothing was saved.",
+        "Artifacts: none",
+        "Handoff: Nothing is running. Run the command again to start again.",
+    ]
+    assert [line for line in cli.stderr.splitlines() if line.strip()] == [
+        '-> calculate {"expression": "1 / 0"}',
+        '-> fake__slow {"steps": 2}',
+        "<- calculate error: calculate raised ZeroDivisionError: division by zero",
+    ]
