@@ -184,6 +184,10 @@ async def test_an_abort_is_labelled_as_people_read_it_in_terminal_words(llm: LLM
     assert status == 130
     assert "Outcome: User interlude: aborted by terminal [EXIT-USER-ABORT]" in stdout
     assert "Handoff: Nothing is running. Run the command again to start again." in stdout
+    assert (
+        "Evidence: Aborted during turn 1 while streaming the model's answer; the interrupted "
+        "step was discarded. 1 model turn, no tool calls.\n"
+    ) in stdout
     assert "Aborted" not in stdout.split("Outcome:")[1].splitlines()[0]
     assert "thread" not in stdout.lower()
 
@@ -231,6 +235,11 @@ async def test_a_rate_limit_past_the_retries_is_blocked_with_its_retry_after(llm
     assert result["ended_because"] == "rate_limit"
     assert result["retry_after_s"] == 600
     assert result["resume_after"] is not None
+    # Nothing is stored in a terminal: nothing resumes it, a person runs it again.
+    assert "checkpoint" not in result["handoff"]["evidence"]
+    assert result["handoff"]["handoff"] == (
+        "Nothing is running. Once 600 s has passed, run the command again to retry."
+    )
 
 
 async def test_a_failed_run_exits_1(llm: LLMock) -> None:
