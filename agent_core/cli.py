@@ -218,13 +218,15 @@ async def _session(
     shutdowns: list[signal.Signals],
 ) -> RunResult:
     """Start the MCP servers, run the task with their tools and the built-in ones, then
-    close the servers and the model's connections, whatever happened."""
+    close the servers and the model's connections, whatever happened (a Ctrl+C while the
+    servers start included)."""
+    mcp = McpManager(servers, reserved=[*(t.name for t in BUILTIN_TOOLS), DELEGATE])
     try:
-        reserved = [*(t.name for t in BUILTIN_TOOLS), DELEGATE]
-        async with McpManager(servers, reserved=reserved) as mcp:
-            agent = Agent(model, [*BUILTIN_TOOLS, *mcp.tools], config=config)
-            return await _run(agent, args.task, args.json, shutdowns)
+        await mcp.start()
+        agent = Agent(model, [*BUILTIN_TOOLS, *mcp.tools], config=config)
+        return await _run(agent, args.task, args.json, shutdowns)
     finally:
+        await asyncio.shield(mcp.close())
         await model.aclose()
 
 

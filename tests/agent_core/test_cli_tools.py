@@ -7,6 +7,7 @@ reaches their calls as the buttons do in Slack: once lets a call finish, twice c
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 from typing import TYPE_CHECKING, Any
@@ -16,7 +17,7 @@ from llmock.scenarios import Reply, ToolCall
 
 from agent_core.cli import STOPPING_NOTICE
 from tests.agent_core.helpers import offered_tools
-from tests.agent_core.mcp_helpers import PY
+from tests.agent_core.mcp_helpers import PY, WAIT_S, until_gone
 from tests.agent_core.test_cli import Cli
 from tests.fakes.mcp_server import FakeMcpServer, serve_http
 
@@ -178,3 +179,36 @@ async def test_sigterm_is_reported_in_terminal_words(
         '-> fake__slow {"steps": 2}',
         "<- calculate error: calculate raised ZeroDivisionError: division by zero",
     ]
+
+
+async def test_ctrl_c_while_the_mcp_servers_start_ends_them_and_exits_130(
+    llm: LLMock, tmp_path: Path
+) -> None:
+    """A server that never answers holds the start for up to 30 s: Ctrl+C ends it now."""
+    pids: asyncio.Queue[int] = asyncio.Queue()
+
+    async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        pids.put_nowait(int(await reader.readline()))
+        writer.close()
+
+    listener = await asyncio.start_server(on_connect, "127.0.0.1", 0)
+    port = listener.sockets[0].getsockname()[1]
+    # It says who it is, then reads its stdin to the end without answering anything.
+    script = (
+        "import os, socket, sys; "
+        f"socket.create_connection(('127.0.0.1', {port})).sendall(b'%d\\n' % os.getpid()); "
+        "sys.stdin.read()"
+    )
+    config = write_config(tmp_path, {"silent": {"command": PY, "args": ["-c", script]}})
+    async with listener:
+        cli = await Cli.start(llm, "hello", env={"MCP_CONFIG": config})
+        async with asyncio.timeout(WAIT_S):
+            pid = await pids.get()
+        cli.signal(signal.SIGINT)
+        status, stdout = await cli.finish()
+
+    assert status == 130, cli.stderr
+    assert stdout == ""
+    assert "Traceback" not in cli.stderr
+    await until_gone({pid})
+    assert llm.requests == []
