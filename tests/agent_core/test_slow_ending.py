@@ -24,6 +24,7 @@ from agent_core.stop import StopReason
 from agent_core.stores.memory import MemoryStore
 from agent_core.tools import Tool, tool
 from tests.agent_core.helpers import EventLog
+from tests.fakes.waiting import Changes
 
 if TYPE_CHECKING:
     from collections.abc import Collection
@@ -45,6 +46,7 @@ class SlowEndings(MemoryStore):
         self.children_only = children_only
         self.answer = asyncio.Event()
         self.hanging: list[str] = []
+        self.changes = Changes()
 
     async def set_state(
         self, run_id: str, new: RunState, *, expected: Collection[RunState], **changes: Any
@@ -53,6 +55,7 @@ class SlowEndings(MemoryStore):
         child = record is not None and record.parent_id is not None
         if new in TERMINAL_STATES and (child or not self.children_only):
             self.hanging.append(run_id)
+            self.changes.notify()
             await self.answer.wait()
         return await super().set_state(run_id, new, expected=expected, **changes)
 
@@ -117,6 +120,31 @@ async def test_a_run_cancelled_at_shutdown_records_its_ending_when_the_store_ans
 
     stored = await store.get_run(run.id)
     assert stored is not None and stored.state is RunState.BLOCKED
+
+
+async def test_an_aborted_run_waits_for_its_ending_and_a_shutdown_then_cancels_it(
+    llm: LLMock, make_agent: AgentFactory
+) -> None:
+    """An Abort's ending is retried through the outage (the run reports its end once it
+    is stored); the shutdown deadline cutting that wait short is a cancellation too."""
+    watch, started = waiting_tool()
+    llm.call_tool("watch_deploy", {})
+    store = SlowEndings()
+    agent = make_agent([watch], config=AgentConfig(cancel_drain_s=DRAIN_S), store=store)
+    run = agent.new_run("watch the deploy")
+    task = asyncio.create_task(run.run())
+    await started.wait()
+
+    run.request_stop(StopReason.ABORT, "U1")
+    await store.changes.until(lambda: store.hanging, timeout=5, describe=lambda: "no write")
+    assert not task.done()  # still writing its ending
+    with capture_logs() as logs:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    assert not [e for e in logs if e["log_level"] in ("error", "critical")]
+    assert run.result is not None and run.result.exit_code is ExitCode.USER_ABORT
 
 
 async def test_an_aborted_parent_does_not_read_its_childs_hung_ending_as_a_timeout(
