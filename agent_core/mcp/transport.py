@@ -84,7 +84,7 @@ async def _http(config: HttpServer, on_end: Callable[[], None]) -> AsyncIterator
         # Left first: cancellations still going out end before the transport closes.
         anyio.create_task_group() as posts,
     ):
-        yield _EndWatch(read, on_end), _ParallelCancels(write, cancels, config.url, sent, posts)
+        yield _EndWatch(read, on_end), _ParallelCancels(write, cancels, config, sent, posts)
 
 
 class _EndWatch:
@@ -153,13 +153,13 @@ class _ParallelCancels:
         self,
         inner: WriteStream[SessionMessage],
         http: httpx2.AsyncClient,
-        url: str,
+        config: HttpServer,
         sent: _SentHeaders,
         posts: TaskGroup,
     ) -> None:
         self._inner = inner
         self._http = http
-        self._url = url
+        self._config = config
         self._sent = sent
         self._posts = posts
 
@@ -183,9 +183,10 @@ class _ParallelCancels:
         }
         with anyio.move_on_after(CANCEL_POST_TIMEOUT_S):
             try:
-                await self._http.post(self._url, json=body, headers=headers)
+                await self._http.post(self._config.url, json=body, headers=headers)
             except httpx2.HTTPError as exc:  # the server is gone: nothing left to cancel
-                log.info("mcp.cancel_not_delivered", url=self._url, error=str(exc))
+                where, error = self._config.where, self._config.redact(str(exc))
+                log.info("mcp.cancel_not_delivered", url=where, error=error)
 
     async def aclose(self) -> None:
         await self._inner.aclose()
