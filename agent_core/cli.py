@@ -43,6 +43,7 @@ from agent_core.events import (
     ToolStarted,
     TurnStarted,
 )
+from agent_core.isolation import make_undumpable
 from agent_core.logs import configure_logging
 from agent_core.model import OpenAIChatModel
 from agent_core.outcomes import ExitCode
@@ -64,6 +65,7 @@ HOW_TO_CONTINUE = "run the command again"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    make_undumpable()  # first thing: what the tools start cannot read its secrets (/proc)
     args = _parser().parse_args(argv)
     env = _settings_env()
     try:
