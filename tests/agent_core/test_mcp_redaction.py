@@ -10,6 +10,7 @@ that refuses every request with a 401.
 from __future__ import annotations
 
 import contextlib
+import io
 import socket
 from typing import TYPE_CHECKING, Any
 
@@ -18,8 +19,10 @@ from aiohttp import web
 from structlog.testing import capture_logs
 
 from agent_core.errors import ConfigError
+from agent_core.logs import configure_logging
 from agent_core.mcp import McpManager, ServerConfig, parse_mcp_config
 from tests.agent_core.mcp_helpers import PY, ROOT
+from tests.agent_core.test_logs import restore_logging  # noqa: F401 - a fixture
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -130,3 +133,20 @@ def test_a_bad_url_is_refused_without_its_secret() -> None:
 
     assert TOKEN not in str(refused.value)
     assert "url must start with http:// or https://" in str(refused.value)
+
+
+@pytest.mark.usefixtures("restore_logging")
+async def test_at_debug_the_http_clients_own_lines_show_no_url_secrets() -> None:
+    out = io.StringIO()
+    configure_logging("json", "DEBUG", out)  # the SDK and its HTTP client log every request
+    key = "sk-tpsecret-Wq4Er7Ty2Ui9Op3As6"
+    entry = {"url": f"http://ops:{PASSWORD}@127.0.0.1:{{port}}/mcp/{key}?token={QUERY_SECRET}"}
+
+    async with refusing_endpoint() as port:
+        entry["url"] = entry["url"].format(port=port)
+        await started(servers(wiki=entry))
+
+    logged = out.getvalue()
+    assert "HTTP Request" in logged  # the client's own line is there, only masked
+    for secret in (PASSWORD, QUERY_SECRET, key):
+        assert secret not in logged
