@@ -23,6 +23,7 @@ stays as written). A ``${VAR}`` that is unset is an error, not an empty string.
 
 A stdio server does not inherit threadpilot's environment (its Slack and OpenAI keys):
 it gets ``HOME``, ``PATH``, ``LOGNAME``, ``SHELL``, ``TERM`` and ``USER``, plus its ``env``.
+Without ``cwd`` it starts in an empty directory of its own (:mod:`agent_core.mcp.transport`).
 
 What came from a ``${VAR}`` is a secret as far as descriptions go: :attr:`StdioServer.where`,
 :attr:`HttpServer.where`, ``repr()`` and every error and log line about a server pass
