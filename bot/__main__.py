@@ -4,6 +4,10 @@ Exit status: 0 after a signal (at any moment, start-up included), 2 when start-u
 A start-up failure is one line on stderr per problem naming what to fix (every bad setting
 at once), and nothing else: no traceback, no shutdown chatter. ``--check`` checks the
 installation and starts nothing (:mod:`bot.check`); ``--help`` prints the usage.
+
+First thing, the process makes itself not dumpable, so the tool servers it starts cannot
+read its secrets through ``/proc``; once started as root, it warns that they could
+(:mod:`agent_core.isolation`).
 """
 
 from __future__ import annotations
