@@ -49,6 +49,7 @@ from agent_core.events import (
     TurnStarted,
 )
 from agent_core.guidance import Guidance, GuidanceInbox
+from agent_core.isolation import make_undumpable, warn_if_root
 from agent_core.logs import configure_logging
 from agent_core.loop import Run, current_run
 from agent_core.model import OpenAIChatModel
@@ -173,6 +174,7 @@ __all__ = [
     "continue_from",
     "current_run",
     "decide_resume",
+    "make_undumpable",
     "normalize_outcome",
     "outcome_label",
     "parse_auto_resume",
@@ -183,6 +185,7 @@ __all__ = [
     "strip_softeners",
     "tool",
     "transition",
+    "warn_if_root",
     "weighs_last_stop",
     "window_from_error",
 ]

@@ -49,6 +49,7 @@ from agent_core.events import (
     ToolStarted,
     TurnStarted,
 )
+from agent_core.isolation import make_undumpable
 from agent_core.logs import configure_logging
 from agent_core.mcp import SETTING as MCP_SETTING
 from agent_core.mcp import McpManager, load_mcp_config
@@ -73,6 +74,7 @@ HOW_TO_CONTINUE = "run the command again"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    make_undumpable()  # first thing: what the tools start cannot read its secrets (/proc)
     args = _parser().parse_args(argv)
     env = _settings_env()
     try:

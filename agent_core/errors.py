@@ -15,9 +15,15 @@
 
 Foreign errors (aiohttp, httpx, database drivers) are translated at the boundary with
 ``raise ... from exc``, so callers only ever catch these.
+
+A :class:`ModelError`'s message carries a provider's words to the thread (the status while
+a retry waits, the evidence of a failed run), so it is kept as
+:func:`agent_core.redact.public_error` makes it: keys and tokens masked, clipped.
 """
 
 from __future__ import annotations
+
+from agent_core.redact import public_error
 
 __all__ = [
     "ConfigError",
@@ -69,10 +75,10 @@ class StorageError(ThreadpilotError):
 
 
 class ModelError(ThreadpilotError):
-    """The chat model endpoint failed."""
+    """The chat model endpoint failed. The message is masked and clipped (module doc)."""
 
     def __init__(self, message: str, *, status: int | None = None, code: str | None = None) -> None:
-        super().__init__(message)
+        super().__init__(public_error(message))
         self.status = status
         self.code = code
         """The provider's error code when it sent one (``context_length_exceeded``...)."""

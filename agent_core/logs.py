@@ -8,7 +8,10 @@ appears on every line logged within that context, whichever logger wrote it.
 
 Above DEBUG, libraries that log a line per request or per start (:data:`QUIET_AT_INFO`:
 the HTTP clients, the access log, asyncpg, alembic's migration steps) show only their
-warnings and errors; at DEBUG everything is shown.
+warnings and errors; at DEBUG everything is shown. Their lines (and tracebacks) are
+passed through :func:`agent_core.redact.redact` first: an MCP server's URL, which the
+HTTP clients log with each request, loses its user info and query, and anything shaped
+like a key is masked. Our own lines say what they show on purpose.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ import sys
 from typing import Literal, TextIO
 
 import structlog
+
+from agent_core.redact import redact
 
 __all__ = ["QUIET_AT_INFO", "LogFormat", "configure_logging"]
 
@@ -68,7 +73,12 @@ def configure_logging(
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
-            foreign_pre_chain=[*_SHARED, structlog.stdlib.add_logger_name],
+            foreign_pre_chain=[
+                *_SHARED,
+                structlog.stdlib.add_logger_name,
+                structlog.processors.format_exc_info,
+                _redacted,
+            ],
             processors=[
                 structlog.stdlib.ProcessorFormatter.remove_processors_meta,
                 structlog.processors.format_exc_info,
@@ -82,3 +92,13 @@ def configure_logging(
     quiet = max(numeric, logging.WARNING) if numeric > logging.DEBUG else logging.NOTSET
     for name in QUIET_AT_INFO:
         logging.getLogger(name).setLevel(quiet)
+
+
+def _redacted(
+    logger: object, method: str, event_dict: structlog.typing.EventDict
+) -> structlog.typing.EventDict:
+    """A library's line and traceback, with what looks secret masked."""
+    for key in ("event", "exception"):
+        if isinstance(event_dict.get(key), str):
+            event_dict[key] = redact(event_dict[key])
+    return event_dict

@@ -4,6 +4,10 @@ Exit status: 0 after a signal (at any moment, start-up included), 2 when start-u
 A start-up failure is one line on stderr per problem naming what to fix (every bad setting
 at once), and nothing else: no traceback, no shutdown chatter. ``--check`` checks the
 installation and starts nothing (:mod:`bot.check`); ``--help`` prints the usage.
+
+First thing, the process makes itself not dumpable, so the tool servers it starts cannot
+read its secrets through ``/proc``; once started as root, it warns that they could
+(:mod:`agent_core.isolation`).
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import sys
 
 import structlog
 
-from agent_core import ConfigError, configure_logging
+from agent_core import ConfigError, configure_logging, make_undumpable, warn_if_root
 from bot.app import ThreadpilotApp
 from bot.heap import freeze_start_up_heap
 from bot.http_guard import raised_at
@@ -39,6 +43,8 @@ exit status: 0 after a signal, 2 when start-up (or --check) fails"""
 
 
 def main(argv: list[str] | None = None) -> int:
+    # First thing: the tool servers it will start must not read its secrets from /proc.
+    make_undumpable()
     parser = argparse.ArgumentParser(
         prog="python -m bot",
         description=USAGE,
@@ -79,6 +85,7 @@ async def serve(settings: Settings) -> int:
         await app.shutdown()
         return _failed(f"start-up failed: {type(exc).__name__}: {exc} (at {raised_at(exc)})")
     if started:
+        warn_if_root()  # once started: a start-up that fails says only what to fix
         log.debug("app.heap_frozen", objects=freeze_start_up_heap())
         await stopping.wait()
     else:

@@ -23,6 +23,12 @@ stays as written). A ``${VAR}`` that is unset is an error, not an empty string.
 
 A stdio server does not inherit threadpilot's environment (its Slack and OpenAI keys):
 it gets ``HOME``, ``PATH``, ``LOGNAME``, ``SHELL``, ``TERM`` and ``USER``, plus its ``env``.
+Without ``cwd`` it starts in an empty directory of its own (:mod:`agent_core.mcp.transport`).
+
+What came from a ``${VAR}`` is a secret as far as descriptions go: :attr:`StdioServer.where`,
+:attr:`HttpServer.where`, ``repr()`` and every error and log line about a server pass
+through the server's :meth:`~StdioServer.redact`, which shows ``${VAR}`` instead of its
+value and hides a URL's user info and query (:func:`agent_core.redact.redact`).
 
 Every problem raises :class:`~agent_core.errors.ConfigError` with one line naming
 ``MCP_CONFIG`` and the entry.
@@ -38,6 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from agent_core.errors import ConfigError
+from agent_core.redact import redact
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -59,29 +66,54 @@ falls back to the ``initialize`` handshake (up to 2025-11-25); ``legacy`` always
 handshake; a version pins that version. Set in code (tests); the file has no key for it."""
 
 
-@dataclass(frozen=True, slots=True)
-class StdioServer:
+class _Described:
+    """What both kinds of server share: how they are described without their secrets."""
+
+    __slots__ = ()
+    name: str
+    expanded: Mapping[str, str]
+
+    @property
+    def where(self) -> str:
+        """The command line or URL, as logs, errors and ``--check`` may show it."""
+        return self.redact(self._where())
+
+    def redact(self, text: str) -> str:
+        """``text`` (about this server) with its ``${VAR}`` values and URL secrets hidden."""
+        return redact(text, self.expanded)
+
+    def _where(self) -> str:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r}, {self.where!r})"
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class StdioServer(_Described):
     name: str
     command: str
     args: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
     cwd: str | None = None
     protocol: ProtocolMode = "auto"
+    expanded: Mapping[str, str] = field(default_factory=dict, compare=False)
+    """Each value a ``${VAR}`` gave, and the ``${VAR}`` to show instead."""
 
-    @property
-    def where(self) -> str:
+    def _where(self) -> str:
         return " ".join([self.command, *self.args])
 
 
-@dataclass(frozen=True, slots=True)
-class HttpServer:
+@dataclass(frozen=True, slots=True, repr=False)
+class HttpServer(_Described):
     name: str
     url: str
     headers: Mapping[str, str] = field(default_factory=dict)
     protocol: ProtocolMode = "auto"
+    expanded: Mapping[str, str] = field(default_factory=dict, compare=False)
+    """Each value a ``${VAR}`` gave, and the ``${VAR}`` to show instead."""
 
-    @property
-    def where(self) -> str:
+    def _where(self) -> str:
         return self.url
 
 
@@ -90,6 +122,10 @@ ServerConfig = StdioServer | HttpServer
 _STDIO_KEYS = frozenset({"type", "command", "args", "env", "cwd"})
 _HTTP_KEYS = frozenset({"type", "url", "headers"})
 _TYPES = {"stdio": _STDIO_KEYS, "http": _HTTP_KEYS, "streamable-http": _HTTP_KEYS}
+_SHORTEST_SECRET = 4
+"""A value from the environment shorter than this is shown as it is: it could not be a
+secret worth the name, and hiding each occurrence of ``1`` or ``on`` would garble the text
+around it."""
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
@@ -141,12 +177,19 @@ def _server(name: str, entry: object, environ: Mapping[str, str]) -> ServerConfi
             args=tuple(expand(a) for a in _texts(name, "args", entry.get("args", []))),
             env={k: expand(v) for k, v in _pairs(name, "env", entry.get("env", {})).items()},
             cwd=_text(name, "cwd", entry["cwd"]) if "cwd" in entry else None,
+            expanded=expand.expanded,
         )
     url = expand(_text(name, "url", entry["url"]))
     if not url.startswith(("http://", "https://")):
-        raise _bad(name, f"url must start with http:// or https://, not {url[:40]!r}")
+        shown = redact(url, expand.expanded)[:40]
+        raise _bad(name, f"url must start with http:// or https://, not {shown!r}")
     headers = _pairs(name, "headers", entry.get("headers", {}))
-    return HttpServer(name=name, url=url, headers={k: expand(v) for k, v in headers.items()})
+    return HttpServer(
+        name=name,
+        url=url,
+        headers={k: expand(v) for k, v in headers.items()},
+        expanded=expand.expanded,
+    )
 
 
 class _Expander:
@@ -155,6 +198,8 @@ class _Expander:
     def __init__(self, server: str, environ: Mapping[str, str]) -> None:
         self._server = server
         self._environ = environ
+        self.expanded: dict[str, str] = {}
+        """Each value given so far, and the ``${VAR}`` it came from."""
 
     def __call__(self, value: str) -> str:
         return _VARIABLE.sub(self._value, value)
@@ -162,10 +207,12 @@ class _Expander:
     def _value(self, match: re.Match[str]) -> str:
         variable, default = match.group(1), match.group(2)
         value = self._environ.get(variable)
-        if default is not None:
-            return value or default  # POSIX ":-": unset or empty takes the default
+        if not value and default is not None:
+            return default  # POSIX ":-": unset or empty takes the default (the file's own)
         if value is None:
             raise _bad(self._server, f"${{{variable}}} is not set in the environment")
+        if len(value) >= _SHORTEST_SECRET:
+            self.expanded.setdefault(value, f"${{{variable}}}")
         return value
 
 

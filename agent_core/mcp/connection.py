@@ -99,8 +99,9 @@ class ServerConnection:
                 return await session.list_tools()
         except (MCPError, TimeoutError) as exc:
             session.end()
+            why = self.config.redact(_why(exc))
             raise ServerUnavailable(
-                self.name, f"the MCP server {self.name!r} did not list its tools: {_why(exc)}"
+                self.name, f"the MCP server {self.name!r} did not list its tools: {why}"
             ) from exc
 
     async def call(
@@ -115,13 +116,14 @@ class ServerConnection:
                 self._on_cancel(self.name)
             raise
         except MCPError as exc:
+            why = self.config.redact(exc.message)
             if not _connection_lost(exc):
-                raise ToolError(f"the MCP server {self.name!r} refused: {exc.message}") from exc
+                raise ToolError(f"the MCP server {self.name!r} refused: {why}") from exc
             session.end()
-            log.warning("mcp.server_stopped", server=self.name, tool=tool, error=exc.message)
+            log.warning("mcp.server_stopped", server=self.name, tool=tool, error=why)
             raise ServerStopped(
                 self.name,
-                f"the MCP server {self.name!r} stopped during the call ({exc.message}); "
+                f"the MCP server {self.name!r} stopped during the call ({why}); "
                 "it is restarted on the next call",
             ) from exc
 
@@ -258,10 +260,11 @@ class _Session:
                     ready.set_result(client)
                 await self._end.wait()
         except Exception as exc:
+            why = self.config.redact(_why(exc))
             if not ready.done():
-                ready.set_exception(self._unavailable(_why(exc)))
+                ready.set_exception(self._unavailable(why))
             else:
-                log.warning("mcp.server_lost", server=self.config.name, error=_why(exc))
+                log.warning("mcp.server_lost", server=self.config.name, error=why)
         finally:
             self.end()
             if not ready.done():

@@ -161,6 +161,6 @@ class McpManager:
         try:
             return await connection.start()
         except Exception as exc:  # one broken server must not keep the others from working
-            error = str(exc) or type(exc).__name__
+            error = connection.config.redact(str(exc) or type(exc).__name__)
             log.error("mcp.server_unavailable", server=connection.name, error=error)
             return error

@@ -1,5 +1,9 @@
 """The SDK transport for one configured server, watched for its end, cancelling at once.
 
+A stdio server starts in its entry's ``cwd``, or else in a fresh empty directory of its
+own, removed when it stops: never in threadpilot's, where a ``.env`` may hold the app's
+secrets.
+
 A stdio server that exits (crash, ``os._exit``, killed) closes its stdout; the SDK then
 fails the calls in flight with "connection closed" but keeps the client open, so without
 a watch the next call would fail too. :func:`open_transport` reports the end of the
@@ -16,6 +20,7 @@ the request's response stream, which is that version's cancellation.
 from __future__ import annotations
 
 import contextlib
+import tempfile
 from typing import TYPE_CHECKING, Any, TextIO
 
 import anyio
@@ -29,7 +34,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from agent_core.mcp.config import HttpServer, ServerConfig, StdioServer
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable
+    from collections.abc import AsyncIterator, Callable, Iterator
     from types import TracebackType
 
     from anyio.abc import TaskGroup
@@ -62,11 +67,24 @@ def open_transport(config: ServerConfig, on_end: Callable[[], None], errlog: Tex
 async def _stdio(
     config: StdioServer, on_end: Callable[[], None], errlog: TextIO
 ) -> AsyncIterator[TransportStreams]:
-    params = StdioServerParameters(
-        command=config.command, args=list(config.args), env=dict(config.env), cwd=config.cwd
-    )
-    async with stdio_client(params, errlog=errlog) as (read, write):
-        yield _EndWatch(read, on_end), write
+    with _working_directory(config) as cwd:
+        params = StdioServerParameters(
+            command=config.command, args=list(config.args), env=dict(config.env), cwd=cwd
+        )
+        async with stdio_client(params, errlog=errlog) as (read, write):
+            yield _EndWatch(read, on_end), write
+
+
+@contextlib.contextmanager
+def _working_directory(config: StdioServer) -> Iterator[str]:
+    """Where a stdio server starts: its ``cwd``, or else an empty directory of its own
+    (not threadpilot's, which may hold a ``.env``), removed once the server has ended."""
+    if config.cwd is not None:
+        yield config.cwd
+        return
+    # Made and removed on the event loop: once per server start, and nearly always empty.
+    with tempfile.TemporaryDirectory(prefix="threadpilot-mcp-", ignore_cleanup_errors=True) as cwd:
+        yield cwd
 
 
 @contextlib.asynccontextmanager
@@ -84,7 +102,7 @@ async def _http(config: HttpServer, on_end: Callable[[], None]) -> AsyncIterator
         # Left first: cancellations still going out end before the transport closes.
         anyio.create_task_group() as posts,
     ):
-        yield _EndWatch(read, on_end), _ParallelCancels(write, cancels, config.url, sent, posts)
+        yield _EndWatch(read, on_end), _ParallelCancels(write, cancels, config, sent, posts)
 
 
 class _EndWatch:
@@ -153,13 +171,13 @@ class _ParallelCancels:
         self,
         inner: WriteStream[SessionMessage],
         http: httpx2.AsyncClient,
-        url: str,
+        config: HttpServer,
         sent: _SentHeaders,
         posts: TaskGroup,
     ) -> None:
         self._inner = inner
         self._http = http
-        self._url = url
+        self._config = config
         self._sent = sent
         self._posts = posts
 
@@ -183,9 +201,10 @@ class _ParallelCancels:
         }
         with anyio.move_on_after(CANCEL_POST_TIMEOUT_S):
             try:
-                await self._http.post(self._url, json=body, headers=headers)
+                await self._http.post(self._config.url, json=body, headers=headers)
             except httpx2.HTTPError as exc:  # the server is gone: nothing left to cancel
-                log.info("mcp.cancel_not_delivered", url=self._url, error=str(exc))
+                where, error = self._config.where, self._config.redact(str(exc))
+                log.info("mcp.cancel_not_delivered", url=where, error=error)
 
     async def aclose(self) -> None:
         await self._inner.aclose()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import socket
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -152,3 +153,36 @@ async def test_help_prints_the_usage(tmp_path: Path) -> None:
     assert ran.status == 0
     assert "--check" in ran.stdout
     assert ".env.example" in ran.stdout
+
+
+async def test_mcp_servers_are_checked_without_showing_their_secrets(
+    slack: FakeSlack, llm: LLMock, tmp_path: Path
+) -> None:
+    token, password, query = "tok-Vq3Rw8Zt5Yx1Kp7M", "pw-Ln4Bc9Xs2Df6", "qs-Gh7Jk2Mn5Pq8"
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    config = tmp_path / "mcp.json"
+    servers = {
+        "wiki": {
+            "url": f"http://ops:{password}@127.0.0.1:{port}/mcp/${{MCP_TOKEN}}?token={query}",
+            "headers": {"Authorization": "Bearer ${MCP_TOKEN}"},
+        },
+        "tool": {"command": str(tmp_path / "no-such-${MCP_TOKEN}"), "args": ["${MCP_TOKEN}"]},
+    }
+    config.write_text(json.dumps({"mcpServers": servers}))
+
+    ran = await run_bot(
+        tmp_path,
+        "--check",
+        **good_settings(slack, llm.base_url(), tmp_path),
+        MCP_CONFIG=str(config),
+        MCP_TOKEN=token,
+    )
+
+    for secret in (token, password, query):
+        assert secret not in ran.stdout + ran.stderr
+    assert ran.line("MCP server wiki").startswith("FAIL")
+    assert f"127.0.0.1:{port}/mcp/${{MCP_TOKEN}}" in ran.line("MCP server wiki")
+    assert ran.line("MCP server tool").startswith("FAIL")
+    assert "no-such-${MCP_TOKEN}" in ran.line("MCP server tool")

@@ -150,6 +150,8 @@ class WorkerProcess:
     http: aiohttp.ClientSession
     process: asyncio.subprocess.Process | None = None
     starts: int = 0
+    user: tuple[int, int] | None = None
+    """Run as this (uid, gid), without supplementary groups; None: as the test runs."""
 
     @property
     def port(self) -> int:
@@ -183,6 +185,9 @@ class WorkerProcess:
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=log,
+                user=None if self.user is None else self.user[0],
+                group=None if self.user is None else self.user[1],
+                extra_groups=None if self.user is None else [],
             )
         STARTED_PIDS.add(self.process.pid)
         self.starts += 1
