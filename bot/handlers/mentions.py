@@ -216,7 +216,7 @@ class Mentions:
             history = await read_thread(
                 surface,
                 thread,
-                ctx.bot_user_id,
+                ctx.me,
                 requester=asked.user,
                 task=asked.task,
                 asked_ts=asked.ts,

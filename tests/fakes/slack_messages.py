@@ -103,6 +103,8 @@ class StoredMessage:
     """`time.monotonic()` of its `chat.startStream`."""
     deleted: bool = False
     metadata: Json | None = None
+    app: Json | None = None
+    """Another app's post: its fields as Slack gives them (`bot_id`, `username`...)."""
 
     def revise(self, method: str, text: str, blocks: list[Json] | None) -> None:
         self.text, self.blocks = text, blocks
