@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from bot.errors import SlackError
+from bot.surface import means_unavailable
 from bot.views.answer import render_answer
 from bot.views.status import RenderedMessage
 
@@ -317,19 +318,20 @@ class AnswerStream:
     async def _call(self, method: str, **kwargs: Any) -> dict[str, Any] | None:
         """One stream call; None if it failed (the stream falls back, or has expired)."""
         surface = self._surface
-        if not surface.streaming.available:
-            self._failed = True
-            return None
         try:
-            return await surface.budget.call(method, **kwargs)
+            reply = await surface.streaming.attempt(
+                surface.team_id, lambda: surface.budget.call(method, **kwargs)
+            )
         except SlackError as exc:
             if exc.error == STREAM_EXPIRED and self.ts is not None:
                 self._expire()
                 return None
-            if not surface.streaming.refused(surface.team_id, exc.error):
+            if not means_unavailable(exc.error):
                 log.warning("slack.optional_call_failed", method=method, error=exc.error)
-            self._failed = True
-            return None
+            reply = None
+        if reply is None:
+            self._failed = True  # refused, or streaming is off here: the status shows it
+        return reply
 
     def _expire(self) -> None:
         if not self.expired:
