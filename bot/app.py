@@ -301,7 +301,7 @@ class ThreadpilotApp:
         )
         bolt.error(on_bolt_error)
         # Durable and shared by every worker: a retry delivered elsewhere is dropped too.
-        deduper = EventDeduper(ctx.deliveries, ctx.store, budget_s=ACK_BUDGET_S)
+        deduper = EventDeduper(ctx.deliveries, ctx.store, ctx.me, budget_s=ACK_BUDGET_S)
         bolt.middleware(deduper.middleware)
         mentions.register(bolt, ctx)
         # Before actions.register, whose last listener takes every button nobody took.
