@@ -316,13 +316,14 @@ class RunQueue:
             return []
         if checkpoint is not None:
             return history_of(checkpoint, record.task)
-        return await read_thread(
+        read = await read_thread(
             surface,
             record.thread,
             self._me,
             requester=record.requester,
             task=record.task,
         )
+        return read.history
 
     # -- ending ------------------------------------------------------------------------
 

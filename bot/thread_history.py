@@ -41,6 +41,7 @@ __all__ = [
     "MAX_PAGES",
     "PAGE_SIZE",
     "Replies",
+    "ThreadRead",
     "history_from",
     "read_replies",
     "read_thread",
@@ -125,6 +126,15 @@ def _ts_key(ts: object) -> tuple[int, str]:
     return (int(seconds) if seconds.isdigit() else 0, micros.ljust(6, "0"))
 
 
+@dataclass(frozen=True, slots=True)
+class ThreadRead:
+    """A thread as a run starts from it."""
+
+    history: list[ChatMessage]
+    people: frozenset[str] = frozenset()
+    """Who wrote the messages read (people, not apps): the thread's participants."""
+
+
 async def read_thread(
     surface: SlackSurface,
     thread: ThreadKey,
@@ -133,7 +143,7 @@ async def read_thread(
     requester: str,
     task: str,
     asked_ts: str | None = None,
-) -> list[ChatMessage]:
+) -> ThreadRead:
     """The thread's history for a run asked for by ``requester`` with ``task`` (in the
     message ``asked_ts``, if known). Empty if Slack cannot give it: the run goes on
     without it."""
@@ -146,11 +156,18 @@ async def read_thread(
         )
     except SlackError as exc:
         log.warning("thread.history_unavailable", error=exc.error)
-        return []
+        return ThreadRead([])
     written = replies.newest
     if asked_ts is None:
         asked_ts = _asking_ts(written, me.user_id, requester, task)
-    return history_from(written, me, exclude_ts=asked_ts or "")
+    people = {
+        str(m["user"])
+        for m in written
+        if m.get("user")
+        and not (me.wrote(m) or m.get("bot_id"))
+        and m.get("subtype") in (None, "thread_broadcast")
+    }
+    return ThreadRead(history_from(written, me, exclude_ts=asked_ts or ""), frozenset(people))
 
 
 def _asking_ts(

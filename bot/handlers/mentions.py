@@ -213,7 +213,7 @@ class Mentions:
         thread = asked.thread
         history: list[ChatMessage] = []
         if thread.thread_ts != asked.ts:
-            history = await read_thread(
+            read = await read_thread(
                 surface,
                 thread,
                 ctx.me,
@@ -221,6 +221,11 @@ class Mentions:
                 task=asked.task,
                 asked_ts=asked.ts,
             )
+            history = read.history
+            # Who wrote in the thread before the app was part of it takes part in its
+            # runs too (STOP_POLICY=participants); only threads with a run are recorded.
+            for person in sorted(read.people - {asked.user}):
+                await ctx.stops.note_participant(thread, person)
 
         def make_session(run: Run) -> RunSession:
             return RunSession(

@@ -153,3 +153,19 @@ async def test_what_can_act_is_still_taken_once_and_its_authors_recorded(
     assert "U0TPLATER1" in await store.participants(thread)
     await bot.slack.wait_until(lambda _: len(llm.requests) == 4, timeout=WAIT_S)
     assert len(await store.find_runs(thread=thread)) == 2
+
+
+async def test_who_wrote_in_a_thread_before_the_app_was_asked_takes_part(
+    make_bot: BotFactory, llm: LLMock
+) -> None:
+    bot = await make_bot(STOP_POLICY="participants")
+    parent = bot.slack.seed_message(DEFAULT_CHANNEL, "Is the deploy stuck?", user=OTHER)
+    bot.slack.seed_message(DEFAULT_CHANNEL, "Looks like it.", thread_ts=parent, user="U0TPEARLY1")
+    thread = ThreadKey(TEAM, DEFAULT_CHANNEL, parent)
+    assert await store_of(bot).participants(thread) == set()  # the app was not part of it
+    llm.reply("It is waiting for an approval.")
+
+    _, status = await bot.mention("can you check?", thread_ts=parent)
+    await bot.final(status)
+
+    assert await store_of(bot).participants(thread) == {OTHER, "U0TPEARLY1"}
