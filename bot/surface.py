@@ -90,12 +90,14 @@ class Feature:
         seeing what the one before learnt. A refusal meaning "unavailable" switches the
         feature off; every :class:`~bot.errors.SlackError` is raised to the caller.
         """
-        if self._works and self.available:
-            return await self._noted(team_id, call)
-        async with self._probing:
-            if not self.available:
-                return None
-            return await self._noted(team_id, call)
+        if not (self._works and self.available):
+            async with self._probing:
+                if not self.available:
+                    return None
+                if not self._works:
+                    return await self._noted(team_id, call)
+            # Slack took the call that went first: the rest need not wait on each other.
+        return await self._noted(team_id, call)
 
     async def _noted(self, team_id: str, call: Callable[[], Awaitable[T]]) -> T:
         try:
