@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from bot.errors import SlackError
+from bot.errors import BudgetNotRunning, SlackError
 from bot.surface import means_unavailable
 from bot.views.answer import Task, answer_metadata, follow_ups, render_answer
 
@@ -287,8 +287,8 @@ class AnswerStream:
                         thread_ts=self._thread_ts,
                         metadata=metadata,
                     )
-            except (SlackError, TimeoutError) as exc:
-                log.error("stream.follow_up_failed", piece=number, error=str(exc))
+            except (SlackError, TimeoutError, BudgetNotRunning) as exc:
+                log.error("stream.follow_up_failed", piece=number, error=repr(exc))
                 return
 
     async def finish(self) -> None:

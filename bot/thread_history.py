@@ -193,14 +193,14 @@ def history_from(
         if me.wrote(message):
             history.append({"role": "assistant", "content": text})
         else:
-            history.append({"role": "user", "content": f"{author(message)}: {text}"})
+            history.append({"role": "user", "content": f"{_author(message)}: {text}"})
     history = history[-HISTORY_MESSAGES:]
     while sum(len(str(m["content"])) for m in history) > HISTORY_CHARS and len(history) > 1:
         history.pop(0)
     return history
 
 
-def author(message: dict[str, Any]) -> str:
+def _author(message: dict[str, Any]) -> str:
     """Who wrote a message that is not ours: ``<@U…>`` for a person, ``[app: name]`` for
     another app, a webhook or a workflow (by the name it posts under)."""
     if not (message.get("bot_id") or message.get("subtype") == "bot_message"):
