@@ -13,7 +13,10 @@ are refused with ``message_not_in_streaming_state``. The message stays, so the s
 carries on as a plain message: from then on it is rewritten whole with ``chat.update``
 (coalesced by the budget, paced here) with the answer so far and its tasks as a ``plan``
 block, and once the run has ended it gets its final form the same way. No text is lost:
-what the refused append carried is part of the whole answer written next.
+what the refused append carried is part of the whole answer written next, an answer too
+long for one message goes on in follow-up messages in the thread
+(:func:`bot.views.answer.render_answer`), and if Slack refuses the final rewrite all the
+same, everything the message does not show yet is posted after it.
 
 Where streaming is refused (or fails), nothing more goes to the stream: the answer is
 shown in the status message instead, which also shows the running tool and sub-agents.
@@ -28,14 +31,16 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from bot.errors import SlackError
-from bot.views.answer import render_answer
-from bot.views.status import RenderedMessage
+from bot.errors import BudgetNotRunning, SlackError
+from bot.surface import means_unavailable
+from bot.views.answer import Task, answer_metadata, follow_ups, render_answer
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from bot.surface import SlackSurface
+    from bot.views.answer import AnswerMessages
+    from bot.views.status import RenderedMessage
 
 __all__ = ["STREAM_EXPIRED", "AnswerStream", "TaskStatus"]
 
@@ -72,19 +77,24 @@ class AnswerStream:
         user: str,
         team: str,
         *,
-        metadata: dict[str, Any] | None = None,
+        run_id: str | None = None,
         plan_title: str | None = None,
         answer: Callable[[], str] | None = None,
     ) -> None:
-        """``answer``: the answer that counts so far (an expired stream's message is
-        rewritten with it); by default, all the text pushed here."""
+        """``run_id``: tags the message (and any follow-up) with the run's answer
+        metadata. ``answer``: the answer that counts so far (an expired stream's message
+        is rewritten with it); by default, all the text pushed here."""
         self._surface = surface
         self._channel = channel
         self._thread_ts = thread_ts
         self._recipient = {"recipient_user_id": user, "recipient_team_id": team}
-        self._metadata = metadata  # chat.startStream takes none: set by chat.stopStream
+        self._run_id = run_id
+        # chat.startStream takes no metadata: set by chat.stopStream.
+        self._metadata = answer_metadata(run_id) if run_id is not None else None
         self._plan_title = plan_title[:_TITLE_CHARS] if plan_title else None
         self._pushed: list[str] = []
+        self._streamed: list[str] = []
+        """The text Slack took into the stream: what its message shows."""
         self._answer = answer or (lambda: "".join(self._pushed))
         self.revised = False
         """True once text pushed here was voided: the message needs :meth:`rewrite`."""
@@ -245,12 +255,41 @@ class AnswerStream:
                 if rendered is None:
                     await budget.call("chat.delete", channel=self._channel, ts=self.ts)
                     return
+                first, rest = rendered.first, rendered.rest
                 if not await budget.update_final(
-                    self._channel, self.ts, text=rendered.text, blocks=rendered.blocks
+                    self._channel, self.ts, text=first.text, blocks=first.blocks
                 ):
-                    log.warning("stream.rewrite_failed", error="not delivered")
+                    # The message stays as it stood: what it does not show goes after it.
+                    rest = follow_ups(self._not_shown(answer))
+                    log.warning("stream.rewrite_failed", follow_ups=len(rest))
         except (SlackError, TimeoutError) as exc:
             log.warning("stream.rewrite_failed", error=str(exc))
+            return
+        await self._follow_up(rest)
+
+    def _not_shown(self, answer: str) -> str:
+        """What of ``answer`` the stream's message does not show: the part after the text
+        streamed, or all of it if what was streamed is not its beginning (a voided try)."""
+        streamed = "".join(self._streamed).strip()
+        whole = answer.strip()
+        return whole[len(streamed) :] if whole.startswith(streamed) else whole
+
+    async def _follow_up(self, pieces: tuple[RenderedMessage, ...]) -> None:
+        """Post the rest of a long answer in the thread, under the message (bounded)."""
+        for number, piece in enumerate(pieces, start=1):
+            metadata = answer_metadata(self._run_id, number) if self._run_id else None
+            try:
+                async with asyncio.timeout(_STREAM_CLOSE_S):
+                    await self._surface.budget.post_message(
+                        self._channel,
+                        text=piece.text,
+                        blocks=piece.blocks,
+                        thread_ts=self._thread_ts,
+                        metadata=metadata,
+                    )
+            except (SlackError, TimeoutError, BudgetNotRunning) as exc:
+                log.error("stream.follow_up_failed", piece=number, error=repr(exc))
+                return
 
     async def finish(self) -> None:
         """Drain, then stop: the whole close, for callers with nothing in between."""
@@ -311,25 +350,30 @@ class AnswerStream:
             )
             if reply is not None:
                 self.ts = str(reply["ts"])
-            return
-        await self._call("chat.appendStream", channel=self._channel, ts=self.ts, chunks=chunks)
+        else:
+            reply = await self._call(
+                "chat.appendStream", channel=self._channel, ts=self.ts, chunks=chunks
+            )
+        if reply is not None:
+            self._streamed += [c["text"] for c in chunks if c["type"] == "markdown_text"]
 
     async def _call(self, method: str, **kwargs: Any) -> dict[str, Any] | None:
         """One stream call; None if it failed (the stream falls back, or has expired)."""
         surface = self._surface
-        if not surface.streaming.available:
-            self._failed = True
-            return None
         try:
-            return await surface.budget.call(method, **kwargs)
+            reply = await surface.streaming.attempt(
+                surface.team_id, lambda: surface.budget.call(method, **kwargs)
+            )
         except SlackError as exc:
             if exc.error == STREAM_EXPIRED and self.ts is not None:
                 self._expire()
                 return None
-            if not surface.streaming.refused(surface.team_id, exc.error):
+            if not means_unavailable(exc.error):
                 log.warning("slack.optional_call_failed", method=method, error=exc.error)
-            self._failed = True
-            return None
+            reply = None
+        if reply is None:
+            self._failed = True  # refused, or streaming is off here: the status shows it
+        return reply
 
     def _expire(self) -> None:
         if not self.expired:
@@ -340,38 +384,13 @@ class AnswerStream:
         """Rewrite an expired stream's message with the answer so far (coalesced)."""
         rendered = self._render(self._answer())
         if rendered is not None and self.ts is not None:
+            first = rendered.first
             self._surface.budget.update_progress(
-                self._channel, self.ts, text=rendered.text, blocks=rendered.blocks
+                self._channel, self.ts, text=first.text, blocks=first.blocks
             )
 
-    def _render(self, answer: str) -> RenderedMessage | None:
-        """The message as a plain one: the tasks as a ``plan`` block, then the answer.
-        None if there is nothing to show."""
-        shown = answer.strip()
-        plan = self._plan_block()
-        if not shown and plan is None:
-            return None
-        rendered = render_answer(answer)
-        if plan is None:
-            return rendered
-        if not shown:
-            return RenderedMessage(text=str(plan["title"]), blocks=[plan])
-        return RenderedMessage(text=rendered.text, blocks=[plan, *rendered.blocks])
-
-    def _plan_block(self) -> dict[str, Any] | None:
-        """The tasks shown so far, as Block Kit's ``plan`` of ``task_card``s."""
-        if not self._tasks or not self._plan_title:
-            return None
-        return {
-            "type": "plan",
-            "title": self._plan_title,
-            "tasks": [
-                {
-                    "type": "task_card",
-                    "task_id": chunk["id"],
-                    "title": chunk["title"],
-                    "status": chunk["status"],
-                }
-                for chunk in self._tasks.values()
-            ],
-        }
+    def _render(self, answer: str) -> AnswerMessages | None:
+        """The message as a plain one (the tasks shown so far as a ``plan``, then the
+        answer), and the rest of a long answer. None if there is nothing to show."""
+        tasks = [Task(c["id"], c["title"], c["status"]) for c in self._tasks.values()]
+        return render_answer(answer, title=self._plan_title, tasks=tasks)

@@ -14,11 +14,15 @@ fails raises :class:`ConfigError` naming the setting, before anything else is lo
 
 Every Web API client this process makes uses ``SLACK_API_URL`` (Bolt's, the Socket Mode
 handler's, the budgets'): they are all the one :class:`AsyncWebClient` built here.
+``auth.test`` is asked once, at start-up: its answer (:class:`~bot.identity.AppIdentity`)
+also authorizes Bolt's requests, which would otherwise ask again, once for every request
+that arrives before its first answer.
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
 import errno
 import time
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -33,6 +37,7 @@ from slack_bolt.adapter.socket_mode.async_internals import (
     send_async_response,
 )
 from slack_bolt.async_app import AsyncApp
+from slack_bolt.authorization import AuthorizeResult
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
@@ -55,6 +60,7 @@ from bot.dedupe import Deliveries, EventDeduper
 from bot.handlers import actions, command, events, feedback, home, mentions
 from bot.home_refresh import HomeRefresher
 from bot.http_guard import Refusal, SlackRequestGuard, on_bolt_error
+from bot.identity import AppIdentity
 from bot.loop_load import LoopLoad
 from bot.metrics import CONTENT_TYPE, Metrics
 from bot.session import RunSession
@@ -65,7 +71,7 @@ from bot.tools import SLACK_READ_THREAD, slack_read_thread
 from bot.worker import Worker, default_worker_id
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable
+    from collections.abc import Awaitable, Callable
 
     from slack_sdk.socket_mode.async_client import AsyncBaseSocketModeClient
     from slack_sdk.socket_mode.request import SocketModeRequest
@@ -144,7 +150,7 @@ class ThreadpilotApp:
         client = AsyncWebClient(
             token=settings.SLACK_BOT_TOKEN, base_url=settings.SLACK_API_URL, session=self._session
         )
-        bot_user_id = await _step("SLACK_API_URL", "Slack (auth.test)", _who_am_i(client))
+        me = await _step("SLACK_API_URL", "Slack (auth.test)", _who_am_i(client))
         socket_url = None
         if settings.SLACK_APP_TOKEN is not None:
             socket_url = await _step(
@@ -164,7 +170,7 @@ class ThreadpilotApp:
         workspaces = Workspaces(client, metrics=self.metrics)
         agent = Agent(
             self._model or self._openai_model(),
-            [*BUILTIN_TOOLS, slack_read_thread(workspaces, bot_user_id), *self.mcp.tools],
+            [*BUILTIN_TOOLS, slack_read_thread(workspaces, me), *self.mcp.tools],
             config=AgentConfig(
                 max_turns=settings.MAX_TURNS,
                 final_turn_timeout_s=settings.FINAL_TURN_TIMEOUT,
@@ -194,7 +200,7 @@ class ThreadpilotApp:
             settings,
             resume=self._resume,
             worker_id=worker_id,
-            bot_user_id=bot_user_id,
+            me=me,
             metrics=self.metrics,
         )
         supervisor.stop_scan = self._worker.watcher.scan
@@ -213,7 +219,7 @@ class ThreadpilotApp:
             settings,
             supervisor,
             workspaces,
-            bot_user_id,
+            me,
             self._store,
             self._worker,
             stops,
@@ -244,7 +250,7 @@ class ThreadpilotApp:
             "app.ready",
             transport="socket_mode" if settings.socket_mode else "http",
             port=self.port,
-            bot_user_id=bot_user_id,
+            bot_user_id=me.user_id,
             api_url=settings.SLACK_API_URL,
             mcp_tools=len(self.mcp.tools),
         )
@@ -278,8 +284,13 @@ class ThreadpilotApp:
 
     def _bolt(self, client: AsyncWebClient, ctx: BotContext) -> AsyncApp:
         socket_mode = self.settings.socket_mode
+        # Bolt takes its token from the authorization: a client of its own without one
+        # (the token would be set aside, with a warning).
+        tokenless = copy.copy(client)
+        tokenless.token = None
         bolt = AsyncApp(
-            client=client,
+            client=tokenless,
+            authorize=_authorization(ctx.me, self.settings.SLACK_BOT_TOKEN),
             # Socket Mode payloads are not signed (the xapp- token authenticates the socket).
             signing_secret=self.settings.SLACK_SIGNING_SECRET or "unused-in-socket-mode",
             request_verification_enabled=not socket_mode,
@@ -290,7 +301,7 @@ class ThreadpilotApp:
         )
         bolt.error(on_bolt_error)
         # Durable and shared by every worker: a retry delivered elsewhere is dropped too.
-        deduper = EventDeduper(ctx.deliveries, ctx.store, budget_s=ACK_BUDGET_S)
+        deduper = EventDeduper(ctx.deliveries, ctx.store, ctx.me, budget_s=ACK_BUDGET_S)
         bolt.middleware(deduper.middleware)
         mentions.register(bolt, ctx)
         # Before actions.register, whose last listener takes every button nobody took.
@@ -410,8 +421,8 @@ class _TimedSocketMode(AsyncSocketModeHandler):
         self._metrics.acked(req.payload, received)
 
 
-async def _who_am_i(client: AsyncWebClient) -> str:
-    """The bot user id, which also proves the token works: a clear start-up error if not."""
+async def _who_am_i(client: AsyncWebClient) -> AppIdentity:
+    """The app's ids, which also proves the token works: a clear start-up error if not."""
     try:
         auth = await client.auth_test()
     except SlackApiError as exc:
@@ -420,7 +431,25 @@ async def _who_am_i(client: AsyncWebClient) -> str:
         ) from exc
     except (SlackClientError, aiohttp.ClientError, OSError) as exc:
         raise ConfigError("SLACK_API_URL", f"cannot reach Slack there ({exc})") from exc
-    return str(auth["user_id"])
+    return AppIdentity.from_auth_test(auth.data if isinstance(auth.data, dict) else {})
+
+
+def _authorization(me: AppIdentity, token: str) -> Callable[[], Awaitable[AuthorizeResult]]:
+    """Bolt's ``authorize``: every request is this app's, as start-up's ``auth.test`` said."""
+    result = AuthorizeResult(
+        enterprise_id=me.enterprise_id,
+        team_id=me.team_id or None,
+        team=me.team or None,
+        url=me.url or None,
+        bot_user_id=me.user_id,
+        bot_id=me.bot_id or None,
+        bot_token=token,
+    )
+
+    async def authorize() -> AuthorizeResult:
+        return result
+
+    return authorize
 
 
 async def _socket_url(client: AsyncWebClient, app_token: str) -> str:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from agent_core.ports import Store
     from bot.dedupe import Deliveries
+    from bot.identity import AppIdentity
     from bot.settings import Settings
     from bot.stops import StopService
     from bot.supervisor import Supervisor
@@ -22,8 +23,8 @@ class BotContext:
     settings: Settings
     supervisor: Supervisor
     workspaces: Workspaces
-    bot_user_id: str
-    """The app's bot user, from ``auth.test``: mentions of it are stripped from tasks."""
+    me: AppIdentity
+    """The app's ids, from ``auth.test``: which posts are ours, and who a mention names."""
     store: Store
     worker: Worker
     stops: StopService
@@ -31,3 +32,8 @@ class BotContext:
     deliveries: Deliveries
     """Which Slack deliveries were taken: events, clicks, feedback. One per process, so
     what one handler took, another knows without asking the database."""
+
+    @property
+    def bot_user_id(self) -> str:
+        """The app's bot user: mentions of it are stripped from tasks."""
+        return self.me.user_id

@@ -21,6 +21,12 @@ process took at least :data:`RETAKE_AFTER` ago, and that left no run in its thre
 its time on, is taken again (Slack retries after about 3 s, 1 minute
 and 5 minutes; the thread's one-live-run rule and guidance ids make a second taking
 harmless). A repeat this process took itself is always dropped: its taker is alive.
+
+Only events that can start or steer a run are recorded (:meth:`EventDeduper.can_act`):
+mentions, DMs, Slack's native stop, and people's replies in threads the app has had a run
+in. A busy workspace sends the app every message of its channels; a write for each would
+queue clicks behind them on SQLite's one writer, and a repeat of one of them does nothing
+anyway.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from agent_core.ports import DeliveryLog, RunQueries
+    from bot.identity import AppIdentity
 
 __all__ = ["CLOCK_SKEW", "Deliveries", "EventDeduper", "click_key", "event_key"]
 
@@ -52,6 +59,11 @@ RETAKE_AFTER = timedelta(seconds=10)
 """A live taker has started its run long before this; a repeat later than it with no run
 to show means the taker died."""
 _STARTS_RUNS = frozenset({"app_mention", "message"})
+_PERSONS_MESSAGE = (None, "thread_broadcast")
+"""A person's new message: plain, or a reply also sent to the channel (edits, joins and
+other apps' posts have other subtypes)."""
+JOINED_MEMORY = 10_000
+"""Threads known to have had a run (that never stops being true), remembered here."""
 
 
 def event_key(event_id: str) -> str:
@@ -123,10 +135,56 @@ class EventDeduper:
     catches most repeats, and it is logged.
     """
 
-    def __init__(self, deliveries: Deliveries, runs: RunQueries, *, budget_s: float) -> None:
+    def __init__(
+        self, deliveries: Deliveries, runs: RunQueries, me: AppIdentity, *, budget_s: float
+    ) -> None:
         self._deliveries = deliveries
         self._runs = runs
+        self._me = me
         self._budget_s = budget_s
+        self._joined: OrderedDict[ThreadKey, None] = OrderedDict()
+
+    async def can_act(self, body: dict[str, Any]) -> bool:
+        """True if the event may start or steer a run, so a repeat of it must be dropped:
+        a mention, a DM or group DM, Slack's native stop, or a person's reply in a thread
+        the app has had a run in (a database read, within the budget; a database that
+        cannot say counts as yes). The handlers decide what it does; this only has to
+        include everything they act on."""
+        event = body.get("event")
+        if not isinstance(event, dict):
+            return False
+        kind = event.get("type")
+        if kind == "agent_session_stopped":
+            return True
+        if kind not in _STARTS_RUNS or event.get("bot_id"):
+            return False
+        if event.get("subtype") not in _PERSONS_MESSAGE or event.get("user") == self._me.user_id:
+            return False
+        if kind == "app_mention" or event.get("channel_type") == "im":
+            return True
+        if f"<@{self._me.user_id}" in str(event.get("text") or ""):
+            return False  # its app_mention event is the one that acts
+        if event.get("channel_type") == "mpim":
+            return True
+        thread_ts, channel, team = event.get("thread_ts"), event.get("channel"), body.get("team_id")
+        if not all(isinstance(v, str) and v for v in (thread_ts, channel, team)):
+            return False  # not in a thread: a channel's chatter
+        return await self._had_run(ThreadKey(str(team), str(channel), str(thread_ts)))
+
+    async def _had_run(self, thread: ThreadKey) -> bool:
+        if thread in self._joined:
+            self._joined.move_to_end(thread)
+            return True
+        try:
+            async with asyncio.timeout(self._budget_s):
+                had = bool(await self._runs.find_runs(thread=thread, limit=1))
+        except (StorageError, TimeoutError):
+            return True  # cannot tell: recorded, as every event was
+        if had:
+            self._joined[thread] = None
+            if len(self._joined) > JOINED_MEMORY:
+                self._joined.popitem(last=False)
+        return had
 
     async def first_time(self, event_id: str) -> bool:
         key = event_key(event_id)
@@ -169,6 +227,9 @@ class EventDeduper:
         self, body: dict[str, Any], next: Callable[[], Awaitable[None]]
     ) -> BoltResponse | None:
         event_id = body.get("event_id") if body.get("type") == "event_callback" else None
+        if event_id and not await self.can_act(body):
+            await next()  # nothing a repeat could do twice: not recorded
+            return None
         taken_here = bool(event_id) and self._deliveries.seen_here(event_key(str(event_id)))
         if event_id and not await self.first_time(str(event_id)):
             if not taken_here and await self.work_lost(body):

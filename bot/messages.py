@@ -135,6 +135,13 @@ def activity_retry(seconds: float, why: str) -> str:
 
 STREAM_RETRYING = "_(The model call failed partway and is being retried; text above may repeat.)_"
 """Pushed into a streamed answer when a step restarts and its partial text is void."""
+ANSWER_CONTINUES = "_(continued in the next message)_"
+"""Ends a part of an answer too long for one Slack message; the rest follows."""
+
+
+def earlier_tasks(count: int) -> str:
+    """Ends the task list's title when only its latest tasks fit in the answer message."""
+    return f"(and {count:,} earlier task{'s' if count != 1 else ''})"
 
 
 # -- tools' progress and sub-agents ---------------------------------------------------

@@ -64,6 +64,7 @@ if TYPE_CHECKING:
 
     from agent_core import ChatMessage, ResumeSettings, Run, ThreadKey
     from agent_core.ports import StopRequestRecord, Store
+    from bot.identity import AppIdentity
     from bot.metrics import Metrics
     from bot.reconciler import Reconciler
     from bot.stop_watch import StopWatcher
@@ -155,7 +156,7 @@ class RunQueue:
         workspaces: Workspaces,
         *,
         worker_id: str,
-        bot_user_id: str,
+        me: AppIdentity,
         lease_ttl_s: float,
         reconciler: Reconciler,
         watcher: StopWatcher,
@@ -166,7 +167,7 @@ class RunQueue:
         self._supervisor = supervisor
         self._workspaces = workspaces
         self._worker_id = worker_id
-        self._bot_user_id = bot_user_id
+        self._me = me
         self._ttl = lease_ttl_s
         self._reconciler = reconciler
         self._watcher = watcher
@@ -315,13 +316,14 @@ class RunQueue:
             return []
         if checkpoint is not None:
             return history_of(checkpoint, record.task)
-        return await read_thread(
+        read = await read_thread(
             surface,
             record.thread,
-            self._bot_user_id,
+            self._me,
             requester=record.requester,
             task=record.task,
         )
+        return read.history
 
     # -- ending ------------------------------------------------------------------------
 

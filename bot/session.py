@@ -61,7 +61,6 @@ from bot.agent_session import SessionStatus, set_session_status
 from bot.answer_stream import AnswerStream, TaskStatus
 from bot.errors import SlackError
 from bot.guidance import GuidanceMarks
-from bot.views.answer import answer_metadata
 from bot.views.status import ChildTask, StatusSnapshot, render_status
 
 if TYPE_CHECKING:
@@ -115,7 +114,7 @@ class RunSession:
             thread_ts,
             requester,
             team_id,
-            metadata=answer_metadata(run.id),
+            run_id=run.id,
             plan_title=run.task,
             answer=lambda: "".join(self._answer),
         )

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from agent_core.ports import Checkpoint, RunRecord, Store
+    from bot.identity import AppIdentity
     from bot.metrics import Metrics
     from bot.settings import Settings
     from bot.supervisor import Supervisor
@@ -55,7 +56,7 @@ class Worker:
         *,
         resume: Callable[[RunRecord, Checkpoint | None], Awaitable[None]],
         worker_id: str,
-        bot_user_id: str,
+        me: AppIdentity,
         metrics: Metrics | None = None,
     ) -> None:
         self.id = worker_id
@@ -91,7 +92,7 @@ class Worker:
             supervisor,
             workspaces,
             worker_id=worker_id,
-            bot_user_id=bot_user_id,
+            me=me,
             lease_ttl_s=settings.LEASE_TTL,
             reconciler=self.reconciler,
             watcher=self.watcher,

@@ -96,11 +96,11 @@ def register(app: AsyncApp, ctx: BotContext) -> None:
         if (steered := context.get(STEERED)) is not None:
             await steering.after_ack(steered)  # a reply to a live run (its middleware's)
             return
-        if _from_a_person(event, ctx.bot_user_id) and event.get("thread_ts"):
-            # Who wrote in a thread may stop its runs (STOP_POLICY=participants).
-            where = ThreadKey(body["team_id"], event["channel"], event["thread_ts"])
-            await ctx.stops.note_participant(where, event["user"])
         if (asked := context.get(ACCEPTED)) is not None:
+            if asked.ts != asked.thread.thread_ts:
+                # A reply in a thread the app has had a run in: who wrote there may stop
+                # its runs (STOP_POLICY=participants). Other threads are not recorded.
+                await ctx.stops.note_participant(asked.thread, asked.user)
             await mentions.after_ack(asked)
 
     # The middleware runs before Bolt acknowledges the event, in this order; the
@@ -213,14 +213,19 @@ class Mentions:
         thread = asked.thread
         history: list[ChatMessage] = []
         if thread.thread_ts != asked.ts:
-            history = await read_thread(
+            read = await read_thread(
                 surface,
                 thread,
-                ctx.bot_user_id,
+                ctx.me,
                 requester=asked.user,
                 task=asked.task,
                 asked_ts=asked.ts,
             )
+            history = read.history
+            # Who wrote in the thread before the app was part of it takes part in its
+            # runs too (STOP_POLICY=participants); only threads with a run are recorded.
+            for person in sorted(read.people - {asked.user}):
+                await ctx.stops.note_participant(thread, person)
 
         def make_session(run: Run) -> RunSession:
             return RunSession(

@@ -28,6 +28,7 @@ from slack_sdk.models.blocks import Block
 
 from agent_core import ExitCode, Handoff, Outcome, RunResult, StopReason, Timings, Usage
 from bot import messages as m
+from bot.messages import ANSWER_CONTINUES
 from bot.views.answer import MARKDOWN_LIMIT, answer_metadata, render_answer
 from bot.views.status import (
     ACTION_ABORT,
@@ -570,8 +571,10 @@ def test_the_answer_metadata_is_told_apart_from_the_status_message() -> None:
 
 
 def test_a_short_answer_is_rewritten_as_it_is() -> None:
-    rendered = render_answer("**Done**: 42 <items> & more\n")
+    messages = render_answer("**Done**: 42 <items> & more\n")
 
+    assert messages is not None and messages.rest == ()
+    rendered = messages.first
     assert rendered.blocks == [{"type": "markdown", "text": "**Done**: 42 <items> & more"}]
     assert [validated(b) for b in rendered.blocks] == rendered.blocks
     assert rendered.text == "**Done**: 42 <items> & more"
@@ -580,12 +583,19 @@ def test_a_short_answer_is_rewritten_as_it_is() -> None:
 @settings(max_examples=60, suppress_health_check=[HealthCheck.too_slow], deadline=None)
 @given(answer=_big)
 def test_a_rewritten_answer_fits_slack(answer: str) -> None:
-    rendered = render_answer(answer)
+    messages = render_answer(answer)
 
-    ((block),) = rendered.blocks
-    assert units(block["text"]) <= MARKDOWN_LIMIT
-    assert units(rendered.text) <= TEXT_LIMIT
+    if not answer.strip():
+        assert messages is None
+        return
+    assert messages is not None
+    for rendered in (messages.first, *messages.rest):
+        ((block),) = rendered.blocks
+        assert units(block["text"]) <= MARKDOWN_LIMIT
+        assert units(rendered.text) <= TEXT_LIMIT
+    ((first),) = messages.first.blocks
     if units(answer.strip()) > MARKDOWN_LIMIT:
-        assert "truncated" in block["text"]
+        # Never cut silently: the rest follows in more messages (tests/bot/test_long_answer.py).
+        assert first["text"].endswith(ANSWER_CONTINUES) and messages.rest
     else:
-        assert block["text"] == answer.strip()
+        assert first["text"] == answer.strip() and messages.rest == ()

@@ -262,11 +262,20 @@ class FakeSlack:
         thread_ts: str | None = None,
         blocks: list[Json] | None = None,
         metadata: Json | None = None,
+        app: Json | None = None,
     ) -> str:
         """Store a message that arrived before the test (a person's by default; the
-        app's own with `user=workspace.bot_user_id` and its `metadata`); returns its ts."""
+        app's own with `user=workspace.bot_user_id` and its `metadata`; another app's
+        or a webhook's with `app`, its fields); returns its ts."""
         return self.state.seed_message(
-            channel, text, user=user, ts=ts, thread_ts=thread_ts, blocks=blocks, metadata=metadata
+            channel,
+            text,
+            user=user,
+            ts=ts,
+            thread_ts=thread_ts,
+            blocks=blocks,
+            metadata=metadata,
+            app=app,
         )
 
     def new_response_url(self) -> str:

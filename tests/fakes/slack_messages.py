@@ -18,6 +18,11 @@ if TYPE_CHECKING:
 # Slack's documented limits: text is truncated, too many blocks is refused.
 MAX_TEXT = 40_000
 MAX_MESSAGE_BLOCKS = 50
+MAX_MARKDOWN = 12_000
+"""A `markdown` block's text, at most (more is `invalid_blocks`)."""
+MAX_BLOCKS_TEXT = 12_000
+"""All the text a message's blocks carry (texts and titles), at most: Slack answers
+`msg_blocks_too_long` around here (slackapi/bolt-js#2509, #2867)."""
 
 
 class Refused(Exception):
@@ -103,6 +108,8 @@ class StoredMessage:
     """`time.monotonic()` of its `chat.startStream`."""
     deleted: bool = False
     metadata: Json | None = None
+    app: Json | None = None
+    """Another app's post: its fields as Slack gives them (`bot_id`, `username`...)."""
 
     def revise(self, method: str, text: str, blocks: list[Json] | None) -> None:
         self.text, self.blocks = text, blocks
@@ -151,7 +158,22 @@ def message_blocks(args: Json) -> list[Json] | None:
         raise Refused("invalid_blocks_format")
     if len(blocks) > MAX_MESSAGE_BLOCKS:
         raise Refused("invalid_blocks")
+    markdown = [str(b.get("text", "")) for b in blocks if b.get("type") == "markdown"]
+    if any(len(text) > MAX_MARKDOWN for text in markdown):
+        raise Refused("invalid_blocks")
+    if sum(len(text) for text in _block_texts(blocks)) > MAX_BLOCKS_TEXT:
+        raise Refused("msg_blocks_too_long")
     return copy.deepcopy(blocks)
+
+
+def _block_texts(node: object) -> list[str]:
+    """Every text and title string in blocks, however deep."""
+    if isinstance(node, list):
+        return [text for item in node for text in _block_texts(item)]
+    if not isinstance(node, dict):
+        return []
+    found = [v for k, v in node.items() if k in ("text", "title") and isinstance(v, str)]
+    return found + [text for v in node.values() for text in _block_texts(v)]
 
 
 def message_metadata(args: Json) -> Json | None:

@@ -147,6 +147,23 @@ def group_dm_message(
     return event_callback(event, workspace=workspace, event_id=event_id)
 
 
+def channel_message(
+    text: str,
+    *,
+    channel: str = DEFAULT_CHANNEL,
+    user: str = DEFAULT_USER,
+    ts: str | None = None,
+    workspace: Workspace = DEFAULT_WORKSPACE,
+    event_id: str | None = None,
+) -> Json:
+    """A message in a channel, outside any thread, not mentioning the app (`message`
+    event, `channel_type: channel`): the app is sent these, and has nothing to do."""
+    ts = ts or next_ts()
+    event = _user_message("message", text, channel, user, ts, workspace)
+    event["channel_type"] = "channel"
+    return event_callback(event, workspace=workspace, event_id=event_id)
+
+
 def thread_reply(
     text: str,
     *,

@@ -8,6 +8,8 @@ snapshots (`Message`, `Ephemeral`), so they cannot change the fake by accident.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import copy
 import json
 import time
@@ -32,6 +34,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
 MAX_STREAM_MARKDOWN = 12_000
+MAX_PAGE = 1000
+"""conversations.* give at most this many messages a page, whatever `limit` asks."""
 MAX_VIEW_BYTES = 250_000
 MAX_VIEW_BLOCKS = 100
 SESSION_STATUSES = frozenset({"processing", "active", "suspended", "closed"})
@@ -94,15 +98,18 @@ class SlackState:
         thread_ts: str | None = None,
         blocks: list[Json] | None = None,
         metadata: Json | None = None,
+        app: Json | None = None,
     ) -> str:
         """Store a message that arrived before the test (a person's, or with `user` the
-        bot's and `metadata`, one the app posted earlier); returns its ts."""
+        bot's and `metadata`, one the app posted earlier; with `app`, another app's or a
+        webhook's: its fields, e.g. `bot_id`, `username`, `subtype`); returns its ts."""
         if ts is None:
             ts = next_ts()
         else:
             TS_CLOCK.observe(ts)
         stored = self._store(channel, ts, text, blocks, thread_ts, user=user, method="seed")
         stored.metadata = message_metadata({"metadata": metadata})
+        stored.app = copy.deepcopy(app)
         return ts
 
     def message(self, channel: str, ts: str) -> Message:
@@ -198,6 +205,8 @@ class SlackState:
         body["user"] = stored.user
         if stored.is_bot:
             body |= {"bot_id": self.workspace.bot_id, "app_id": self.workspace.app_id}
+        if stored.app is not None:
+            body |= copy.deepcopy(stored.app)
         if stored.blocks:
             body["blocks"] = copy.deepcopy(stored.blocks)
         if stored.thread_ts is not None:
@@ -349,17 +358,21 @@ class SlackState:
         return self._page(sorted(top, key=lambda stored: ts_key(stored.ts), reverse=True), args)
 
     def _page(self, found: list[StoredMessage], args: Json) -> Json:
-        """One page of a conversations.* answer (`cursor`, `limit`, `include_all_metadata`)."""
-        start = int(args.get("cursor") or 0)
-        limit = int(args.get("limit") or 1000)
+        """One page of a conversations.* answer (`cursor`, `limit`, `include_all_metadata`).
+
+        Like Slack's, the cursor is opaque (base64 of `next_ts:<ts>`, the next page's
+        first message), the last page's `next_cursor` is "", and `limit` is capped."""
+        start = _cursor_start(found, str(args.get("cursor") or ""))
+        limit = min(int(args.get("limit") or MAX_PAGE), MAX_PAGE)
         # slack_sdk sends booleans as "1"/"0" in query strings.
         with_metadata = str(args.get("include_all_metadata", "")).lower() in ("1", "true")
         page = found[start : start + limit]
         more = start + limit < len(found)
+        cursor = base64.b64encode(f"next_ts:{found[start + limit].ts}".encode()) if more else b""
         return {
             "messages": [self._to_api(stored, with_metadata=with_metadata) for stored in page],
             "has_more": more,
-            "response_metadata": {"next_cursor": str(start + limit) if more else ""},
+            "response_metadata": {"next_cursor": cursor.decode()},
         }
 
     def _start_stream(self, args: Json) -> Json:
@@ -458,6 +471,20 @@ class SlackState:
         stored["hash"] = stored["id"].lower()
         self._views[user_id] = stored
         return {"view": copy.deepcopy(stored)}
+
+
+def _cursor_start(found: list[StoredMessage], cursor: str) -> int:
+    """Where the page a cursor names begins in `found`; `invalid_cursor` if nowhere."""
+    if not cursor:
+        return 0
+    try:
+        ts = base64.b64decode(cursor, validate=True).decode().removeprefix("next_ts:")
+    except (binascii.Error, UnicodeDecodeError) as exc:
+        raise Refused("invalid_cursor") from exc
+    for index, stored in enumerate(found):
+        if stored.ts == ts:
+            return index
+    raise Refused("invalid_cursor")
 
 
 def _stream_delta(args: Json) -> tuple[str, list[Json]]:
