@@ -10,7 +10,9 @@ Start-up checks what the app depends on, quickest first, each step bounded in ti
 ``PORT`` (bound first, so ``/healthz`` answers during the rest), the bot token and
 ``SLACK_API_URL`` (``auth.test``), in Socket Mode the app-level token (the first
 ``apps.connections.open``), then ``DATABASE_URL`` (connect and migrate). A step that
-fails raises :class:`ConfigError` naming the setting, before anything else is logged.
+fails raises :class:`ConfigError` naming the setting, before anything else is logged;
+Slack out of reach at its default address is :class:`~bot.errors.SlackUnreachable`
+instead, since no setting is at fault.
 
 Every Web API client this process makes uses ``SLACK_API_URL`` (Bolt's, the Socket Mode
 handler's, the budgets'): they are all the one :class:`AsyncWebClient` built here.
@@ -21,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import time
+from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import aiohttp
@@ -52,6 +55,7 @@ from bot import messages
 from bot.context import BotContext
 from bot.dashboard import Dashboard
 from bot.dedupe import Deliveries, EventDeduper
+from bot.errors import SlackUnreachable
 from bot.handlers import actions, command, events, feedback, home, mentions
 from bot.home_refresh import HomeRefresher
 from bot.http_guard import Refusal, SlackRequestGuard, on_bolt_error
@@ -65,7 +69,7 @@ from bot.tools import SLACK_READ_THREAD, slack_read_thread
 from bot.worker import Worker, default_worker_id
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable
+    from collections.abc import Awaitable, Callable
 
     from slack_sdk.socket_mode.async_client import AsyncBaseSocketModeClient
     from slack_sdk.socket_mode.request import SocketModeRequest
@@ -144,16 +148,20 @@ class ThreadpilotApp:
         client = AsyncWebClient(
             token=settings.SLACK_BOT_TOKEN, base_url=settings.SLACK_API_URL, session=self._session
         )
-        bot_user_id = await _step("SLACK_API_URL", "Slack (auth.test)", _who_am_i(client))
+        unreachable = _slack_fault(settings)
+        at = settings.SLACK_API_URL
+        bot_user_id = await _step(
+            unreachable, f"Slack at {at} (auth.test)", _who_am_i(client, unreachable)
+        )
         socket_url = None
         if settings.SLACK_APP_TOKEN is not None:
             socket_url = await _step(
-                "SLACK_API_URL",
-                "Slack (apps.connections.open)",
-                _socket_url(client, settings.SLACK_APP_TOKEN),
+                unreachable,
+                f"Slack at {at} (apps.connections.open)",
+                _socket_url(client, settings.SLACK_APP_TOKEN, unreachable),
             )
         self._store = await _step(
-            "DATABASE_URL",
+            partial(ConfigError, "DATABASE_URL"),
             "the database",
             _open_store(settings.DATABASE_URL, settings.DATABASE_POOL_SIZE),
         )
@@ -235,7 +243,7 @@ class ThreadpilotApp:
             # The URL start-up already got: its token is known to work.
             self._socket.client.wss_uri = socket_url
             await _step(
-                "SLACK_APP_TOKEN",
+                partial(ConfigError, "SLACK_APP_TOKEN"),
                 "the Socket Mode connection",
                 self._socket.connect_async(),  # type: ignore[no-untyped-call]
             )
@@ -410,7 +418,19 @@ class _TimedSocketMode(AsyncSocketModeHandler):
         self._metrics.acked(req.payload, received)
 
 
-async def _who_am_i(client: AsyncWebClient) -> str:
+def _slack_fault(settings: Settings) -> Callable[[str], Exception]:
+    """The error for "Slack cannot be reached": it names ``SLACK_API_URL`` only when the
+    operator set it; at the default address the network is what to check."""
+
+    def fault(problem: str) -> Exception:
+        if "SLACK_API_URL" in settings.model_fields_set:
+            return ConfigError("SLACK_API_URL", problem)
+        return SlackUnreachable(problem)
+
+    return fault
+
+
+async def _who_am_i(client: AsyncWebClient, unreachable: Callable[[str], Exception]) -> str:
     """The bot user id, which also proves the token works: a clear start-up error if not."""
     try:
         auth = await client.auth_test()
@@ -419,11 +439,13 @@ async def _who_am_i(client: AsyncWebClient) -> str:
             "SLACK_BOT_TOKEN", f"Slack refused it ({exc.response.get('error')})"
         ) from exc
     except (SlackClientError, aiohttp.ClientError, OSError) as exc:
-        raise ConfigError("SLACK_API_URL", f"cannot reach Slack there ({exc})") from exc
+        raise unreachable(f"cannot reach Slack at {client.base_url} ({exc})") from exc
     return str(auth["user_id"])
 
 
-async def _socket_url(client: AsyncWebClient, app_token: str) -> str:
+async def _socket_url(
+    client: AsyncWebClient, app_token: str, unreachable: Callable[[str], Exception]
+) -> str:
     """A Socket Mode connection URL, which also proves the app-level token works."""
     try:
         response = await client.apps_connections_open(app_token=app_token)
@@ -434,23 +456,23 @@ async def _socket_url(client: AsyncWebClient, app_token: str) -> str:
             "token of this app with the connections:write scope",
         ) from None
     except (SlackClientError, aiohttp.ClientError, OSError) as exc:
-        raise ConfigError("SLACK_API_URL", f"cannot reach Slack there ({exc})") from None
+        raise unreachable(f"cannot reach Slack at {client.base_url} ({exc})") from None
     url = response.get("url")
     if not isinstance(url, str):
         raise ConfigError("SLACK_APP_TOKEN", "Slack gave no Socket Mode URL for it")
     return url
 
 
-async def _step(setting: str, what: str, work: Awaitable[_T]) -> _T:
-    """``work``, or a :class:`ConfigError` naming ``setting`` if it takes too long."""
+async def _step(fault: Callable[[str], Exception], what: str, work: Awaitable[_T]) -> _T:
+    """``work``, or ``fault``'s error (one naming the setting) if it takes too long."""
     try:
         async with asyncio.timeout(STEP_TIMEOUT_S) as deadline:
             return await work
     except TimeoutError:
         if not deadline.expired():
             raise
-        raise ConfigError(
-            setting, f"no answer from {what} within {STEP_TIMEOUT_S:g} s; check it is reachable"
+        raise fault(
+            f"no answer from {what} within {STEP_TIMEOUT_S:g} s; check it is reachable"
         ) from None
 
 

@@ -1,15 +1,25 @@
 """The Slack app's settings, from the environment or ``.env`` (docs/operations.md).
 
 Every setting is listed, with its meaning, in ``.env.example``. A missing or malformed
-one stops start-up with a single line that names it (:func:`load_settings`).
+one stops start-up with a single line that names it (:func:`load_settings`); a name that
+is not a setting is reported with the nearest one (:func:`unknown_settings`).
+
+Light on purpose: ``python -m bot`` reads the settings before it imports the rest of the
+app, so a settings mistake is reported at once. What only one check needs (the MCP
+config reader) is imported where it is used.
 """
 
 from __future__ import annotations
 
+import difflib
+import os
+from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
+from dotenv import dotenv_values
 from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
@@ -21,15 +31,29 @@ from agent_core import (
     parse_user_exit_grace,
 )
 from agent_core.errors import ConfigError
-from agent_core.mcp import ServerConfig, load_mcp_config
 from agent_core.stores.factory import parse_database_url
-from agent_core.stores.postgres import ANSWERING_POOL_SIZE, POOL_SIZE
+from agent_core.stores.pool import ANSWERING_POOL_SIZE, POOL_SIZE
 from bot.loop_load import BUSY_LAG_S
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable, Mapping
 
-__all__ = ["Settings", "SettingsInvalid", "StopPolicy", "load_settings"]
+    # Only a private attribute's annotation, which pydantic does not resolve: importing
+    # it for real would load the MCP SDK before the settings are read.
+    from agent_core.mcp import ServerConfig  # noqa: TC004
+
+__all__ = [
+    "ENV_FILE",
+    "Settings",
+    "SettingsInvalid",
+    "StopPolicy",
+    "UnknownSetting",
+    "load_settings",
+    "unknown_settings",
+]
+
+ENV_FILE = ".env"
+"""The settings file, in the working directory; the environment wins over it."""
 
 _T = TypeVar("_T")
 
@@ -46,7 +70,7 @@ class StopPolicy(StrEnum):
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
-        env_file=".env",
+        env_file=ENV_FILE,
         env_file_encoding="utf-8",
         extra="ignore",
         case_sensitive=True,
@@ -221,6 +245,8 @@ class Settings(BaseSettings):
         # Read and checked here, with the other settings: a bad file stops start-up with
         # one line naming MCP_CONFIG and the file, before anything is started.
         if self.MCP_CONFIG is not None:
+            from agent_core.mcp import load_mcp_config  # the MCP SDK comes with it
+
             try:
                 self._mcp_servers = load_mcp_config(self.MCP_CONFIG)
             except ConfigError as exc:
@@ -272,24 +298,99 @@ class SettingsInvalid(ConfigError):
 
 def load_settings(**overrides: Any) -> Settings:
     """Read and validate the settings; raise :class:`ConfigError` naming every bad one
-    (one line each in its message; :class:`SettingsInvalid` when there are several)."""
+    (one line each in its message; :class:`SettingsInvalid` when there are several).
+
+    ``_env_file`` (pydantic-settings' own override) names another settings file, or
+    ``None`` for none; a missing setting's line says where it was looked for."""
     try:
         return Settings(**overrides)
     except ValidationError as exc:
-        problems = [_problem(error) for error in exc.errors()]
+        missing = _missing(overrides.get("_env_file", ENV_FILE))
+        problems = [_problem(error, missing) for error in exc.errors()]
     if len(problems) == 1:
         raise problems[0] from None
     raise SettingsInvalid(problems) from None
 
 
-def _problem(error: Any) -> ConfigError:
+def _problem(error: Any, missing: str) -> ConfigError:
     location = [str(p) for p in error["loc"]]
     message = str(error["msg"]).removeprefix("Value error, ")
     if location:
-        problem = "missing" if error["type"] == "missing" else message
+        problem = missing if error["type"] == "missing" else message
         return ConfigError(location[0], problem)
     name, _, problem = message.partition(": ")
     return ConfigError(name, problem)
+
+
+def _missing(env_file: str | Path | None) -> str:
+    """What a missing setting's line says: where settings come from, and how to start."""
+    if env_file is None:
+        return "missing: set it in the environment"
+    path = Path(env_file).absolute()
+    if path.is_file():
+        return f"missing: set it in {path} or in the environment (.env.example explains it)"
+    return (
+        f"missing: set it in the environment or in {path}, which does not exist "
+        "(cp .env.example .env, then fill it in)"
+    )
+
+
+# -- names that are not settings ---------------------------------------------------------
+
+READ_BY_OTHERS = frozenset({"POSTGRES_PASSWORD"})
+"""Names that belong in ``.env`` without being settings: ``compose.yaml`` reads them."""
+
+ENVIRONMENT_CUTOFF = 0.85
+"""How close (difflib's ratio) a variable of the environment must be to a setting's name,
+besides sharing its first word, to be taken for a misspelling of it. The environment is
+shared with everything else on the host, so only near misses are reported."""
+
+
+@dataclass(frozen=True, slots=True)
+class UnknownSetting:
+    """A name given to threadpilot that is not one of its settings, and so is ignored."""
+
+    name: str
+    source: str
+    """The settings file it is in, or ``the environment``."""
+    nearest: str | None
+    """The setting it most likely meant, if one is close."""
+
+    def __str__(self) -> str:
+        meant = f"; did you mean {self.nearest}?" if self.nearest else ""
+        return f"{self.name} (in {self.source}) is not a setting and is ignored{meant}"
+
+
+def unknown_settings(
+    env_file: str | Path | None = ENV_FILE, environ: Mapping[str, str] | None = None
+) -> list[UnknownSetting]:
+    """Every name in ``env_file`` that is not a setting, and every variable of ``environ``
+    (default: this process's) that looks like a misspelt one: it shares a setting's first
+    word (``SLACK_``, ``OPENAI_``, ``MAX_``, ...) and is within :data:`ENVIRONMENT_CUTOFF`.
+
+    The known names are the fields of :class:`Settings`, so a new setting is known here
+    as soon as it is declared there."""
+    known = sorted(Settings.model_fields)
+    found: list[UnknownSetting] = []
+    if env_file is not None and Path(env_file).is_file():
+        names = [n for n in dotenv_values(env_file) if n not in known and n not in READ_BY_OTHERS]
+        found += [UnknownSetting(n, str(env_file), _nearest(n, known, 0.6)) for n in names]
+    first_words = tuple({f"{n.split('_', 1)[0]}_" for n in known if "_" in n})
+    shared = os.environ if environ is None else environ
+    for name in _sorted_new(shared, {*known, *(u.name for u in found)}):
+        nearest = _nearest(name, known, ENVIRONMENT_CUTOFF)
+        if name.startswith(first_words) and nearest is not None:
+            found.append(UnknownSetting(name, "the environment", nearest))
+    return found
+
+
+def _sorted_new(names: Iterable[str], seen: set[str]) -> list[str]:
+    return sorted(n for n in names if n not in seen)
+
+
+def _nearest(name: str, known: list[str], cutoff: float) -> str | None:
+    close = difflib.get_close_matches(name, known, n=1, cutoff=cutoff)
+    return close[0] if close else None
 
 
 _PLACEHOLDER_MARKS = ("...", "<", ">", "your-", "your_", "changeme")
