@@ -4,11 +4,13 @@ Transports (docs/slack-setup.md): Socket Mode when ``SLACK_APP_TOKEN`` is set, o
 HTTP on ``PORT`` at ``POST /slack/events`` (signature and shape checked by
 :mod:`bot.http_guard` before Bolt sees a byte, and the signature again by Bolt). Both
 serve ``GET /healthz`` (the process is up), ``GET /readyz`` (503 while starting,
-shutting down, or, in Socket Mode, disconnected) and ``GET /metrics`` (:mod:`bot.metrics`).
+shutting down, or, in Socket Mode, disconnected) and ``GET /metrics`` (:mod:`bot.metrics`)
+on ``PORT``; with ``METRICS_PORT`` set, the three are served on ``METRICS_HOST`` and that
+port too, and ``/metrics`` no longer on ``PORT`` (docs/admin.md, Exposure).
 
 Start-up checks what the app depends on, quickest first, each step bounded in time:
-``PORT`` (bound first, so ``/healthz`` answers during the rest), the bot token and
-``SLACK_API_URL`` (``auth.test``), in Socket Mode the app-level token (the first
+``PORT`` and ``METRICS_PORT`` (bound first, so ``/healthz`` answers during the rest), the
+bot token and ``SLACK_API_URL`` (``auth.test``), in Socket Mode the app-level token (the first
 ``apps.connections.open``), then ``DATABASE_URL`` (connect and migrate). A step that
 fails raises :class:`ConfigError` naming the setting, before anything else is logged;
 Slack out of reach at its default address is :class:`~bot.errors.SlackUnreachable`
@@ -112,6 +114,7 @@ class ThreadpilotApp:
         self._ready = False
         self._session: aiohttp.ClientSession | None = None
         self._runner: web.AppRunner | None = None
+        self._metrics_runner: web.AppRunner | None = None
         self._socket: AsyncSocketModeHandler | None = None
         self._owned_model: OpenAIChatModel | None = None
         self._store: Store | None = None
@@ -131,6 +134,8 @@ class ThreadpilotApp:
         """The MCP servers of ``MCP_CONFIG``: started by :meth:`start`, closed by
         :meth:`shutdown` whatever happened in between."""
         self.port: int | None = None
+        self.metrics_port: int | None = None
+        """Where ``METRICS_PORT``'s listener is bound (None without it)."""
         self.ctx: BotContext | None = None
         self.bolt: AsyncApp | None = None
 
@@ -252,6 +257,7 @@ class ThreadpilotApp:
             "app.ready",
             transport="socket_mode" if settings.socket_mode else "http",
             port=self.port,
+            metrics_port=self.metrics_port,
             bot_user_id=bot_user_id,
             api_url=settings.SLACK_API_URL,
             mcp_tools=len(self.mcp.tools),
@@ -311,27 +317,31 @@ class ThreadpilotApp:
         return bolt
 
     async def _listen_http(self) -> None:
-        """Bind ``PORT``: ``/healthz``, ``/readyz`` and (HTTP mode) ``/slack/events``,
-        which answers 503 until the app is ready."""
+        """Bind ``PORT``: ``/healthz``, ``/readyz``, ``/metrics`` unless ``METRICS_PORT``
+        has it, and (HTTP mode) ``/slack/events``, which answers 503 until the app is
+        ready. Then ``METRICS_PORT``, if set, with the first three."""
+        settings = self.settings
+        public = self._health_app(metrics=settings.METRICS_PORT is None)
+        if not settings.socket_mode:
+            assert settings.SLACK_SIGNING_SECRET  # settings require it in HTTP mode
+            self._guard = SlackRequestGuard(settings.SLACK_SIGNING_SECRET)
+            public.router.add_post("/slack/events", self._slack_events)
+        self._runner, self.port = await _bind(public, *self._listen, setting="PORT")
+        if settings.METRICS_PORT is not None:
+            self._metrics_runner, self.metrics_port = await _bind(
+                self._health_app(metrics=True),
+                settings.METRICS_HOST,
+                settings.METRICS_PORT,
+                setting="METRICS_PORT",
+            )
+
+    def _health_app(self, *, metrics: bool) -> web.Application:
         web_app = web.Application()
         web_app.router.add_get("/healthz", self._healthz)
         web_app.router.add_get("/readyz", self._readyz)
-        web_app.router.add_get("/metrics", self._serve_metrics)
-        if not self.settings.socket_mode:
-            assert self.settings.SLACK_SIGNING_SECRET  # settings require it in HTTP mode
-            self._guard = SlackRequestGuard(self.settings.SLACK_SIGNING_SECRET)
-            web_app.router.add_post("/slack/events", self._slack_events)
-        self._runner = web.AppRunner(web_app, access_log=None)
-        await self._runner.setup()
-        host, port = self._listen
-        site = web.TCPSite(self._runner, host, port)
-        try:
-            await site.start()
-        except OSError as exc:
-            raise ConfigError("PORT", _cannot_listen(host, port, exc)) from None
-        server = site._server
-        sockets = getattr(server, "sockets", None) or []
-        self.port = sockets[0].getsockname()[1] if sockets else port
+        if metrics:
+            web_app.router.add_get("/metrics", self._serve_metrics)
+        return web_app
 
     async def _slack_events(self, request: web.Request) -> web.Response:
         received = time.perf_counter()
@@ -395,6 +405,8 @@ class ThreadpilotApp:
                     await self._owned_model.aclose()
                 if self._runner is not None:
                     await self._runner.cleanup()
+                if self._metrics_runner is not None:
+                    await self._metrics_runner.cleanup()
                 if self._session is not None:
                     await self._session.close()
         finally:
@@ -476,13 +488,30 @@ async def _step(fault: Callable[[str], Exception], what: str, work: Awaitable[_T
         ) from None
 
 
-def _cannot_listen(host: str, port: int, exc: OSError) -> str:
+async def _bind(
+    web_app: web.Application, host: str, port: int, *, setting: str
+) -> tuple[web.AppRunner, int]:
+    """Serve ``web_app`` on ``host:port``: its runner and the port bound (``port`` 0 picks
+    one); a :class:`ConfigError` naming ``setting`` if it cannot listen there."""
+    runner = web.AppRunner(web_app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    try:
+        await site.start()
+    except OSError as exc:
+        await runner.cleanup()
+        raise ConfigError(setting, _cannot_listen(host, port, exc, setting)) from None
+    sockets = getattr(site._server, "sockets", None) or []
+    return runner, sockets[0].getsockname()[1] if sockets else port
+
+
+def _cannot_listen(host: str, port: int, exc: OSError, setting: str) -> str:
     if exc.errno == errno.EADDRINUSE:
         return (
-            f"port {port} is already in use on {host}; stop what listens there or set PORT "
-            "to a free port"
+            f"port {port} is already in use on {host}; stop what listens there or set "
+            f"{setting} to a free port"
         )
-    return f"cannot listen on {host}:{port} ({exc.strerror or exc}); set PORT to another port"
+    return f"cannot listen on {host}:{port} ({exc.strerror or exc}); set {setting} to another port"
 
 
 async def _open_store(database_url: str, pool_size: int) -> Store:

@@ -91,6 +91,16 @@ class Settings(BaseSettings):
     OPENAI_MODEL: str
     DATABASE_URL: str = "sqlite:///./threadpilot.db"
     PORT: int = Field(default=3000, ge=1, le=65535)
+    METRICS_PORT: int | None = Field(
+        default=None,
+        ge=1,
+        le=65535,
+        description="A listener of its own for GET /metrics, /healthz and /readyz, on "
+        "METRICS_HOST; PORT then serves no /metrics. Empty: all on PORT.",
+    )
+    METRICS_HOST: str = Field(
+        default="127.0.0.1", description="The address METRICS_PORT listens on."
+    )
     STOP_POLICY: StopPolicy = StopPolicy.REQUESTER
     ADMIN_USER_IDS: Annotated[frozenset[str], NoDecode] = frozenset()
     LOG_FORMAT: Literal["console", "json"] = "console"
@@ -238,6 +248,12 @@ class Settings(BaseSettings):
                 "SLACK_SIGNING_SECRET: required in HTTP mode (set it, or set "
                 "SLACK_APP_TOKEN to use Socket Mode)"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _metrics_port(self) -> Settings:
+        if self.METRICS_PORT == self.PORT:
+            raise ValueError(f"METRICS_PORT: must differ from PORT ({self.PORT})")
         return self
 
     @model_validator(mode="after")

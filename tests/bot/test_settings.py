@@ -62,6 +62,7 @@ MORE_CASES = {
     "in-memory sqlite": Case("DATABASE_URL", {"DATABASE_URL": "sqlite:///:memory:"}),
     "log level": Case("LOG_LEVEL", {"LOG_LEVEL": "LOUD"}),
     "no database connections": Case("DATABASE_POOL_SIZE", {"DATABASE_POOL_SIZE": "0"}),
+    "metrics on the public port": Case("METRICS_PORT", {"METRICS_PORT": "3000"}),
 }
 """Checked in-process through load_settings(), whose error is the line main() prints."""
 

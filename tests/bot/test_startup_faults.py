@@ -170,6 +170,17 @@ async def test_a_port_already_in_use(slack: FakeSlack, tmp_path: Path) -> None:
     assert_one_line_naming(result, "PORT", str(port), "already in use")
 
 
+async def test_a_metrics_port_already_in_use(slack: FakeSlack, tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+
+        result = await run_bot(slack, tmp_path, METRICS_PORT=str(port))
+
+    assert_one_line_naming(result, "METRICS_PORT", str(port), "already in use on 127.0.0.1")
+
+
 async def test_a_postgresql_port_with_nothing_listening(slack: FakeSlack, tmp_path: Path) -> None:
     url = f"postgresql://threadpilot@127.0.0.1:{free_port()}/threadpilot"
 
