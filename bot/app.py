@@ -64,6 +64,7 @@ from bot.http_guard import Refusal, SlackRequestGuard, on_bolt_error
 from bot.loop_load import LoopLoad
 from bot.metrics import CONTENT_TYPE, Metrics
 from bot.session import RunSession
+from bot.slack_silence import SILENCE_S, SlackSilence
 from bot.stops import ACK_BUDGET_S, StopService
 from bot.supervisor import Supervisor
 from bot.surface import Workspaces
@@ -107,8 +108,11 @@ class ThreadpilotApp:
         model: ChatModel | None = None,
         listen_port: int | None = None,
         listen_host: str = "0.0.0.0",
+        silence_after_s: float = SILENCE_S,
     ) -> None:
         self.settings = settings
+        self.silence = SlackSilence(silence_after_s)
+        """HTTP mode: one warning if Slack sends nothing at all (:mod:`bot.slack_silence`)."""
         self._model = model
         self._listen = (listen_host, settings.PORT if listen_port is None else listen_port)
         self._ready = False
@@ -253,6 +257,8 @@ class ThreadpilotApp:
                 self._socket.connect_async(),  # type: ignore[no-untyped-call]
             )
         self._ready = self._started = True
+        if not settings.socket_mode:
+            self.silence.start()
         log.info(
             "app.ready",
             transport="socket_mode" if settings.socket_mode else "http",
@@ -350,6 +356,7 @@ class ThreadpilotApp:
         if isinstance(admitted, Refusal):
             log.warning("slack_request.refused", status=admitted.status, reason=admitted.reason)
             return web.json_response({"error": admitted.reason}, status=admitted.status)
+        self.silence.heard()
         if not self._ready or self.bolt is None:
             return web.json_response({"error": "not ready"}, status=503)
         acked = await self.bolt.async_dispatch(admitted)
@@ -378,6 +385,7 @@ class ThreadpilotApp:
         nothing: the start-up error is the one line the operator needs.
         """
         self._ready = False
+        self.silence.close()
         say = log.info if self._started else log.debug
         say("app.shutting_down")
         if self._load is not None:
