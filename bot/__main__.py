@@ -21,7 +21,8 @@ import structlog
 
 from agent_core import ConfigError, configure_logging
 from bot.errors import SlackUnreachable
-from bot.settings import Settings, UnknownSetting, load_settings, unknown_settings
+from bot.settings import Settings, load_settings
+from bot.unknown_settings import UnknownSetting, unknown_settings
 
 if TYPE_CHECKING:
     from bot.app import ThreadpilotApp

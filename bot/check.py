@@ -31,7 +31,8 @@ from agent_core.mcp import McpManager
 from agent_core.stores._pg import describe_dsn
 from agent_core.stores.factory import parse_database_url
 from agent_core.stores.migrations import VERSION_TABLE, head_revision
-from bot.settings import load_settings, unknown_settings
+from bot.settings import load_settings
+from bot.unknown_settings import unknown_settings
 
 if TYPE_CHECKING:
     from bot.settings import Settings

@@ -2,7 +2,7 @@
 
 Every setting is listed, with its meaning, in ``.env.example``. A missing or malformed
 one stops start-up with a single line that names it (:func:`load_settings`); a name that
-is not a setting is reported with the nearest one (:func:`unknown_settings`).
+is not a setting is reported with the nearest one (:mod:`bot.unknown_settings`).
 
 Light on purpose: ``python -m bot`` reads the settings before it imports the rest of the
 app, so a settings mistake is reported at once. What only one check needs (the MCP
@@ -11,15 +11,11 @@ config reader) is imported where it is used.
 
 from __future__ import annotations
 
-import difflib
-import os
-from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
-from dotenv import dotenv_values
 from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
@@ -36,21 +32,13 @@ from agent_core.stores.pool import ANSWERING_POOL_SIZE, POOL_SIZE
 from bot.loop_load import BUSY_LAG_S
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Mapping
+    from collections.abc import Callable
 
     # Only a private attribute's annotation, which pydantic does not resolve: importing
     # it for real would load the MCP SDK before the settings are read.
     from agent_core.mcp import ServerConfig  # noqa: TC004
 
-__all__ = [
-    "ENV_FILE",
-    "Settings",
-    "SettingsInvalid",
-    "StopPolicy",
-    "UnknownSetting",
-    "load_settings",
-    "unknown_settings",
-]
+__all__ = ["ENV_FILE", "Settings", "SettingsInvalid", "StopPolicy", "load_settings"]
 
 ENV_FILE = ".env"
 """The settings file, in the working directory; the environment wins over it."""
@@ -338,10 +326,12 @@ def _problem(error: Any, missing: str) -> ConfigError:
     return ConfigError(name, problem)
 
 
-def _missing(env_file: str | Path | None) -> str:
+def _missing(env_file: object) -> str:
     """What a missing setting's line says: where settings come from, and how to start."""
     if env_file is None:
         return "missing: set it in the environment"
+    if not isinstance(env_file, str | Path):  # several files: pydantic-settings allows it
+        return "missing: set it in the environment or in a settings file"
     path = Path(env_file).absolute()
     if path.is_file():
         return f"missing: set it in {path} or in the environment (.env.example explains it)"
@@ -349,64 +339,6 @@ def _missing(env_file: str | Path | None) -> str:
         f"missing: set it in the environment or in {path}, which does not exist "
         "(cp .env.example .env, then fill it in)"
     )
-
-
-# -- names that are not settings ---------------------------------------------------------
-
-READ_BY_OTHERS = frozenset({"POSTGRES_PASSWORD"})
-"""Names that belong in ``.env`` without being settings: ``compose.yaml`` reads them."""
-
-ENVIRONMENT_CUTOFF = 0.85
-"""How close (difflib's ratio) a variable of the environment must be to a setting's name,
-besides sharing its first word, to be taken for a misspelling of it. The environment is
-shared with everything else on the host, so only near misses are reported."""
-
-
-@dataclass(frozen=True, slots=True)
-class UnknownSetting:
-    """A name given to threadpilot that is not one of its settings, and so is ignored."""
-
-    name: str
-    source: str
-    """The settings file it is in, or ``the environment``."""
-    nearest: str | None
-    """The setting it most likely meant, if one is close."""
-
-    def __str__(self) -> str:
-        meant = f"; did you mean {self.nearest}?" if self.nearest else ""
-        return f"{self.name} (in {self.source}) is not a setting and is ignored{meant}"
-
-
-def unknown_settings(
-    env_file: str | Path | None = ENV_FILE, environ: Mapping[str, str] | None = None
-) -> list[UnknownSetting]:
-    """Every name in ``env_file`` that is not a setting, and every variable of ``environ``
-    (default: this process's) that looks like a misspelt one: it shares a setting's first
-    word (``SLACK_``, ``OPENAI_``, ``MAX_``, ...) and is within :data:`ENVIRONMENT_CUTOFF`.
-
-    The known names are the fields of :class:`Settings`, so a new setting is known here
-    as soon as it is declared there."""
-    known = sorted(Settings.model_fields)
-    found: list[UnknownSetting] = []
-    if env_file is not None and Path(env_file).is_file():
-        names = [n for n in dotenv_values(env_file) if n not in known and n not in READ_BY_OTHERS]
-        found += [UnknownSetting(n, str(env_file), _nearest(n, known, 0.6)) for n in names]
-    first_words = tuple({f"{n.split('_', 1)[0]}_" for n in known if "_" in n})
-    shared = os.environ if environ is None else environ
-    for name in _sorted_new(shared, {*known, *(u.name for u in found)}):
-        nearest = _nearest(name, known, ENVIRONMENT_CUTOFF)
-        if name.startswith(first_words) and nearest is not None:
-            found.append(UnknownSetting(name, "the environment", nearest))
-    return found
-
-
-def _sorted_new(names: Iterable[str], seen: set[str]) -> list[str]:
-    return sorted(n for n in names if n not in seen)
-
-
-def _nearest(name: str, known: list[str], cutoff: float) -> str | None:
-    close = difflib.get_close_matches(name, known, n=1, cutoff=cutoff)
-    return close[0] if close else None
 
 
 _PLACEHOLDER_MARKS = ("...", "<", ">", "your-", "your_", "changeme")
