@@ -1,5 +1,7 @@
 """The container image and the compose file, checked as far as a machine without a Docker
 engine allows: what they declare, not what a build or ``docker compose up`` would do.
+Among it: the data directory is a volume, the build installs the tested versions
+(``constraints.txt``), base images are exact, and PostgreSQL restarts.
 
 What they must be: docs/operations.md, Containers.
 """
@@ -217,3 +219,10 @@ def test_the_documented_docker_run_keeps_the_data_and_can_mount_mcp_config() -> 
     assert runs
     assert all(re.search(r"(-v|--volume|--mount)\s+\S+:/data\b", run) for run in runs), runs
     assert any("MCP_CONFIG=" in run and ":ro" in run for run in runs), runs
+
+
+def test_env_example_names_every_variable_compose_reads_from_it() -> None:
+    example = (ROOT / ".env.example").read_text()
+
+    for variable in _interpolated(COMPOSE.read_text()):
+        assert re.search(rf"^{variable}=", example, re.MULTILINE), variable
