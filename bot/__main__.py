@@ -39,9 +39,9 @@ Runs threadpilot, the Slack app: an LLM agent in a Slack thread with Stop and Ab
 Settings come from the environment and from .env in the working directory
 (cp .env.example .env, then fill it in; every setting is described there). Socket Mode
 when SLACK_APP_TOKEN is set (as the shipped manifest.yml expects), otherwise HTTP on
-PORT (POST /slack/events). Both serve GET /healthz, GET /readyz and GET /metrics on
-PORT, or on METRICS_HOST:METRICS_PORT when METRICS_PORT is set. SIGTERM or SIGINT shuts
-down in order.
+PORT (POST /slack/events). Both serve GET /healthz and GET /readyz on PORT, and
+GET /metrics there too, unless METRICS_PORT is set: then all three are served on
+METRICS_HOST:METRICS_PORT. SIGTERM or SIGINT shuts down in order.
 
 exit status: 0 after a signal, 2 when start-up (or --check) fails"""
 
