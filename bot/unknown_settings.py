@@ -76,5 +76,6 @@ def _sorted_new(names: Iterable[str], seen: set[str]) -> list[str]:
 
 
 def _nearest(name: str, known: list[str], cutoff: float) -> str | None:
-    close = difflib.get_close_matches(name, known, n=1, cutoff=cutoff)
+    # Setting names are upper case and read case-sensitively: max_turns is a slip too.
+    close = difflib.get_close_matches(name.upper(), known, n=1, cutoff=cutoff)
     return close[0] if close else None

@@ -163,13 +163,16 @@ def test_a_misspelt_name_in_dotenv_is_named_beside_the_setting_it_left_missing(
 def test_every_name_in_dotenv_that_is_not_a_setting_is_reported(tmp_path: Path) -> None:
     dotenv = tmp_path / ".env"
     # compose.yaml reads POSTGRES_PASSWORD from the same file: that one belongs there.
-    dotenv.write_text("MAX_TURNS=4\nMAX_TRUNS=3\nPOSTGRES_PASSWORD=pw\nFAVOURITE_COLOUR=blue\n")
+    dotenv.write_text(
+        "MAX_TURNS=4\nMAX_TRUNS=3\nPOSTGRES_PASSWORD=pw\nFAVOURITE_COLOUR=blue\nport=8080\n"
+    )
 
     found = unknown_settings(dotenv, environ={})
 
     assert [(u.name, u.nearest) for u in found] == [
         ("MAX_TRUNS", "MAX_TURNS"),
         ("FAVOURITE_COLOUR", None),
+        ("port", "PORT"),  # names are read case-sensitively
     ]
     assert str(found[0]) == (
         f"MAX_TRUNS (in {dotenv}) is not a setting and is ignored; did you mean MAX_TURNS?"
