@@ -6,7 +6,7 @@ HTTP on ``PORT`` at ``POST /slack/events`` (signature and shape checked by
 serve ``GET /healthz`` (the process is up), ``GET /readyz`` (503 while starting,
 shutting down, or, in Socket Mode, disconnected) and ``GET /metrics`` (:mod:`bot.metrics`)
 on ``PORT``; with ``METRICS_PORT`` set, the three are served on ``METRICS_HOST`` and that
-port too, and ``/metrics`` no longer on ``PORT`` (docs/admin.md, Exposure).
+port too, and ``/metrics`` no longer on ``PORT`` (docs/admin.md, What to expose).
 
 Start-up checks what the app depends on, quickest first, each step bounded in time:
 ``PORT`` and ``METRICS_PORT`` (bound first, so ``/healthz`` answers during the rest), the
@@ -491,9 +491,9 @@ async def _step(fault: Callable[[str], Exception], what: str, work: Awaitable[_T
     except TimeoutError:
         if not deadline.expired():
             raise
-        raise fault(
-            f"no answer from {what} within {STEP_TIMEOUT_S:g} s; check it is reachable"
-        ) from None
+        # No advice here: the setting it names (or, for Slack at its default address, the
+        # network) is where to look.
+        raise fault(f"no answer from {what} within {STEP_TIMEOUT_S:g} s") from None
 
 
 async def _bind(
