@@ -1,22 +1,29 @@
 # threadpilot: the Slack app, one worker per container (docs/operations.md, Containers).
 # Settings come from the environment at run time; nothing secret is baked into the image.
-FROM python:3.11-slim
+# An exact version tag, not a digest: no registry could be asked for the digest when this
+# was written. Pin it by digest where you build (docker buildx imagetools inspect).
+FROM python:3.11.14-slim-bookworm
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
-# The package and its dependencies, from this repository (no dev extras).
+# The package and its dependencies, from this repository (no dev extras), at exactly the
+# versions the tests passed with: constraints.txt, through PIP_CONSTRAINT so that the
+# isolated build environment (the build backend) is pinned too.
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md constraints.txt ./
 COPY agent_core ./agent_core
 COPY bot ./bot
-RUN pip install . && rm -rf /src
+RUN PIP_CONSTRAINT=/src/constraints.txt pip install . && rm -rf /src
 
-# An unprivileged user; /data is its working directory (the default SQLite file lands there).
+# An unprivileged user; /data is its working directory, so the default DATABASE_URL
+# (sqlite:///./threadpilot.db, and its -wal and -shm files) lands there, in a volume that
+# outlives the container: mount one there (docker run -v threadpilot-data:/data ...).
 RUN useradd --system --uid 10001 --create-home --home-dir /home/threadpilot threadpilot \
     && mkdir /data && chown threadpilot:threadpilot /data
+VOLUME /data
 USER threadpilot
 WORKDIR /data
 

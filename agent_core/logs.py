@@ -38,6 +38,7 @@ QUIET_AT_INFO = (
     "aiohttp.access",  # a line per request served
     "asyncpg",
     "alembic",  # "Context impl ...", "Running upgrade ..." on every start
+    "slack_sdk.web",  # "A retry handler found ..." before each retried Web API call
 )
 """Libraries whose INFO lines are per-request or per-start chatter: below DEBUG only their
 warnings and errors are shown (ours say what happened, once)."""

@@ -8,6 +8,9 @@ installation and starts nothing (:mod:`bot.check`); ``--help`` prints the usage.
 First thing, the process makes itself not dumpable, so the tool servers it starts cannot
 read its secrets through ``/proc``; once started as root, it warns that they could
 (:mod:`agent_core.isolation`).
+
+The settings are read before the rest of the app is imported (a second or so of SDKs and
+drivers), so a settings mistake is answered at once.
 """
 
 from __future__ import annotations
@@ -16,14 +19,17 @@ import argparse
 import asyncio
 import signal
 import sys
+from typing import TYPE_CHECKING
 
 import structlog
 
 from agent_core import ConfigError, configure_logging, make_undumpable, warn_if_root
-from bot.app import ThreadpilotApp
-from bot.heap import freeze_start_up_heap
-from bot.http_guard import raised_at
+from bot.errors import SlackUnreachable
 from bot.settings import Settings, load_settings
+from bot.unknown_settings import UnknownSetting, unknown_settings
+
+if TYPE_CHECKING:
+    from bot.app import ThreadpilotApp
 
 log = structlog.get_logger("bot")
 
@@ -34,10 +40,12 @@ START_DRAIN_S = 5.0
 USAGE = """\
 Runs threadpilot, the Slack app: an LLM agent in a Slack thread with Stop and Abort.
 
-Settings come from the environment and from .env in the working directory; every one is
-described in .env.example. Socket Mode when SLACK_APP_TOKEN is set, otherwise HTTP on
-PORT (POST /slack/events, GET /healthz, GET /readyz). SIGTERM or SIGINT shuts down in
-order.
+Settings come from the environment and from .env in the working directory
+(cp .env.example .env, then fill it in; every setting is described there). Socket Mode
+when SLACK_APP_TOKEN is set (as the shipped manifest.yml expects), otherwise HTTP on
+PORT (POST /slack/events). Both serve GET /healthz and GET /readyz on PORT, and
+GET /metrics there too, unless METRICS_PORT is set: then all three are served on
+METRICS_HOST:METRICS_PORT. SIGTERM or SIGINT shuts down in order.
 
 exit status: 0 after a signal, 2 when start-up (or --check) fails"""
 
@@ -54,22 +62,41 @@ def main(argv: list[str] | None = None) -> int:
         "--check",
         action="store_true",
         help="check the settings, the database, the Slack tokens, the model endpoint and "
-        "each MCP server, one line each; start nothing, write nothing",
+        "each MCP server, one line each on stdout; start nothing, write nothing",
     )
     args = parser.parse_args(argv)
     if args.check:
+        # Each check reports what it found in its own line: log lines would only repeat it.
+        configure_logging("console", "CRITICAL")
         from bot.check import run_checks  # only this mode needs it (and its imports)
 
         return asyncio.run(run_checks())
+    unknown = unknown_settings()
     try:
         settings = load_settings()
     except ConfigError as exc:
-        return _failed(str(exc))
+        return _failed("\n".join([*map(str, unknown), str(exc)]))
     configure_logging(settings.LOG_FORMAT, settings.LOG_LEVEL)
+    _warn_unknown(unknown)
     return asyncio.run(serve(settings))
 
 
+def _warn_unknown(unknown: list[UnknownSetting]) -> None:
+    for name in unknown:
+        log.warning(
+            "settings.unknown_name_ignored",
+            name=name.name,
+            source=name.source,
+            did_you_mean=name.nearest,
+        )
+
+
 async def serve(settings: Settings) -> int:
+    # The app, its SDKs and drivers: imported once the settings are known to be good.
+    from bot.app import ThreadpilotApp
+    from bot.heap import freeze_start_up_heap
+    from bot.http_guard import raised_at
+
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     # Before start-up, which can wait on Slack or the database: a signal must end it too.
@@ -78,7 +105,7 @@ async def serve(settings: Settings) -> int:
     app = ThreadpilotApp(settings)
     try:
         started = await _start_unless_stopped(app, stopping)
-    except ConfigError as exc:
+    except (ConfigError, SlackUnreachable) as exc:
         await app.shutdown()
         return _failed(str(exc))
     except Exception as exc:  # a start-up bug still ends in one line, and status 2

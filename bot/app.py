@@ -4,13 +4,17 @@ Transports (docs/slack-setup.md): Socket Mode when ``SLACK_APP_TOKEN`` is set, o
 HTTP on ``PORT`` at ``POST /slack/events`` (signature and shape checked by
 :mod:`bot.http_guard` before Bolt sees a byte, and the signature again by Bolt). Both
 serve ``GET /healthz`` (the process is up), ``GET /readyz`` (503 while starting,
-shutting down, or, in Socket Mode, disconnected) and ``GET /metrics`` (:mod:`bot.metrics`).
+shutting down, or, in Socket Mode, disconnected) and ``GET /metrics`` (:mod:`bot.metrics`)
+on ``PORT``; with ``METRICS_PORT`` set, the three are served on ``METRICS_HOST`` and that
+port too, and ``/metrics`` no longer on ``PORT`` (docs/admin.md, What to expose).
 
 Start-up checks what the app depends on, quickest first, each step bounded in time:
-``PORT`` (bound first, so ``/healthz`` answers during the rest), the bot token and
-``SLACK_API_URL`` (``auth.test``), in Socket Mode the app-level token (the first
+``PORT`` and ``METRICS_PORT`` (bound first, so ``/healthz`` answers during the rest), the
+bot token and ``SLACK_API_URL`` (``auth.test``), in Socket Mode the app-level token (the first
 ``apps.connections.open``), then ``DATABASE_URL`` (connect and migrate). A step that
-fails raises :class:`ConfigError` naming the setting, before anything else is logged.
+fails raises :class:`ConfigError` naming the setting, before anything else is logged;
+Slack out of reach at its default address is :class:`~bot.errors.SlackUnreachable`
+instead, since no setting is at fault.
 
 Every Web API client this process makes uses ``SLACK_API_URL`` (Bolt's, the Socket Mode
 handler's, the budgets'): they are all the one :class:`AsyncWebClient` built here.
@@ -25,6 +29,7 @@ import asyncio
 import copy
 import errno
 import time
+from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import aiohttp
@@ -57,6 +62,7 @@ from bot import messages
 from bot.context import BotContext
 from bot.dashboard import Dashboard
 from bot.dedupe import Deliveries, EventDeduper
+from bot.errors import SlackUnreachable
 from bot.handlers import actions, command, events, feedback, home, mentions
 from bot.home_refresh import HomeRefresher
 from bot.http_guard import Refusal, SlackRequestGuard, on_bolt_error
@@ -64,6 +70,7 @@ from bot.identity import AppIdentity
 from bot.loop_load import LoopLoad
 from bot.metrics import CONTENT_TYPE, Metrics
 from bot.session import RunSession
+from bot.slack_silence import SILENCE_S, SlackSilence
 from bot.stops import ACK_BUDGET_S, StopService
 from bot.supervisor import Supervisor
 from bot.surface import Workspaces
@@ -107,13 +114,17 @@ class ThreadpilotApp:
         model: ChatModel | None = None,
         listen_port: int | None = None,
         listen_host: str = "0.0.0.0",
+        silence_after_s: float = SILENCE_S,
     ) -> None:
         self.settings = settings
+        self.silence = SlackSilence(silence_after_s)
+        """HTTP mode: one warning if Slack sends nothing at all (:mod:`bot.slack_silence`)."""
         self._model = model
         self._listen = (listen_host, settings.PORT if listen_port is None else listen_port)
         self._ready = False
         self._session: aiohttp.ClientSession | None = None
         self._runner: web.AppRunner | None = None
+        self._metrics_runner: web.AppRunner | None = None
         self._socket: AsyncSocketModeHandler | None = None
         self._owned_model: OpenAIChatModel | None = None
         self._store: Store | None = None
@@ -133,6 +144,8 @@ class ThreadpilotApp:
         """The MCP servers of ``MCP_CONFIG``: started by :meth:`start`, closed by
         :meth:`shutdown` whatever happened in between."""
         self.port: int | None = None
+        self.metrics_port: int | None = None
+        """Where ``METRICS_PORT``'s listener is bound (None without it)."""
         self.ctx: BotContext | None = None
         self.bolt: AsyncApp | None = None
 
@@ -150,16 +163,18 @@ class ThreadpilotApp:
         client = AsyncWebClient(
             token=settings.SLACK_BOT_TOKEN, base_url=settings.SLACK_API_URL, session=self._session
         )
-        me = await _step("SLACK_API_URL", "Slack (auth.test)", _who_am_i(client))
+        unreachable = _slack_fault(settings)
+        at = settings.SLACK_API_URL
+        me = await _step(unreachable, f"Slack at {at} (auth.test)", _who_am_i(client, unreachable))
         socket_url = None
         if settings.SLACK_APP_TOKEN is not None:
             socket_url = await _step(
-                "SLACK_API_URL",
-                "Slack (apps.connections.open)",
-                _socket_url(client, settings.SLACK_APP_TOKEN),
+                unreachable,
+                f"Slack at {at} (apps.connections.open)",
+                _socket_url(client, settings.SLACK_APP_TOKEN, unreachable),
             )
         self._store = await _step(
-            "DATABASE_URL",
+            partial(ConfigError, "DATABASE_URL"),
             "the database",
             _open_store(settings.DATABASE_URL, settings.DATABASE_POOL_SIZE),
         )
@@ -241,15 +256,18 @@ class ThreadpilotApp:
             # The URL start-up already got: its token is known to work.
             self._socket.client.wss_uri = socket_url
             await _step(
-                "SLACK_APP_TOKEN",
+                partial(ConfigError, "SLACK_APP_TOKEN"),
                 "the Socket Mode connection",
                 self._socket.connect_async(),  # type: ignore[no-untyped-call]
             )
         self._ready = self._started = True
+        if not settings.socket_mode:
+            self.silence.start()
         log.info(
             "app.ready",
             transport="socket_mode" if settings.socket_mode else "http",
             port=self.port,
+            metrics_port=self.metrics_port,
             bot_user_id=me.user_id,
             api_url=settings.SLACK_API_URL,
             mcp_tools=len(self.mcp.tools),
@@ -314,27 +332,31 @@ class ThreadpilotApp:
         return bolt
 
     async def _listen_http(self) -> None:
-        """Bind ``PORT``: ``/healthz``, ``/readyz`` and (HTTP mode) ``/slack/events``,
-        which answers 503 until the app is ready."""
+        """Bind ``PORT``: ``/healthz``, ``/readyz``, ``/metrics`` unless ``METRICS_PORT``
+        has it, and (HTTP mode) ``/slack/events``, which answers 503 until the app is
+        ready. Then ``METRICS_PORT``, if set, with the first three."""
+        settings = self.settings
+        public = self._health_app(metrics=settings.METRICS_PORT is None)
+        if not settings.socket_mode:
+            assert settings.SLACK_SIGNING_SECRET  # settings require it in HTTP mode
+            self._guard = SlackRequestGuard(settings.SLACK_SIGNING_SECRET)
+            public.router.add_post("/slack/events", self._slack_events)
+        self._runner, self.port = await _bind(public, *self._listen, setting="PORT")
+        if settings.METRICS_PORT is not None:
+            self._metrics_runner, self.metrics_port = await _bind(
+                self._health_app(metrics=True),
+                settings.METRICS_HOST,
+                settings.METRICS_PORT,
+                setting="METRICS_PORT",
+            )
+
+    def _health_app(self, *, metrics: bool) -> web.Application:
         web_app = web.Application()
         web_app.router.add_get("/healthz", self._healthz)
         web_app.router.add_get("/readyz", self._readyz)
-        web_app.router.add_get("/metrics", self._serve_metrics)
-        if not self.settings.socket_mode:
-            assert self.settings.SLACK_SIGNING_SECRET  # settings require it in HTTP mode
-            self._guard = SlackRequestGuard(self.settings.SLACK_SIGNING_SECRET)
-            web_app.router.add_post("/slack/events", self._slack_events)
-        self._runner = web.AppRunner(web_app, access_log=None)
-        await self._runner.setup()
-        host, port = self._listen
-        site = web.TCPSite(self._runner, host, port)
-        try:
-            await site.start()
-        except OSError as exc:
-            raise ConfigError("PORT", _cannot_listen(host, port, exc)) from None
-        server = site._server
-        sockets = getattr(server, "sockets", None) or []
-        self.port = sockets[0].getsockname()[1] if sockets else port
+        if metrics:
+            web_app.router.add_get("/metrics", self._serve_metrics)
+        return web_app
 
     async def _slack_events(self, request: web.Request) -> web.Response:
         received = time.perf_counter()
@@ -343,6 +365,7 @@ class ThreadpilotApp:
         if isinstance(admitted, Refusal):
             log.warning("slack_request.refused", status=admitted.status, reason=admitted.reason)
             return web.json_response({"error": admitted.reason}, status=admitted.status)
+        self.silence.heard()
         if not self._ready or self.bolt is None:
             return web.json_response({"error": "not ready"}, status=503)
         acked = await self.bolt.async_dispatch(admitted)
@@ -371,6 +394,7 @@ class ThreadpilotApp:
         nothing: the start-up error is the one line the operator needs.
         """
         self._ready = False
+        self.silence.close()
         say = log.info if self._started else log.debug
         say("app.shutting_down")
         if self._load is not None:
@@ -398,6 +422,8 @@ class ThreadpilotApp:
                     await self._owned_model.aclose()
                 if self._runner is not None:
                     await self._runner.cleanup()
+                if self._metrics_runner is not None:
+                    await self._metrics_runner.cleanup()
                 if self._session is not None:
                     await self._session.close()
         finally:
@@ -421,7 +447,19 @@ class _TimedSocketMode(AsyncSocketModeHandler):
         self._metrics.acked(req.payload, received)
 
 
-async def _who_am_i(client: AsyncWebClient) -> AppIdentity:
+def _slack_fault(settings: Settings) -> Callable[[str], Exception]:
+    """The error for "Slack cannot be reached": it names ``SLACK_API_URL`` only when the
+    operator set it; at the default address the network is what to check."""
+
+    def fault(problem: str) -> Exception:
+        if "SLACK_API_URL" in settings.model_fields_set:
+            return ConfigError("SLACK_API_URL", problem)
+        return SlackUnreachable(problem)
+
+    return fault
+
+
+async def _who_am_i(client: AsyncWebClient, unreachable: Callable[[str], Exception]) -> AppIdentity:
     """The app's ids, which also proves the token works: a clear start-up error if not."""
     try:
         auth = await client.auth_test()
@@ -430,7 +468,7 @@ async def _who_am_i(client: AsyncWebClient) -> AppIdentity:
             "SLACK_BOT_TOKEN", f"Slack refused it ({exc.response.get('error')})"
         ) from exc
     except (SlackClientError, aiohttp.ClientError, OSError) as exc:
-        raise ConfigError("SLACK_API_URL", f"cannot reach Slack there ({exc})") from exc
+        raise unreachable(f"cannot reach Slack at {client.base_url} ({exc})") from exc
     return AppIdentity.from_auth_test(auth.data if isinstance(auth.data, dict) else {})
 
 
@@ -452,7 +490,9 @@ def _authorization(me: AppIdentity, token: str) -> Callable[[], Awaitable[Author
     return authorize
 
 
-async def _socket_url(client: AsyncWebClient, app_token: str) -> str:
+async def _socket_url(
+    client: AsyncWebClient, app_token: str, unreachable: Callable[[str], Exception]
+) -> str:
     """A Socket Mode connection URL, which also proves the app-level token works."""
     try:
         response = await client.apps_connections_open(app_token=app_token)
@@ -463,33 +503,50 @@ async def _socket_url(client: AsyncWebClient, app_token: str) -> str:
             "token of this app with the connections:write scope",
         ) from None
     except (SlackClientError, aiohttp.ClientError, OSError) as exc:
-        raise ConfigError("SLACK_API_URL", f"cannot reach Slack there ({exc})") from None
+        raise unreachable(f"cannot reach Slack at {client.base_url} ({exc})") from None
     url = response.get("url")
     if not isinstance(url, str):
         raise ConfigError("SLACK_APP_TOKEN", "Slack gave no Socket Mode URL for it")
     return url
 
 
-async def _step(setting: str, what: str, work: Awaitable[_T]) -> _T:
-    """``work``, or a :class:`ConfigError` naming ``setting`` if it takes too long."""
+async def _step(fault: Callable[[str], Exception], what: str, work: Awaitable[_T]) -> _T:
+    """``work``, or ``fault``'s error (one naming the setting) if it takes too long."""
     try:
         async with asyncio.timeout(STEP_TIMEOUT_S) as deadline:
             return await work
     except TimeoutError:
         if not deadline.expired():
             raise
-        raise ConfigError(
-            setting, f"no answer from {what} within {STEP_TIMEOUT_S:g} s; check it is reachable"
-        ) from None
+        # No advice here: the setting it names (or, for Slack at its default address, the
+        # network) is where to look.
+        raise fault(f"no answer from {what} within {STEP_TIMEOUT_S:g} s") from None
 
 
-def _cannot_listen(host: str, port: int, exc: OSError) -> str:
+async def _bind(
+    web_app: web.Application, host: str, port: int, *, setting: str
+) -> tuple[web.AppRunner, int]:
+    """Serve ``web_app`` on ``host:port``: its runner and the port bound (``port`` 0 picks
+    one); a :class:`ConfigError` naming ``setting`` if it cannot listen there."""
+    runner = web.AppRunner(web_app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    try:
+        await site.start()
+    except OSError as exc:
+        await runner.cleanup()
+        raise ConfigError(setting, _cannot_listen(host, port, exc, setting)) from None
+    sockets = getattr(site._server, "sockets", None) or []
+    return runner, sockets[0].getsockname()[1] if sockets else port
+
+
+def _cannot_listen(host: str, port: int, exc: OSError, setting: str) -> str:
     if exc.errno == errno.EADDRINUSE:
         return (
-            f"port {port} is already in use on {host}; stop what listens there or set PORT "
-            "to a free port"
+            f"port {port} is already in use on {host}; stop what listens there or set "
+            f"{setting} to a free port"
         )
-    return f"cannot listen on {host}:{port} ({exc.strerror or exc}); set PORT to another port"
+    return f"cannot listen on {host}:{port} ({exc.strerror or exc}); set {setting} to another port"
 
 
 async def _open_store(database_url: str, pool_size: int) -> Store:

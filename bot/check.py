@@ -1,6 +1,7 @@
 """``python -m bot --check``: is this installation ready to run? One line per check.
 
-Checks, in order: the settings; the database (reachable, and at the current schema or
+Checks, in order: the settings (and names given that are not settings); in HTTP mode,
+what Slack must be told for events to arrive; the database (reachable, and at the current schema or
 migratable to it); the Slack tokens (``auth.test`` for the bot token, ``apps.connections.open``
 for the app token in Socket Mode); the model endpoint (it lists its models with the key);
 each MCP server in ``MCP_CONFIG`` (it starts and lists its tools). A check whose
@@ -31,6 +32,7 @@ from agent_core.stores._pg import describe_dsn
 from agent_core.stores.factory import parse_database_url
 from agent_core.stores.migrations import VERSION_TABLE, head_revision
 from bot.settings import load_settings
+from bot.unknown_settings import unknown_settings
 
 if TYPE_CHECKING:
     from bot.settings import Settings
@@ -59,15 +61,22 @@ async def run_checks(out: TextIO = sys.stdout) -> int:
         results.append(check)
         print(check.line(), file=out, flush=True)
 
+    unknown = [Check("settings", False, str(name)) for name in unknown_settings()]
     try:
         settings = load_settings()
     except ConfigError as exc:
         for problem in str(exc).splitlines():
             report(Check("settings", False, problem))
+        for misnamed in unknown:
+            report(misnamed)
         report(Check("the rest", False, "skipped until the settings are fixed"))
         return 2
     limits = f"MAX_LIVE_RUNS={settings.MAX_LIVE_RUNS}"
     report(Check("settings", True, f"read ({_transport(settings)}, {limits})"))
+    for misnamed in unknown:
+        report(misnamed)
+    if not settings.socket_mode:
+        report(Check("transport", True, HTTP_NEEDS))
     for check in (_database, _slack_bot, _slack_app, _model):
         found = await check(settings)
         if found is not None:
@@ -75,6 +84,15 @@ async def run_checks(out: TextIO = sys.stdout) -> int:
     for found in await _mcp(settings):
         report(found)
     return 0 if all(c.ok for c in results) else 2
+
+
+HTTP_NEEDS = (
+    "HTTP mode: Slack sends events here only if the app's Request URLs are "
+    "https://YOUR-HOST/slack/events and Socket Mode is off in its settings; the shipped "
+    "manifest.yml turns Socket Mode on, and then nothing arrives: set SLACK_APP_TOKEN"
+)
+"""What no API tells the app with its bot token (neither ``auth.test`` nor any other
+bot-token method says how the app is set to deliver events), so --check says it."""
 
 
 def _transport(settings: Settings) -> str:

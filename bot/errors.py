@@ -2,6 +2,7 @@
 
     BotError
     ├── BudgetNotRunning      a SlackBudget was used before start() or after close()
+    ├── SlackUnreachable      start-up cannot reach Slack at its default address
     └── SlackError            a Slack Web API call failed (names the method and Slack's error)
         ├── SlackRefused         Slack answered ``ok: false`` or a 4xx: the same call fails again
         ├── SlackRateLimited     HTTP 429 that was not retried; ``retry_after`` says for how long
@@ -20,6 +21,7 @@ __all__ = [
     "SlackRateLimited",
     "SlackRefused",
     "SlackUnavailable",
+    "SlackUnreachable",
 ]
 
 
@@ -36,6 +38,15 @@ class BudgetNotRunning(BotError):
             "call start() before using it, and nothing after close()"
         )
         self.team_id = team_id
+
+
+class SlackUnreachable(BotError):
+    """Start-up cannot reach Slack at the address nobody configured (``SLACK_API_URL``'s
+    default): no setting is wrong, so the one line names the network instead."""
+
+    def __init__(self, problem: str) -> None:
+        super().__init__(f"{problem}; check this host's network connection, DNS and firewall")
+        self.problem = problem
 
 
 class SlackError(BotError):

@@ -1,13 +1,19 @@
 """The Slack app's settings, from the environment or ``.env`` (docs/operations.md).
 
 Every setting is listed, with its meaning, in ``.env.example``. A missing or malformed
-one stops start-up with a single line that names it (:func:`load_settings`).
+one stops start-up with a single line that names it (:func:`load_settings`); a name that
+is not a setting is reported with the nearest one (:mod:`bot.unknown_settings`).
+
+Light on purpose: ``python -m bot`` reads the settings before it imports the rest of the
+app, so a settings mistake is reported at once. What only one check needs (the MCP
+config reader) is imported where it is used.
 """
 
 from __future__ import annotations
 
 from datetime import timedelta
 from enum import StrEnum
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
@@ -21,15 +27,21 @@ from agent_core import (
     parse_user_exit_grace,
 )
 from agent_core.errors import ConfigError
-from agent_core.mcp import ServerConfig, load_mcp_config
 from agent_core.stores.factory import parse_database_url
-from agent_core.stores.postgres import ANSWERING_POOL_SIZE, POOL_SIZE
+from agent_core.stores.pool import ANSWERING_POOL_SIZE, POOL_SIZE
 from bot.loop_load import BUSY_LAG_S
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["Settings", "SettingsInvalid", "StopPolicy", "load_settings"]
+    # Only a private attribute's annotation, which pydantic does not resolve: importing
+    # it for real would load the MCP SDK before the settings are read.
+    from agent_core.mcp import ServerConfig  # noqa: TC004
+
+__all__ = ["ENV_FILE", "Settings", "SettingsInvalid", "StopPolicy", "load_settings"]
+
+ENV_FILE = ".env"
+"""The settings file, in the working directory; the environment wins over it."""
 
 _T = TypeVar("_T")
 
@@ -46,7 +58,7 @@ class StopPolicy(StrEnum):
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
-        env_file=".env",
+        env_file=ENV_FILE,
         env_file_encoding="utf-8",
         extra="ignore",
         case_sensitive=True,
@@ -67,6 +79,16 @@ class Settings(BaseSettings):
     OPENAI_MODEL: str
     DATABASE_URL: str = "sqlite:///./threadpilot.db"
     PORT: int = Field(default=3000, ge=1, le=65535)
+    METRICS_PORT: int | None = Field(
+        default=None,
+        ge=1,
+        le=65535,
+        description="A listener of its own for GET /metrics, /healthz and /readyz, on "
+        "METRICS_HOST; PORT then serves no /metrics. Empty: all on PORT.",
+    )
+    METRICS_HOST: str = Field(
+        default="127.0.0.1", description="The address METRICS_PORT listens on."
+    )
     STOP_POLICY: StopPolicy = StopPolicy.REQUESTER
     ADMIN_USER_IDS: Annotated[frozenset[str], NoDecode] = frozenset()
     LOG_FORMAT: Literal["console", "json"] = "console"
@@ -217,10 +239,18 @@ class Settings(BaseSettings):
         return self
 
     @model_validator(mode="after")
+    def _metrics_port(self) -> Settings:
+        if self.METRICS_PORT == self.PORT:
+            raise ValueError(f"METRICS_PORT: must differ from PORT ({self.PORT})")
+        return self
+
+    @model_validator(mode="after")
     def _mcp_config(self) -> Settings:
         # Read and checked here, with the other settings: a bad file stops start-up with
         # one line naming MCP_CONFIG and the file, before anything is started.
         if self.MCP_CONFIG is not None:
+            from agent_core.mcp import load_mcp_config  # the MCP SDK comes with it
+
             try:
                 self._mcp_servers = load_mcp_config(self.MCP_CONFIG)
             except ConfigError as exc:
@@ -272,24 +302,43 @@ class SettingsInvalid(ConfigError):
 
 def load_settings(**overrides: Any) -> Settings:
     """Read and validate the settings; raise :class:`ConfigError` naming every bad one
-    (one line each in its message; :class:`SettingsInvalid` when there are several)."""
+    (one line each in its message; :class:`SettingsInvalid` when there are several).
+
+    ``_env_file`` (pydantic-settings' own override) names another settings file, or
+    ``None`` for none; a missing setting's line says where it was looked for."""
     try:
         return Settings(**overrides)
     except ValidationError as exc:
-        problems = [_problem(error) for error in exc.errors()]
+        missing = _missing(overrides.get("_env_file", ENV_FILE))
+        problems = [_problem(error, missing) for error in exc.errors()]
     if len(problems) == 1:
         raise problems[0] from None
     raise SettingsInvalid(problems) from None
 
 
-def _problem(error: Any) -> ConfigError:
+def _problem(error: Any, missing: str) -> ConfigError:
     location = [str(p) for p in error["loc"]]
     message = str(error["msg"]).removeprefix("Value error, ")
     if location:
-        problem = "missing" if error["type"] == "missing" else message
+        problem = missing if error["type"] == "missing" else message
         return ConfigError(location[0], problem)
     name, _, problem = message.partition(": ")
     return ConfigError(name, problem)
+
+
+def _missing(env_file: object) -> str:
+    """What a missing setting's line says: where settings come from, and how to start."""
+    if env_file is None:
+        return "missing: set it in the environment"
+    if not isinstance(env_file, str | Path):  # several files: pydantic-settings allows it
+        return "missing: set it in the environment or in a settings file"
+    path = Path(env_file).absolute()
+    if path.is_file():
+        return f"missing: set it in {path} or in the environment (.env.example explains it)"
+    return (
+        f"missing: set it in the environment or in {path}, which does not exist "
+        "(cp .env.example .env, then fill it in)"
+    )
 
 
 _PLACEHOLDER_MARKS = ("...", "<", ">", "your-", "your_", "changeme")

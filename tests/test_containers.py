@@ -1,5 +1,7 @@
 """The container image and the compose file, checked as far as a machine without a Docker
 engine allows: what they declare, not what a build or ``docker compose up`` would do.
+Among it: the data directory is a volume, the build installs the tested versions
+(``constraints.txt``), base images are exact, and PostgreSQL restarts.
 
 What they must be: docs/operations.md, Containers.
 """
@@ -9,10 +11,13 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import tomllib
 from pathlib import Path
 from typing import Any
 
 import yaml
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from bot.settings import Settings
 
@@ -20,6 +25,8 @@ ROOT = Path(__file__).resolve().parent.parent
 DOCKERFILE = ROOT / "Dockerfile"
 COMPOSE = ROOT / "compose.yaml"
 DOCKERIGNORE = ROOT / ".dockerignore"
+CONSTRAINTS = ROOT / "constraints.txt"
+PYPROJECT = ROOT / "pyproject.toml"
 
 WORKERS = ("worker-1", "worker-2")
 SETTINGS = frozenset(Settings.model_fields)
@@ -129,3 +136,93 @@ def test_no_secret_values_in_the_container_files() -> None:
         url = _compose()["services"][name]["environment"]["DATABASE_URL"]
         password = url.split("://", 1)[1].split("@", 1)[0].partition(":")[2]
         assert password.startswith("${"), "the database password comes from .env"
+
+
+# -- data that outlives the container, and builds that come out the same -----------------
+
+
+def test_the_default_database_lands_in_a_volume() -> None:
+    instructions = _instructions()
+    volumes = [rest for k, rest in instructions if k == "VOLUME"]
+    workdirs = [rest for k, rest in instructions if k == "WORKDIR"]
+    default = Settings.model_fields["DATABASE_URL"].default
+
+    assert any("/data" in _paths(volume) for volume in volumes), volumes
+    assert workdirs[-1] == "/data"  # the app runs there
+    assert default.startswith("sqlite:///./")  # relative: the working directory, /data
+    # Declared after the RUN that made /data the user's: a volume keeps what it holds then.
+    keywords = [k for k, _ in instructions]
+    assert keywords.index("VOLUME") > max(i for i, k in enumerate(keywords) if k == "RUN")
+
+
+def _paths(volume: str) -> list[str]:
+    """A VOLUME's paths: a JSON array, or words."""
+    paths: list[str] = json.loads(volume) if volume.startswith("[") else volume.split()
+    return paths
+
+
+def test_the_image_installs_the_tested_versions() -> None:
+    (install,) = [rest for k, rest in _instructions() if k == "RUN" and "pip install" in rest]
+    copied = " ".join(rest for k, rest in _instructions() if k == "COPY")
+
+    # Through the environment, so the isolated build environment is pinned as well.
+    assert "PIP_CONSTRAINT=/src/constraints.txt" in install
+    assert "constraints.txt" in copied.split()
+    assert "!constraints.txt" in DOCKERIGNORE.read_text().splitlines()
+
+
+def _pins() -> dict[str, str]:
+    pins: dict[str, str] = {}
+    for line in CONSTRAINTS.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            name, _, version = line.partition("==")
+            assert version, f"constraints.txt: {line!r} is not an exact pin"
+            pins[canonicalize_name(name)] = version
+    return pins
+
+
+def test_every_dependency_and_the_build_backend_are_pinned_within_their_ranges() -> None:
+    project = tomllib.loads(PYPROJECT.read_text())
+    required = [*project["project"]["dependencies"], *project["build-system"]["requires"]]
+    pins = _pins()
+
+    for text in required:
+        requirement = Requirement(text)
+        name = canonicalize_name(requirement.name)
+        assert name in pins, f"{name} is not in constraints.txt: regenerate it"
+        assert requirement.specifier.contains(pins[name], prereleases=True), (
+            f"constraints.txt pins {name}=={pins[name]}, outside {requirement.specifier}"
+        )
+    assert canonicalize_name(project["project"]["name"]) not in pins  # the project itself
+
+
+def test_base_images_are_exact_versions() -> None:
+    (base,) = [rest for k, rest in _instructions() if k == "FROM"]
+    postgres = _compose()["services"]["postgres"]["image"]
+
+    assert re.fullmatch(r"python:\d+\.\d+\.\d+-slim-\w+(@sha256:[0-9a-f]{64})?", base), base
+    assert re.fullmatch(r"postgres:\d+\.\d+(-\w+)?(@sha256:[0-9a-f]{64})?", postgres), postgres
+
+
+def test_the_database_service_comes_back_after_a_crash_or_reboot() -> None:
+    services = _compose()["services"]
+
+    for name in ("postgres", *WORKERS):
+        assert services[name].get("restart") in ("unless-stopped", "always"), name
+
+
+def test_the_documented_docker_run_keeps_the_data_and_can_mount_mcp_config() -> None:
+    docs = (ROOT / "docs" / "operations.md").read_text()
+    runs = [line.strip() for line in docs.splitlines() if line.strip().startswith("docker run ")]
+
+    assert runs
+    assert all(re.search(r"(-v|--volume|--mount)\s+\S+:/data\b", run) for run in runs), runs
+    assert any("MCP_CONFIG=" in run and ":ro" in run for run in runs), runs
+
+
+def test_env_example_names_every_variable_compose_reads_from_it() -> None:
+    example = (ROOT / ".env.example").read_text()
+
+    for variable in _interpolated(COMPOSE.read_text()):
+        assert re.search(rf"^{variable}=", example, re.MULTILINE), variable

@@ -3,13 +3,17 @@
 People who clone threadpilot see only the repository, so what they need is written in its
 own ``docs/``. A reference to a document they cannot open (the project's early design
 notes, kept elsewhere) is a dead end; this test keeps them out of code, comments, tests,
-docs, benchmarks and CI alike.
+docs, benchmarks and CI alike. Every page of ``docs/`` is reachable from the README, the
+license ``pyproject.toml`` names is there, and the README's quicker test run selects with
+a marker that exists.
 """
 
 from __future__ import annotations
 
 import re
+import shlex
 import subprocess
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -79,3 +83,42 @@ def test_the_patterns_catch_what_they_must() -> None:
         assert _FORBIDDEN.search(sample), sample
     for fine in ("ToolSpec", "ParamSpec", "timespec='seconds'", "shared.db", "docs/stopping.md"):
         assert not _FORBIDDEN.search(fine), fine
+
+
+# -- what a newcomer reads first ----------------------------------------------------------
+
+README = ROOT / "README.md"
+
+
+def test_every_docs_page_is_linked_from_the_readme_and_every_link_opens() -> None:
+    linked = set(re.findall(r"\]\(((?:docs/[^)#\s]+)|LICENSE)", README.read_text()))
+    pages = {path.relative_to(ROOT).as_posix() for path in (ROOT / "docs").glob("*.md")}
+
+    assert "docs/admin.md" in pages  # the admin's guide
+    assert pages <= linked, f"not linked from the README: {sorted(pages - linked)}"
+    assert all((ROOT / link).is_file() for link in linked), linked
+
+
+def test_the_license_pyproject_names_is_in_the_repository() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    text = (ROOT / "LICENSE").read_text()
+
+    assert project["license"] == "MIT"
+    assert text.startswith("MIT License\n")
+    assert re.search(r"^Copyright \(c\) \d{4} threadpilot contributors$", text, re.MULTILINE)
+
+
+def test_the_readme_quicker_test_run_selects_with_a_marker_that_exists() -> None:
+    options = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]
+    markers = {line.split(":", 1)[0] for line in options["ini_options"]["markers"]}
+    runs = [
+        shlex.split(command)
+        for command in re.findall(r"`([^`]*python -m pytest[^`]*)`", README.read_text())
+    ]
+
+    after_pytest = [words[words.index("pytest") + 1 :] for words in runs if "pytest" in words]
+    selected = [args[args.index("-m") + 1] for args in after_pytest if "-m" in args]
+    assert selected, "the README offers no run that leaves the slow tests out"
+    for expression in selected:
+        assert set(re.findall(r"\w+", expression)) - {"not", "and", "or"} <= markers
+    assert "12 minutes" in README.read_text()

@@ -21,8 +21,7 @@ from typing import TYPE_CHECKING, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 from agent_core.errors import ConfigError
-from agent_core.stores.postgres import POOL_SIZE, PostgresStore
-from agent_core.stores.sqlite import SqliteStore
+from agent_core.stores.pool import POOL_SIZE
 
 if TYPE_CHECKING:
     from agent_core.ports import Store
@@ -51,6 +50,11 @@ async def open_store(database_url: str, *, pool_size: int = POOL_SIZE) -> Store:
     ``pool_size``: PostgreSQL connections for the runs' work (SQLite has its one).
     The caller owns the result and must ``await store.close()``.
     """
+    # Imported here: the settings check DATABASE_URL with parse_database_url, before start-up
+    # has paid for the drivers and the migrations.
+    from agent_core.stores.postgres import PostgresStore
+    from agent_core.stores.sqlite import SqliteStore
+
     target = parse_database_url(database_url)
     if target.kind == "sqlite":
         return await SqliteStore.open(target.location)

@@ -38,6 +38,7 @@ from agent_core.stores._pg import (
     is_driver_error,
 )
 from agent_core.stores.migrations import upgrade_postgres
+from agent_core.stores.pool import ANSWERING_POOL_SIZE, POOL_SIZE
 from agent_core.stores.postgres_listener import PostgresStopListener
 from agent_core.stores.postgres_queue import PostgresQueue
 
@@ -71,21 +72,6 @@ RETRY_BUDGET_S = 3.0
 """A call whose connection was lost is retried only if that happened within this many
 seconds of its start, and the retry gets as long again: Slack's ack budget for a click.
 A caller that can wait longer (a terminal write) retries on its own, with backoff."""
-
-POOL_SIZE = 4
-"""Default connections a store's pool opens for the runs' work (``DATABASE_POOL_SIZE``).
-
-Few on purpose. A worker is one event loop: a handful of statements in flight keep it
-busy, and each further one is a server process competing for the database's cores. Every
-worker's pool adds to that, and a click's statements (:data:`ANSWERING_POOL_SIZE`) wait
-behind all of them for a core: measured on 2 cores with 4 workers draining the queue, a
-pool of 10 put a click's p99 at 148 ms, one of 4 at 74-91 ms (bench/README.md). Work beyond
-the pool waits in the worker, where it costs nothing."""
-
-ANSWERING_POOL_SIZE = 3
-"""Connections kept open for the calls a person waits on (a click before its ack), beside
-the pool the runs' work shares: a click never queues for a connection behind that work,
-nor waits for one to be opened (tens of milliseconds on a busy server)."""
 
 RELEASE_TIMEOUT_S = 5.0
 """How long handing a connection back to the pool (asyncpg rolls back a transaction left

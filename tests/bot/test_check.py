@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -30,6 +31,7 @@ pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
 CHECK_S = 60.0
+CHECK_LINE = re.compile(r"(ok  |FAIL) [^:]+: \S")
 
 
 @dataclass(frozen=True)
@@ -100,6 +102,9 @@ async def test_a_ready_installation_passes_every_check_and_writes_nothing(
     )
 
     assert "Traceback" not in ran.stdout + ran.stderr
+    # Only the check lines, nothing logged between them (nor on stderr).
+    assert all(CHECK_LINE.match(line) for line in ran.lines), ran.stdout
+    assert ran.stderr == ""
     assert ran.line("settings").startswith("ok")
     assert ran.line("database").startswith("ok")
     assert "does not exist yet" in ran.line("database")
@@ -148,11 +153,29 @@ async def test_refused_tokens_and_an_unreachable_model_fail_their_checks(
     assert "Traceback" not in ran.stdout + ran.stderr
 
 
+async def test_a_name_that_is_not_a_setting_fails_the_settings_check(
+    slack: FakeSlack, llm: LLMock, tmp_path: Path
+) -> None:
+    (tmp_path / ".env").write_text("GUIDANCE_MAX_CHRS=2000\n")
+
+    ran = await run_bot(tmp_path, "--check", **good_settings(slack, llm.base_url(), tmp_path))
+
+    assert ran.status == 2
+    assert ran.lines[:2] == [
+        "ok   settings: read (HTTP on port 3000, MAX_LIVE_RUNS=200)",
+        "FAIL settings: GUIDANCE_MAX_CHRS (in .env) is not a setting and is ignored; "
+        "did you mean GUIDANCE_MAX_CHARS?",
+    ]
+
+
 async def test_help_prints_the_usage(tmp_path: Path) -> None:
     ran = await run_bot(tmp_path, "--help")
     assert ran.status == 0
     assert "--check" in ran.stdout
     assert ".env.example" in ran.stdout
+    assert "cp .env.example .env" in ran.stdout
+    for path in ("/slack/events", "/healthz", "/readyz", "/metrics"):
+        assert path in ran.stdout
 
 
 async def test_mcp_servers_are_checked_without_showing_their_secrets(

@@ -1,6 +1,8 @@
 """``manifest.yml`` asks for exactly what the app uses (docs/slack-setup.md), within the
 limits Slack puts on an agent's manifest (``agent_view``: a description of at most 300
-characters, at most four suggested prompts).
+characters, at most four suggested prompts). It, ``.env.example`` and the README agree on
+the transport: the shipped manifest turns Socket Mode on, so the app-level token is asked
+for.
 
 Read line by line (the manifest is plain YAML lists and keys; the app has no YAML
 dependency of its own).
@@ -11,7 +13,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
+from agent_core import ConfigError
 from bot.handlers.command import COMMAND
+from bot.settings import Settings, load_settings
 
 MANIFEST = Path(__file__).resolve().parents[2] / "manifest.yml"
 
@@ -82,3 +88,59 @@ def test_home_tab_slash_command_and_agent_view() -> None:
     prompts = [line for line in agent if line.strip().startswith("- title:")]
     assert 1 <= len(prompts) <= 4
     assert value(section("interactivity"), "is_enabled") == "true"
+
+
+# -- the manifest, .env.example and the README agree on the transport ----------------------
+
+ROOT = MANIFEST.parent
+REQUIRED_AS_WRITTEN = {
+    "SLACK_BOT_TOKEN": "xoxb-1-agree-test",
+    "SLACK_APP_TOKEN": "xapp-1-agree-test",
+    "SLACK_SIGNING_SECRET": "agree-test-secret",
+    "OPENAI_API_KEY": "agree-test-key",
+    "OPENAI_MODEL": "agree-test-model",
+}
+"""What an admin pastes for each setting the app says is missing or a placeholder."""
+
+
+def test_the_shipped_manifest_turns_socket_mode_on() -> None:
+    assert value(section("settings"), "socket_mode_enabled") == "true"
+
+
+def test_an_env_example_filled_in_as_asked_runs_in_socket_mode(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``cp .env.example .env``, then fill in what start-up names, until it starts: the
+    settings an admin ends up with are those the shipped manifest needs."""
+    for name in Settings.model_fields:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)
+    dotenv = tmp_path / ".env"
+    dotenv.write_text((ROOT / ".env.example").read_text())
+    asked: list[str] = []
+    for _ in range(3):
+        try:
+            settings = load_settings()
+            break
+        except ConfigError as exc:
+            named = [line.partition(":")[0] for line in str(exc).splitlines()]
+        asked += named
+        lines = dotenv.read_text().splitlines()
+        kept = [line for line in lines if line.partition("=")[0] not in named]
+        dotenv.write_text("\n".join([*kept, *(f"{n}={REQUIRED_AS_WRITTEN[n]}" for n in named)]))
+    else:
+        pytest.fail(f"still refused after filling in {asked}")
+
+    assert settings.socket_mode
+    assert "SLACK_APP_TOKEN" in asked  # the example asks for it, as the manifest needs
+    assert "SLACK_SIGNING_SECRET" not in asked
+
+
+def test_the_readme_says_the_shipped_manifest_needs_the_app_level_token() -> None:
+    readme = (ROOT / "README.md").read_text()
+    paragraphs = [" ".join(p.split()) for p in readme.split("\n\n")]
+    about_it = [p for p in paragraphs if "xapp-" in p or "SLACK_APP_TOKEN" in p]
+
+    assert about_it
+    assert not [p for p in about_it if "optional" in p.lower()]
+    assert any("manifest" in p and "needs" in p and "SLACK_APP_TOKEN" in p for p in about_it)

@@ -4,7 +4,8 @@ Scraped as Prometheus would, and parsed with the client library's own parser: a 
 started by a mention and stopped by a click moves the live-runs gauge, the run and stop
 counters, the click's ack histogram and the Slack call counters, with the labels a
 dashboard would select on; so do a model retry, a 429, and an MCP call cancelled by an
-Abort. Both transports serve it.
+Abort. Both transports serve it, on ``PORT`` or, with ``METRICS_PORT``, on a listener of
+its own.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from tests.bot.test_mcp_app import write_config
 from tests.fakes import slack_requests
 from tests.fakes.mcp_server import FakeMcpServer, serve_http
 from tests.fakes.slack_workspace import DEFAULT_CHANNEL
+from tests.system.workers import free_port
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -193,3 +195,22 @@ async def test_an_mcp_call_cancelled_by_abort_is_counted(
     assert after.value("threadpilot_click_ack_seconds_count", control="abort") == 1
     ended = {"outcome": "userinterlude", "ended_because": "user_exit"}
     assert after.value("threadpilot_runs_ended_total", **ended) == 1
+
+
+async def test_metrics_port_moves_metrics_off_the_public_port(make_bot: BotFactory) -> None:
+    bot = await make_bot(METRICS_PORT=free_port())
+    assert bot.app.metrics_port is not None
+    private = f"http://127.0.0.1:{bot.app.metrics_port}"
+
+    assert await bot.get("/metrics") == 404  # the port Slack (and the world) reaches
+    assert await bot.get("/healthz") == 200  # a load balancer's check still answers there
+    async with bot.http.get(f"{private}/metrics") as response:
+        scrape = Scrape(await response.text())
+    assert "threadpilot_live_runs" in scrape.families
+    for path in ("/healthz", "/readyz"):
+        async with bot.http.get(f"{private}{path}") as response:
+            assert response.status == 200, path
+    # METRICS_HOST defaults to 127.0.0.1: another address of this very host is refused.
+    with pytest.raises(OSError):
+        _, writer = await asyncio.open_connection("127.0.0.2", bot.app.metrics_port)
+        writer.close()

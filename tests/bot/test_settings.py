@@ -19,6 +19,7 @@ import pytest
 
 from agent_core import ConfigError
 from bot.settings import Settings, StopPolicy, load_settings
+from bot.unknown_settings import unknown_settings
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -62,6 +63,7 @@ MORE_CASES = {
     "in-memory sqlite": Case("DATABASE_URL", {"DATABASE_URL": "sqlite:///:memory:"}),
     "log level": Case("LOG_LEVEL", {"LOG_LEVEL": "LOUD"}),
     "no database connections": Case("DATABASE_POOL_SIZE", {"DATABASE_POOL_SIZE": "0"}),
+    "metrics on the public port": Case("METRICS_PORT", {"METRICS_PORT": "3000"}),
 }
 """Checked in-process through load_settings(), whose error is the line main() prints."""
 
@@ -71,12 +73,14 @@ class Exit:
     status: int
     stdout: str
     stderr: str
+    cwd: Path
 
 
 @pytest.fixture(scope="module")
 def exits(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Exit]]:
     """Run ``python -m bot`` once per case, all at once."""
     processes: dict[str, subprocess.Popen[str]] = {}
+    cwds: dict[str, Path] = {}
     for name, case in CASES.items():
         env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(REPO), **VALID}
         for key, value in case.env.items():
@@ -84,9 +88,10 @@ def exits(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Exit]]
                 env.pop(key, None)
             else:
                 env[key] = value
+        cwds[name] = tmp_path_factory.mktemp("cwd")
         processes[name] = subprocess.Popen(
             [sys.executable, "-m", "bot"],
-            cwd=tmp_path_factory.mktemp("cwd"),
+            cwd=cwds[name],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -96,7 +101,7 @@ def exits(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Exit]]
         results = {}
         for name, process in processes.items():
             stdout, stderr = process.communicate(timeout=30)
-            results[name] = Exit(process.returncode, stdout, stderr)
+            results[name] = Exit(process.returncode, stdout, stderr, cwds[name])
         yield results
     finally:
         for process in processes.values():
@@ -119,6 +124,87 @@ def test_a_bad_setting_stops_start_up_with_one_line_naming_it(
     assert lines[0].startswith(f"threadpilot: {setting}: "), lines[0]
     assert result.stdout == ""
     assert USER_TOKEN not in result.stderr  # a rejected secret is not echoed
+
+
+@pytest.mark.slow
+def test_a_missing_setting_says_where_settings_come_from(exits: dict[str, Exit]) -> None:
+    result = exits["missing bot token"]
+
+    assert result.stderr == (
+        "threadpilot: SLACK_BOT_TOKEN: missing: set it in the environment or in "
+        f"{result.cwd}/.env, which does not exist (cp .env.example .env, then fill it in)\n"
+    )
+
+
+@pytest.mark.slow
+def test_a_misspelt_name_in_dotenv_is_named_beside_the_setting_it_left_missing(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / ".env").write_text("OPENAI_MODLE=gpt-4o-mini\n")
+    env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(REPO), **VALID}
+    del env["OPENAI_MODEL"]
+
+    ran = subprocess.run(
+        [sys.executable, "-m", "bot"], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+
+    assert ran.returncode == 2
+    assert ran.stderr.splitlines() == [
+        "threadpilot: OPENAI_MODLE (in .env) is not a setting and is ignored; "
+        "did you mean OPENAI_MODEL?",
+        f"threadpilot: OPENAI_MODEL: missing: set it in {tmp_path}/.env or in the environment "
+        "(.env.example explains it)",
+    ]
+
+
+# -- names that are not settings -----------------------------------------------------------
+
+
+def test_every_name_in_dotenv_that_is_not_a_setting_is_reported(tmp_path: Path) -> None:
+    dotenv = tmp_path / ".env"
+    # compose.yaml reads POSTGRES_PASSWORD from the same file: that one belongs there.
+    dotenv.write_text(
+        "MAX_TURNS=4\nMAX_TRUNS=3\nPOSTGRES_PASSWORD=pw\nFAVOURITE_COLOUR=blue\nport=8080\n"
+    )
+
+    found = unknown_settings(dotenv, environ={})
+
+    assert [(u.name, u.nearest) for u in found] == [
+        ("MAX_TRUNS", "MAX_TURNS"),
+        ("FAVOURITE_COLOUR", None),
+        ("port", "PORT"),  # names are read case-sensitively
+    ]
+    assert str(found[0]) == (
+        f"MAX_TRUNS (in {dotenv}) is not a setting and is ignored; did you mean MAX_TURNS?"
+    )
+
+
+def test_the_known_names_are_the_settings_model_fields(tmp_path: Path) -> None:
+    dotenv = tmp_path / ".env"
+    dotenv.write_text("".join(f"{name}=\n" for name in Settings.model_fields))
+
+    assert unknown_settings(dotenv, environ=dict.fromkeys(Settings.model_fields, "x")) == []
+
+
+def test_only_near_misses_of_a_setting_in_the_environment_are_reported() -> None:
+    environ = {
+        "PATH": "/usr/bin",
+        "HOME": "/root",
+        "USER": "root",
+        "SLACK_BOT_TOKN": "xoxb-1",  # a slip
+        "TOOL_TIMEOUTS": "30",  # a slip
+        "SLACK_WEBHOOK_URL": "https://hooks.example",  # another tool's
+        "OPENAI_ORG_ID": "org-1",  # the OpenAI SDK's own
+        "DATABASE_HOST": "db",  # another tool's
+        "THREADPILOT_TEST_POSTGRES": "postgresql://...",
+    }
+
+    found = unknown_settings(None, environ=environ)
+
+    assert [(u.name, u.source, u.nearest) for u in found] == [
+        ("SLACK_BOT_TOKN", "the environment", "SLACK_BOT_TOKEN"),
+        ("TOOL_TIMEOUTS", "the environment", "TOOL_TIMEOUT"),
+    ]
 
 
 # -- what is accepted ----------------------------------------------------------------------

@@ -12,7 +12,9 @@ refused app-level token is the fake Slack refusing ``apps.connections.open``.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -60,6 +62,8 @@ class BotProcess:
 
     def __init__(self, slack: FakeSlack, cwd: Path, **settings: str) -> None:
         self.cwd = cwd
+        self.prefix: tuple[str, ...] = ()
+        """Run the command under this one (``unshare -n``)."""
         self.env = {
             "PATH": os.environ.get("PATH", ""),
             "PYTHONPATH": str(REPO),
@@ -81,6 +85,7 @@ class BotProcess:
         with self.stderr_path.open("wb") as stderr:
             self.started_at = time.monotonic()
             self.process = await asyncio.create_subprocess_exec(
+                *self.prefix,
                 sys.executable,
                 "-m",
                 "bot",
@@ -165,6 +170,17 @@ async def test_a_port_already_in_use(slack: FakeSlack, tmp_path: Path) -> None:
     assert_one_line_naming(result, "PORT", str(port), "already in use")
 
 
+async def test_a_metrics_port_already_in_use(slack: FakeSlack, tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+
+        result = await run_bot(slack, tmp_path, METRICS_PORT=str(port))
+
+    assert_one_line_naming(result, "METRICS_PORT", str(port), "already in use on 127.0.0.1")
+
+
 async def test_a_postgresql_port_with_nothing_listening(slack: FakeSlack, tmp_path: Path) -> None:
     url = f"postgresql://threadpilot@127.0.0.1:{free_port()}/threadpilot"
 
@@ -223,6 +239,65 @@ async def test_socket_mode_with_a_refused_app_token(slack: FakeSlack, tmp_path: 
 
     assert_one_line_naming(result, "SLACK_APP_TOKEN", "invalid_auth")
     assert len(slack.calls("apps.connections.open")) == 1  # refused once: not retried
+
+
+async def test_slack_out_of_reach_at_an_address_set_by_the_admin(
+    slack: FakeSlack, tmp_path: Path
+) -> None:
+    url = f"http://127.0.0.1:{free_port()}/api/"
+
+    result = await run_bot(slack, tmp_path, SLACK_API_URL=url)
+
+    # The whole of stderr: no line of the Slack SDK's retry before it.
+    line = assert_one_line_naming(result, "SLACK_API_URL", f"cannot reach Slack at {url}")
+    assert "Connect call failed" in line
+
+
+def _no_network() -> tuple[str, ...]:
+    """``unshare -n``: a network namespace with nothing in it (needs root, as CI runs)."""
+    unshare = shutil.which("unshare")
+    if unshare is None or subprocess.run([unshare, "-n", "true"], check=False).returncode:
+        pytest.skip("cannot make a network namespace here (unshare -n needs root)")
+    return (unshare, "-n")
+
+
+async def test_slack_out_of_reach_at_its_default_address_names_the_network(
+    slack: FakeSlack, tmp_path: Path
+) -> None:
+    bot = BotProcess(slack, tmp_path)
+    bot.prefix = _no_network()
+    del bot.env["SLACK_API_URL"]  # never set: the default, https://slack.com/api/
+    await bot.start()
+
+    result = await bot.exit()
+
+    assert result.status == 2, result.stderr
+    assert result.took < FAULT_BUDGET_S, result
+    assert len(result.lines) == 1, result.stderr
+    (line,) = result.lines
+    assert line.startswith("threadpilot: cannot reach Slack at https://slack.com/api/ ("), line
+    assert line.endswith("; check this host's network connection, DNS and firewall"), line
+    assert "SLACK_API_URL" not in line  # a setting nobody set is not to blame
+
+
+async def test_a_misspelt_name_in_dotenv_is_one_warning_naming_the_setting_meant(
+    slack: FakeSlack, tmp_path: Path
+) -> None:
+    (tmp_path / ".env").write_text("MAX_TRUNS=3\n")
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+
+        result = await run_bot(slack, tmp_path, PORT=str(port), LOG_FORMAT="json")
+
+    assert result.status == 2, result.stderr
+    warning, failure = result.lines
+    record = json.loads(warning)
+    assert record["level"] == "warning"
+    assert (record["name"], record["did_you_mean"]) == ("MAX_TRUNS", "MAX_TURNS")
+    assert record["source"] == ".env"
+    assert failure.startswith("threadpilot: PORT: "), failure
 
 
 # -- a signal during start-up ------------------------------------------------------------
