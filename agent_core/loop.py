@@ -282,7 +282,9 @@ class Run:
                     continue
                 if isinstance(exc.error, RateLimited):
                     await self._checkpoint_unfinished_turn()
-                    return rate_limited_ending(exc.error, exc.error.retry_after, self._tally)
+                    return rate_limited_ending(
+                        exc.error, exc.error.retry_after, self._tally, how=self._how
+                    )
                 return await self._final_turn(FinalTurnReason.MAX_RETRIES)
             except ContextOverflow as exc:
                 await self._checkpoint_unfinished_turn()

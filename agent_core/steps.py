@@ -276,21 +276,24 @@ def model_failed_ending(
     )
 
 
-def rate_limited_ending(error: ModelError, retry_after_s: float | None, tally: RunTally) -> Ending:
+def rate_limited_ending(
+    error: ModelError, retry_after_s: float | None, tally: RunTally, *, how: str
+) -> Ending:
     """The in-run retries were spent on rate limits: blocked, resumable from the checkpoint.
 
     No final turn: the provider has just refused for a while, so a last request would
-    only be refused too. The handoff is built from what the run recorded.
+    only be refused too. The handoff is built from what the run recorded. Whether the run
+    resumes on its own is decided after it ended (the resume policy), and said by
+    whoever shows that decision: the handoff says only what a person can do.
     """
-    wait = f"{retry_after_s:g} s" if retry_after_s is not None else "a backoff"
+    wait = f" (it asked for {retry_after_s:g} s)" if retry_after_s is not None else ""
     return Ending(
         Outcome.BLOCKED,
         ExitCode.MAX_RETRIES,
         evidence=f"The model provider is rate-limiting requests ({error}). "
         f"{tally.progress_summary()} The conversation up to turn {tally.steps_completed} "
         "is checkpointed.",
-        next_step=f"threadpilot resumes it from the checkpoint after {wait} when policy "
-        "allows; otherwise retry once the provider's rate limit has passed.",
+        next_step=f"Once the provider's rate limit has passed{wait}, {how} to go on.",
         error=str(error),
         clues=Clues(error=error),
         retry_after_s=retry_after_s,
@@ -328,8 +331,7 @@ def cancelled_ending(reason: StopReason, tally: RunTally, *, how: str) -> Ending
         ExitCode.SHUTDOWN,
         evidence=f"Interrupted by a restart {during}; the conversation up to turn "
         f"{tally.steps_completed} is checkpointed.",
-        next_step="threadpilot resumes it from the checkpoint after the restart when policy "
-        f"allows; otherwise {how}.",
+        next_step=f"After the restart, {how} to go on.",
     )
 
 

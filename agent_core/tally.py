@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from agent_core.counting import count
 from agent_core.outcomes import Usage
 
 if TYPE_CHECKING:
@@ -38,4 +39,5 @@ class RunTally:
     def progress_summary(self, error: ModelError | None = None) -> str:
         done = "; ".join(self.tool_log[-10:]) or "no tool calls"
         failure = f" The model endpoint failed: {error}." if error is not None else ""
-        return f"{self.turns} model turns, {len(self.tool_log)} tool calls ({done}).{failure}"
+        turns, calls = count(self.turns, "model turn"), count(len(self.tool_log), "tool call")
+        return f"{turns}, {calls} ({done}).{failure}"

@@ -57,6 +57,7 @@ from agent_core import (
     StopReason,
     Timings,
     Usage,
+    count,
 )
 from agent_core.delegation import MAX_DEPTH
 from agent_core.ports import is_accepted
@@ -499,7 +500,7 @@ def orphan_result(
         abort = person.kind is StopReason.ABORT
         handoff = Handoff(
             Outcome.USERINTERLUDE,
-            evidence=f"{messages.WORKER_LOST} It had completed {turns} turns; no final "
+            evidence=f"{messages.WORKER_LOST} It had completed {count(turns, 'turn')}; no final "
             "summary could be written.",
             next_step="Nothing is running. Reply in the thread to start again.",
             stopped_by=person.requested_by,
@@ -510,8 +511,7 @@ def orphan_result(
         handoff = Handoff(
             Outcome.BLOCKED,
             evidence=f"{messages.WORKER_LOST} Progress up to turn {turns} is checkpointed.",
-            next_step="threadpilot resumes it from the checkpoint when auto-resume allows; "
-            "otherwise reply in the thread to continue.",
+            next_step=f"{messages.HOW_TO_CONTINUE.capitalize()} to go on.",
         )
         code, reason = ExitCode.SHUTDOWN, StopReason.SHUTDOWN
     return RunResult(

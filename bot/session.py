@@ -134,6 +134,9 @@ class RunSession:
         if Slack would not take it, or it cannot be told whether it did.
         """
         if self.status_ts is not None:
+            # Live again in a message whose final report was written (a resume): the
+            # budget would drop its progress as late, and the old buttons would stay.
+            self.surface.budget.reopen(self.channel, self.status_ts)
             self._push_progress()
             await self._session_status(SessionStatus.PROCESSING)
             self._stream.start()
