@@ -35,6 +35,7 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+import aiohttp
 import structlog
 
 from agent_core import (
@@ -65,6 +66,8 @@ from bot.views.answer import answer_metadata
 from bot.views.status import ChildTask, StatusSnapshot, render_status
 
 if TYPE_CHECKING:
+    from slack_bolt.async_app import AsyncRespond
+
     from agent_core import GuidanceRecord, Run, RunResult
     from agent_core.ports import Store
     from bot.surface import SlackSurface
@@ -76,6 +79,9 @@ log = structlog.get_logger("bot.session")
 
 RENDER_EVERY_S = 0.25
 """Progress re-renders of one status message are at least this far apart."""
+RESPOND_TIMEOUT_S = 2.0
+"""A click's answer through its ``response_url`` gives up after this long (the budget's
+progress update shows the change then, later)."""
 
 
 class RunSession:
@@ -122,6 +128,10 @@ class RunSession:
         self._session: SessionStatus | None = None
         """The agent-session status this run last set (None: never set, or handed over)."""
         self._guidance = GuidanceMarks(run.id, store, surface)
+        self._closing = False
+        """The run is ending here: nothing but its final (or its new owner) writes now."""
+        self._click_answer = asyncio.Lock()
+        """Held while a click's answer is in flight: the final waits for it."""
         run.events.add_listener(self._on_event)
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -166,7 +176,10 @@ class RunSession:
         The terminal status goes first: closing a stream is rate-limited harder than
         ``chat.update``, and at shutdown every run's final must land within the budget.
         """
+        self._closing = True
         self._cancel_render()
+        async with self._click_answer:
+            pass  # a click's answer in flight lands before the final, never over it
         await self._stream.drain()
         if result.exit_code is not ExitCode.SHUTDOWN:
             # Ended for good: what the model never saw is marked, and listed in the handoff.
@@ -201,6 +214,7 @@ class RunSession:
         """Leave the Slack message (and the guidance) to the run's new owner: only close
         our stream. The agent session is the new owner's to move."""
         self._session = None
+        self._closing = True
         self._cancel_render()
         await self._guidance.cancel()
         await self._stream.finish()
@@ -208,11 +222,34 @@ class RunSession:
     async def discard(self) -> None:
         """Stop the answer pump without flushing (the run task is being torn down), and
         close an agent session the run left ``processing`` (it failed before closing)."""
+        self._closing = True
         self._cancel_render()
         await self._guidance.cancel()
         await self._stream.cancel()
         if self._session is SessionStatus.PROCESSING:
             await self._session_status(SessionStatus.CLOSED)
+
+    async def answer_click(self, respond: AsyncRespond) -> bool:
+        """Show the status as it is now on the message a button was pressed on, through
+        that click's ``response_url`` (``replace_original``). Slack does not count it
+        against ``chat.update``, so the person sees their click's effect ahead of all
+        progress waiting for that budget; the budget's own update follows as usual.
+        False (logged) once the run is ending here, or when Slack did not take it."""
+        async with self._click_answer:
+            if self._closing or self.status_ts is None:
+                return False
+            text, blocks = self._progress()
+            try:
+                async with asyncio.timeout(RESPOND_TIMEOUT_S):
+                    response = await respond(text=text, blocks=blocks, replace_original=True)
+            except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+                error = str(exc) or type(exc).__name__
+                log.warning("click.answer_failed", run_id=self.run.id, error=error)
+                return False
+        if response.status_code >= 400:
+            log.warning("click.answer_refused", run_id=self.run.id, body=response.body)
+            return False
+        return True
 
     def guidance_received(self, record: GuidanceRecord) -> None:
         """The run took a reply into its inbox (:meth:`bot.supervisor.Supervisor.guide`)."""

@@ -4,11 +4,12 @@ A click is read into a :class:`~bot.stops.StopAsk` and handed to the stop servic
 (:mod:`bot.stops`): decided, checked against Slack's re-deliveries, committed and, if
 this worker owns the run, applied, all before ``ack()`` (in the listener's middleware,
 :mod:`bot.handlers.acking`) and within :data:`~bot.stops.ACK_BUDGET_S` of Slack's 3
-seconds; then, in the listener, the slow part (audit event, ephemeral answer). The
-status message changes by itself: the run emits ``StopRequested`` and the run's session
-re-renders it without buttons that no longer apply. ``Resume now`` and ``Don't resume``
-(on an ended run whose resume is scheduled, docs/stopping.md) go through the same
-service, in the same order.
+seconds; then, in the listener, the click's effect on the status message (through the
+click's ``response_url``, ahead of all progress, when this worker runs it), and the slow
+part (audit event, ephemeral answer). The run emits ``StopRequested`` and the run's
+session re-renders the message without buttons that no longer apply. ``Resume now``
+and ``Don't resume`` (on an ended run whose resume is scheduled, docs/stopping.md) go
+through the same service, in the same order.
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ def register(app: AsyncApp, ctx: BotContext) -> None:
         async def before(body: dict[str, Any]) -> StopDecision | None:
             return await _request(ctx, body, action)
 
-        async def after(decision: StopDecision, _respond: AsyncRespond) -> None:
+        async def after(decision: StopDecision, respond: AsyncRespond) -> None:
+            await _show_effect(ctx, decision, respond)
             await _after(ctx, decision, action)
 
         control(app, action_id, before, after)
@@ -85,6 +87,17 @@ async def _request(
         return None
     with structlog.contextvars.bound_contextvars(run_id=ask.run_id, user=ask.user):
         return await ctx.stops.request(ask)
+
+
+async def _show_effect(ctx: BotContext, decision: StopDecision, respond: AsyncRespond) -> None:
+    """First after the ack: a click that changed this worker's run shows its effect on
+    the status message at once, through the click's own ``response_url``
+    (:meth:`bot.session.RunSession.answer_click`), ahead of every run's progress."""
+    if not (decision.changed and decision.local and decision.run_id):
+        return
+    live = ctx.supervisor.get(decision.run_id)
+    if live is not None:
+        await live.session.answer_click(respond)
 
 
 async def _after(ctx: BotContext, decision: StopDecision, action: StopReason) -> None:
