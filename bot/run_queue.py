@@ -63,6 +63,7 @@ if TYPE_CHECKING:
 
     from agent_core import ChatMessage, ResumeSettings, Run, ThreadKey
     from agent_core.ports import StopRequestRecord, Store
+    from bot.click_answer import ClickAnswer
     from bot.metrics import Metrics
     from bot.reconciler import Reconciler
     from bot.stop_watch import StopWatcher
@@ -308,9 +309,15 @@ class RunQueue:
     # -- ending ------------------------------------------------------------------------
 
     async def end_queued(
-        self, record: RunRecord, request: StopRequestRecord, *, now: datetime | None = None
+        self,
+        record: RunRecord,
+        request: StopRequestRecord,
+        *,
+        now: datetime | None = None,
+        answer: ClickAnswer | None = None,
     ) -> bool:
-        """End a waiting run that a person stopped or aborted; True if this call did.
+        """End a waiting run that a person stopped or aborted; True if this call did. Its
+        final message goes first through the click's ``answer``, when it came from one.
 
         False when it was no longer waiting: a worker took it first, and the committed
         request reaches the run there as for any live run.
@@ -335,7 +342,7 @@ class RunQueue:
         fresh = await self._store.get_run(record.id)
         if fresh is not None:
             fresh = await decide(self._store, fresh, self._policy, actor=self._worker_id, now=now)
-            await self._reconciler.post_final(fresh, now)
+            await self._reconciler.post_final(fresh, now, answer=answer)
         return True
 
     async def _end_stopped(self) -> None:

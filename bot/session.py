@@ -35,7 +35,6 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-import aiohttp
 import structlog
 
 from agent_core import (
@@ -66,10 +65,9 @@ from bot.views.answer import answer_metadata
 from bot.views.status import ChildTask, StatusSnapshot, render_status
 
 if TYPE_CHECKING:
-    from slack_bolt.async_app import AsyncRespond
-
     from agent_core import GuidanceRecord, Run, RunResult
     from agent_core.ports import Store
+    from bot.click_answer import ClickAnswer
     from bot.surface import SlackSurface
     from bot.views.status import EndingView
 
@@ -79,9 +77,6 @@ log = structlog.get_logger("bot.session")
 
 RENDER_EVERY_S = 0.25
 """Progress re-renders of one status message are at least this far apart."""
-RESPOND_TIMEOUT_S = 2.0
-"""A click's answer through its ``response_url`` gives up after this long (the budget's
-progress update shows the change then, later)."""
 
 
 class RunSession:
@@ -229,27 +224,16 @@ class RunSession:
         if self._session is SessionStatus.PROCESSING:
             await self._session_status(SessionStatus.CLOSED)
 
-    async def answer_click(self, respond: AsyncRespond) -> bool:
+    async def answer_click(self, answer: ClickAnswer) -> bool:
         """Show the status as it is now on the message a button was pressed on, through
-        that click's ``response_url`` (``replace_original``). Slack does not count it
-        against ``chat.update``, so the person sees their click's effect ahead of all
-        progress waiting for that budget; the budget's own update follows as usual.
-        False (logged) once the run is ending here, or when Slack did not take it."""
+        that click's ``response_url`` (:mod:`bot.click_answer`): ahead of all progress
+        waiting for ``chat.update``; the budget's own update follows as usual. False
+        once the run is ending here (its final goes first, and nothing over it), or when
+        Slack did not take it."""
         async with self._click_answer:
             if self._closing or self.status_ts is None:
                 return False
-            text, blocks = self._progress()
-            try:
-                async with asyncio.timeout(RESPOND_TIMEOUT_S):
-                    response = await respond(text=text, blocks=blocks, replace_original=True)
-            except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-                error = str(exc) or type(exc).__name__
-                log.warning("click.answer_failed", run_id=self.run.id, error=error)
-                return False
-        if response.status_code >= 400:
-            log.warning("click.answer_refused", run_id=self.run.id, body=response.body)
-            return False
-        return True
+            return await answer(*self._progress())
 
     def guidance_received(self, record: GuidanceRecord) -> None:
         """The run took a reply into its inbox (:meth:`bot.supervisor.Supervisor.guide`)."""
