@@ -125,6 +125,9 @@ class QueuePlaces:
             except (StorageError, BudgetNotRunning) as exc:
                 # The database or the budget, briefly: the next change counts again.
                 log.warning("queue.places_not_refreshed", error=str(exc) or type(exc).__name__)
+            except Exception:
+                # A bug: logged, and the task lives on for the next change.
+                log.exception("queue.places_failed")
 
     async def refresh(self) -> None:
         """Read the queue once; rewrite the counts that moved, forget the runs that left."""
