@@ -144,7 +144,8 @@ class QueuePlaces:
             if run_id in place and worth_refreshing(posted.ahead, place[run_id])
         )
         for ahead, run_id in due[:REFRESH_PER_PASS]:
-            await self._show(run_id, self._posted[run_id], ahead)
+            if (posted := self._posted.get(run_id)) is not None:  # not taken meanwhile
+                await self._show(run_id, posted, ahead)
 
     async def _show(self, run_id: str, posted: _Posted, ahead: int) -> None:
         rendered = render_status(queued_snapshot(run_id, posted.requester, ahead))
