@@ -15,6 +15,7 @@ from agent_core.compaction import (
     continue_from,
     window_from_error,
 )
+from agent_core.counting import count
 from agent_core.ended import Clues, EndedBecause, classify
 from agent_core.errors import (
     ConfigError,
@@ -172,6 +173,7 @@ __all__ = [
     "classify",
     "configure_logging",
     "continue_from",
+    "count",
     "current_run",
     "decide_resume",
     "make_undumpable",

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from agent_core.counting import count
 from agent_core.ended import EndedBecause
 from agent_core.errors import ConfigError
 
@@ -147,7 +148,7 @@ def decide_resume(
         )
     if resumes_in_thread >= settings.max_auto_resumes:
         return DontResume(
-            f"Already auto-resumed {resumes_in_thread} times in this thread "
+            f"Already auto-resumed {count(resumes_in_thread, 'time')} in this thread "
             f"(MAX_AUTO_RESUMES {settings.max_auto_resumes}); not auto-resuming"
         )
     at = not_before

@@ -280,21 +280,22 @@ def rate_limited_ending(
     error: ModelError, retry_after_s: float | None, tally: RunTally, *, how: str, stored: bool
 ) -> Ending:
     """The in-run retries were spent on rate limits: blocked, resumable from the checkpoint
-    when the run is ``stored`` (the app resumes it; a terminal keeps nothing).
+    when the run is ``stored`` (the app may resume it; a terminal keeps nothing).
 
     No final turn: the provider has just refused for a while, so a last request would
-    only be refused too. The handoff is built from what the run recorded.
+    only be refused too. The handoff is built from what the run recorded. Whether the run
+    resumes on its own is decided after it ended (the resume policy), and said by
+    whoever shows that decision: the handoff says only what a person can do.
     """
-    wait = f"{retry_after_s:g} s" if retry_after_s is not None else "a backoff"
+    wait = f" (it asked for {retry_after_s:g} s)" if retry_after_s is not None else ""
     if stored:
         kept = f" The conversation up to turn {tally.steps_completed} is checkpointed."
-        next_step = (
-            f"threadpilot resumes it from the checkpoint after {wait} when policy "
-            "allows; otherwise retry once the provider's rate limit has passed."
-        )
+        next_step = f"Once the provider's rate limit has passed{wait}, {how} to go on."
     else:
         kept = ""
-        next_step = f"Nothing is running. Once {wait} has passed, {how} to retry."
+        next_step = (
+            f"Nothing is running. Once the provider's rate limit has passed{wait}, {how} to retry."
+        )
     return Ending(
         Outcome.BLOCKED,
         ExitCode.MAX_RETRIES,
@@ -353,8 +354,7 @@ def cancelled_ending(reason: StopReason, tally: RunTally, *, how: str, stored: b
         ExitCode.SHUTDOWN,
         evidence=f"Interrupted by a shutdown {during}; the conversation up to turn "
         f"{tally.steps_completed} is checkpointed.",
-        next_step="threadpilot resumes it from the checkpoint after the restart when policy "
-        f"allows; otherwise {how}.",
+        next_step=f"After the restart, {how} to go on.",
     )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from agent_core.counting import count
 from agent_core.outcomes import Usage
 
 if TYPE_CHECKING:
@@ -40,10 +41,6 @@ class RunTally:
         model endpoint's failure, if any."""
         calls = "no tool calls"
         if self.tool_log:
-            calls = f"{_count(len(self.tool_log), 'tool call')} ({'; '.join(self.tool_log[-10:])})"
+            calls = f"{count(len(self.tool_log), 'tool call')} ({'; '.join(self.tool_log[-10:])})"
         failure = f" The model endpoint failed: {error}." if error is not None else ""
-        return f"{_count(self.turns, 'model turn')}, {calls}.{failure}"
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+        return f"{count(self.turns, 'model turn')}, {calls}.{failure}"

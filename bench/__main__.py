@@ -29,6 +29,7 @@ BENCHMARKS = (
     "abort_peer",
     "stop_final_turn",
     "abort_click_close",
+    "click_effect",
     "click_ack",
     "chunk_cpu",
     "queue_share",

@@ -68,6 +68,16 @@ TARGETS: dict[str, Target] = {
         "p99 < 50 ms",
         ("abort_click_close",),
     ),
+    "click_effect_quiet": Target(
+        "a click (Stop) → the status message shows its effect, quiet worker",
+        "p99 < 100 ms",
+        ("click_effect",),
+    ),
+    "click_effect_loaded": Target(
+        "same, 200 runs streaming in the workspace",
+        "p99 < 250 ms",
+        ("click_effect",),
+    ),
     "stop_seen_postgres": Target(
         "Abort / Stop committed in one worker → seen by the owner, PostgreSQL",
         "p99 < 100 ms",

@@ -275,7 +275,10 @@ class LoadedApp:
     def click_payload(self, target: Target, action_id: str) -> dict[str, Any]:
         """A block_actions payload for a button the app actually shows on the message."""
         message = self.slack.message(target.channel, target.status_ts)
-        return slack_requests.click_button(message, action_id, user=DEFAULT_USER)
+        response_url = self.slack.new_response_url(target.channel, target.status_ts)
+        return slack_requests.click_button(
+            message, action_id, user=DEFAULT_USER, response_url=response_url
+        )
 
     async def click_http(self, payload: dict[str, Any]) -> float:
         """POST a signed click; seconds from sending it to the app's HTTP response."""

@@ -19,7 +19,7 @@ import re
 from datetime import UTC
 from typing import TYPE_CHECKING
 
-from agent_core import ExitCode, Outcome, StopReason
+from agent_core import ExitCode, Outcome, StopReason, count
 from agent_core import outcome_label as core_outcome_label
 
 if TYPE_CHECKING:
@@ -88,11 +88,11 @@ def format_elapsed(seconds: float) -> str:
 
 
 def format_tokens(tokens: int) -> str:
-    return "1 token" if tokens == 1 else f"{tokens:,} tokens"
+    return count(tokens, "token")
 
 
 def format_turns(turns: int) -> str:
-    return "1 turn" if turns == 1 else f"{turns:,} turns"
+    return count(turns, "turn")
 
 
 # -- the live status line --------------------------------------------------------------

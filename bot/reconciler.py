@@ -57,6 +57,7 @@ from agent_core import (
     StopReason,
     Timings,
     Usage,
+    count,
 )
 from agent_core.delegation import MAX_DEPTH
 from agent_core.ports import is_accepted
@@ -72,6 +73,7 @@ if TYPE_CHECKING:
     from datetime import datetime
 
     from agent_core.ports import Checkpoint, RunRecord, StopRequestRecord, Store
+    from bot.click_answer import ClickAnswer
     from bot.surface import Workspaces
 
 __all__ = ["Reconciler", "orphan_result", "stored_result"]
@@ -338,10 +340,19 @@ class Reconciler:
                 await self._store.mark_stop_handled(request.id)
 
     async def post_final(
-        self, record: RunRecord, now: datetime | None = None, *, also: tuple[str, ...] = ()
+        self,
+        record: RunRecord,
+        now: datetime | None = None,
+        *,
+        also: tuple[str, ...] = (),
+        answer: ClickAnswer | None = None,
     ) -> bool:
         """Render the stored run's terminal message and write it to its status message
-        (and to the messages ``also`` names: duplicates found by their metadata)."""
+        (and to the messages ``also`` names: duplicates found by their metadata).
+
+        ``answer``: a click on the status message made this ending; the message shows it
+        at once through the click's ``response_url``, then the budget writes it as every
+        final is written (that write is the one that stands, in the message's order)."""
         if record.status_ts is None or not record.state.is_terminal:
             return False
         rendered = render_status(
@@ -353,6 +364,8 @@ class Reconciler:
                 ending=ending_view(record),
             )
         )
+        if answer is not None:
+            await answer(rendered.text, rendered.blocks)
         surface = await self._workspaces.get(record.thread.team)
         delivered = True
         for ts in (record.status_ts, *also):
@@ -499,7 +512,7 @@ def orphan_result(
         abort = person.kind is StopReason.ABORT
         handoff = Handoff(
             Outcome.USERINTERLUDE,
-            evidence=f"{messages.WORKER_LOST} It had completed {turns} turns; no final "
+            evidence=f"{messages.WORKER_LOST} It had completed {count(turns, 'turn')}; no final "
             "summary could be written.",
             next_step="Nothing is running. Reply in the thread to start again.",
             stopped_by=person.requested_by,
@@ -510,8 +523,7 @@ def orphan_result(
         handoff = Handoff(
             Outcome.BLOCKED,
             evidence=f"{messages.WORKER_LOST} Progress up to turn {turns} is checkpointed.",
-            next_step="threadpilot resumes it from the checkpoint when auto-resume allows; "
-            "otherwise reply in the thread to continue.",
+            next_step=f"{messages.HOW_TO_CONTINUE.capitalize()} to go on.",
         )
         code, reason = ExitCode.SHUTDOWN, StopReason.SHUTDOWN
     return RunResult(

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
     from agent_core import RunRecord
     from agent_core.ports import Store
+    from bot.click_answer import ClickAnswer
     from bot.dedupe import Deliveries
     from bot.policy import Origin
     from bot.settings import Settings
@@ -125,8 +126,9 @@ class ResumeControls:
             won, verdict = await resumes.cancel(record, ask.user), ResumeVerdict.CANCELLED
         return ResumeDecided(ask, verdict if won else ResumeVerdict.NOTHING_SCHEDULED, record)
 
-    async def after(self, decided: ResumeDecided) -> None:
-        """The audit event, the status message, and the person's answer."""
+    async def after(self, decided: ResumeDecided, *, answer: ClickAnswer | None = None) -> None:
+        """The audit event, the status message (first through the click's ``answer``),
+        and the person's answer."""
         ask, record = decided.ask, decided.record
         if record is not None and decided.verdict in (
             ResumeVerdict.HURRIED,
@@ -134,10 +136,10 @@ class ResumeControls:
         ):
             kind = f"resume.{decided.verdict.value}"
             log.info(kind, run_id=record.id, user=ask.user, source="button")
-            await self._written_after(record, kind, ask.user, {"source": "button"})
-        answer = _answer(decided, self._settings)
-        if answer is not None:
-            await self._tell(ask.user, ask.message, None, answer)
+            await self._written_after(record, kind, ask.user, {"source": "button"}, answer)
+        reply = _answer(decided, self._settings)
+        if reply is not None:
+            await self._tell(ask.user, ask.message, None, reply)
 
     # -- a Stop that finds a resume ahead --------------------------------------------
 
@@ -172,7 +174,7 @@ class ResumeControls:
         await self._store.mark_stop_handled(request.id)  # nothing runs: nothing to honour
         return replace(base, verdict=verdict, request=request, resume_cancelled=True)
 
-    async def stopped(self, decision: StopDecision) -> None:
+    async def stopped(self, decision: StopDecision, *, answer: ClickAnswer | None = None) -> None:
         """After the ack of :meth:`stop`: the audit event and the handoff, now without a
         resume (the stop request's own audit event is the stop service's)."""
         record = decision.record
@@ -180,7 +182,7 @@ class ResumeControls:
             return
         log.info("resume.cancelled", run_id=record.id, user=decision.ask.user, source="stop")
         detail = {"source": decision.ask.source.value}
-        await self._written_after(record, "resume.cancelled", decision.ask.user, detail)
+        await self._written_after(record, "resume.cancelled", decision.ask.user, detail, answer)
 
     async def _ahead(self, ask: StopAsk, decision: StopDecision) -> RunRecord | None:
         if ask.run_id is not None:
@@ -210,15 +212,21 @@ class ResumeControls:
         )
 
     async def _written_after(
-        self, record: RunRecord, kind: str, user: str, detail: dict[str, Any]
+        self,
+        record: RunRecord,
+        kind: str,
+        user: str,
+        detail: dict[str, Any],
+        answer: ClickAnswer | None,
     ) -> None:
-        """The audit event, then the status message as the stored run now is."""
+        """The audit event, then the status message as the stored run now is (first
+        through the click's ``answer``, if it came from one)."""
         try:
             detail = {**detail, "worker": self._worker.id}
             await self._store.record_event(AuditEvent(record.id, kind, user, detail=detail))
             fresh = await self._store.get_run(record.id)
             if fresh is not None and fresh.state.is_terminal:
-                await self._worker.reconciler.post_final(fresh)
+                await self._worker.reconciler.post_final(fresh, answer=answer)
         except StorageError:
             log.exception("resume.not_shown", run_id=record.id)
 

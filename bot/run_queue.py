@@ -22,17 +22,15 @@ Queue and MAX_LIVE_RUNS).
   never reached the model, its status message becomes the terminal report ("User
   interlude: stopped by ..."), and its guidance is marked undelivered. A queued run with
   a pending stop request is never claimed; one whose ending was not written (the worker
-  that took the click died) is ended by the next tick of any worker.
-- **Its place in line** is refreshed on the tick by the worker that posted it, when it
-  moved meaningfully (see :func:`worth_refreshing`), a few messages per tick, through the
-  workspace's Slack budget. After a restart the counts shown are left until each run
-  starts.
+  that took the click died) is ended by the taker after the next tick of any worker.
+- **Its place in line** is kept current by the worker that posted it, in a task of its
+  own fed by the queue's changes (:mod:`bot.queue_places`), never on the heartbeat.
+  After a restart the counts shown are left until each run starts.
 """
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import structlog
@@ -49,14 +47,15 @@ from agent_core import (
     Timings,
     Usage,
 )
-from agent_core.ports import Checkpoint, is_waiting
+from agent_core.ports import Checkpoint
 from agent_core.stop import utcnow
 from bot import messages
 from bot.errors import BudgetNotRunning, SlackError
+from bot.queue_places import QueuePlaces, queued_snapshot
 from bot.resume import decide
 from bot.session import RunSession
 from bot.thread_history import read_thread
-from bot.views.status import StatusSnapshot, render_status
+from bot.views.status import render_status
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -64,6 +63,7 @@ if TYPE_CHECKING:
 
     from agent_core import ChatMessage, ResumeSettings, Run, ThreadKey
     from agent_core.ports import StopRequestRecord, Store
+    from bot.click_answer import ClickAnswer
     from bot.identity import AppIdentity
     from bot.metrics import Metrics
     from bot.reconciler import Reconciler
@@ -71,33 +71,9 @@ if TYPE_CHECKING:
     from bot.supervisor import Supervisor
     from bot.surface import SlackSurface, Workspaces
 
-__all__ = ["RunQueue", "history_of", "queued_result", "starting_conversation", "worth_refreshing"]
+__all__ = ["RunQueue", "history_of", "queued_result", "starting_conversation"]
 
 log = structlog.get_logger("bot.run_queue")
-
-REFRESH_PER_TICK = 20
-"""At most this many "n ahead" updates per tick, nearest the head of the queue first."""
-REFRESH_SCAN = 2000
-"""How far into the queue a tick reads to place this worker's queued runs."""
-
-
-@dataclass
-class _Posted:
-    """A queued run whose status message this worker posted."""
-
-    thread: ThreadKey
-    requester: str
-    status_ts: str
-    ahead: int
-    """The count the message shows."""
-
-
-def worth_refreshing(shown: int, now: int) -> bool:
-    """True if a queued run's message showing ``shown`` ahead should now say ``now``:
-    near the head every step counts, further back only a move by a quarter or more."""
-    if now >= shown:
-        return False
-    return now < 10 or shown - now >= max(1, shown // 4)
 
 
 def starting_conversation(
@@ -173,14 +149,17 @@ class RunQueue:
         self._watcher = watcher
         self._policy = policy
         self._metrics = metrics
-        self._posted: dict[str, _Posted] = {}
+        self.places = QueuePlaces(store, workspaces, post_final=reconciler.post_final)
         self._wake = asyncio.Event()
+        self._ticked = False
+        """The worker ticked since the taker last ended the runs stopped in the queue."""
         self._task: asyncio.Task[None] | None = None
         supervisor.room_freed = self.wake
 
     # -- lifecycle ---------------------------------------------------------------------
 
     async def start(self) -> None:
+        await self.places.start()
         self._task = asyncio.create_task(self._take_loop(), name="run-queue-taker")
         self.wake()  # runs left queued before this start
 
@@ -189,6 +168,7 @@ class RunQueue:
             self._task.cancel()
             await asyncio.wait([self._task], timeout=2.0)
             self._task = None
+        await self.places.close()
 
     def wake(self) -> None:
         """Look for queued runs to take (coalesced: one look covers many wake-ups)."""
@@ -214,7 +194,7 @@ class RunQueue:
             return False
         try:
             ahead = await self._store.count_queued()
-            rendered = render_status(_queued_snapshot(run_id, requester, ahead))
+            rendered = render_status(queued_snapshot(run_id, requester, ahead))
             status_ts = await surface.budget.post_message(
                 thread.channel,
                 text=rendered.text,
@@ -240,7 +220,7 @@ class RunQueue:
             # queues it): whoever starts it posts a message of its own.
             await _quietly_final(surface, thread.channel, status_ts, messages.QUEUED_ELSEWHERE)
             return False
-        self._posted[run_id] = _Posted(thread, requester, status_ts, ahead)
+        self.places.posted(run_id, thread, requester, status_ts, ahead)
         log.info("run.queued", run_id=run_id, ahead=ahead)
         self.wake()  # room may have freed here while we posted
         return True
@@ -263,6 +243,9 @@ class RunQueue:
             self._wake.clear()
             try:
                 await self.take()
+                if self._ticked:
+                    self._ticked = False
+                    await self._end_stopped()  # writes their endings to Slack: not the tick's
             except Exception:
                 # A database hiccup: the next wake-up or tick tries again.
                 log.exception("queue.take_failed")
@@ -279,7 +262,7 @@ class RunQueue:
         return started
 
     async def _start(self, record: RunRecord) -> bool:
-        self._posted.pop(record.id, None)
+        self.places.left(record.id)
         surface = await self._workspaces.get(record.thread.team)
         history = await self._history(record, surface)
         store = self._store
@@ -328,9 +311,15 @@ class RunQueue:
     # -- ending ------------------------------------------------------------------------
 
     async def end_queued(
-        self, record: RunRecord, request: StopRequestRecord, *, now: datetime | None = None
+        self,
+        record: RunRecord,
+        request: StopRequestRecord,
+        *,
+        now: datetime | None = None,
+        answer: ClickAnswer | None = None,
     ) -> bool:
-        """End a waiting run that a person stopped or aborted; True if this call did.
+        """End a waiting run that a person stopped or aborted; True if this call did. Its
+        final message goes first through the click's ``answer``, when it came from one.
 
         False when it was no longer waiting: a worker took it first, and the committed
         request reaches the run there as for any live run.
@@ -347,7 +336,7 @@ class RunQueue:
             stopped_by=request.requested_by,
             result=result.to_dict(),
         )
-        self._posted.pop(record.id, None)
+        self.places.left(record.id)
         if not won:
             return False
         log.info("run.ended_in_queue", run_id=record.id, kind=request.kind.value)
@@ -355,7 +344,7 @@ class RunQueue:
         fresh = await self._store.get_run(record.id)
         if fresh is not None:
             fresh = await decide(self._store, fresh, self._policy, actor=self._worker_id, now=now)
-            await self._reconciler.post_final(fresh, now)
+            await self._reconciler.post_final(fresh, now, answer=answer)
         return True
 
     async def _end_stopped(self) -> None:
@@ -371,62 +360,14 @@ class RunQueue:
     # -- the tick ----------------------------------------------------------------------
 
     async def tick(self) -> None:
-        """On the worker's periodic tick: take what fits, end what was stopped, count the
-        queue for ``/metrics`` and refresh this worker's "n ahead" messages."""
+        """On the worker's periodic tick: count the queue for ``/metrics``, and wake this
+        worker's tasks to take what fits, end what was stopped and count its "n ahead"
+        messages again. The tick itself writes nothing to Slack: it is the heartbeat's."""
+        self._ticked = True
         self.wake()
-        await self._end_stopped()
-        waiting = await self._store.queued_runs(limit=REFRESH_SCAN)
-        count = len(waiting)
-        if count >= REFRESH_SCAN:
-            count = await self._store.count_queued()
         if self._metrics is not None:
-            self._metrics.queued_runs.set(count)
-        await self._refresh(waiting, complete=len(waiting) < REFRESH_SCAN)
-
-    async def _refresh(self, waiting: list[RunRecord], *, complete: bool) -> None:
-        place = {record.id: ahead for ahead, record in enumerate(waiting) if is_waiting(record)}
-        if complete:
-            for run_id in [r for r in self._posted if r not in place]:
-                del self._posted[run_id]  # started or ended: its new state has the message
-        due = sorted(
-            (place[run_id], run_id)
-            for run_id, posted in self._posted.items()
-            if run_id in place and worth_refreshing(posted.ahead, place[run_id])
-        )
-        for ahead, run_id in due[:REFRESH_PER_TICK]:
-            await self._show_place(run_id, ahead)
-
-    async def _show_place(self, run_id: str, ahead: int) -> None:
-        """Rewrite one queued message's count, then make sure it did not overwrite the
-        run's own ending (it may have been taken and ended meanwhile)."""
-        posted = self._posted.get(run_id)
-        if posted is None:
-            return
-        rendered = render_status(_queued_snapshot(run_id, posted.requester, ahead))
-        surface = await self._workspaces.get(posted.thread.team)
-        try:
-            await surface.budget.call(
-                "chat.update",
-                channel=posted.thread.channel,
-                ts=posted.status_ts,
-                text=rendered.text,
-                blocks=rendered.blocks,
-            )
-        except SlackError as exc:
-            log.warning("queue.refresh_failed", run_id=run_id, error=exc.error)
-            return
-        except BudgetNotRunning:
-            return
-        posted.ahead = ahead
-        record = await self._store.get_run(run_id)
-        if record is not None and not is_waiting(record):
-            self._posted.pop(run_id, None)
-            if record.state.is_terminal and record.final_posted_at is not None:
-                await self._reconciler.post_final(record)  # ours landed after its final
-
-
-def _queued_snapshot(run_id: str, requester: str, ahead: int) -> StatusSnapshot:
-    return StatusSnapshot(run_id=run_id, requester=requester, phase="queued", queued_ahead=ahead)
+            self._metrics.queued_runs.set(await self._store.count_queued())
+        self.places.changed()
 
 
 def _error(exc: Exception) -> str:

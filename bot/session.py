@@ -66,6 +66,7 @@ from bot.views.status import ChildTask, StatusSnapshot, render_status
 if TYPE_CHECKING:
     from agent_core import GuidanceRecord, Run, RunResult
     from agent_core.ports import Store
+    from bot.click_answer import ClickAnswer
     from bot.surface import SlackSurface
     from bot.views.status import EndingView
 
@@ -121,6 +122,10 @@ class RunSession:
         self._session: SessionStatus | None = None
         """The agent-session status this run last set (None: never set, or handed over)."""
         self._guidance = GuidanceMarks(run.id, store, surface)
+        self._closing = False
+        """The run is ending here: nothing but its final (or its new owner) writes now."""
+        self._click_answer = asyncio.Lock()
+        """Held while a click's answer is in flight: the final waits for it."""
         run.events.add_listener(self._on_event)
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -133,6 +138,9 @@ class RunSession:
         if Slack would not take it, or it cannot be told whether it did.
         """
         if self.status_ts is not None:
+            # Live again in a message whose final report was written (a resume): the
+            # budget would drop its progress as late, and the old buttons would stay.
+            self.surface.budget.reopen(self.channel, self.status_ts)
             self._push_progress()
             await self._session_status(SessionStatus.PROCESSING)
             self._stream.start()
@@ -162,7 +170,10 @@ class RunSession:
         The terminal status goes first: closing a stream is rate-limited harder than
         ``chat.update``, and at shutdown every run's final must land within the budget.
         """
+        self._closing = True
         self._cancel_render()
+        async with self._click_answer:
+            pass  # a click's answer in flight lands before the final, never over it
         await self._stream.drain()
         if result.exit_code is not ExitCode.SHUTDOWN:
             # Ended for good: what the model never saw is marked, and listed in the handoff.
@@ -197,6 +208,7 @@ class RunSession:
         """Leave the Slack message (and the guidance) to the run's new owner: only close
         our stream. The agent session is the new owner's to move."""
         self._session = None
+        self._closing = True
         self._cancel_render()
         await self._guidance.cancel()
         await self._stream.finish()
@@ -204,11 +216,23 @@ class RunSession:
     async def discard(self) -> None:
         """Stop the answer pump without flushing (the run task is being torn down), and
         close an agent session the run left ``processing`` (it failed before closing)."""
+        self._closing = True
         self._cancel_render()
         await self._guidance.cancel()
         await self._stream.cancel()
         if self._session is SessionStatus.PROCESSING:
             await self._session_status(SessionStatus.CLOSED)
+
+    async def answer_click(self, answer: ClickAnswer) -> bool:
+        """Show the status as it is now on the message a button was pressed on, through
+        that click's ``response_url`` (:mod:`bot.click_answer`): ahead of all progress
+        waiting for ``chat.update``; the budget's own update follows as usual. False
+        once the run is ending here (its final goes first, and nothing over it), or when
+        Slack did not take it."""
+        async with self._click_answer:
+            if self._closing or self.status_ts is None:
+                return False
+            return await answer(*self._progress())
 
     def guidance_received(self, record: GuidanceRecord) -> None:
         """The run took a reply into its inbox (:meth:`bot.supervisor.Supervisor.guide`)."""

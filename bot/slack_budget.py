@@ -234,6 +234,18 @@ class SlackBudget:
         self._progress[key] = _Progress(channel, ts, text, blocks, render)
         self._wake.set()
 
+    def reopen(self, channel: str, ts: str) -> None:
+        """A live run writes to this message again (a run resumed in the status message
+        of its ended self): its progress counts again. The mark that drops progress
+        after a final is cleared, and a final still waiting to be written (the ended
+        run's report) gives way, settling False: written after the run's progress, it
+        would stand over a live run and hide its buttons."""
+        key = (channel, ts)
+        self._finalized.pop(key, None)
+        if (job := self._finals.pop(key, None)) is not None:
+            self._log.info("slack_budget.final_superseded", **job.where, by="a live run")
+            job.settle(False)
+
     async def update_final(
         self, channel: str, ts: str, *, text: str, blocks: list[dict[str, Any]]
     ) -> bool:

@@ -72,6 +72,7 @@ if TYPE_CHECKING:
 
     from agent_core import RunRecord, StopRequestRecord, ThreadKey
     from agent_core.ports import Store
+    from bot.click_answer import ClickAnswer
     from bot.dedupe import Deliveries
     from bot.metrics import Metrics
     from bot.policy import Origin
@@ -343,8 +344,11 @@ class StopService:
 
     # -- after the ack -----------------------------------------------------------------
 
-    async def after(self, decision: StopDecision) -> None:
-        """The audit event, the person's answer, and the run's end if its owner is gone."""
+    async def after(self, decision: StopDecision, *, answer: ClickAnswer | None = None) -> None:
+        """The audit event, the person's answer, and the run's end if its owner is gone.
+
+        ``answer``: the click's own answer on its message (:mod:`bot.click_answer`), for
+        an ending written here (a queued run, a cancelled resume): it shows first."""
         ask = decision.ask
         if self._metrics is not None:
             self._metrics.stop_asked(decision)
@@ -353,12 +357,12 @@ class StopService:
         decision = await self._answer_once(decision)
         record = decision.record
         if decision.resume_cancelled:
-            await self.resume_controls.stopped(decision)
+            await self.resume_controls.stopped(decision, answer=answer)
         elif decision.request is not None and record is not None and is_waiting(record):
             # Nobody runs it yet: end it in the queue (if a worker took it meanwhile, the
             # committed request reaches it there, as for any live run).
             try:
-                await self._worker.queue.end_queued(record, decision.request)
+                await self._worker.queue.end_queued(record, decision.request, answer=answer)
             except StorageError:
                 log.exception("stop.queued_not_ended", run_id=record.id)
         elif decision.request is not None and record is not None and _owner_gone(record):
@@ -432,9 +436,12 @@ class StopService:
             failure = messages.stop_not_recorded(busy=False, typed=False)
         return ResumeDecided(ask, None, failure=failure)
 
-    async def resume_after(self, decided: ResumeDecided) -> None:
-        """After the ack: the audit event, the status message and the person's answer."""
-        await self.resume_controls.after(decided)
+    async def resume_after(
+        self, decided: ResumeDecided, *, answer: ClickAnswer | None = None
+    ) -> None:
+        """After the ack: the audit event, the status message (first on the clicked
+        message, through ``answer``) and the person's answer."""
+        await self.resume_controls.after(decided, answer=answer)
 
     async def _ephemeral(self, ask: StopAsk, text: str) -> None:
         """Answer the person where they asked: the clicked message's thread, or the

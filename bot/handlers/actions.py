@@ -4,11 +4,12 @@ A click is read into a :class:`~bot.stops.StopAsk` and handed to the stop servic
 (:mod:`bot.stops`): decided, checked against Slack's re-deliveries, committed and, if
 this worker owns the run, applied, all before ``ack()`` (in the listener's middleware,
 :mod:`bot.handlers.acking`) and within :data:`~bot.stops.ACK_BUDGET_S` of Slack's 3
-seconds; then, in the listener, the slow part (audit event, ephemeral answer). The
-status message changes by itself: the run emits ``StopRequested`` and the run's session
-re-renders it without buttons that no longer apply. ``Resume now`` and ``Don't resume``
-(on an ended run whose resume is scheduled, docs/stopping.md) go through the same
-service, in the same order.
+seconds; then, in the listener, the click's effect on the status message (through the
+click's ``response_url``, ahead of all progress, when this worker runs it), and the slow
+part (audit event, ephemeral answer). The run emits ``StopRequested`` and the run's
+session re-renders the message without buttons that no longer apply. ``Resume now``
+and ``Don't resume`` (on an ended run whose resume is scheduled, docs/stopping.md) go
+through the same service, in the same order.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import structlog
 
 from agent_core import StopReason
 from bot import messages
+from bot.click_answer import click_answer
 from bot.dedupe import click_key
 from bot.errors import SlackError
 from bot.handlers.acking import control
@@ -31,6 +33,7 @@ from bot.views.status import ACTION_ABORT, ACTION_DONT_RESUME, ACTION_RESUME_NOW
 if TYPE_CHECKING:
     from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncRespond
 
+    from bot.click_answer import ClickAnswer
     from bot.context import BotContext
 
 __all__ = ["ACK_BUDGET_S", "register"]
@@ -48,8 +51,10 @@ def register(app: AsyncApp, ctx: BotContext) -> None:
         async def before(body: dict[str, Any]) -> StopDecision | None:
             return await _request(ctx, body, action)
 
-        async def after(decision: StopDecision, _respond: AsyncRespond) -> None:
-            await _after(ctx, decision, action)
+        async def after(decision: StopDecision, respond: AsyncRespond) -> None:
+            answer = click_answer(respond)
+            await _show_effect(ctx, decision, answer)
+            await _after(ctx, decision, action, answer)
 
         control(app, action_id, before, after)
 
@@ -57,8 +62,8 @@ def register(app: AsyncApp, ctx: BotContext) -> None:
         async def before(body: dict[str, Any]) -> ResumeDecided | None:
             return await _resume_request(ctx, body, action)
 
-        async def after(decided: ResumeDecided, _respond: AsyncRespond) -> None:
-            await _resume_after(ctx, decided, action)
+        async def after(decided: ResumeDecided, respond: AsyncRespond) -> None:
+            await _resume_after(ctx, decided, action, click_answer(respond))
 
         control(app, action_id, before, after)
 
@@ -87,10 +92,24 @@ async def _request(
         return await ctx.stops.request(ask)
 
 
-async def _after(ctx: BotContext, decision: StopDecision, action: StopReason) -> None:
+async def _show_effect(ctx: BotContext, decision: StopDecision, answer: ClickAnswer) -> None:
+    """First after the ack: a click that changed this worker's run shows its effect on
+    the status message at once, through the click's own ``response_url``
+    (:meth:`bot.session.RunSession.answer_click`), ahead of every run's progress. A run
+    that ends here after the click (a queued one) answers with its final message."""
+    if not (decision.changed and decision.local and decision.run_id):
+        return
+    live = ctx.supervisor.get(decision.run_id)
+    if live is not None:
+        await live.session.answer_click(answer)
+
+
+async def _after(
+    ctx: BotContext, decision: StopDecision, action: StopReason, answer: ClickAnswer
+) -> None:
     ask = decision.ask
     with structlog.contextvars.bound_contextvars(run_id=ask.run_id, user=ask.user):
-        await ctx.stops.after(decision)
+        await ctx.stops.after(decision, answer=answer)
         verdict = decision.verdict
         log.info(
             "click.handled",
@@ -121,10 +140,12 @@ async def _resume_request(
         return await ctx.stops.resume(ask)
 
 
-async def _resume_after(ctx: BotContext, decided: ResumeDecided, action: ResumeAction) -> None:
+async def _resume_after(
+    ctx: BotContext, decided: ResumeDecided, action: ResumeAction, answer: ClickAnswer
+) -> None:
     ask = decided.ask
     with structlog.contextvars.bound_contextvars(run_id=ask.run_id, user=ask.user):
-        await ctx.stops.resume_after(decided)
+        await ctx.stops.resume_after(decided, answer=answer)
         verdict = decided.verdict
         log.info(
             "click.handled",

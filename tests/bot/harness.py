@@ -156,7 +156,10 @@ class Bot:
 
     async def click(self, message: Message, action_id: str, *, user: str = DEFAULT_USER) -> int:
         current = self.slack.message(message.channel, message.ts)
-        payload = slack_requests.click_button(current, action_id, user=user)
+        response_url = self.slack.new_response_url(message.channel, message.ts)
+        payload = slack_requests.click_button(
+            current, action_id, user=user, response_url=response_url
+        )
         response = await self.post(slack_requests.interaction_request(payload, SECRET))
         return response.status
 
@@ -165,7 +168,10 @@ class Bot:
     ) -> int:
         """Press a button on this exact version of a message, as a client still showing
         an older render would (``options``: ``forged``/``stale`` signatures)."""
-        payload = slack_requests.click_button(version, action_id, user=user)
+        response_url = self.slack.new_response_url(version.channel, version.ts)
+        payload = slack_requests.click_button(
+            version, action_id, user=user, response_url=response_url
+        )
         response = await self.post(slack_requests.interaction_request(payload, SECRET, **options))
         return response.status
 

@@ -402,6 +402,23 @@ async def test_response_url_posts_are_recorded_and_limited(slack: FakeSlack) -> 
     assert [p.accepted for p in posts] == [True] * 5 + [False]
 
 
+async def test_a_response_url_replaces_the_message_it_was_minted_for(slack: FakeSlack) -> None:
+    ts = slack.seed_message("C1", "the status", user=slack.workspace.bot_user_id)
+    url = slack.new_response_url("C1", ts)
+    webhook = AsyncWebhookClient(url)
+    blocks = [{"type": "section", "text": {"type": "mrkdwn", "text": "replaced"}}]
+
+    assert (await webhook.send(text="ephemeral aside")).status_code == 200
+    assert slack.message("C1", ts).text == "the status"  # a plain post is a new message
+    sent = await webhook.send(text="replaced", blocks=blocks, replace_original=True)
+
+    assert sent.status_code == 200
+    message = slack.message("C1", ts)
+    assert (message.text, message.blocks) == ("replaced", blocks)
+    assert message.history[-1].method == "response_url"
+    assert slack.calls("chat.update") == []  # not counted against chat.update
+
+
 # -- Socket Mode -----------------------------------------------------------------------
 
 

@@ -29,7 +29,7 @@ from tests.bot.test_mcp_app import write_config
 from tests.fakes import slack_requests
 from tests.fakes.mcp_server import FakeMcpServer, serve_http
 from tests.fakes.slack_workspace import DEFAULT_CHANNEL
-from tests.system.workers import free_port
+from tests.system.workers import free_port, until_async
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -147,15 +147,22 @@ async def test_socket_mode_serves_metrics_and_times_its_clicks(
     status = await bot.status_message(DEFAULT_CHANNEL, envelope["event"]["ts"])
     await bot.slack.wait_for_call("chat.startStream", timeout=WAIT_S)
 
-    click = slack_requests.click_button(status, ACTION_STOP)
+    response_url = bot.slack.new_response_url(status.channel, status.ts)
+    click = slack_requests.click_button(status, ACTION_STOP, response_url=response_url)
     await bot.slack.socket.wait_for_ack(await bot.slack.socket.send_envelope("interactive", click))
-    after = await scrape(bot)
+    asked = {"kind": "stop", "source": "button", "verdict": "stop"}
+
+    async def counted() -> Scrape | None:
+        # After the ack (and the click's answer on its message): the request is counted.
+        scraped = await scrape(bot)
+        return scraped if scraped.value("threadpilot_stop_requests_total", **asked) else None
+
+    after = await until_async(counted, what="the stop request to be counted")
 
     ack = "threadpilot_click_ack_seconds"
     assert after.value(f"{ack}_count", control="stop") == 1
     assert after.value(f"{ack}_bucket", control="stop", le="+Inf") == 1
     assert {s.labels["control"] for s in after.families[ack].samples} == {"stop"}
-    asked = {"kind": "stop", "source": "button", "verdict": "stop"}
     assert after.value("threadpilot_stop_requests_total", **asked) == 1
 
 

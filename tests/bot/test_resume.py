@@ -24,8 +24,8 @@ from agent_core.ports import ResumeState
 from agent_core.prompts import SUMMARY_INSTRUCTION, continuation_note, resumed_note
 from bot import messages
 from bot.settings import load_settings
-from bot.views.status import ACTION_ABORT, ACTION_DONT_RESUME, ACTION_RESUME_NOW
-from tests.bot.harness import WAIT_S, buttons, run_id_of
+from bot.views.status import ACTION_ABORT, ACTION_DONT_RESUME, ACTION_RESUME_NOW, ACTION_STOP
+from tests.bot.harness import SHORT_TEXT, WAIT_S, buttons, run_id_of, stalled_answer
 from tests.fakes import slack_requests
 from tests.fakes.slack_blocks import blocks_text
 from tests.fakes.slack_workspace import DEFAULT_CHANNEL, DEFAULT_USER
@@ -218,6 +218,52 @@ async def test_resumes_stop_at_max_auto_resumes_in_a_thread(
     (declined,) = await events(bot, run_id, "resume.declined")
     assert declined.detail["reason"].startswith(limit)
     assert await store_of(bot).pending_resumes() == []
+
+
+async def test_a_resumed_run_shows_stop_and_abort_at_once_and_can_be_stopped(
+    make_bot: BotFactory, llm: LLMock
+) -> None:
+    """The resumed run writes to the status message whose paused report was written:
+    it is live again, so the message shows Stop and Abort (not Resume now), and they work."""
+    bot = await make_bot(**FAST)
+    _, status = await start_with_one_turn(
+        bot, llm, rate_limited(0.5), *stalled_answer(30.0, with_tool=False, text=SHORT_TEXT)
+    )
+
+    def live_again(message: Message) -> bool:
+        return any(paused(r) for r in message.history) and buttons(message) == [
+            ACTION_STOP,
+            ACTION_ABORT,
+        ]
+
+    resumed = await bot.until(status, live_again)
+    assert "Resume now" not in text_of(resumed)
+    assert await bot.click(resumed, ACTION_STOP) == 200
+    stopping = await bot.until(status, lambda m: buttons(m) == [ACTION_ABORT])
+    assert "Stopping" in text_of(stopping)
+    assert await bot.click(stopping, ACTION_ABORT) == 200
+    aborted = await bot.until(status, done)
+    assert f"aborted by <@{DEFAULT_USER}>" in text_of(aborted)
+
+
+async def test_a_report_that_will_not_resume_does_not_promise_it_and_counts_in_words(
+    make_bot: BotFactory, llm: LLMock
+) -> None:
+    """The second pause of a thread allowed one auto-resume: its report says once that it
+    will not resume, and counts its turns and resumes as a person would."""
+    bot = await make_bot(MAX_AUTO_RESUMES=1, **FAST)
+    llm.add(rate_limited(0.5, times=5))
+    _, status = await bot.mention("summarise the report")
+
+    final = await bot.until(status, done)
+
+    text = text_of(final)
+    limit = "Already auto-resumed 1 time in this thread (MAX_AUTO_RESUMES 1)"
+    assert messages.not_resuming(limit + "; not auto-resuming") in text
+    assert "resumes it" not in text  # the handoff promises nothing the policy declined
+    assert "1 model turn," in text
+    for number, noun in re.findall(r"\b(\d+) (model turns?|tool calls?|times?)\b", text):
+        assert noun.endswith("s") == (number != "1"), f"{number} {noun} in:\n{text}"
 
 
 async def test_auto_resume_none_leaves_a_rate_limited_run_paused(

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 from agent_core import RunState
 from agent_core.ports import is_waiting
 from bot import messages
-from bot.run_queue import history_of, starting_conversation, worth_refreshing
+from bot.queue_places import worth_refreshing
+from bot.run_queue import history_of, starting_conversation
 from tests.bot.harness import (
     ACTION_ABORT,
     ACTION_STOP,

@@ -240,6 +240,33 @@ async def test_a_final_goes_first_supersedes_progress_and_lands_once(
     assert slack.message(CHANNEL, ts).blocks == blocks("done")
 
 
+async def test_a_reopened_message_takes_progress_again_and_a_queued_final_gives_way(
+    slack: FakeSlack, client: AsyncWebClient
+) -> None:
+    """A run resumed in its ended self's status message writes progress to it again; a
+    final still waiting for the bucket (the old report) must not land over it later."""
+    async with running(client, {"chat.update": 600.0}) as budget:
+        ts, sentinel = status_message(slack), status_message(slack)
+        assert await budget.update_final(CHANNEL, ts, text="paused", blocks=blocks("paused"))
+        budget.update_progress(CHANNEL, ts, text="late progress", blocks=[])  # dropped
+
+        budget.reopen(CHANNEL, ts)
+        budget.update_progress(CHANNEL, ts, text="working again", blocks=[])
+        await slack.wait_for_call("chat.update", lambda call: call.args["text"] == "working again")
+
+        await drain(budget, slack, 600.0)
+        waiting = asyncio.ensure_future(
+            budget.update_final(CHANNEL, ts, text="old report", blocks=[])
+        )
+        await asyncio.sleep(0)  # one loop turn, no time: the task queues its final
+        budget.reopen(CHANNEL, ts)
+        assert await waiting is False
+        budget.update_progress(CHANNEL, ts, text="live", blocks=[])
+        budget.update_progress(CHANNEL, sentinel, text="sentinel", blocks=[])
+        await slack.wait_for_call("chat.update", lambda call: call.args["ts"] == sentinel)
+    assert updates(slack, ts) == ["paused", "working again", "live"]
+
+
 async def test_a_final_lands_once_through_a_429_storm(
     slack: FakeSlack, client: AsyncWebClient
 ) -> None:

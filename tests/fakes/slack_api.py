@@ -155,6 +155,8 @@ class FakeSlack:
         self._faults: dict[str, deque[Fault]] = {}
         self._unknown: set[str] = set()
         self._hooks: dict[str, list[ResponseUrlPost]] = {}
+        self._hook_messages: dict[str, tuple[str, str]] = {}
+        """The message each `response_url` was minted for (a button's message)."""
         self._closing = asyncio.Event()  # ends held (timed-out) answers at close
         self._runner: web.AppRunner | None = None
         self._port: int | None = None
@@ -278,10 +280,14 @@ class FakeSlack:
             app=app,
         )
 
-    def new_response_url(self) -> str:
-        """A `response_url` for an interaction payload; posts to it are recorded."""
+    def new_response_url(self, channel: str | None = None, ts: str | None = None) -> str:
+        """A `response_url` for an interaction payload; posts to it are recorded. Minted
+        for the message at `channel`/`ts` (the one a button was pressed on), a post with
+        `replace_original` replaces that message's text and blocks, as in Slack."""
         hook_id = str(len(self._hooks) + 1)
         self._hooks[hook_id] = []
+        if channel is not None and ts is not None:
+            self._hook_messages[hook_id] = (channel, ts)
         return f"{self.url}response_url/{hook_id}"
 
     # -- reading -----------------------------------------------------------------------
@@ -434,10 +440,17 @@ class FakeSlack:
         except json.JSONDecodeError:
             raise web.HTTPBadRequest(text="invalid_payload") from None
         accepted = len(posts) < RESPONSE_URL_USES
+        error = None if accepted else "used_url"
+        message = self._hook_messages.get(hook_id)
+        if accepted and message is not None and isinstance(body, dict):
+            try:
+                self.state.respond(*message, body)
+            except Refused as refused:
+                accepted, error = False, refused.error
         posts.append(ResponseUrlPost(hook_id, body, time.monotonic(), accepted))
         self._changes.notify()
-        if not accepted:
-            return web.json_response({"ok": False, "error": "used_url"}, status=404)
+        if error is not None:
+            return web.json_response({"ok": False, "error": error}, status=404)
         return web.json_response({"ok": True})
 
 

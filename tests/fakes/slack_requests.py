@@ -37,6 +37,9 @@ if TYPE_CHECKING:
 
 # Slack rejects requests whose timestamp is more than 5 minutes off; "stale" is 10.
 STALE_BY_SECONDS = 10 * 60
+NO_RESPONSE_URL = "http://127.0.0.1:9/response_url"
+"""A click's `response_url` when the test gave none: loopback, port 9 (discard), where
+nothing listens, so an app's answer fails at once and never leaves the machine."""
 
 
 class SignedRequest(NamedTuple):
@@ -288,7 +291,9 @@ def button_click(
     """A `block_actions` payload for one button press on the message at `message_ts`.
 
     Ephemeral messages come without `message`, as from Slack. Pass
-    `slack.new_response_url()` as `response_url` to record what the app posts to it.
+    `slack.new_response_url(channel, message_ts)` as `response_url` to record what the
+    app posts to it (and apply `replace_original`); without one the payload names a
+    loopback address nothing listens on, so an answer posted there fails at once.
     """
     container: Json = {
         "type": "message",
@@ -310,8 +315,7 @@ def button_click(
         "is_enterprise_install": False,
         "channel": {"id": channel, "name": f"channel-{channel.lower()}"},
         "state": {"values": {}},
-        "response_url": response_url
-        or f"https://hooks.slack.com/actions/{workspace.team_id}/1/{uuid.uuid4().hex}",
+        "response_url": response_url or f"{NO_RESPONSE_URL}/{uuid.uuid4().hex}",
         "actions": [
             {
                 "type": "button",

@@ -295,6 +295,18 @@ class SlackState:
             "message": self._to_api(stored),
         }
 
+    def respond(self, channel: str, ts: str, body: Json) -> None:
+        """A post to the `response_url` of a click on the message at `channel`/`ts`:
+        `replace_original` gives it the post's text and blocks (its metadata stays),
+        `delete_original` deletes it; any other post is a new message, only recorded."""
+        if body.get("delete_original") is True:
+            self._find({"channel": channel, "ts": ts}).deleted = True
+        elif body.get("replace_original") is True:
+            stored = self._find({"channel": channel, "ts": ts})
+            text = message_text(body) if "text" in body else stored.text
+            blocks = (message_blocks(body) or None) if "blocks" in body else stored.blocks
+            stored.revise("response_url", text, blocks)
+
     def _delete(self, args: Json) -> Json:
         stored = self._find(args)
         stored.deleted = True
