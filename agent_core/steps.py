@@ -293,9 +293,8 @@ def rate_limited_ending(
         next_step = f"Once the provider's rate limit has passed{wait}, {how} to go on."
     else:
         kept = ""
-        next_step = (
-            f"Nothing is running. Once the provider's rate limit has passed{wait}, {how} to retry."
-        )
+        after = f"{retry_after_s:g} s" if retry_after_s is not None else "a backoff"
+        next_step = f"Nothing is running. Once {after} has passed, {how} to retry."
     return Ending(
         Outcome.BLOCKED,
         ExitCode.MAX_RETRIES,
