@@ -343,6 +343,8 @@ def assistant_message(response: ModelResponse) -> ChatMessage:
             {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
             for c in response.tool_calls
         ]
+    if response.reasoning is not None:
+        message["reasoning"] = response.reasoning.to_message()
     return message
 
 
