@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import pytest
 from llmock.scenarios import Reply, ToolCall
 
-from agent_core.events import ToolFinished, ToolStarted
+from agent_core.events import ToolFinished, ToolStarted, TurnFinished
 from agent_core.model_api import ModelAPI
 from agent_core.outcomes import ExitCode, Outcome
 from agent_core.states import RunState
@@ -52,12 +52,17 @@ async def test_tool_results_are_fed_back_and_usage_counted(
 
     llm.call_tool("lookup", {"city": "Paris"})
     llm.reply("It is 21C in Paris.")
-    result = await make_agent([lookup]).new_run("Weather in Paris?").run()
+    run = make_agent([lookup]).new_run("Weather in Paris?")
+    events = EventLog(run)
+    result = await run.run()
 
     assert seen == ["Paris"]
     assert result.outcome is Outcome.FINISHED
     assert result.turns == 2
     assert result.usage.total_tokens > 0
+    replies = [e.reply for e in events.of(TurnFinished)]  # each reply's own usage
+    assert len(replies) == 2 and all(r.completion_tokens > 0 for r in replies)
+    assert replies[0] + replies[1] == result.usage
     assert tool_results(llm.requests[1]) == ["21C in Paris"]
     assert offered_tools(llm.requests[0]) == ["lookup", "delegate", "final_report", "ask_user"]
 
