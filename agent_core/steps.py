@@ -270,7 +270,8 @@ def model_failed_ending(
         outcome,
         code,
         evidence=f"{error}. {tally.progress_summary()}",
-        next_step=f"An admin checks the model settings (OPENAI_*); then {how} to retry.",
+        next_step="An admin checks the model settings (MODEL_API and its key, model and "
+        f"URL); then {how} to retry.",
         error=str(error),
         clues=Clues(error=error),
     )
