@@ -14,7 +14,7 @@ from enum import StrEnum
 
 from agent_core.model import OpenAIChatModel
 from agent_core.model_anthropic import AnthropicModel
-from agent_core.model_http import DEFAULT_REPLY_TIMEOUT_S
+from agent_core.model_http import DEFAULT_REPLY_TIMEOUT_S, READS_PER_S
 from agent_core.model_responses import OpenAIResponsesModel
 
 __all__ = ["HTTPChatModel", "ModelAPI", "build_model"]
@@ -39,8 +39,10 @@ def build_model(
     base_url: str | None = None,
     idle_timeout_s: float = 60.0,
     reply_timeout_s: float = DEFAULT_REPLY_TIMEOUT_S,
+    reads_per_s: float = READS_PER_S,
 ) -> HTTPChatModel:
-    """The adapter of ``api``, for ``model`` at ``base_url`` (None: the API's default)."""
+    """The adapter of ``api``, for ``model`` at ``base_url`` (None: the API's default);
+    ``reads_per_s`` paces its streams' reads (:mod:`agent_core.model_http`)."""
     kind: type[HTTPChatModel] = OpenAIChatModel
     if api is ModelAPI.OPENAI_RESPONSES:
         kind = OpenAIResponsesModel
@@ -52,4 +54,5 @@ def build_model(
         base_url=base_url,
         idle_timeout_s=idle_timeout_s,
         reply_timeout_s=reply_timeout_s,
+        reads_per_s=reads_per_s,
     )
