@@ -12,7 +12,11 @@ messages as messages of their role, an assistant message as its reasoning items 
 this API wrote them), its text and one ``function_call`` per tool call, a tool result as
 a ``function_call_output``. Requests are not stored at OpenAI (``store: false``), so
 reasoning travels in the conversation: it is asked for encrypted
-(``reasoning.encrypted_content``) and sent back as it came.
+(``reasoning.encrypted_content``) and sent back as it came. A model without reasoning
+refuses that request (HTTP 400, "Encrypted content is not supported with this model"):
+the adapter then asks again at once without it, and no longer asks for it. That is not
+a retry of a failure (nothing was answered, nothing waits), so it stays here rather than
+in the loop.
 
 The stream's events map onto the core's turn: ``response.output_text.delta`` and
 ``response.refusal.delta`` are text; ``response.output_item.added`` starts a function
@@ -57,6 +61,7 @@ __all__ = ["OpenAIResponsesModel"]
 
 API = "openai-responses"
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
+ENCRYPTED_REASONING = "reasoning.encrypted_content"
 _RETRYABLE_CODES = frozenset({"server_error", "rate_limit_exceeded", "overloaded"})
 
 
@@ -77,6 +82,8 @@ class OpenAIResponsesModel:
         reads_per_s: float = READS_PER_S,
     ) -> None:
         self.model = model
+        self.encrypted_reasoning = True
+        """Whether reasoning is asked for encrypted (until the model refuses it)."""
         base = base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
         self.endpoint = ModelEndpoint(
             base.rstrip("/") + "/responses",
@@ -96,15 +103,30 @@ class OpenAIResponsesModel:
             "input": input_items(request.messages),
             "stream": True,
             "store": False,
-            "include": ["reasoning.encrypted_content"],
         }
+        if self.encrypted_reasoning:
+            body["include"] = [ENCRYPTED_REASONING]
         if request.tools:
             body["tools"] = [_tool(t) for t in request.tools]
             if request.tool_choice:
                 body["tool_choice"] = _tool_choice(request.tool_choice)
         turn = _Turn(on_text)
-        await self.endpoint.stream(body, turn)
+        try:
+            await self.endpoint.stream(body, turn)
+        except FatalModelError as exc:
+            if "include" not in body or not _no_encrypted_reasoning(exc):
+                raise
+            self.encrypted_reasoning = False  # this model has none: ask without, from now on
+            del body["include"]
+            turn = _Turn(on_text)
+            await self.endpoint.stream(body, turn)
         return turn.response()
+
+
+def _no_encrypted_reasoning(error: FatalModelError) -> bool:
+    """The model refused the request for asking for encrypted reasoning."""
+    text = str(error).lower()
+    return error.status == 400 and ("encrypted content" in text or ENCRYPTED_REASONING in text)
 
 
 def input_items(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:

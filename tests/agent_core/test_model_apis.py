@@ -33,7 +33,8 @@ TOOL = ToolSpec("lookup", "Look a city up.", {"type": "object", "properties": {}
 class Scripted:
     """Answers each POST with the next body of ``answers``; keeps what it was sent."""
 
-    answers: list[bytes] = field(default_factory=list)
+    answers: list[bytes | tuple[int, bytes]] = field(default_factory=list)
+    """Each a streamed body, or an HTTP status and a JSON body."""
     bodies: list[dict[str, Any]] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
     paths: list[str] = field(default_factory=list)
@@ -43,9 +44,13 @@ class Scripted:
         self.bodies.append(json.loads(await request.read()))
         self.headers.append({k.lower(): v for k, v in request.headers.items()})
         self.paths.append(request.path)
+        answer = self.answers.pop(0)
+        if isinstance(answer, tuple):
+            status, body = answer
+            return web.Response(status=status, body=body, content_type="application/json")
         reply = web.StreamResponse(headers={"content-type": "text/event-stream"})
         await reply.prepare(request)
-        await reply.write(self.answers.pop(0))
+        await reply.write(answer)
         await reply.write_eof()
         return reply
 
@@ -55,7 +60,9 @@ async def scripted() -> AsyncIterator[Callable[..., Awaitable[tuple[Scripted, HT
     runners: list[web.AppRunner] = []
     models: list[HTTPChatModel] = []
 
-    async def start(api: ModelAPI, *answers: bytes) -> tuple[Scripted, HTTPChatModel]:
+    async def start(
+        api: ModelAPI, *answers: bytes | tuple[int, bytes]
+    ) -> tuple[Scripted, HTTPChatModel]:
         server = Scripted(list(answers))
         app = web.Application()
         app.router.add_post("/{tail:.*}", server.handle)
@@ -215,6 +222,45 @@ async def test_the_anthropic_request_keeps_instructions_in_the_system_prompt(
     ]
     assert body["tool_choice"] == {"type": "tool", "name": "final_report"}
     assert body["max_tokens"] > 0
+
+
+async def test_a_model_without_encrypted_reasoning_is_asked_again_without_it(
+    scripted: Any,
+) -> None:
+    """OpenAI refuses ``include: [reasoning.encrypted_content]`` for a model that does not
+    reason (gpt-4o...): the same call asks again without it, and later calls never ask."""
+    refusal = {
+        "error": {
+            "message": "Encrypted content is not supported with this model.",
+            "type": "invalid_request_error",
+            "param": "include",
+            "code": None,
+        }
+    }
+    server, model = await scripted(
+        ModelAPI.OPENAI_RESPONSES,
+        (400, json.dumps(refusal).encode()),
+        responses_answer(text="first"),
+        responses_answer(text="second"),
+    )
+    texts: list[str] = []
+    assert (await model.complete(FINAL_REQUEST, texts.append)).text == "first"
+    assert (await model.complete(FINAL_REQUEST, texts.append)).text == "second"
+
+    assert texts == ["first", "second"]  # the refused request streamed nothing
+    assert [b.get("include") for b in server.bodies] == [
+        ["reasoning.encrypted_content"],
+        None,
+        None,
+    ]
+
+
+async def test_other_refusals_are_not_asked_again(scripted: Any) -> None:
+    refusal = {"error": {"message": "Invalid schema for function", "code": None}}
+    server, model = await scripted(ModelAPI.OPENAI_RESPONSES, (400, json.dumps(refusal).encode()))
+    with pytest.raises(FatalModelError, match="Invalid schema"):
+        await model.complete(FINAL_REQUEST, lambda _: None)
+    assert len(server.bodies) == 1
 
 
 # -- reasoning travels with the conversation -------------------------------------------
