@@ -19,10 +19,10 @@ does the rest, the same way for all of them:
   wire.
 
 Why our own HTTP code rather than the providers' SDKs: measured on the same loopback
-stream (bench/model_paths.py, bench/README.md), the SDKs' typed event objects and their
-HTTP layers cost several times the CPU per streamed event that this path does, past the
-40 µs a chunk may cost from the model to Slack; and an SDK's stream is closed through its
-own layers after a cancellation, not at once.
+streams (bench/model_paths.py; figures in bench/README.md), the SDKs' typed events and
+HTTP layers cost 100-150 µs of CPU per streamed event against 21-25 µs here, when a
+chunk may cost 40 µs all the way from the model to Slack; and cancelled, an SDK's client
+closes its socket later (p50 0.13 ms, p99 several ms, against 0.07 / 0.2 ms here).
 
 Closing: whatever ends the call other than a complete answer (an error, a limit, an
 Abort's cancellation) hangs up at once, before the exception propagates: the socket is

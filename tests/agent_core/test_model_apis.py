@@ -370,11 +370,17 @@ async def test_a_refusal_is_the_answer_the_person_reads(scripted: Any) -> None:
         ModelAPI.ANTHROPIC,
         anthropic_answer({"type": "text", "text": "I can't help with that."}, stop="refusal"),
     )
-    for model in (responses, claude):
+    _, chat = await scripted(
+        ModelAPI.OPENAI_CHAT,
+        b'data: {"choices": [{"index": 0, "delta": {"refusal": "I can\'t help with that."}}]}\n\n'
+        b'data: {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}\n\n'
+        b"data: [DONE]\n\n",
+    )
+    for model in (chat, responses, claude):
         texts: list[str] = []
         response = await model.complete(FINAL_REQUEST, texts.append)
         assert "".join(texts) == response.text == "I can't help with that."
-    assert response.finish_reason == "refusal"
+    assert response.finish_reason == "refusal"  # Anthropic's says so
 
 
 @pytest.mark.parametrize(
