@@ -15,16 +15,23 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from aiohttp import web
 
+from agent_core.agent import Agent
+from agent_core.ended import EndedBecause
 from agent_core.errors import ContextOverflow, FatalModelError, RateLimited, RetryableModelError
 from agent_core.model_api import HTTPChatModel, ModelAPI, build_model
 from agent_core.ports import ModelRequest, ToolSpec
+from agent_core.states import RunState
 from agent_core.steps import assistant_message
+from agent_core.stores.memory import MemoryStore
 from agent_core.tools import FINAL_REPORT
+from tests.agent_core.test_stop import noop
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
 
     from agent_core.ports import ChatMessage
+
+Refusal = tuple[int, bytes, dict[str, str]]
 
 TOOL = ToolSpec("lookup", "Look a city up.", {"type": "object", "properties": {}})
 
@@ -33,8 +40,8 @@ TOOL = ToolSpec("lookup", "Look a city up.", {"type": "object", "properties": {}
 class Scripted:
     """Answers each POST with the next body of ``answers``; keeps what it was sent."""
 
-    answers: list[bytes | tuple[int, bytes]] = field(default_factory=list)
-    """Each a streamed body, or an HTTP status and a JSON body."""
+    answers: list[bytes | Refusal] = field(default_factory=list)
+    """Each a streamed body, or a refusal: an HTTP status, a JSON body, its headers."""
     bodies: list[dict[str, Any]] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
     paths: list[str] = field(default_factory=list)
@@ -46,8 +53,10 @@ class Scripted:
         self.paths.append(request.path)
         answer = self.answers.pop(0)
         if isinstance(answer, tuple):
-            status, body = answer
-            return web.Response(status=status, body=body, content_type="application/json")
+            status, body, headers = answer
+            return web.Response(
+                status=status, body=body, content_type="application/json", headers=headers
+            )
         reply = web.StreamResponse(headers={"content-type": "text/event-stream"})
         await reply.prepare(request)
         await reply.write(answer)
@@ -60,9 +69,7 @@ async def scripted() -> AsyncIterator[Callable[..., Awaitable[tuple[Scripted, HT
     runners: list[web.AppRunner] = []
     models: list[HTTPChatModel] = []
 
-    async def start(
-        api: ModelAPI, *answers: bytes | tuple[int, bytes]
-    ) -> tuple[Scripted, HTTPChatModel]:
+    async def start(api: ModelAPI, *answers: bytes | Refusal) -> tuple[Scripted, HTTPChatModel]:
         server = Scripted(list(answers))
         app = web.Application()
         app.router.add_post("/{tail:.*}", server.handle)
@@ -239,7 +246,7 @@ async def test_a_model_without_encrypted_reasoning_is_asked_again_without_it(
     }
     server, model = await scripted(
         ModelAPI.OPENAI_RESPONSES,
-        (400, json.dumps(refusal).encode()),
+        (400, json.dumps(refusal).encode(), {}),
         responses_answer(text="first"),
         responses_answer(text="second"),
     )
@@ -257,7 +264,9 @@ async def test_a_model_without_encrypted_reasoning_is_asked_again_without_it(
 
 async def test_other_refusals_are_not_asked_again(scripted: Any) -> None:
     refusal = {"error": {"message": "Invalid schema for function", "code": None}}
-    server, model = await scripted(ModelAPI.OPENAI_RESPONSES, (400, json.dumps(refusal).encode()))
+    server, model = await scripted(
+        ModelAPI.OPENAI_RESPONSES, (400, json.dumps(refusal).encode(), {})
+    )
     with pytest.raises(FatalModelError, match="Invalid schema"):
         await model.complete(FINAL_REQUEST, lambda _: None)
     assert len(server.bodies) == 1
@@ -346,6 +355,66 @@ async def test_reasoning_from_another_api_is_left_out(scripted: Any) -> None:
 
     assert "reasoning" not in chat_server.bodies[0]["messages"][2]
     assert [b["type"] for b in claude_server.bodies[0]["messages"][1]["content"]] == ["tool_use"]
+
+
+@pytest.mark.parametrize(
+    ("api", "reasoning", "first"),
+    [
+        (
+            ModelAPI.OPENAI_RESPONSES,
+            REASONING_ITEM,
+            responses_answer(
+                REASONING_ITEM,
+                {"type": "function_call", "call_id": "c9", "name": "noop", "arguments": "{}"},
+            ),
+        ),
+        (
+            ModelAPI.ANTHROPIC,
+            THINKING,
+            anthropic_answer(
+                THINKING,
+                {"type": "tool_use", "id": "toolu_9", "name": "noop", "input": {}},
+                stop="tool_use",
+            ),
+        ),
+    ],
+    ids=["openai-responses", "anthropic"],
+)
+async def test_a_resumed_run_sends_the_reasoning_of_its_checkpoint(
+    scripted: Any, api: ModelAPI, reasoning: dict[str, Any], first: bytes
+) -> None:
+    """The real loop and store: a reply with reasoning and a tool call; the next request
+    is refused with a Retry-After too long to wait, so the run ends blocked at its
+    checkpoint; the run resumed from the stored checkpoint sends the reasoning again."""
+    limited = json.dumps({"error": {"message": "slow down"}}).encode()
+    server, model = await scripted(api, first, (429, limited, {"retry-after": "300"}))
+    store = MemoryStore()
+    agent = Agent(model, [noop], store=store)  # 300 s is past what a run waits in place
+    run = agent.new_run("tidy up")
+    result = await run.run()
+    assert result.ended_because is EndedBecause.RATE_LIMIT
+
+    checkpoint = await store.latest_checkpoint(run.id)
+    assert checkpoint is not None
+    assert await store.set_state(run.id, RunState.QUEUED, expected=[RunState.BLOCKED])
+    server.answers.append(
+        responses_answer(text="Tidied.")
+        if api is ModelAPI.OPENAI_RESPONSES
+        else anthropic_answer({"type": "text", "text": "Tidied."})
+    )
+    resumed = agent.new_run(
+        "tidy up", run_id=run.id, restore=checkpoint, resumed_because=EndedBecause.RATE_LIMIT
+    )
+    again = await resumed.run()
+
+    assert again.final_text == "Tidied."
+    last = server.bodies[-1]
+    sent = (
+        last["input"]
+        if api is ModelAPI.OPENAI_RESPONSES
+        else [block for turn in last["messages"] for block in turn["content"]]
+    )
+    assert sent.count(reasoning) == 1
 
 
 # -- usage, refusals and mid-stream failures -------------------------------------------
