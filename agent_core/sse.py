@@ -58,7 +58,7 @@ class SSEDecoder:
         if self._tail:
             self._tail += piece
             if b"\n" not in piece and b"\r" not in piece:
-                self._check(len(self._tail))  # the line goes on: nothing to split yet
+                self._check(self._size + len(self._tail))  # the line goes on: no split yet
                 return []
             piece = bytes(self._tail)
             self._tail.clear()
@@ -68,7 +68,6 @@ class SSEDecoder:
         lines = piece.split(b"\n")
         tail = lines.pop()
         if tail:
-            self._check(len(tail))
             self._tail += tail
         events: list[ServerSentEvent] = []
         for line in lines:
@@ -81,15 +80,19 @@ class SSEDecoder:
             elif line[:5] == b"data:":
                 data = line[6:] if line[5:6] == b" " else line[5:]
                 self._size += len(data) + 1
-                self._check(self._size)
+                if self._size > self._max:
+                    self._check(self._size)
                 self._data.append(data)
             elif line[:6] == b"event:":
                 value = line[7:] if line[6:7] == b" " else line[6:]
                 self._event = value.decode("utf-8", "replace")
             # Anything else: a comment (":"), "id", "retry" or an unknown field.
+        if self._tail:
+            self._check(self._size + len(self._tail))
         return events
 
     def _check(self, size: int) -> None:
+        """Refuse an unfinished event (its data lines and its open line) past the limit."""
         if size > self._max:
             raise RetryableModelError(
                 f"the model stream sent an event over {self._max} bytes: refused"

@@ -259,6 +259,11 @@ def test_the_decoder_keeps_no_more_than_its_limit_of_an_unfinished_event() -> No
         many_lines.feed(b"data: " + b"y" * 400 + b"\n" + b"data: " + b"y" * 400 + b"\n" * 1)
         many_lines.feed(b"data: " + b"y" * 400 + b"\n")
 
+    lines_and_an_open_one = SSEDecoder(max_event_bytes=1000)
+    assert lines_and_an_open_one.feed(b"data: " + b"w" * 600 + b"\n") == []
+    with pytest.raises(RetryableModelError, match="over 1000 bytes"):
+        lines_and_an_open_one.feed(b"data: " + b"w" * 500)  # 601 + 506 bytes of one event
+
     fine = SSEDecoder(max_event_bytes=1000)
     pieces = [b"data: " + b"z" * 900, b"\n\n"]
     assert [e.data for p in pieces for e in fine.feed(p)] == [b"z" * 900]
