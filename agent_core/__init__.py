@@ -1,7 +1,8 @@
 """threadpilot's agent core: a framework-free LLM agent loop with Stop, Abort and Shutdown.
 
 The Slack app imports the core only through the names below. Adapters for the ports
-(``agent_core.stores.*``, :class:`OpenAIChatModel`) are imported from their modules.
+(``agent_core.stores.*``; the model APIs' adapters, built by :func:`build_model` from
+``MODEL_API``) are imported from their modules.
 """
 
 from agent_core.agent import Agent, AgentConfig
@@ -54,6 +55,7 @@ from agent_core.isolation import make_undumpable, warn_if_root
 from agent_core.logs import configure_logging
 from agent_core.loop import Run, current_run
 from agent_core.model import OpenAIChatModel
+from agent_core.model_api import HTTPChatModel, ModelAPI, build_model
 from agent_core.outcomes import (
     ExitCode,
     Handoff,
@@ -126,8 +128,10 @@ __all__ = [
     "GuidanceInbox",
     "GuidanceRecord",
     "GuidanceStatus",
+    "HTTPChatModel",
     "Handoff",
     "IllegalTransition",
+    "ModelAPI",
     "ModelError",
     "OpenAIChatModel",
     "Outcome",
@@ -170,6 +174,7 @@ __all__ = [
     "TurnStarted",
     "UnknownOutcome",
     "Usage",
+    "build_model",
     "classify",
     "configure_logging",
     "continue_from",

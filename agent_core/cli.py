@@ -53,7 +53,8 @@ from agent_core.isolation import make_undumpable
 from agent_core.logs import configure_logging
 from agent_core.mcp import SETTING as MCP_SETTING
 from agent_core.mcp import McpManager, load_mcp_config
-from agent_core.model import OpenAIChatModel
+from agent_core.model_api import HTTPChatModel, ModelAPI, build_model
+from agent_core.model_http import DEFAULT_REPLY_TIMEOUT_S
 from agent_core.outcomes import ExitCode
 from agent_core.stop import StopReason
 from agent_core.tools import DEFAULT_TOOL_TIMEOUT_S
@@ -153,24 +154,33 @@ def _settings_env(dotenv: str = ".env") -> dict[str, str]:
     return values
 
 
-def _model_from_env(env: Mapping[str, str]) -> OpenAIChatModel:
-    key = env.get("OPENAI_API_KEY", "").strip()
+def _model_from_env(env: Mapping[str, str]) -> HTTPChatModel:
+    """The adapter of ``MODEL_API`` with the key, model and URL of that API's settings."""
+    raw_api = env.get("MODEL_API", "").strip() or ModelAPI.OPENAI_CHAT.value
+    try:
+        api = ModelAPI(raw_api)
+    except ValueError:
+        known = ", ".join(a.value for a in ModelAPI)
+        raise ConfigError("MODEL_API", f"{raw_api!r} is not one of {known}") from None
+    prefix = "ANTHROPIC" if api is ModelAPI.ANTHROPIC else "OPENAI"
+    key = env.get(f"{prefix}_API_KEY", "").strip()
     if not key:
         raise ConfigError(
-            "OPENAI_API_KEY",
+            f"{prefix}_API_KEY",
             "not set; set it to the key of your model endpoint "
             "(any non-empty value for a local endpoint that needs none)",
         )
-    model = env.get("OPENAI_MODEL", "").strip()
+    model = env.get(f"{prefix}_MODEL", "").strip()
     if not model:
         raise ConfigError(
-            "OPENAI_MODEL",
+            f"{prefix}_MODEL",
             "not set; set it to the model name your endpoint serves, e.g. gpt-4o-mini",
         )
-    base_url = env.get("OPENAI_BASE_URL", "").strip() or None
+    base_url = env.get(f"{prefix}_BASE_URL", "").strip() or None
     if base_url is not None and not base_url.startswith(("http://", "https://")):
-        raise ConfigError("OPENAI_BASE_URL", f"{base_url!r} is not an http(s) URL")
-    return OpenAIChatModel(model=model, api_key=key, base_url=base_url)
+        raise ConfigError(f"{prefix}_BASE_URL", f"{base_url!r} is not an http(s) URL")
+    reply_s = _seconds(env, "MODEL_REPLY_TIMEOUT", DEFAULT_REPLY_TIMEOUT_S)
+    return build_model(api, model=model, api_key=key, base_url=base_url, reply_timeout_s=reply_s)
 
 
 @overload
@@ -213,7 +223,7 @@ def _mcp_servers(env: Mapping[str, str]) -> tuple[ServerConfig, ...]:
 
 
 async def _session(
-    model: OpenAIChatModel,
+    model: HTTPChatModel,
     servers: Sequence[ServerConfig],
     config: AgentConfig,
     args: argparse.Namespace,

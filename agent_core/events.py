@@ -72,6 +72,9 @@ class TurnFinished:
     turn: int
     usage: Usage
     """Tokens used by the whole run so far."""
+    reply: Usage | None = None
+    """Tokens of this turn's reply alone (its prompt and its answer), as the model API
+    counted them: what a budget per reply or per run adds up."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -363,7 +363,9 @@ class Run:
                 await self._wait_to_retry(attempt, policy.delay(attempt, retry_after), exc, final)
                 continue
             self._tally.answered(response.usage)
-            self.events.emit(TurnFinished(self.id, self._tally.turns, self._tally.usage))
+            self.events.emit(
+                TurnFinished(self.id, self._tally.turns, self._tally.usage, response.usage)
+            )
             return response
 
     async def _wait_to_retry(

@@ -4,7 +4,8 @@ Adapters live beside each other in :mod:`agent_core.stores` (``memory`` here; ``
 and ``postgres`` for durable, multi-worker state) and one contract test suite runs against
 all of them. The core never imports an adapter.
 
-- :class:`ChatModel` streams one model turn (the OpenAI adapter is :mod:`agent_core.model`).
+- :class:`ChatModel` streams one model turn (one adapter per API: :mod:`agent_core.model`
+  for Chat Completions, :mod:`agent_core.model_responses`, :mod:`agent_core.model_anthropic`).
 - :class:`RunStore` keeps runs, their checkpoints (the conversation after each turn) and
   the audit trail. Terminal state is written by compare-and-set: exactly one wins.
 - :class:`StopRequestStore` keeps stop requests so that a click landing in any worker
@@ -62,6 +63,7 @@ __all__ = [
     "ModelResponse",
     "ParticipantStore",
     "QueueStore",
+    "Reasoning",
     "Reconnected",
     "ResumeState",
     "ResumeStore",
@@ -127,6 +129,32 @@ class ModelRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class Reasoning:
+    """What a reply carries that only the API it came from can read back: the Responses
+    API's reasoning items, Anthropic's thinking blocks. The conversation keeps it with
+    the reply's assistant message (its ``reasoning`` key, :meth:`to_message`), and the
+    adapter of that API sends it again with every later request, after a resume too;
+    another API's adapter leaves it out."""
+
+    api: str
+    """The ``MODEL_API`` whose adapter wrote it."""
+    items: tuple[Mapping[str, Any], ...]
+    """The items as that API sent them (plain JSON)."""
+
+    def to_message(self) -> dict[str, Any]:
+        return {"api": self.api, "items": [dict(i) for i in self.items]}
+
+    @staticmethod
+    def items_for(message: ChatMessage, api: str) -> list[Any]:
+        """The reasoning stored with ``message`` when ``api`` wrote it, else none."""
+        stored = message.get("reasoning")
+        if not isinstance(stored, dict) or stored.get("api") != api:
+            return []
+        items = stored.get("items")
+        return list(items) if isinstance(items, list) else []
+
+
+@dataclass(frozen=True, slots=True)
 class ModelResponse:
     """One complete model turn, assembled from the stream."""
 
@@ -134,6 +162,8 @@ class ModelResponse:
     tool_calls: tuple[ToolCall, ...]
     finish_reason: str
     usage: Usage
+    """The tokens of this reply alone (its prompt and its answer)."""
+    reasoning: Reasoning | None = None
 
 
 TextSink = Callable[[str], None]
@@ -143,6 +173,11 @@ TextSink = Callable[[str], None]
 class ChatModel(Protocol):
     """Streams one turn. Cancelling the awaiting task must close the HTTP stream before
     the cancellation propagates; failures are raised as :class:`agent_core.errors.ModelError`.
+
+    The request's messages are in the core's shape (OpenAI chat messages, with a
+    :class:`Reasoning` under an assistant message's ``reasoning`` key); each adapter
+    translates them to its API (``MODEL_API``: :mod:`agent_core.model`,
+    :mod:`agent_core.model_responses`, :mod:`agent_core.model_anthropic`).
     """
 
     async def complete(self, request: ModelRequest, on_text: TextSink) -> ModelResponse: ...

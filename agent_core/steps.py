@@ -270,7 +270,8 @@ def model_failed_ending(
         outcome,
         code,
         evidence=f"{error}. {tally.progress_summary()}",
-        next_step=f"An admin checks the model settings (OPENAI_*); then {how} to retry.",
+        next_step="An admin checks the model settings (MODEL_API and its key, model and "
+        f"URL); then {how} to retry.",
         error=str(error),
         clues=Clues(error=error),
     )
@@ -367,6 +368,8 @@ def assistant_message(response: ModelResponse) -> ChatMessage:
             {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
             for c in response.tool_calls
         ]
+    if response.reasoning is not None:
+        message["reasoning"] = response.reasoning.to_message()
     return message
 
 

@@ -1,4 +1,5 @@
-"""llmock, the OpenAI-compatible test server: in a thread of this process, or in its own.
+"""llmock, the test model server (Chat Completions, Responses and Anthropic's Messages
+API): in a thread of this process, or in its own.
 
 In a thread (:func:`llmock_server`), its journal times (``RequestRecord.started_at`` /
 ``ended_at``) come from ``time.monotonic()`` in the server thread: the same clock as the
@@ -27,7 +28,9 @@ from llmock.simulation import MockResponseSettings
 from llmock.testing import LLMockServer
 from yarl import URL
 
-from agent_core import OpenAIChatModel
+from agent_core import HTTPChatModel, ModelAPI, OpenAIChatModel, build_model
+from agent_core.model_http import READS_PER_S
+from tests.agent_core.helpers import FIRST_TEXT_CHUNK
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator
@@ -37,6 +40,7 @@ __all__ = [
     "Placement",
     "ProcessUpstream",
     "ThreadUpstream",
+    "api_model",
     "journal_of",
     "llmock_process",
     "llmock_server",
@@ -44,6 +48,7 @@ __all__ = [
     "paced_llmock",
     "serving_process",
     "settled_records",
+    "stall_point",
 ]
 
 LONG_TEXT = " ".join(f"word{i}" for i in range(400))
@@ -62,6 +67,24 @@ def llmock_server() -> Iterator[LLMockServer]:
 def openai_model(base_url: str) -> OpenAIChatModel:
     """The real model client, pointed at the llmock serving ``base_url``."""
     return OpenAIChatModel(model="bench-model", api_key="bench-key", base_url=base_url)
+
+
+def api_model(api: ModelAPI, base_url: str, reads_per_s: float = READS_PER_S) -> HTTPChatModel:
+    """The real adapter of ``api``, pointed at the llmock whose OpenAI base URL is
+    ``base_url`` (llmock serves Anthropic's API under ``/anthropic``)."""
+    if api is ModelAPI.ANTHROPIC:
+        base_url = base_url.removesuffix("/").removesuffix("/v1") + "/anthropic"
+    return build_model(
+        api, model="bench-model", api_key="bench-key", base_url=base_url, reads_per_s=reads_per_s
+    )
+
+
+def stall_point(api: ModelAPI | None = None) -> int:
+    """After how many chunks a stalled answer stalls: once one piece of text has come
+    (on every API when ``api`` is None: the latest of them)."""
+    if api is None:
+        return max(FIRST_TEXT_CHUNK.values()) + 1
+    return FIRST_TEXT_CHUNK[api] + 1
 
 
 async def settled_records(server: LLMockServer, *, wait_s: float = 5.0) -> list[RequestRecord]:
@@ -130,12 +153,16 @@ async def paced_llmock(
     words: int,
     stall_s: float = 0.0,
     cpus: set[int] | None = None,
+    stall_after: int = 2,
 ) -> AsyncIterator[str]:
     """llmock answering every request with ``words`` words, one chunk every ``chunk_ms``;
-    with ``stall_s``, every answer stalls that long after its first word instead. In a
-    process, on ``cpus`` only if given."""
+    with ``stall_s``, every answer stalls that long after ``stall_after`` chunks (the
+    first word, on Chat Completions) instead. In a process, on ``cpus`` only if given."""
     if placement == "process":
-        options = ("--chunk-ms", str(chunk_ms), "--words", str(words), "--stall", str(stall_s))
+        options = (
+            *("--chunk-ms", str(chunk_ms), "--words", str(words)),
+            *("--stall", str(stall_s), "--stall-after", str(stall_after)),
+        )
         async with llmock_process(*options, cpus=cpus) as base_url:
             yield base_url
         return
@@ -143,7 +170,9 @@ async def paced_llmock(
         text = " ".join(f"word{i}" for i in range(words))
         server.state.scenarios.add(Reply(text=text, times=None))
         if stall_s:
-            stall = StreamFault("stall", after_chunks=2, stall_seconds=stall_s, times=None)
+            stall = StreamFault(
+                "stall", after_chunks=stall_after, stall_seconds=stall_s, times=None
+            )
             server.state.scenarios.add(stall)
         chaos = server.state.stream_chaos
         server.state.stream_chaos = replace(chaos, chunk_delay_ms=chunk_ms).validated()
@@ -155,12 +184,13 @@ class ThreadUpstream:
     two chunks and stall. Its journal is read directly, but its thread shares this
     process's GIL: what the client does after closing delays what llmock notices."""
 
-    def __init__(self, server: LLMockServer, stall_s: float) -> None:
+    def __init__(self, server: LLMockServer, stall_s: float, stall_after: int = 2) -> None:
         self.server, self.port, self.base_url = server, server.port, server.base_url()
         self._stall_s = stall_s
+        self._stall_after = stall_after
 
     def script(self) -> None:
-        stall = StreamFault("stall", after_chunks=2, stall_seconds=self._stall_s)
+        stall = StreamFault("stall", after_chunks=self._stall_after, stall_seconds=self._stall_s)
         self.server.state.scenarios.add(Reply(text=LONG_TEXT), stall)
 
     async def ended(self, *, wait_s: float = 5.0) -> RequestRecord | None:

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import aiohttp
 
-from agent_core import OpenAIChatModel, StopReason, ThreadKey, current_run
+from agent_core import HTTPChatModel, StopReason, ThreadKey, current_run
 from bench._llmock import openai_model
 from bot.app import ThreadpilotApp
 from bot.heap import freeze_start_up_heap
@@ -70,7 +70,7 @@ class StreamWatch:
     when each run's model call returned cancelled (an Abort): the model closes its
     connection before it returns, so this bounds the close from above."""
 
-    def __init__(self, inner: OpenAIChatModel) -> None:
+    def __init__(self, inner: HTTPChatModel) -> None:
         self.inner = inner
         self.streaming: set[str] = set()
         self.changes = Changes()

@@ -1,8 +1,11 @@
-"""Abort requested in-process → upstream LLM connection closed: p99 < 5 ms (bench/README.md).
+"""Abort requested in-process → upstream LLM connection closed: p99 < 5 ms, every
+``MODEL_API`` (bench/README.md).
 
-Each trial runs the real loop with the real :class:`OpenAIChatModel` against llmock: the
-answer streams two chunks and then stalls for 30 s. Once the first text delta reaches the
-run, the benchmark takes ``t0`` and calls ``run.request_stop(ABORT)``. Measured:
+Each trial runs the real loop with the real adapter of one model API against llmock
+(Chat Completions, Responses, Anthropic's Messages API; each API in turn, in one run):
+the answer streams its first piece of text and then stalls for 30 s. Once the first text
+delta reaches the run, the benchmark takes ``t0`` and calls ``run.request_stop(ABORT)``.
+Measured, per API:
 
 - server close: llmock's ``ended_at`` for the request (the server saw the connection
   go) - t0. This is the figure judged against the target;
@@ -15,7 +18,7 @@ run, the benchmark takes ``t0`` and calls ``run.request_stop(ABORT)``. Measured:
   also includes how late the server thread wakes up to notice a close that has already
   happened, which no client can control).
 
-Usage: ``.venv/bin/python -m bench.abort_close [--trials N]``
+Usage: ``.venv/bin/python -m bench.abort_close [--trials N] [--api API]``
 """
 
 from __future__ import annotations
@@ -25,8 +28,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from agent_core import Agent, ExitCode, RunFinished, StopReason, TextDelta
-from bench._llmock import ProcessUpstream, ThreadUpstream, llmock_server, openai_model
+from agent_core import Agent, ExitCode, ModelAPI, RunFinished, StopReason, TextDelta
+from bench._llmock import ProcessUpstream, ThreadUpstream, api_model, llmock_server, stall_point
 from bench._probes import SocketCloseProbe
 from bench._setup import bench_main, parser
 from bench._stats import Row, machine_line, print_table, revision_line
@@ -91,11 +94,18 @@ async def one_trial(
     )
 
 
-async def measure(trials: int) -> bool:
+async def measure(trials: int, apis: list[ModelAPI]) -> bool:
+    passed = True
+    for api in apis:
+        passed = await measure_api(api, trials) and passed
+    return passed
+
+
+async def measure_api(api: ModelAPI, trials: int) -> bool:
     with llmock_server() as server, SocketCloseProbe(server.port) as probe:
-        model = openai_model(server.base_url())
+        model = api_model(api, server.base_url())
         agent = Agent(model)
-        upstream = ThreadUpstream(server, STALL_S)
+        upstream = ThreadUpstream(server, STALL_S, stall_point(api))
         try:
             for _ in range(WARMUP):
                 await one_trial(agent, upstream, probe)
@@ -107,7 +117,7 @@ async def measure(trials: int) -> bool:
     wrong = sum(not (t.aborted and t.stream_cut) for t in results)
     rows = [
         Row(
-            "abort → llmock saw close (ended_at)",
+            f"abort → llmock saw close (ended_at), MODEL_API={api.value}",
             [t.server_close_ms for t in results],
             "ms",
             5.0,
@@ -118,7 +128,8 @@ async def measure(trials: int) -> bool:
         Row("abort → run.run() returned", [t.returned_ms for t in results], "ms"),
     ]
     print_table(
-        "abort_close: Abort requested in-process → upstream LLM connection closed",
+        f"abort_close: Abort requested in-process → upstream LLM connection closed "
+        f"(MODEL_API={api.value})",
         rows,
         [
             f"order (client): socket closed before RunFinished in "
@@ -127,8 +138,8 @@ async def measure(trials: int) -> bool:
             f"{trials - server_order}/{trials} trials (it includes the llmock thread's own "
             "wake-up after the client closed)",
             f"trials not ending as an abort with the stream cut short: {wrong}",
-            f"{WARMUP} warm-up trials not counted; real OpenAIChatModel (aiohttp) → llmock "
-            "over loopback; llmock runs in a thread of this process (shares the GIL)",
+            f"{WARMUP} warm-up trials not counted; the real {type(model).__name__} (aiohttp) → "
+            "llmock over loopback; llmock runs in a thread of this process (shares the GIL)",
             machine_line(),
             revision_line(),
         ],
@@ -138,9 +149,13 @@ async def measure(trials: int) -> bool:
 
 def main() -> None:
     p = parser(__doc__.splitlines()[0] if __doc__ else "abort_close")
-    p.add_argument("--trials", type=int, default=1000)
+    p.add_argument("--trials", type=int, default=1000, help="trials per model API")
+    p.add_argument(
+        "--api", choices=[a.value for a in ModelAPI], help="only this model API (default: all)"
+    )
     args = p.parse_args()
-    bench_main(args, lambda: measure(args.trials))
+    apis = [ModelAPI(args.api)] if args.api else list(ModelAPI)
+    bench_main(args, lambda: measure(args.trials, apis))
 
 
 if __name__ == "__main__":

@@ -1,17 +1,19 @@
 """CPU per streamed chunk, model stream → Slack surface: < 40 µs (bench/README.md).
 
 The real ThreadpilotApp runs in this process, wired as ``bench/_memory_app.py`` wires it:
-the real :class:`OpenAIChatModel` streams from llmock, which runs in a process of its own,
+the real adapter of each ``MODEL_API`` in turn (Chat Completions, Responses, Anthropic's
+Messages API; ``--api`` for one) streams from llmock, which runs in a process of its own,
 and the app's Web API calls go to the fake Slack, also in a process of its own. Neither
 server's CPU is counted. Runs are started by signed @mentions over HTTP, each in a
 channel of its own (``bench/_slack_app.py`` says why), the first one alone.
 
-Two phases, each with a fresh app and ``--runs`` (200) runs:
+Phases, each with a fresh app and ``--runs`` (200) runs:
 
-- idle: every answer stalls after its first word, so the runs hold their streams open
-  and do nothing else. This is the baseline: timers, the Slack budget, the store.
-- streaming: llmock paces every answer at one word-chunk per ``--chunk-ms`` (50 ms, so
-  20 chunks a second per run and 4,000 a second in all).
+- idle (once, on Chat Completions): every answer stalls after its first word, so the
+  runs hold their streams open and do nothing else. This is the baseline: timers, the
+  Slack budget, the store.
+- streaming (once per API): llmock paces every answer at one word-chunk per
+  ``--chunk-ms`` (50 ms, so 20 chunks a second per run and 4,000 a second in all).
 
 In each phase, after ``--warmup`` seconds, the process's CPU time (``time.process_time``:
 every thread, user and system) is read once a second for ``--window`` seconds. The
@@ -25,7 +27,7 @@ The gross figure (streaming CPU / chunks, nothing subtracted) is printed for inf
 Figures taken while other processes compete for the cores are pessimistic.
 
 Usage: ``.venv/bin/python -m bench.chunk_cpu [--runs N] [--chunk-ms MS] [--window S]
-[--warmup S]``
+[--warmup S] [--api API]``
 """
 
 from __future__ import annotations
@@ -39,7 +41,8 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
-from bench._llmock import llmock_process, openai_model, serving_process
+from agent_core import ModelAPI
+from bench._llmock import api_model, llmock_process, serving_process, stall_point
 from bench._probes import LoopLag
 from bench._setup import bench_main, parser
 from bench._slack_app import SECRET, StreamWatch, app_settings, mention_envelope
@@ -78,7 +81,7 @@ class Phase:
 
 
 async def run_phase(
-    runs: int, llm_options: tuple[str, ...], warmup_s: float, window_s: float
+    api: ModelAPI, runs: int, llm_options: tuple[str, ...], warmup_s: float, window_s: float
 ) -> Phase:
     slack_options = ("--unknown", "agents.sessions.setStatus")
     async with (
@@ -88,7 +91,7 @@ async def run_phase(
     ):
         files = tempfile.TemporaryDirectory(prefix="threadpilot-bench-")
         settings = app_settings(api_url, llm_url, files.name, socket_mode=False)
-        model = openai_model(llm_url)
+        model = api_model(api, llm_url)
         watch = StreamWatch(model)
         app = ThreadpilotApp(settings, model=watch, listen_port=0, listen_host="127.0.0.1")
         await app.start()
@@ -153,19 +156,34 @@ def _per_chunk_us(cpu_s: float, chunks: float) -> float:
     return cpu_s / chunks * 1e6 if chunks else float("nan")
 
 
-async def measure(runs: int, chunk_ms: int, warmup_s: float, window_s: float) -> bool:
-    idle = await run_phase(
-        runs, ("--words", str(WORDS), "--stall", str(STALL_S)), warmup_s, window_s
-    )
-    loaded = await run_phase(
-        runs, ("--words", str(WORDS), "--chunk-ms", str(chunk_ms)), warmup_s, window_s
-    )
+async def measure(
+    apis: list[ModelAPI], runs: int, chunk_ms: int, warmup_s: float, window_s: float
+) -> bool:
+    stalled = ("--words", str(WORDS), "--stall", str(STALL_S), "--stall-after", str(stall_point()))
+    idle = await run_phase(ModelAPI.OPENAI_CHAT, runs, stalled, warmup_s, window_s)
+    passed = True
+    for api in apis:
+        paced = ("--words", str(WORDS), "--chunk-ms", str(chunk_ms))
+        loaded = await run_phase(api, runs, paced, warmup_s, window_s)
+        passed = report(api, idle, loaded, runs, chunk_ms, warmup_s, window_s) and passed
+    return passed
+
+
+def report(
+    api: ModelAPI,
+    idle: Phase,
+    loaded: Phase,
+    runs: int,
+    chunk_ms: int,
+    warmup_s: float,
+    window_s: float,
+) -> bool:
     net = _per_chunk_us(loaded.cpu_per_s - idle.cpu_per_s, loaded.chunks_per_s)
     gross = _per_chunk_us(loaded.cpu_per_s, loaded.chunks_per_s)
     per_second = [_per_chunk_us(c, n) for c, n in zip(loaded.cpu_s, loaded.chunks, strict=True)]
     figures = [
         Figure(
-            f"{TITLE} [µs]",
+            f"{TITLE}, MODEL_API={api.value} [µs]",
             net,
             "µs",
             runs,
@@ -187,7 +205,8 @@ async def measure(runs: int, chunk_ms: int, warmup_s: float, window_s: float) ->
     notes = [
         "method: difference. (streaming CPU/s - idle CPU/s) / chunks/s, over a "
         f"{window_s:g} s window after {warmup_s:g} s of warm-up; CPU is this process's "
-        "time.process_time() (all threads); chunks counted as the model delivered them",
+        "time.process_time() (all threads); chunks counted as the model delivered them; "
+        "the idle baseline is measured once, on openai-chat (stalled streams read nothing)",
         f"load: {runs} runs at one chunk per {chunk_ms} ms "
         f"(~{runs * 1000 // max(chunk_ms, 1)} chunks/s asked); runs streaming at the end "
         f"of the window: idle {idle.streaming}, streaming {loaded.streaming}",
@@ -203,7 +222,7 @@ async def measure(runs: int, chunk_ms: int, warmup_s: float, window_s: float) ->
         machine_line(),
         revision_line(),
     ]
-    print_figures(TITLE, figures, notes)
+    print_figures(f"{TITLE} (MODEL_API={api.value})", figures, notes)
     return net < TARGET_US
 
 
@@ -212,9 +231,13 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=200)
     p.add_argument("--chunk-ms", type=int, default=50, help="llmock delay between chunks")
     p.add_argument("--warmup", type=float, default=3.0, help="seconds before the window")
-    p.add_argument("--window", type=float, default=10.0, help="seconds measured per phase")
+    p.add_argument("--window", type=float, default=8.0, help="seconds measured per phase")
+    p.add_argument(
+        "--api", choices=[a.value for a in ModelAPI], help="only this model API (default: all)"
+    )
     args = p.parse_args()
-    bench_main(args, lambda: measure(args.runs, args.chunk_ms, args.warmup, args.window))
+    apis = [ModelAPI(args.api)] if args.api else list(ModelAPI)
+    bench_main(args, lambda: measure(apis, args.runs, args.chunk_ms, args.warmup, args.window))
 
 
 if __name__ == "__main__":

@@ -51,9 +51,10 @@ from agent_core import (
     Agent,
     AgentConfig,
     ConfigError,
-    OpenAIChatModel,
+    HTTPChatModel,
     RetryPolicy,
     StorageError,
+    build_model,
 )
 from agent_core.delegation import DELEGATE
 from agent_core.mcp import McpManager
@@ -126,7 +127,7 @@ class ThreadpilotApp:
         self._runner: web.AppRunner | None = None
         self._metrics_runner: web.AppRunner | None = None
         self._socket: AsyncSocketModeHandler | None = None
-        self._owned_model: OpenAIChatModel | None = None
+        self._owned_model: HTTPChatModel | None = None
         self._store: Store | None = None
         self._worker: Worker | None = None
         self._dashboard: Dashboard | None = None
@@ -134,7 +135,7 @@ class ThreadpilotApp:
         self._load: LoopLoad | None = None
         self._guard: SlackRequestGuard | None = None
         self._started = False
-        self.metrics = Metrics()
+        self.metrics = Metrics(model_api=settings.MODEL_API.value)
         """This app's series, served at ``GET /metrics``."""
         self.mcp = McpManager(
             settings.mcp_servers,
@@ -184,7 +185,7 @@ class ThreadpilotApp:
         self.metrics.mcp_tools({t: s.name for s in self.mcp.status() for t in s.tools})
         workspaces = Workspaces(client, metrics=self.metrics)
         agent = Agent(
-            self._model or self._openai_model(),
+            self._model or self._own_model(),
             [*BUILTIN_TOOLS, slack_read_thread(workspaces, me), *self.mcp.tools],
             config=AgentConfig(
                 max_turns=settings.MAX_TURNS,
@@ -293,10 +294,15 @@ class ThreadpilotApp:
 
         self.ctx.supervisor.resume(record, checkpoint, make_session)
 
-    def _openai_model(self) -> OpenAIChatModel:
-        s = self.settings
-        self._owned_model = OpenAIChatModel(
-            model=s.OPENAI_MODEL, api_key=s.OPENAI_API_KEY, base_url=s.OPENAI_BASE_URL
+    def _own_model(self) -> HTTPChatModel:
+        """The adapter of ``MODEL_API``, closed by :meth:`shutdown`."""
+        endpoint = self.settings.model_endpoint
+        self._owned_model = build_model(
+            endpoint.api,
+            model=endpoint.model,
+            api_key=endpoint.api_key,
+            base_url=endpoint.base_url,
+            reply_timeout_s=self.settings.MODEL_REPLY_TIMEOUT,
         )
         return self._owned_model
 

@@ -3,7 +3,8 @@
 Checks, in order: the settings (and names given that are not settings); in HTTP mode,
 what Slack must be told for events to arrive; the database (reachable, and at the current schema or
 migratable to it); the Slack tokens (``auth.test`` for the bot token, ``apps.connections.open``
-for the app token in Socket Mode); the model endpoint (it lists its models with the key);
+for the app token in Socket Mode); the model endpoint of ``MODEL_API`` (it lists its
+models with the key; the line names the API);
 each MCP server in ``MCP_CONFIG`` (it starts and lists its tools). A check whose
 prerequisite failed is skipped and says so. Nothing is started for good and nothing is
 written: the database is read, never migrated, and a missing SQLite file is not created.
@@ -26,8 +27,10 @@ import openai
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from agent_core import ConfigError
+from agent_core import ConfigError, ModelAPI
 from agent_core.mcp import McpManager
+from agent_core.model_anthropic import DEFAULT_BASE_URL as ANTHROPIC_API_URL
+from agent_core.model_anthropic import VERSION as ANTHROPIC_VERSION
 from agent_core.stores._pg import describe_dsn
 from agent_core.stores.factory import parse_database_url
 from agent_core.stores.migrations import VERSION_TABLE, head_revision
@@ -211,30 +214,61 @@ async def _slack_app(settings: Settings) -> Check | None:
 
 
 async def _model(settings: Settings) -> Check:
+    """The endpoint of ``MODEL_API`` answers a model listing with its key; the line
+    names the API it checked."""
+    endpoint = settings.model_endpoint
     name = "model endpoint"
-    where = settings.OPENAI_BASE_URL or "the OpenAI API"
+    if endpoint.api is ModelAPI.ANTHROPIC:
+        where = endpoint.base_url or "the Anthropic API"
+        found = await _anthropic_models(endpoint.base_url, endpoint.api_key, where)
+    else:
+        where = endpoint.base_url or "the OpenAI API"
+        found = await _openai_models(endpoint.base_url, endpoint.api_key, where)
+    api = f"MODEL_API={endpoint.api.value}"
+    if isinstance(found, str):
+        return Check(name, False, f"{api}: {found}")
+    listed = (
+        "listed" if endpoint.model in found else "not in its list (some endpoints list only some)"
+    )
+    return Check(name, True, f"{api}: {where} answers; {endpoint.model} is {listed}")
+
+
+async def _openai_models(base_url: str | None, key: str, where: str) -> list[str] | str:
+    """The models an OpenAI-compatible endpoint lists, or why it did not."""
     client = openai.AsyncOpenAI(
-        api_key=settings.OPENAI_API_KEY,
-        base_url=settings.OPENAI_BASE_URL,
-        max_retries=0,
-        timeout=CHECK_TIMEOUT_S,
+        api_key=key, base_url=base_url, max_retries=0, timeout=CHECK_TIMEOUT_S
     )
     try:
-        models = [m.id async for m in client.models.list()]
+        return [m.id async for m in client.models.list()]
     except openai.AuthenticationError:
-        return Check(name, False, f"{where} refused OPENAI_API_KEY")
+        return f"{where} refused OPENAI_API_KEY"
     except openai.APIStatusError as exc:
-        return Check(name, False, f"{where} answered {exc.status_code} to a model listing")
+        return f"{where} answered {exc.status_code} to a model listing"
     except openai.APIError as exc:
-        return Check(name, False, f"cannot reach {where} ({exc})")
+        return f"cannot reach {where} ({exc})"
     finally:
         await client.close()
-    listed = (
-        "listed"
-        if settings.OPENAI_MODEL in models
-        else "not in its list (some endpoints list only some)"
-    )
-    return Check(name, True, f"{where} answers; {settings.OPENAI_MODEL} is {listed}")
+
+
+async def _anthropic_models(base_url: str | None, key: str, where: str) -> list[str] | str:
+    """The models the Anthropic API lists (``GET /v1/models``), or why it did not."""
+    url = (base_url or ANTHROPIC_API_URL).rstrip("/") + "/v1/models"
+    headers = {"x-api-key": key, "anthropic-version": ANTHROPIC_VERSION}
+    timeout = aiohttp.ClientTimeout(total=CHECK_TIMEOUT_S)
+    try:
+        async with (
+            aiohttp.ClientSession(timeout=timeout) as session,
+            session.get(url, headers=headers) as response,
+        ):
+            if response.status in (401, 403):
+                return f"{where} refused ANTHROPIC_API_KEY"
+            if response.status >= 400:
+                return f"{where} answered {response.status} to a model listing"
+            listing = await response.json(content_type=None)
+    except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
+        return f"cannot reach {where} ({_brief(exc)})"
+    data = listing.get("data") if isinstance(listing, dict) else None
+    return [str(m.get("id")) for m in data or () if isinstance(m, dict)]
 
 
 # -- MCP servers ----------------------------------------------------------------------

@@ -5,9 +5,10 @@ so tests and several apps in one process do not share counters. It is built with
 and handed to what records into it, and most of it listens to what exists anyway:
 
 - each run's events (:meth:`Metrics.watch_run`, called by the supervisor as it launches a
-  run): ``Retrying`` is a model retry, ``ToolStarted`` of an MCP tool is an MCP call,
-  ``RunFinished`` counts the ending by ``outcome`` and ``ended_because``; sub-agents'
-  events are followed too;
+  run): ``TurnStarted`` and ``Retrying`` are model requests (labelled by ``MODEL_API``),
+  ``TurnFinished`` the tokens of a reply, ``Retrying`` is a model retry, ``ToolStarted``
+  of an MCP tool is an MCP call, ``RunFinished`` counts the ending by ``outcome`` and
+  ``ended_because``; sub-agents' events are followed too;
 - the stop service, once per ask it decided (:meth:`Metrics.stop_asked`);
 - the Slack budget, once per HTTP request it makes, and once per 429;
 - the MCP servers' connections, once per call cancelled (Abort, shutdown, ``TOOL_TIMEOUT``);
@@ -31,7 +32,14 @@ from prometheus_client import (
 )
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from agent_core import ChildStarted, Retrying, RunFinished, ToolStarted
+from agent_core import (
+    ChildStarted,
+    Retrying,
+    RunFinished,
+    ToolStarted,
+    TurnFinished,
+    TurnStarted,
+)
 from bot.views.home import ACTION_HOME_ABORT, ACTION_HOME_STOP, ACTION_STOP_ALL
 from bot.views.status import ACTION_ABORT, ACTION_DONT_RESUME, ACTION_RESUME_NOW, ACTION_STOP
 
@@ -84,7 +92,9 @@ def control_of(body: Mapping[str, Any]) -> str | None:
 class Metrics:
     """This process's series, and the hooks that record into them."""
 
-    def __init__(self) -> None:
+    def __init__(self, model_api: str = "openai-chat") -> None:
+        self._api = model_api
+        """The ``MODEL_API`` this process's model calls go to (the ``api`` label)."""
         self.registry = CollectorRegistry()
         registry = self.registry
         self.live_runs = Gauge(
@@ -141,6 +151,18 @@ class Metrics:
         self.model_retries = Counter(
             "threadpilot_model_retries",
             "Model requests retried after a failure or a rate limit.",
+            registry=registry,
+        )
+        self.model_requests = Counter(
+            "threadpilot_model_requests",
+            "Model requests sent (each retry counts), by model API (MODEL_API).",
+            ["api"],
+            registry=registry,
+        )
+        self.model_tokens = Counter(
+            "threadpilot_model_tokens",
+            "Tokens of the model's replies, by model API and kind (prompt, completion).",
+            ["api", "kind"],
             registry=registry,
         )
         self.mcp_calls = Counter(
@@ -204,8 +226,15 @@ class Metrics:
 
     def _on_event(self, run: Run, event: RunEvent) -> None:
         match event:
+            case TurnStarted():
+                self.model_requests.labels(api=self._api).inc()
+            case TurnFinished(reply=reply) if reply is not None:
+                self.model_tokens.labels(api=self._api, kind="prompt").inc(reply.prompt_tokens)
+                tokens = self.model_tokens.labels(api=self._api, kind="completion")
+                tokens.inc(reply.completion_tokens)
             case Retrying():
                 self.model_retries.inc()
+                self.model_requests.labels(api=self._api).inc()
             case ToolStarted(name=name) if name in self._mcp_servers:
                 self.mcp_calls.labels(server=self._mcp_servers[name]).inc()
             case ChildStarted(child_id=child_id):

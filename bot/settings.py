@@ -11,12 +11,20 @@ config reader) is imported where it is used.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
-from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic import (
+    Field,
+    PrivateAttr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from agent_core import (
@@ -27,6 +35,8 @@ from agent_core import (
     parse_user_exit_grace,
 )
 from agent_core.errors import ConfigError
+from agent_core.model_api import ModelAPI
+from agent_core.model_http import DEFAULT_REPLY_TIMEOUT_S
 from agent_core.stores.factory import parse_database_url
 from agent_core.stores.pool import ANSWERING_POOL_SIZE, POOL_SIZE
 from bot.loop_load import BUSY_LAG_S
@@ -38,7 +48,14 @@ if TYPE_CHECKING:
     # it for real would load the MCP SDK before the settings are read.
     from agent_core.mcp import ServerConfig  # noqa: TC004
 
-__all__ = ["ENV_FILE", "Settings", "SettingsInvalid", "StopPolicy", "load_settings"]
+__all__ = [
+    "ENV_FILE",
+    "ModelEndpointSettings",
+    "Settings",
+    "SettingsInvalid",
+    "StopPolicy",
+    "load_settings",
+]
 
 ENV_FILE = ".env"
 """The settings file, in the working directory; the environment wins over it."""
@@ -54,6 +71,16 @@ class StopPolicy(StrEnum):
     PARTICIPANTS = "participants"
     """Anyone who has written in the run's thread."""
     ANYONE = "anyone"
+
+
+@dataclass(frozen=True, slots=True)
+class ModelEndpointSettings:
+    """What the adapter of ``MODEL_API`` is built from."""
+
+    api: ModelAPI
+    api_key: str
+    model: str
+    base_url: str | None
 
 
 class Settings(BaseSettings):
@@ -74,9 +101,22 @@ class Settings(BaseSettings):
         description="App-level token (xapp-...) with connections:write: turns Socket Mode on.",
     )
     SLACK_API_URL: str = "https://slack.com/api/"
-    OPENAI_API_KEY: str
+    # -- the model API (MODEL_API picks the adapter; its key and model are required) --
+    MODEL_API: ModelAPI = Field(
+        default=ModelAPI.OPENAI_CHAT,
+        description="openai-chat (Chat Completions), openai-responses or anthropic.",
+    )
+    ANTHROPIC_API_KEY: str | None = Field(default=None, validate_default=True)
+    ANTHROPIC_BASE_URL: str | None = None
+    ANTHROPIC_MODEL: str | None = Field(default=None, validate_default=True)
+    MODEL_REPLY_TIMEOUT: float = Field(
+        default=DEFAULT_REPLY_TIMEOUT_S,
+        gt=0,
+        description="Seconds one model reply may take, however its stream keeps busy.",
+    )
+    OPENAI_API_KEY: str | None = Field(default=None, validate_default=True)
     OPENAI_BASE_URL: str | None = None
-    OPENAI_MODEL: str
+    OPENAI_MODEL: str | None = Field(default=None, validate_default=True)
     DATABASE_URL: str = "sqlite:///./threadpilot.db"
     PORT: int = Field(default=3000, ge=1, le=65535)
     METRICS_PORT: int | None = Field(
@@ -151,11 +191,21 @@ class Settings(BaseSettings):
             raise ValueError("is a placeholder: paste the Bot User OAuth Token (xoxb-...)")
         return value
 
-    @field_validator("OPENAI_API_KEY")
+    @field_validator("OPENAI_API_KEY", "ANTHROPIC_API_KEY")
     @classmethod
-    def _api_key(cls, value: str) -> str:
-        if _placeholder(value, "sk-"):
+    def _api_key(cls, value: str | None) -> str | None:
+        if value is not None and _placeholder(value, "sk-"):
             raise ValueError("is a placeholder: set the model endpoint's API key")
+        return value
+
+    @field_validator("OPENAI_API_KEY", "OPENAI_MODEL", "ANTHROPIC_API_KEY", "ANTHROPIC_MODEL")
+    @classmethod
+    def _required_by_the_api(cls, value: str | None, info: ValidationInfo) -> str | None:
+        # Each API needs its own key and model; the other API's may stay unset. (MODEL_API
+        # is declared first, so it is read here; when it is invalid, it says so itself.)
+        api = info.data.get("MODEL_API")
+        if value is None and api is not None and info.field_name in _model_settings(api):
+            raise ValueError(f"missing (required with MODEL_API={api.value})")
         return value
 
     @field_validator("SLACK_APP_TOKEN")
@@ -169,12 +219,14 @@ class Settings(BaseSettings):
             raise ValueError("is a placeholder: paste the App-Level Token (xapp-...)")
         return value
 
-    @field_validator("SLACK_SIGNING_SECRET", "OPENAI_BASE_URL", "MCP_CONFIG", mode="before")
+    @field_validator(
+        "SLACK_SIGNING_SECRET", "OPENAI_BASE_URL", "ANTHROPIC_BASE_URL", "MCP_CONFIG", mode="before"
+    )
     @classmethod
     def _empty_is_unset(cls, value: Any) -> Any:
         return None if value == "" else value
 
-    @field_validator("SLACK_API_URL", "OPENAI_BASE_URL")
+    @field_validator("SLACK_API_URL", "OPENAI_BASE_URL", "ANTHROPIC_BASE_URL")
     @classmethod
     def _http_url(cls, value: str | None) -> str | None:
         if value is None:
@@ -238,6 +290,16 @@ class Settings(BaseSettings):
             )
         return self
 
+    @property
+    def model_endpoint(self) -> ModelEndpointSettings:
+        """The key, model and base URL of ``MODEL_API`` (None: the API's own default)."""
+        key_name, model_name = _model_settings(self.MODEL_API)
+        anthropic = self.MODEL_API is ModelAPI.ANTHROPIC
+        base = self.ANTHROPIC_BASE_URL if anthropic else self.OPENAI_BASE_URL
+        key, model = getattr(self, key_name), getattr(self, model_name)
+        assert isinstance(key, str) and isinstance(model, str)  # _required_by_the_api saw to it
+        return ModelEndpointSettings(self.MODEL_API, key, model, base)
+
     @model_validator(mode="after")
     def _metrics_port(self) -> Settings:
         if self.METRICS_PORT == self.PORT:
@@ -278,6 +340,13 @@ class Settings(BaseSettings):
     def mcp_servers(self) -> tuple[ServerConfig, ...]:
         """The MCP servers ``MCP_CONFIG`` lists (none without it)."""
         return self._mcp_servers
+
+
+def _model_settings(api: ModelAPI) -> tuple[str, str]:
+    """The settings that name the key and the model of ``api``."""
+    if api is ModelAPI.ANTHROPIC:
+        return "ANTHROPIC_API_KEY", "ANTHROPIC_MODEL"
+    return "OPENAI_API_KEY", "OPENAI_MODEL"
 
 
 def _parsed(parse: Callable[[str], _T], raw: str) -> _T:

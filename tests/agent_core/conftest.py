@@ -1,5 +1,7 @@
-"""Fixtures for the agent core: a real OpenAI-compatible server (llmock) on loopback,
-an agent pointed at it, and an event recorder that tests wait on instead of sleeping."""
+"""Fixtures for the agent core: a real model server (llmock) on loopback, an agent
+pointed at it through the adapter of ``model_api`` (Chat Completions unless a test module
+overrides the fixture, e.g. with every :class:`ModelAPI`), and an event recorder that
+tests wait on instead of sleeping."""
 
 from __future__ import annotations
 
@@ -8,7 +10,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from agent_core.agent import Agent, AgentConfig
-from agent_core.model import OpenAIChatModel
+from agent_core.model_api import HTTPChatModel, ModelAPI, build_model
+from tests.agent_core.helpers import base_url_for
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Sequence
@@ -21,8 +24,14 @@ if TYPE_CHECKING:
 
 
 @pytest.fixture
-async def make_agent(llm: LLMock) -> AsyncIterator[AgentFactory]:
-    models: list[OpenAIChatModel] = []
+def model_api() -> ModelAPI:
+    """The API the agent's model speaks (a module overrides this to run on every one)."""
+    return ModelAPI.OPENAI_CHAT
+
+
+@pytest.fixture
+async def make_agent(llm: LLMock, model_api: ModelAPI) -> AsyncIterator[AgentFactory]:
+    models: list[HTTPChatModel] = []
 
     def factory(
         tools: Sequence[Tool] = (),
@@ -30,10 +39,11 @@ async def make_agent(llm: LLMock) -> AsyncIterator[AgentFactory]:
         store: MemoryStore | None = None,
         idle_timeout_s: float = 10.0,
     ) -> Agent:
-        model = OpenAIChatModel(
+        model = build_model(
+            model_api,
             model="test-model",
             api_key="test-key",
-            base_url=llm.base_url(),
+            base_url=base_url_for(llm, model_api),
             idle_timeout_s=idle_timeout_s,
         )
         models.append(model)

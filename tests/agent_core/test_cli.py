@@ -122,6 +122,31 @@ async def test_a_finished_run_exits_0_with_the_json_object(llm: LLMock) -> None:
     assert "Hello from the terminal." in cli.stderr  # streamed while it ran
 
 
+async def test_the_terminal_runner_speaks_the_api_model_api_names(llm: LLMock) -> None:
+    """MODEL_API=anthropic: the run goes to the Messages API with the ANTHROPIC_* settings
+    (the OpenAI ones unset); an unknown API is one clear line."""
+    llm.reply("Hello from Claude.")
+    anthropic = {
+        "MODEL_API": "anthropic",
+        "ANTHROPIC_BASE_URL": llm.base_url("anthropic"),
+        "ANTHROPIC_API_KEY": "test-key",
+        "ANTHROPIC_MODEL": "claude-test",
+    }
+    unset = ("OPENAI_BASE_URL", "OPENAI_API_KEY", "OPENAI_MODEL")
+    cli = await Cli.start(llm, "say hello", "--json", env=anthropic, unset=unset)
+    status, result = await cli.finish_json()
+
+    assert status == 0
+    assert result["summary"] == "Hello from Claude."
+    (record,) = llm.requests
+    assert record.path == "/anthropic/v1/messages"
+
+    unknown = await Cli.start(llm, "hello", env={"MODEL_API": "gemini"})
+    status, _ = await unknown.finish()
+    assert status == 2
+    assert unknown.stderr.strip().startswith("threadpilot: MODEL_API: 'gemini' is not one of")
+
+
 async def test_plain_output_streams_the_answer_then_the_handoff(llm: LLMock) -> None:
     llm.reply("Plain answer.")
     status, stdout = await (await Cli.start(llm, "answer plainly")).finish()

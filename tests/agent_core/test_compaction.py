@@ -21,6 +21,7 @@ from agent_core.compaction import (
     window_from_error,
 )
 from agent_core.ended import EndedBecause
+from agent_core.model_api import ModelAPI
 from agent_core.outcomes import ExitCode, Outcome
 from agent_core.prompts import SUMMARY_INSTRUCTION, continuation_note
 from agent_core.stop import StopReason
@@ -132,7 +133,7 @@ def test_the_summary_instruction_asks_for_what_the_handoff_needs() -> None:
 async def test_a_stop_ends_the_summary_at_once_and_closes_its_stream(
     llm: LLMock, make_agent: AgentFactory
 ) -> None:
-    llm.add(Reply(text=LONG_TEXT), stall_after(3))
+    llm.add(Reply(text=LONG_TEXT), stall_after(ModelAPI.OPENAI_CHAT, 2))
     streaming = asyncio.Event()
     compaction = Compaction(
         make_agent().model,
@@ -177,7 +178,7 @@ async def test_a_failed_summary_request_is_a_value(llm: LLMock, make_agent: Agen
 
 
 async def test_cancelled_from_outside_it_propagates(llm: LLMock, make_agent: AgentFactory) -> None:
-    llm.add(Reply(text=LONG_TEXT), stall_after(3))
+    llm.add(Reply(text=LONG_TEXT), stall_after(ModelAPI.OPENAI_CHAT, 2))
     streaming = asyncio.Event()
     compaction = Compaction(
         make_agent().model, [], compaction_id="c4", on_text=lambda _t: streaming.set()

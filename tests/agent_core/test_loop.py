@@ -5,19 +5,23 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
+import pytest
 from llmock.scenarios import Reply, ToolCall
 
-from agent_core.events import ToolFinished, ToolStarted
+from agent_core.events import ToolFinished, ToolStarted, TurnFinished
+from agent_core.model_api import ModelAPI
 from agent_core.outcomes import ExitCode, Outcome
 from agent_core.states import RunState
 from agent_core.stores.memory import MemoryStore
 from agent_core.tools import tool
-from tests.agent_core.helpers import EventLog, offered_tools
+from tests.agent_core.helpers import EventLog, offered_tools, tool_results
 
 if TYPE_CHECKING:
     from llmock.pytest_plugin import LLMock
 
     from tests.agent_core.helpers import AgentFactory
+
+pytestmark = pytest.mark.parametrize("model_api", list(ModelAPI))  # every scenario, every API
 
 
 async def test_plain_answer_finishes_without_softeners(
@@ -48,15 +52,18 @@ async def test_tool_results_are_fed_back_and_usage_counted(
 
     llm.call_tool("lookup", {"city": "Paris"})
     llm.reply("It is 21C in Paris.")
-    result = await make_agent([lookup]).new_run("Weather in Paris?").run()
+    run = make_agent([lookup]).new_run("Weather in Paris?")
+    events = EventLog(run)
+    result = await run.run()
 
     assert seen == ["Paris"]
     assert result.outcome is Outcome.FINISHED
     assert result.turns == 2
     assert result.usage.total_tokens > 0
-    second = llm.requests[1].body
-    tool_messages = [m for m in second["messages"] if m["role"] == "tool"]
-    assert [m["content"] for m in tool_messages] == ["21C in Paris"]
+    replies = [e.reply for e in events.of(TurnFinished)]  # each reply's own usage
+    assert len(replies) == 2 and all(r.completion_tokens > 0 for r in replies)
+    assert replies[0] + replies[1] == result.usage
+    assert tool_results(llm.requests[1]) == ["21C in Paris"]
     assert offered_tools(llm.requests[0]) == ["lookup", "delegate", "final_report", "ask_user"]
 
 
@@ -99,8 +106,7 @@ async def test_a_tool_that_raises_gives_the_model_an_error(
     result = await make_agent([explode]).new_run("try it").run()
 
     assert result.outcome is Outcome.FINISHED
-    tool_message = next(m for m in llm.requests[1].body["messages"] if m["role"] == "tool")
-    assert tool_message["content"] == "error: explode raised RuntimeError: disk on fire"
+    assert tool_results(llm.requests[1]) == ["error: explode raised RuntimeError: disk on fire"]
 
 
 async def test_malformed_tool_json_is_reported_to_the_model(
@@ -120,9 +126,9 @@ async def test_malformed_tool_json_is_reported_to_the_model(
 
     assert result.outcome is Outcome.FINISHED
     assert calls == []
-    error = next(m for m in llm.requests[1].body["messages"] if m["role"] == "tool")
-    assert error["content"].startswith("error: ")
-    assert "valid JSON" in error["content"]
+    (error,) = tool_results(llm.requests[1])
+    assert error.startswith("error: ")
+    assert "valid JSON" in error
 
 
 async def test_arguments_that_do_not_fit_the_signature_are_reported(
@@ -141,8 +147,8 @@ async def test_arguments_that_do_not_fit_the_signature_are_reported(
 
     assert result.outcome is Outcome.FINISHED
     assert calls == []
-    error = next(m for m in llm.requests[1].body["messages"] if m["role"] == "tool")
-    assert error["content"].startswith("error: invalid arguments for count: n:")
+    (error,) = tool_results(llm.requests[1])
+    assert error.startswith("error: invalid arguments for count: n:")
 
 
 async def test_final_report_sets_the_outcome_and_handoff(

@@ -18,7 +18,8 @@ import pytest
 from aiohttp import web
 
 from agent_core.errors import ContextOverflow, FatalModelError, RateLimited, RetryableModelError
-from agent_core.model import OpenAIChatModel, _ReadPacer
+from agent_core.model import OpenAIChatModel
+from agent_core.model_http import ReadPacer
 from agent_core.ports import ModelRequest
 from tests.fakes.waiting import Changes
 
@@ -356,10 +357,10 @@ async def test_an_answer_read_at_a_pace_is_whole_and_its_connection_serves_the_n
 def test_reads_are_paced_only_when_many_streams_are_open() -> None:
     """At 1,000 reads a second: one stream is read as it arrives, 200 every 200 ms, and
     however many are open each is read at least every 500 ms; 0 never paces."""
-    pacer = _ReadPacer(1000)
+    pacer = ReadPacer(1000)
     for open_streams, gap in ((1, 0.0), (5, 0.0), (200, 0.2), (5000, 0.5)):
         pacer.open = open_streams
         assert pacer.period_s() == pytest.approx(gap)
-    unpaced = _ReadPacer(0)
+    unpaced = ReadPacer(0)
     unpaced.open = 1000
     assert unpaced.period_s() == 0.0

@@ -1,8 +1,9 @@
-"""OpenAIChatModel reads the streamed body itself: chunks, tool calls, usage and failures.
+"""Every model adapter reads the streamed body itself: chunks, tool calls, usage, failures.
 
-Against llmock (its tool-call arguments arrive in 12-character fragments), and, for
-what llmock never sends (an event split across network reads, a provider's error event
-mid-stream), against a raw loopback HTTP server that writes the body in awkward pieces.
+Against llmock, once per API (Chat Completions, Responses, Anthropic Messages; its
+tool-call arguments arrive in 12-character fragments), and, for what llmock never sends
+(an event split across network reads, a provider's error event mid-stream), against a
+raw loopback HTTP server that writes a Chat Completions body in awkward pieces.
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ from hypothesis import strategies as st
 from llmock.scenarios import Reply, ToolCall
 
 from agent_core.errors import ContextOverflow, FatalModelError, RateLimited, RetryableModelError
-from agent_core.model import OpenAIChatModel
+from agent_core.model_api import HTTPChatModel, ModelAPI, build_model
 from agent_core.ports import ModelRequest
 from agent_core.sse import SSEDecoder
+from tests.agent_core.helpers import base_url_for
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Sequence
@@ -31,15 +33,25 @@ if TYPE_CHECKING:
 REQUEST = ModelRequest(messages=({"role": "user", "content": "go"},))
 
 
+EVERY_API = pytest.mark.parametrize("api", list(ModelAPI))
+
+
 @pytest.fixture
 async def model_for(llm: LLMock) -> AsyncIterator[Any]:
-    models: list[OpenAIChatModel] = []
+    """``make(api)``: that API's adapter at llmock; ``make(base_url=...)``: Chat
+    Completions at ``base_url``."""
+    models: list[HTTPChatModel] = []
 
-    def make(base_url: str | None = None, idle_timeout_s: float = 10.0) -> OpenAIChatModel:
-        model = OpenAIChatModel(
+    def make(
+        api: ModelAPI = ModelAPI.OPENAI_CHAT,
+        base_url: str | None = None,
+        idle_timeout_s: float = 10.0,
+    ) -> HTTPChatModel:
+        model = build_model(
+            api,
             model="test-model",
             api_key="test-key",
-            base_url=base_url or llm.base_url(),
+            base_url=base_url or base_url_for(llm, api),
             idle_timeout_s=idle_timeout_s,
         )
         models.append(model)
@@ -50,7 +62,7 @@ async def model_for(llm: LLMock) -> AsyncIterator[Any]:
         await model.aclose()
 
 
-async def complete(model: OpenAIChatModel) -> tuple[ModelResponse, list[str]]:
+async def complete(model: HTTPChatModel) -> tuple[ModelResponse, list[str]]:
     texts: list[str] = []
     response = await model.complete(REQUEST, texts.append)
     return response, texts
@@ -59,11 +71,12 @@ async def complete(model: OpenAIChatModel) -> tuple[ModelResponse, list[str]]:
 # -- llmock ----------------------------------------------------------------------------
 
 
+@EVERY_API
 async def test_text_streams_as_deltas_with_usage_and_finish_reason(
-    llm: LLMock, model_for: Any
+    llm: LLMock, model_for: Any, api: ModelAPI
 ) -> None:
     llm.reply("one two three four")
-    response, texts = await complete(model_for())
+    response, texts = await complete(model_for(api))
 
     assert len(texts) > 1
     assert "".join(texts) == response.text == "one two three four"
@@ -72,7 +85,10 @@ async def test_text_streams_as_deltas_with_usage_and_finish_reason(
     assert response.usage.completion_tokens > 0
 
 
-async def test_tool_calls_are_assembled_from_their_fragments(llm: LLMock, model_for: Any) -> None:
+@EVERY_API
+async def test_tool_calls_are_assembled_from_their_fragments(
+    llm: LLMock, model_for: Any, api: ModelAPI
+) -> None:
     long_args = {"path": "/srv/data/reports/2026/november.csv", "limit": 250, "note": "x" * 40}
     llm.add(
         Reply(
@@ -80,7 +96,7 @@ async def test_tool_calls_are_assembled_from_their_fragments(llm: LLMock, model_
             tool_calls=(ToolCall("read_file", long_args), ToolCall("step", {})),
         )
     )
-    response, texts = await complete(model_for())
+    response, texts = await complete(model_for(api))
 
     assert "".join(texts) == "Checking."
     assert [c.name for c in response.tool_calls] == ["read_file", "step"]
@@ -91,8 +107,11 @@ async def test_tool_calls_are_assembled_from_their_fragments(llm: LLMock, model_
     assert response.finish_reason == "tool_calls"
 
 
-async def test_http_errors_map_to_the_core_taxonomy(llm: LLMock, model_for: Any) -> None:
-    model = model_for()
+@EVERY_API
+async def test_http_errors_map_to_the_core_taxonomy(
+    llm: LLMock, model_for: Any, api: ModelAPI
+) -> None:
+    model = model_for(api)
 
     llm.rate_limit(retry_after=7)
     with pytest.raises(RateLimited) as limited:
@@ -124,8 +143,31 @@ async def test_http_errors_map_to_the_core_taxonomy(llm: LLMock, model_for: Any)
     assert response.text == "still works"
 
 
-async def test_broken_streams_are_retryable_errors(llm: LLMock, model_for: Any) -> None:
-    model = model_for(idle_timeout_s=0.3)
+@EVERY_API
+async def test_each_providers_own_overflow_and_overload_answers(
+    llm: LLMock, model_for: Any, api: ModelAPI
+) -> None:
+    """llmock words a prompt past the context window as each provider does (Anthropic:
+    "prompt is too long"); 529 is Anthropic's "overloaded", worth a retry."""
+    model = model_for(api)
+    long = ModelRequest(messages=({"role": "user", "content": "word " * 200},))
+    llm.limits(context_window=20)
+    with pytest.raises(ContextOverflow) as overflow:
+        await model.complete(long, lambda _: None)
+    assert overflow.value.status == 400
+    llm.limits()
+
+    llm.fail(529)
+    with pytest.raises(RetryableModelError) as overloaded:
+        await complete(model)
+    assert overloaded.value.status == 529
+
+
+@EVERY_API
+async def test_broken_streams_are_retryable_errors(
+    llm: LLMock, model_for: Any, api: ModelAPI
+) -> None:
+    model = model_for(api, idle_timeout_s=0.3)
     text = "alpha beta gamma delta epsilon"
 
     llm.reply(text).disconnect(after_chunks=2)
@@ -145,11 +187,14 @@ async def test_broken_streams_are_retryable_errors(llm: LLMock, model_for: Any) 
         await complete(model)
 
 
-async def test_a_slow_but_steady_stream_is_not_idle(llm: LLMock, model_for: Any) -> None:
+@EVERY_API
+async def test_a_slow_but_steady_stream_is_not_idle(
+    llm: LLMock, model_for: Any, api: ModelAPI
+) -> None:
     """The idle limit is per gap, not for the whole answer: 8 gaps of 0.1 s each pass
     a 0.3 s limit although the answer takes longer than that."""
     llm.pace(100).reply("a b c d e f g h")
-    response, texts = await complete(model_for(idle_timeout_s=0.3))
+    response, texts = await complete(model_for(api, idle_timeout_s=0.3))
     assert response.text == "a b c d e f g h"
     assert len(texts) >= 8
 
@@ -222,7 +267,7 @@ async def test_events_split_across_reads_are_reassembled(
         line_end=line_end,
     )
     # 3-byte pieces: every event, the UTF-8 "é" and (for CRLF) line ends are split.
-    model = model_for(raw_server(*split_everywhere(body, 3)))
+    model = model_for(base_url=raw_server(*split_everywhere(body, 3)))
     response, texts = await complete(model)
 
     assert texts == ["héllo "]
@@ -239,14 +284,14 @@ async def test_an_error_event_mid_stream_is_a_retryable_error(
     body = sse_body(chunk({"content": "partial"}), {"error": {"message": "server overloaded"}})
     texts: list[str] = []
     with pytest.raises(RetryableModelError, match="server overloaded"):
-        await model_for(raw_server(body)).complete(REQUEST, texts.append)
+        await model_for(base_url=raw_server(body)).complete(REQUEST, texts.append)
     assert texts == ["partial"]
 
 
 async def test_a_chunk_that_is_not_an_object_is_malformed(raw_server: Any, model_for: Any) -> None:
     body = sse_body(chunk({"content": "a"}), "[1, 2]")
     with pytest.raises(RetryableModelError, match="malformed chunk"):
-        await complete(model_for(raw_server(body)))
+        await complete(model_for(base_url=raw_server(body)))
 
 
 # -- the decoder alone -----------------------------------------------------------------

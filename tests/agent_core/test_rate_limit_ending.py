@@ -10,11 +10,13 @@ import time
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
+import pytest
 from llmock.scenarios import Reply
 
 from agent_core.agent import AgentConfig
 from agent_core.ended import EndedBecause
 from agent_core.events import Retrying, RunEvent, TextDelta, ToolStarted, TurnStarted
+from agent_core.model_api import ModelAPI
 from agent_core.outcomes import ExitCode, Outcome
 from agent_core.prompts import RESUMED_NOTE, resumed_note
 from agent_core.resume_policy import ResumeAt, ResumeSettings, decide_resume
@@ -22,13 +24,15 @@ from agent_core.retry import RetryPolicy
 from agent_core.states import RunState
 from agent_core.stop import StopReason
 from agent_core.stores.memory import MemoryStore
-from tests.agent_core.helpers import offered_tools, system_messages
+from tests.agent_core.helpers import offered_tools, system_messages, tool_results
 from tests.agent_core.test_stop import LONG_TEXT, noop, on_first, stall_after
 
 if TYPE_CHECKING:
     from llmock.pytest_plugin import LLMock
 
     from tests.agent_core.helpers import AgentFactory
+
+pytestmark = pytest.mark.parametrize("model_api", list(ModelAPI))  # every scenario, every API
 
 FAST_RETRY = RetryPolicy(max_attempts=3, base_delay_s=0.01, max_delay_s=0.02)
 
@@ -83,8 +87,7 @@ async def test_retries_spent_on_rate_limits_end_blocked_then_a_resume_continues(
 
     last = llm.requests[-1]
     assert last.status == 200
-    sent = last.body["messages"]
-    assert [m["content"] for m in sent if m["role"] == "tool"] == ["nothing done"]
+    assert tool_results(last) == ["nothing done"]
     assert system_messages(last)[-1] == resumed_note(EndedBecause.RATE_LIMIT) != RESUMED_NOTE
     assert again.outcome is Outcome.FINISHED
     assert again.ended_because is EndedBecause.COMPLETED
@@ -158,7 +161,9 @@ async def test_a_stop_sent_with_the_refused_last_attempt_still_gets_its_final_tu
     assert result.handoff.stopped_by == "U1"
 
 
-async def test_why_each_kind_of_ending_ended(llm: LLMock, make_agent: AgentFactory) -> None:
+async def test_why_each_kind_of_ending_ended(
+    llm: LLMock, make_agent: AgentFactory, model_api: ModelAPI
+) -> None:
     agent = make_agent()
 
     llm.reply("All done.")
@@ -172,13 +177,13 @@ async def test_why_each_kind_of_ending_ended(llm: LLMock, make_agent: AgentFacto
         (StopReason.ABORT, EndedBecause.USER_EXIT),
         (StopReason.SHUTDOWN, EndedBecause.SHUTDOWN),
     ]:
-        llm.add(Reply(text=LONG_TEXT), stall_after(3))
+        llm.add(Reply(text=LONG_TEXT), stall_after(model_api, 2))
         run = agent.new_run("c")
         on_first(run, TextDelta, lambda run=run, reason=reason: run.request_stop(reason, "U1"))
         assert (await run.run()).ended_because is expected
 
     # Cancelled from outside (the task's owner went away): a shutdown.
-    llm.add(Reply(text=LONG_TEXT), stall_after(3))
+    llm.add(Reply(text=LONG_TEXT), stall_after(model_api, 2))
     run = agent.new_run("d")
     started = asyncio.Event()
     on_first(run, TextDelta, started.set)

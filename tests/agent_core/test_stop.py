@@ -11,6 +11,7 @@ import asyncio
 import time
 from typing import TYPE_CHECKING
 
+import pytest
 from llmock.scenarios import Reply, StreamFault, ToolCall
 
 from agent_core.events import (
@@ -21,16 +22,25 @@ from agent_core.events import (
     TextDelta,
     ToolStarted,
 )
+from agent_core.model_api import ModelAPI
 from agent_core.outcomes import ExitCode, Outcome
 from agent_core.stop import StopReason
 from agent_core.tools import tool
-from tests.agent_core.helpers import EventLog, offered_tools, system_messages
+from tests.agent_core.helpers import (
+    FIRST_TEXT_CHUNK,
+    EventLog,
+    offered_tools,
+    system_messages,
+    tool_results,
+)
 
 if TYPE_CHECKING:
     from llmock.pytest_plugin import LLMock
 
     from agent_core.loop import Run
     from tests.agent_core.helpers import AgentFactory
+
+pytestmark = pytest.mark.parametrize("model_api", list(ModelAPI))  # every scenario, every API
 
 LONG_TEXT = " ".join(f"word{i}" for i in range(40))
 
@@ -48,8 +58,9 @@ def on_first(run: Run, kind: type, action: object) -> None:
     run.events.add_listener(listener)
 
 
-def stall_after(chunks: int, seconds: float = 30.0) -> StreamFault:
-    return StreamFault("stall", after_chunks=chunks, stall_seconds=seconds)
+def stall_after(api: ModelAPI, pieces: int, seconds: float = 30.0) -> StreamFault:
+    """Stall the next stream after ``pieces`` of its text, whatever the API's preamble."""
+    return StreamFault("stall", after_chunks=FIRST_TEXT_CHUNK[api] + pieces, stall_seconds=seconds)
 
 
 @tool
@@ -59,7 +70,7 @@ async def noop() -> str:
 
 
 async def test_stop_during_streaming_finishes_the_stream_then_takes_one_final_turn(
-    llm: LLMock, make_agent: AgentFactory
+    llm: LLMock, make_agent: AgentFactory, model_api: ModelAPI
 ) -> None:
     ran: list[str] = []
 
@@ -73,7 +84,7 @@ async def test_stop_during_streaming_finishes_the_stream_then_takes_one_final_tu
         Reply(
             text="Checking the forecast now.", tool_calls=(ToolCall("lookup", {"city": "Oslo"}),)
         ),
-        stall_after(2, seconds=0.3),
+        stall_after(model_api, 1, seconds=0.3),
     )
     llm.call_tool(
         "final_report",
@@ -134,8 +145,7 @@ async def test_stop_during_a_tool_lets_the_tool_finish_then_takes_the_final_turn
     final = llm.requests[-1]
     assert len(llm.requests) == 2
     assert offered_tools(final) == ["final_report"]
-    tool_results = [m["content"] for m in final.body["messages"] if m["role"] == "tool"]
-    assert tool_results == ["build ok"]
+    assert tool_results(final) == ["build ok"]
     assert result.outcome is Outcome.USERINTERLUDE
     assert result.exit_code is ExitCode.USER_STOP
     assert result.handoff.evidence == "Stopped after the build; it passed."
@@ -161,9 +171,9 @@ async def test_stop_during_a_rate_limit_wait_ends_the_wait_at_once(
 
 
 async def test_stop_after_the_final_answer_adds_no_turn(
-    llm: LLMock, make_agent: AgentFactory
+    llm: LLMock, make_agent: AgentFactory, model_api: ModelAPI
 ) -> None:
-    llm.add(Reply(text="All done: the report is attached."), stall_after(2, seconds=0.3))
+    llm.add(Reply(text="All done: the report is attached."), stall_after(model_api, 1, seconds=0.3))
     run = make_agent().new_run("summarise")
     on_first(run, TextDelta, lambda: run.request_stop(StopReason.STOP, "U1"))
     result = await run.run()
@@ -191,9 +201,9 @@ async def test_stop_before_the_first_step_never_calls_the_model(
 
 
 async def test_abort_during_streaming_closes_the_connection(
-    llm: LLMock, make_agent: AgentFactory
+    llm: LLMock, make_agent: AgentFactory, model_api: ModelAPI
 ) -> None:
-    llm.add(Reply(text=LONG_TEXT), stall_after(3))
+    llm.add(Reply(text=LONG_TEXT), stall_after(model_api, 2))
     run = make_agent().new_run("write an essay")
     on_first(run, TextDelta, lambda: run.request_stop(StopReason.ABORT, "U2", source="button"))
     result = await run.run()
@@ -239,7 +249,7 @@ async def test_abort_during_a_tool_cancels_the_tool_task(
 
 
 async def test_abort_upgrades_a_pending_stop_and_cancels_the_final_turn(
-    llm: LLMock, make_agent: AgentFactory
+    llm: LLMock, make_agent: AgentFactory, model_api: ModelAPI
 ) -> None:
     llm.call_tool("noop")
     run = make_agent([noop]).new_run("work")
@@ -247,7 +257,7 @@ async def test_abort_upgrades_a_pending_stop_and_cancels_the_final_turn(
 
     def stop_and_script_the_final_turn() -> None:
         run.request_stop(StopReason.STOP, "U1")
-        llm.add(Reply(text=LONG_TEXT), stall_after(2))
+        llm.add(Reply(text=LONG_TEXT), stall_after(model_api, 1))
 
     on_first(run, ToolStarted, stop_and_script_the_final_turn)
     final_text_seen = asyncio.Event()
@@ -306,7 +316,7 @@ async def test_stop_never_downgrades_an_abort(make_agent: AgentFactory) -> None:
 
 
 async def test_shutdown_cancels_and_leaves_a_resumable_checkpoint(
-    llm: LLMock, make_agent: AgentFactory
+    llm: LLMock, make_agent: AgentFactory, model_api: ModelAPI
 ) -> None:
     from agent_core.states import RunState
     from agent_core.stores.memory import MemoryStore
@@ -314,7 +324,7 @@ async def test_shutdown_cancels_and_leaves_a_resumable_checkpoint(
     store = MemoryStore()
     llm.call_tool("noop")
     run = make_agent([noop], store=store).new_run("work")
-    on_first(run, ToolStarted, lambda: llm.add(Reply(text=LONG_TEXT), stall_after(2)))
+    on_first(run, ToolStarted, lambda: llm.add(Reply(text=LONG_TEXT), stall_after(model_api, 1)))
     on_first(
         run,
         TextDelta,

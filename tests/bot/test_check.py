@@ -168,6 +168,47 @@ async def test_a_name_that_is_not_a_setting_fails_the_settings_check(
     ]
 
 
+@pytest.mark.parametrize("api", ["openai-chat", "openai-responses", "anthropic"])
+async def test_the_model_check_names_the_api_it_checked(
+    slack: FakeSlack, llm: LLMock, tmp_path: Path, api: str
+) -> None:
+    settings = {**good_settings(slack, llm.base_url(), tmp_path), "MODEL_API": api}
+    model = "test-model"
+    if api == "anthropic":
+        model = "claude-sonnet-4-6"  # one llmock lists
+        for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_MODEL"):
+            del settings[name]
+        settings |= {
+            "ANTHROPIC_API_KEY": "test-key",
+            "ANTHROPIC_BASE_URL": llm.base_url("anthropic"),
+            "ANTHROPIC_MODEL": model,
+        }
+    ran = await run_bot(tmp_path, "--check", **settings)
+
+    line = ran.line("model endpoint")
+    assert line.startswith("ok")
+    assert f"MODEL_API={api}: " in line
+    assert f"{model} is" in line
+    if api == "anthropic":
+        assert f"{model} is listed" in line
+
+
+async def test_an_anthropic_setting_missing_is_named_with_the_api(tmp_path: Path) -> None:
+    ran = await run_bot(
+        tmp_path,
+        "--check",
+        SLACK_BOT_TOKEN="xoxb-check-test",
+        SLACK_SIGNING_SECRET=SECRET,
+        MODEL_API="anthropic",
+        ANTHROPIC_API_KEY="test-key",
+    )
+
+    assert ran.status == 2
+    assert ran.line("settings") == (
+        "FAIL settings: ANTHROPIC_MODEL: missing (required with MODEL_API=anthropic)"
+    )
+
+
 async def test_help_prints_the_usage(tmp_path: Path) -> None:
     ran = await run_bot(tmp_path, "--help")
     assert ran.status == 0

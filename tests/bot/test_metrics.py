@@ -50,6 +50,8 @@ SERIES = {
     "threadpilot_slack_api_calls": "counter",
     "threadpilot_slack_api_rate_limited": "counter",
     "threadpilot_model_retries": "counter",
+    "threadpilot_model_requests": "counter",
+    "threadpilot_model_tokens": "counter",
     "threadpilot_mcp_calls": "counter",
     "threadpilot_mcp_cancellations": "counter",
 }
@@ -128,11 +130,48 @@ async def test_a_model_retry_and_a_slack_429_are_counted(bot: Bot, llm: LLMock) 
 
     assert "All done on the second try." in block_text(final)
     assert after.value("threadpilot_model_retries_total") == 1
+    assert after.value("threadpilot_model_requests_total", api="openai-chat") == 2
     limited = "threadpilot_slack_api_rate_limited_total"
     assert after.value(limited, method="agents.sessions.setStatus") == 1
     assert after.value(limited, method="chat.update") == 0
     ended = {"outcome": "finished", "ended_because": "completed"}
     assert after.value("threadpilot_runs_ended_total", **ended) == 1
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"MODEL_API": "openai-responses"},
+        {
+            "MODEL_API": "anthropic",
+            "ANTHROPIC_API_KEY": "test-key",
+            "ANTHROPIC_MODEL": "claude-test",
+            "OPENAI_API_KEY": None,
+            "OPENAI_MODEL": None,
+        },
+    ],
+    ids=["openai-responses", "anthropic"],
+)
+async def test_each_model_api_answers_in_slack_and_labels_its_model_calls(
+    make_bot: BotFactory, llm: LLMock, settings: dict[str, str | None]
+) -> None:
+    api = settings["MODEL_API"]
+    assert api is not None
+    if api == "anthropic":
+        settings = {**settings, "ANTHROPIC_BASE_URL": llm.base_url("anthropic")}
+    bot = await make_bot(**settings)
+    llm.reply("Answered through the API.")
+
+    _, status = await bot.mention("which API?")
+    final = await bot.settled(status)
+    after = await scrape(bot)
+
+    assert "Answered through the API." in block_text(final)
+    (request,) = llm.requests
+    assert request.path == ("/anthropic/v1/messages" if api == "anthropic" else "/v1/responses")
+    assert after.value("threadpilot_model_requests_total", api=api) == 1
+    assert after.value("threadpilot_model_requests_total", api="openai-chat") == 0
+    assert after.value("threadpilot_model_tokens_total", api=api, kind="completion") > 0
 
 
 async def test_socket_mode_serves_metrics_and_times_its_clicks(

@@ -64,6 +64,19 @@ MORE_CASES = {
     "log level": Case("LOG_LEVEL", {"LOG_LEVEL": "LOUD"}),
     "no database connections": Case("DATABASE_POOL_SIZE", {"DATABASE_POOL_SIZE": "0"}),
     "metrics on the public port": Case("METRICS_PORT", {"METRICS_PORT": "3000"}),
+    "unknown model api": Case("MODEL_API", {"MODEL_API": "gemini"}),
+    "openai model missing": Case("OPENAI_MODEL", {"OPENAI_MODEL": None}),
+    "anthropic key missing": Case(
+        "ANTHROPIC_API_KEY", {"MODEL_API": "anthropic", "ANTHROPIC_MODEL": "claude-x"}
+    ),
+    "anthropic key a placeholder": Case(
+        "ANTHROPIC_API_KEY",
+        {"MODEL_API": "anthropic", "ANTHROPIC_API_KEY": "sk-ant-...", "ANTHROPIC_MODEL": "c"},
+    ),
+    "anthropic url not http": Case(
+        "ANTHROPIC_BASE_URL", {"ANTHROPIC_BASE_URL": "api.anthropic.com"}
+    ),
+    "no reply time": Case("MODEL_REPLY_TIMEOUT", {"MODEL_REPLY_TIMEOUT": "0"}),
 }
 """Checked in-process through load_settings(), whose error is the line main() prints."""
 
@@ -325,3 +338,29 @@ def test_load_settings_names_the_bad_setting(environment: pytest.MonkeyPatch, na
     assert raised.value.setting == case.setting
     assert str(raised.value).startswith(f"{case.setting}: ")
     assert "\n" not in str(raised.value)
+
+
+def test_each_model_api_takes_its_own_key_model_and_url(environment: pytest.MonkeyPatch) -> None:
+    """With MODEL_API=anthropic the OpenAI settings may be unset, and the other way round;
+    the endpoint is the chosen API's."""
+    for name in ("OPENAI_API_KEY", "OPENAI_MODEL"):
+        environment.delenv(name, raising=False)
+    environment.setenv("MODEL_API", "anthropic")
+    environment.setenv("ANTHROPIC_API_KEY", "anthropic-test-key")
+    environment.setenv("ANTHROPIC_MODEL", "claude-test")
+    environment.setenv("ANTHROPIC_BASE_URL", "https://llm-gateway.example/anthropic")
+    endpoint = load_settings().model_endpoint
+    assert (endpoint.api.value, endpoint.api_key, endpoint.model, endpoint.base_url) == (
+        "anthropic",
+        "anthropic-test-key",
+        "claude-test",
+        "https://llm-gateway.example/anthropic",
+    )
+
+    environment.setenv("MODEL_API", "openai-responses")
+    environment.setenv("OPENAI_API_KEY", "openai-test-key")
+    environment.setenv("OPENAI_MODEL", "gpt-test")
+    settings = load_settings()
+    assert settings.model_endpoint.api_key == "openai-test-key"
+    assert settings.model_endpoint.base_url is None  # the API's own default
+    assert settings.MODEL_REPLY_TIMEOUT == 600.0
