@@ -25,6 +25,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from agent_core import (
@@ -205,7 +206,9 @@ class Settings(BaseSettings):
         # is declared first, so it is read here; when it is invalid, it says so itself.)
         api = info.data.get("MODEL_API")
         if value is None and api is not None and info.field_name in _model_settings(api):
-            raise ValueError(f"missing (required with MODEL_API={api.value})")
+            raise PydanticCustomError(
+                _MISSING_FOR_API, "required with MODEL_API={api}", {"api": api.value}
+            )
         return value
 
     @field_validator("SLACK_APP_TOKEN")
@@ -389,10 +392,18 @@ def _problem(error: Any, missing: str) -> ConfigError:
     location = [str(p) for p in error["loc"]]
     message = str(error["msg"]).removeprefix("Value error, ")
     if location:
-        problem = missing if error["type"] == "missing" else message
+        problem = message
+        if error["type"] == "missing":
+            problem = missing
+        elif error["type"] == _MISSING_FOR_API:  # "missing (required with ...): set it in ..."
+            problem = missing.replace("missing", f"missing ({message})", 1)
         return ConfigError(location[0], problem)
     name, _, problem = message.partition(": ")
     return ConfigError(name, problem)
+
+
+_MISSING_FOR_API = "missing_for_api"
+"""The error type of a setting only the chosen ``MODEL_API`` requires."""
 
 
 def _missing(env_file: object) -> str:

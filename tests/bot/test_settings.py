@@ -165,8 +165,8 @@ def test_a_misspelt_name_in_dotenv_is_named_beside_the_setting_it_left_missing(
     assert ran.stderr.splitlines() == [
         "threadpilot: OPENAI_MODLE (in .env) is not a setting and is ignored; "
         "did you mean OPENAI_MODEL?",
-        f"threadpilot: OPENAI_MODEL: missing: set it in {tmp_path}/.env or in the environment "
-        "(.env.example explains it)",
+        "threadpilot: OPENAI_MODEL: missing (required with MODEL_API=openai-chat): set it in "
+        f"{tmp_path}/.env or in the environment (.env.example explains it)",
     ]
 
 
