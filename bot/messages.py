@@ -624,13 +624,10 @@ FEEDBACK_NOT_RECORDED = (
 )
 
 
-def feedback_line(votes: list[tuple[str, bool]]) -> str:
-    """The feedback a run got, as App Home shows it: (who, positive) in order pressed."""
-    shown = [
-        f"{FEEDBACK_POSITIVE_LABEL if positive else FEEDBACK_NEGATIVE_LABEL} {mention(user)}"
-        for user, positive in votes
-    ]
-    return "Feedback: " + " · ".join(shown)
+def feedback_line(positive: int, negative: int) -> str:
+    """The feedback a run got, as App Home shows it: one vote per person, counted."""
+    up, down = FEEDBACK_POSITIVE_LABEL, FEEDBACK_NEGATIVE_LABEL
+    return f"Feedback: {up} {positive:,} · {down} {negative:,}"
 
 
 def more_live_runs(count: int) -> str:

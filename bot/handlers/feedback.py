@@ -1,7 +1,8 @@
 """Thumbs up or down on a run's terminal message (Slack's ``feedback_buttons``).
 
 A press is recorded as an audit event (kind ``feedback``: who, and ``value`` positive or
-negative) and shown in App Home's history of ended runs. It counts only on the run's own
+negative) and counted in App Home's history of ended runs: one vote per person per run,
+their latest press (:func:`bot.views.home.latest_votes`). It counts only on the run's own
 status message, like the Stop button (:func:`bot.policy.comes_from`): the run id in the
 button's value can be copied, where it was pressed cannot. Nothing here must be durable
 before the ack, so the press is acknowledged first; a delivery Slack sends again is

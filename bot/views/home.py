@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from agent_core import Outcome, RunResult, RunState, StopReason
 from bot import messages as m
+from bot.views import limits
 from bot.views.blocks import (
     Block,
     abort_button,
@@ -46,7 +47,7 @@ from bot.views.blocks import (
 from bot.views.status import BLOCKS_TEXT_BUDGET, RenderedMessage
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable
     from datetime import datetime
 
     from agent_core import AuditEvent, RunRecord, StopRequestRecord
@@ -61,6 +62,7 @@ __all__ = [
     "MAX_VIEW_BYTES",
     "ListedRun",
     "Listing",
+    "latest_votes",
     "render_home",
     "render_list_message",
 ]
@@ -75,12 +77,12 @@ STOP_ALL_BLOCK_ID = "threadpilot_stop_all"
 FEEDBACK_KIND = "feedback"
 """The audit event a feedback press writes (``detail.value``: positive or negative)."""
 
-MAX_VIEW_BLOCKS = 100
-MAX_VIEW_BYTES = 250_000
+MAX_VIEW_BLOCKS = limits.VIEW_BLOCKS
+MAX_VIEW_BYTES = limits.VIEW_BYTES
 """Slack's limits for a view: 100 blocks, and ``view_too_large`` above 250 kB."""
 _VIEW_BLOCK_BUDGET = MAX_VIEW_BLOCKS - 5
 _VIEW_BYTES_BUDGET = 200_000
-_MESSAGE_BLOCK_BUDGET = 50 - 5
+_MESSAGE_BLOCK_BUDGET = limits.MESSAGE_BLOCKS - 5
 _TITLE_CHARS = 120
 
 
@@ -94,7 +96,8 @@ class ListedRun:
     pending: StopRequestRecord | None = None
     """The strongest stop request still waiting for the run's owner, if any."""
     feedback: tuple[AuditEvent, ...] = ()
-    """Feedback presses on its terminal message, in the order pressed."""
+    """Feedback presses on its terminal message (every press: :func:`latest_votes`
+    counts each person once)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,14 +234,21 @@ def _ended_block(listing: Listing, run: ListedRun) -> Block:
         show_requester=listing.admin,
     )
     text = f"{_title(listing, record)}\n{details}"
-    votes = [
-        (event.actor, event.detail.get("value") == "positive")
-        for event in run.feedback
-        if event.detail.get("value") in ("positive", "negative")
-    ]
+    votes = latest_votes(run.feedback)
     if votes:
-        text += "\n" + m.feedback_line(votes)
+        positive = sum(votes.values())
+        text += "\n" + m.feedback_line(positive, len(votes) - positive)
     return section(text)
+
+
+def latest_votes(feedback: Iterable[AuditEvent]) -> dict[str, bool]:
+    """Each person's vote on a run (True: thumbs up): their latest press counts, once."""
+    votes: dict[str, bool] = {}
+    for event in sorted(feedback, key=lambda e: e.at):  # stable: ties keep their order
+        value = event.detail.get("value")
+        if value in ("positive", "negative"):
+            votes[event.actor] = value == "positive"
+    return votes
 
 
 def _ending(record: RunRecord) -> tuple[str, str]:

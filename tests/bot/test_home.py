@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from agent_core import ExitCode, Outcome, RunRecord, RunState, ThreadKey
+from agent_core import AuditEvent, ExitCode, Outcome, RunRecord, RunState, ThreadKey
 from agent_core.stop import utcnow
 from bot import messages
 from bot.views.home import ACTION_HOME_ABORT, ACTION_HOME_STOP, ACTION_STOP_ALL
@@ -360,7 +360,30 @@ async def test_feedback_is_recorded_once_and_shown_in_app_home(bot: Bot, llm: LL
         (OTHER, "negative"),
     ]
     await open_home(bot)
-    await home(bot, DEFAULT_USER, says(f"Feedback: 👍 <@{DEFAULT_USER}> · 👎 <@{OTHER}>"))
+    await home(bot, DEFAULT_USER, says("Feedback: 👍 1 · 👎 1"))
+
+
+async def test_feedback_counts_one_vote_per_person_the_latest(bot: Bot, llm: LLMock) -> None:
+    """However often people press, each counts once, with their latest press; and App
+    Home still publishes (200 presses once made a section Slack refused)."""
+    llm.reply("The cache TTL was 0.")
+    _, status = await bot.mention("why is the cache cold")
+    final = await bot.settled(status)
+    run_id = run_id_of(status)
+    for n in range(199):  # earlier presses, each a new click (its own action_ts)
+        actor = OTHER if n % 2 else DEFAULT_USER
+        value = "negative" if n < 150 else "positive"
+        event = AuditEvent(run_id, "feedback", actor, detail={"value": value})
+        await store_of(bot).record_event(event)
+    # OTHER's latest press was thumbs up (most of theirs were down); the requester's
+    # latest is this thumbs down (after some ups).
+    assert await press(bot, slack_requests.feedback_click(final, positive=False)) == 200
+    assert await bot.ephemerals(DEFAULT_USER) == [messages.FEEDBACK_RECORDED]
+
+    await open_home(bot)
+    view = await home(bot, DEFAULT_USER, says("Feedback: 👍 1 · 👎 1"))
+    assert not [c for c in bot.slack.calls("views.publish") if not c.ok]
+    assert view_text(view).count("Feedback:") == 1
 
 
 async def test_feedback_pressed_elsewhere_is_not_recorded(bot: Bot, llm: LLMock) -> None:

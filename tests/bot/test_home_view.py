@@ -239,7 +239,7 @@ def test_ended_runs_say_how_and_why_they_ended_and_their_feedback() -> None:
     assert "Finished" in text and "why: it completed" in text
     assert "User interlude: stopped by <@U2>" in text and "why: a person stopped it" in text
     assert "why: a restart" in text
-    assert "Feedback: 👍 <@U1> · 👎 <@U3>" in text
+    assert "Feedback: 👍 1 · 👎 1" in text
     # Model text is escaped; the thread link points at the status message in its thread.
     assert "cache is cold &amp; fix &lt;TTL&gt;" in text
     assert (

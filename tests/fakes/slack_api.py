@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Self, TypeVar
 
 from aiohttp import web
 
+from bot.views import limits
 from tests.fakes.slack_messages import Refused
 from tests.fakes.slack_socket import FakeSocketMode
 from tests.fakes.slack_state import STREAM_TTL_S, SlackState
@@ -425,10 +426,13 @@ class FakeSlack:
         except json.JSONDecodeError:
             raise web.HTTPBadRequest(text="invalid_payload") from None
         accepted = len(posts) < RESPONSE_URL_USES
-        posts.append(ResponseUrlPost(hook_id, body, time.monotonic(), accepted))
+        invalid = accepted and bool(limits.problems(body.get("blocks") or []))
+        posts.append(ResponseUrlPost(hook_id, body, time.monotonic(), accepted and not invalid))
         self._changes.notify()
         if not accepted:
             return web.json_response({"ok": False, "error": "used_url"}, status=404)
+        if invalid:
+            return web.json_response({"ok": False, "error": "invalid_blocks"}, status=400)
         return web.json_response({"ok": True})
 
 

@@ -12,12 +12,15 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
+from bot.views import limits
+
 if TYPE_CHECKING:
     from tests.fakes.slack_workspace import Json
 
-# Slack's documented limits: text is truncated, too many blocks is refused.
-MAX_TEXT = 40_000
-MAX_MESSAGE_BLOCKS = 50
+# Slack's documented limits (bot/views/limits.py): text is truncated, blocks that break
+# Block Kit's limits (too many, a section too long, a button label too long...) are refused.
+MAX_TEXT = limits.MESSAGE_TEXT
+MAX_MESSAGE_BLOCKS = limits.MESSAGE_BLOCKS
 
 
 class Refused(Exception):
@@ -149,7 +152,7 @@ def message_blocks(args: Json) -> list[Json] | None:
         return None
     if not isinstance(blocks, list) or not all(isinstance(b, dict) for b in blocks):
         raise Refused("invalid_blocks_format")
-    if len(blocks) > MAX_MESSAGE_BLOCKS:
+    if limits.problems(blocks, max_blocks=MAX_MESSAGE_BLOCKS):
         raise Refused("invalid_blocks")
     return copy.deepcopy(blocks)
 

@@ -13,6 +13,7 @@ import json
 import time
 from typing import TYPE_CHECKING
 
+from bot.views import limits
 from tests.fakes.slack_messages import (
     Ephemeral,
     Message,
@@ -32,8 +33,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
 MAX_STREAM_MARKDOWN = 12_000
-MAX_VIEW_BYTES = 250_000
-MAX_VIEW_BLOCKS = 100
+MAX_VIEW_BYTES = limits.VIEW_BYTES
+MAX_VIEW_BLOCKS = limits.VIEW_BLOCKS
 SESSION_STATUSES = frozenset({"processing", "active", "suspended", "closed"})
 STREAM_TTL_S = 300.0
 """Slack ends a stream about 5 minutes after it starts."""
@@ -436,8 +437,9 @@ class SlackState:
 
     def _views_publish(self, args: Json) -> Json:
         """Slack's documented answers: `invalid_arguments` for a view that is not a home
-        view with at most 100 blocks, `view_too_large` above 250 kB, `not_enabled` when
-        the Home tab is off, `hash_conflict` for a stale `hash`."""
+        view with at most 100 blocks, `invalid_blocks` for blocks that break Block Kit's
+        limits, `view_too_large` above 250 kB, `not_enabled` when the Home tab is off,
+        `hash_conflict` for a stale `hash`."""
         user_id = required_arg(args, "user_id", "invalid_arguments")
         view = args.get("view")
         if not isinstance(view, dict) or view.get("type") != "home":
@@ -445,7 +447,7 @@ class SlackState:
         blocks = view.get("blocks")
         if not isinstance(blocks, list) or len(blocks) > MAX_VIEW_BLOCKS:
             raise Refused("invalid_arguments")
-        if not all(isinstance(block, dict) and block.get("type") for block in blocks):
+        if limits.problems(blocks, max_blocks=MAX_VIEW_BLOCKS):
             raise Refused("invalid_blocks")
         if len(json.dumps(view).encode()) > MAX_VIEW_BYTES:
             raise Refused("view_too_large")
