@@ -62,6 +62,7 @@ from bot.stops import ACK_BUDGET_S, StopService
 from bot.supervisor import Supervisor
 from bot.surface import Workspaces
 from bot.tools import SLACK_READ_THREAD, slack_read_thread
+from bot.trust import TrustGate
 from bot.worker import Worker, default_worker_id
 
 if TYPE_CHECKING:
@@ -144,7 +145,7 @@ class ThreadpilotApp:
         client = AsyncWebClient(
             token=settings.SLACK_BOT_TOKEN, base_url=settings.SLACK_API_URL, session=self._session
         )
-        bot_user_id = await _step("SLACK_API_URL", "Slack (auth.test)", _who_am_i(client))
+        bot_user_id, team_id = await _step("SLACK_API_URL", "Slack (auth.test)", _who_am_i(client))
         socket_url = None
         if settings.SLACK_APP_TOKEN is not None:
             socket_url = await _step(
@@ -162,6 +163,7 @@ class ThreadpilotApp:
         await self.mcp.start()
         self.metrics.mcp_tools({t: s.name for s in self.mcp.status() for t in s.tools})
         workspaces = Workspaces(client, metrics=self.metrics)
+        trust = TrustGate(settings, workspaces, team_id)
         agent = Agent(
             self._model or self._openai_model(),
             [*BUILTIN_TOOLS, slack_read_thread(workspaces, bot_user_id), *self.mcp.tools],
@@ -207,6 +209,7 @@ class ThreadpilotApp:
             workspaces,
             settings,
             deliveries,
+            trust,
             metrics=self.metrics,
         )
         self.ctx = BotContext(
@@ -218,8 +221,9 @@ class ThreadpilotApp:
             self._worker,
             stops,
             deliveries,
+            trust,
         )
-        self._dashboard = Dashboard(self._store, settings, workspaces, stops)
+        self._dashboard = Dashboard(self._store, settings, workspaces, stops, trust)
         self._home = HomeRefresher(self._dashboard, self._store, workspaces)
         # Leases, the stop watcher and the reconciler run before we take any work: a run
         # started here must be heartbeated, and a click landing elsewhere must reach it.
@@ -410,8 +414,9 @@ class _TimedSocketMode(AsyncSocketModeHandler):
         self._metrics.acked(req.payload, received)
 
 
-async def _who_am_i(client: AsyncWebClient) -> str:
-    """The bot user id, which also proves the token works: a clear start-up error if not."""
+async def _who_am_i(client: AsyncWebClient) -> tuple[str, str]:
+    """The bot user id and its workspace's team id, which also prove the token works: a
+    clear start-up error if not."""
     try:
         auth = await client.auth_test()
     except SlackApiError as exc:
@@ -420,7 +425,7 @@ async def _who_am_i(client: AsyncWebClient) -> str:
         ) from exc
     except (SlackClientError, aiohttp.ClientError, OSError) as exc:
         raise ConfigError("SLACK_API_URL", f"cannot reach Slack there ({exc})") from exc
-    return str(auth["user_id"])
+    return str(auth["user_id"]), str(auth["team_id"])
 
 
 async def _socket_url(client: AsyncWebClient, app_token: str) -> str:

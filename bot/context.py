@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from bot.stops import StopService
     from bot.supervisor import Supervisor
     from bot.surface import Workspaces
+    from bot.trust import TrustGate
     from bot.worker import Worker
 
 __all__ = ["BotContext"]
@@ -31,3 +32,5 @@ class BotContext:
     deliveries: Deliveries
     """Which Slack deliveries were taken: events, clicks, feedback. One per process, so
     what one handler took, another knows without asking the database."""
+    trust: TrustGate
+    """Who may act at all (external people and guests): every entry asks it first."""

@@ -450,6 +450,22 @@ def not_allowed(policy: str, requester: str) -> str:
     return f"Only {mention(requester)} or an admin can stop or abort this run."
 
 
+# -- who may use threadpilot (docs/slack-setup.md) ---------------------------------------
+
+EXTERNAL_NOT_ALLOWED = (
+    "threadpilot only works for people of this workspace's organisation, and you are "
+    "from another one (Slack Connect). Nothing was started or changed."
+)
+GUEST_NOT_ALLOWED = (
+    "threadpilot is not available to guests of this workspace. Nothing was started or "
+    "changed; ask a member to do it for you."
+)
+PERSON_NOT_CHECKED = (
+    "threadpilot could not check who you are with Slack just now, so nothing was started "
+    "or changed. Please try again in a moment."
+)
+
+
 # -- steering: replies in a live run's thread (docs/stopping.md, Guidance) -------------
 
 
@@ -543,6 +559,8 @@ NO_ENDED_RUNS = "No run has ended yet."
 HOME_QUEUED = "Waiting to start"
 HOME_STOPPING = "Stopping: finishing this step, then a summary"
 UNTITLED_RUN = "(no task text)"
+PRIVATE_REQUEST = "Private request (in a DM, group DM or private channel)"
+"""Shown instead of someone else's request asked where not everyone can read it."""
 
 
 def home_intro(*, admin: bool, at_epoch: int, at_text: str) -> str:

@@ -151,6 +151,7 @@ def _ask(body: dict[str, Any], action: StopReason) -> StopAsk | None:
         run_id=str(_field(pressed, "value") or ""),
         delivery=click_key(action_ts, user),
         message=_origin(body),
+        user_team=_field(body.get("user"), "team_id") or None,
     )
 
 

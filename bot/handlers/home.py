@@ -73,7 +73,7 @@ def register(
             log.warning("home.click_malformed", action=ACTION_STOP_ALL)
             return None
         result = await dashboard.stop_all(
-            click.team, click.user, click.source, delivery=click.delivery
+            click.team, click.user, click.source, delivery=click.delivery, user_team=click.user_team
         )
         return StoppedAll(click, result)
 
@@ -99,6 +99,8 @@ class Click:
     value: str
     """The run id (Stop, Abort), or ``all``."""
     source: Source
+    user_team: str | None = None
+    """The presser's own team (``user.team_id``)."""
 
     @property
     def delivery(self) -> str:
@@ -118,7 +120,9 @@ class Click:
         # Pressed in the Home tab (a view), or in the /threadpilot list (a message).
         in_view = _field(body.get("container"), "type") == "view"
         source = Source.HOME if in_view else Source.COMMAND
-        return cls(user, team, action_ts, str(_field(pressed, "value") or ""), source)
+        value = str(_field(pressed, "value") or "")
+        user_team = _field(body.get("user"), "team_id") or None
+        return cls(user, team, action_ts, value, source, user_team)
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +153,7 @@ async def _request(ctx: BotContext, body: dict[str, Any], kind: StopReason) -> D
         source=click.source,
         run_id=click.value,
         delivery=click.delivery,
+        user_team=click.user_team,
     )
     with structlog.contextvars.bound_contextvars(run_id=ask.run_id, user=ask.user):
         return Decided(click, await ctx.stops.request(ask))

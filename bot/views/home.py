@@ -115,6 +115,13 @@ class Listing:
     """An answer to something the viewer just did (a Stop, Stop all), shown on top."""
     live_not_listed: int = 0
     """Live runs that were not even read (more than the listing's limit)."""
+    public_channels: frozenset[str] = frozenset()
+    """Channels known to be public (:mod:`bot.channels`). A run elsewhere (a DM, a group
+    DM, a private channel, or one Slack did not describe) shows its request only to
+    whoever asked for it."""
+    refused: bool = False
+    """The viewer may not use the app (another organisation, a guest): only ``notice``,
+    which says why, is shown."""
 
 
 def render_home(listing: Listing) -> dict[str, Any]:
@@ -133,6 +140,8 @@ def render_list_message(listing: Listing) -> RenderedMessage:
     """The ``/threadpilot list`` answer (an ephemeral message): the same blocks, within a
     message's 50 blocks and text budget."""
     blocks = _blocks(listing, _MESSAGE_BLOCK_BUDGET, BLOCKS_TEXT_BUDGET, text_units)
+    if listing.refused and listing.notice:
+        return RenderedMessage(text=listing.notice, blocks=blocks)
     live = len(listing.live) + listing.live_not_listed
     text = f"{m.HEADING_LIVE_RUNS}: {live:,}"
     if listing.notice:
@@ -146,6 +155,8 @@ def render_list_message(listing: Listing) -> RenderedMessage:
 def _blocks(
     listing: Listing, max_blocks: int, budget: int, size: Callable[[Block], int]
 ) -> list[Block]:
+    if listing.refused:
+        return [_title_block(), section(listing.notice or "")]
     head = _head(listing)
     tail = [{"type": "divider"}, section(m.heading(m.HEADING_ENDED_RUNS))]
     tail += [_ended_block(listing, run) for run in listing.ended] or [context(m.NO_ENDED_RUNS)]
@@ -175,10 +186,7 @@ def _blocks(
 def _head(listing: Listing) -> list[Block]:
     now = listing.now
     intro = m.home_intro(admin=listing.admin, at_epoch=int(now.timestamp()), at_text=_utc_text(now))
-    blocks: list[Block] = [
-        {"type": "header", "text": plain(m.HOME_TITLE)},
-        context(intro),
-    ]
+    blocks: list[Block] = [_title_block(), context(intro)]
     if listing.notice:
         blocks.append(section(listing.notice))
     if listing.admin and listing.live:
@@ -187,6 +195,10 @@ def _head(listing: Listing) -> list[Block]:
             {"type": "actions", "block_id": STOP_ALL_BLOCK_ID, "elements": [_stop_all(count)]}
         )
     return blocks
+
+
+def _title_block() -> Block:
+    return {"type": "header", "text": plain(m.HOME_TITLE)}
 
 
 def _live_blocks(listing: Listing, run: ListedRun) -> list[Block]:
@@ -284,11 +296,14 @@ def _ended_because(record: RunRecord) -> str:
 
 
 def _title(listing: Listing, record: RunRecord) -> str:
+    url = _thread_url(listing.team_url, record)
+    channel = record.thread.channel
+    if record.requester != listing.viewer and channel not in listing.public_channels:
+        return m.home_run_title(m.PRIVATE_REQUEST, url, channel)
     task = " ".join(record.task.split()) or m.UNTITLED_RUN
     if len(task) > _TITLE_CHARS:
         task = task[: _TITLE_CHARS - 1].rstrip() + "…"
-    url = _thread_url(listing.team_url, record)
-    return m.home_run_title(m.escape(task), url, record.thread.channel)
+    return m.home_run_title(m.escape(task), url, channel)
 
 
 def _thread_url(team_url: str | None, record: RunRecord) -> str | None:

@@ -35,7 +35,12 @@ from tests.bot.harness import (
 )
 from tests.fakes import slack_requests
 from tests.fakes.slack_api import SLACK_TIERS, FakeSlack
-from tests.fakes.slack_workspace import DEFAULT_CHANNEL, DEFAULT_DM_CHANNEL, DEFAULT_USER
+from tests.fakes.slack_workspace import (
+    DEFAULT_CHANNEL,
+    DEFAULT_DM_CHANNEL,
+    DEFAULT_GROUP_DM_CHANNEL,
+    DEFAULT_USER,
+)
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
@@ -268,6 +273,44 @@ async def test_stop_all_by_an_admin_and_its_refusal_for_others(
         events = await store_of(bot).events_for(run_id)
         (event,) = [e for e in events if e.kind == "stop.requested"]
         assert (event.actor, event.detail["source"]) == (ADMIN, "home")
+
+
+async def test_a_private_request_is_shown_only_to_its_requester(
+    make_bot: BotFactory, llm: LLMock
+) -> None:
+    """An admin sees every run, but the text of a request asked in a DM, a group DM or a
+    private channel only its requester sees (on App Home and in /threadpilot list)."""
+    bot = await make_bot(ADMIN_USER_IDS=ADMIN)
+    private_channel = "C0TPPRIVAT1"
+    bot.slack.state.make_private(private_channel)
+    asked = {
+        DEFAULT_DM_CHANNEL: "my salary review notes",
+        DEFAULT_GROUP_DM_CHANNEL: "the reorg we discussed",
+        private_channel: "the security incident",
+        DEFAULT_CHANNEL: "the public roadmap",
+    }
+    llm.reply("Done.", times=len(asked))
+    for channel, text in asked.items():
+        bot_id = bot.slack.workspace.bot_user_id
+        if channel == DEFAULT_DM_CHANNEL:
+            envelope = slack_requests.dm_message(text, channel=channel)
+        else:  # a mention in a group DM, a private channel, a public one
+            envelope = slack_requests.app_mention(f"<@{bot_id}> {text}", channel=channel)
+        assert await bot.event(envelope) == 200
+        await bot.final(await bot.status_message(channel, envelope["event"]["ts"]))
+
+    await open_home(bot, ADMIN)
+    admin_view = await home(bot, ADMIN, says("the public roadmap"))
+    await open_home(bot, DEFAULT_USER)
+    own_view = await home(bot, DEFAULT_USER, says(*asked.values()))
+    admin_list, _ = await command(bot, "list", user=ADMIN)
+
+    for shown in (view_text(admin_view), json.dumps(admin_list, ensure_ascii=False)):
+        assert "the public roadmap" in shown
+        for secret in ("my salary review notes", "the reorg we discussed", "the security incident"):
+            assert secret not in shown
+        assert shown.count(messages.PRIVATE_REQUEST) == 3
+    assert messages.PRIVATE_REQUEST not in view_text(own_view)
 
 
 async def test_fifty_runs_changing_at_once_are_published_within_budget(

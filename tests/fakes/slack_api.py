@@ -76,6 +76,7 @@ SLACK_TIERS: dict[str, int] = {
     "agents.sessions.setStatus": TIER_3,
     "assistant.threads.setStatus": TIER_3,
     "conversations.replies": TIER_3,
+    "conversations.info": TIER_3,
     "users.info": TIER_4,
     "auth.test": TIER_4,
 }
