@@ -28,6 +28,7 @@ from bot.dedupe import click_key
 from bot.handlers.acking import control
 from bot.policy import Verdict
 from bot.stops import Source, StopAsk, StopDecision, reply_text
+from bot.trust import person_of
 from bot.views.home import (
     ACTION_HOME_ABORT,
     ACTION_HOME_STOP,
@@ -121,8 +122,8 @@ class Click:
         in_view = _field(body.get("container"), "type") == "view"
         source = Source.HOME if in_view else Source.COMMAND
         value = str(_field(pressed, "value") or "")
-        user_team = _field(body.get("user"), "team_id") or None
-        return cls(user, team, action_ts, value, source, user_team)
+        person = person_of(body)
+        return cls(user, team, action_ts, value, source, person.team if person else None)
 
 
 @dataclass(frozen=True, slots=True)

@@ -48,7 +48,7 @@ from bot.errors import BudgetNotRunning, SlackError
 from bot.guidance import guidance_id, reply_text, stop_word
 from bot.policy import may_stop, needs_participants
 from bot.stops import ACK_BUDGET_S, Source, StopAsk
-from bot.trust import Person
+from bot.trust import Person, person_of
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -153,7 +153,8 @@ class Steering:
         if event["type"] == "message" and f"<@{self._ctx.bot_user_id}" in text:
             return None  # its app_mention event is the one that counts
         thread = ThreadKey(str(body["team_id"]), channel, thread_ts)
-        return Reply(thread, user, ts, text, _text(event, "user_team") or None)
+        person = person_of(body)
+        return Reply(thread, user, ts, text, person.team if person is not None else None)
 
     async def steer(self, reply: Reply) -> Steered | None:
         """Decide and commit ``reply``; None if its thread has no live run (or the

@@ -24,6 +24,7 @@ import pytest
 from agent_core import AuditEvent, ExitCode, Outcome, RunRecord, RunState, ThreadKey
 from agent_core.stop import utcnow
 from bot import messages
+from bot.channels import ChannelPrivacy
 from bot.views.home import ACTION_HOME_ABORT, ACTION_HOME_STOP, ACTION_STOP_ALL
 from tests.bot.harness import (
     SECRET,
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
     from llmock.pytest_plugin import LLMock
 
     from agent_core.ports import Store
+    from bot.surface import Workspaces
     from tests.bot.conftest import BotFactory
     from tests.bot.harness import Bot
     from tests.fakes.slack_workspace import Json
@@ -311,6 +313,27 @@ async def test_a_private_request_is_shown_only_to_its_requester(
             assert secret not in shown
         assert shown.count(messages.PRIVATE_REQUEST) == 3
     assert messages.PRIVATE_REQUEST not in view_text(own_view)
+
+
+async def test_a_channel_is_public_only_when_slack_says_so(
+    slack: FakeSlack, workspaces: Workspaces
+) -> None:
+    team = slack.workspace.team_id
+    slack.state.make_private("C0TPPRIVAT1")
+    privacy = ChannelPrivacy(workspaces)
+    channels = [DEFAULT_CHANNEL, "C0TPPRIVAT1", DEFAULT_DM_CHANNEL, DEFAULT_GROUP_DM_CHANNEL]
+
+    assert await privacy.public(team, channels) == {DEFAULT_CHANNEL}
+    asked = [c.args["channel"] for c in slack.calls("conversations.info")]
+    assert asked == [DEFAULT_CHANNEL, "C0TPPRIVAT1"]  # DMs and group DMs by their id
+    assert await privacy.public(team, channels) == {DEFAULT_CHANNEL}  # remembered
+    assert len(slack.calls("conversations.info")) == 2
+
+    # Refused (no channels:read) or no answer in time: private.
+    slack.fail_next("conversations.info", error="missing_scope")
+    assert await privacy.public(team, ["C0TPOTHER01"]) == frozenset()
+    slack.time_out_next("conversations.info", hold_s=10.0)
+    assert await privacy.public(team, ["C0TPOTHER02"]) == frozenset()
 
 
 async def test_fifty_runs_changing_at_once_are_published_within_budget(

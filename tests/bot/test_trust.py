@@ -16,8 +16,10 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from agent_core.ports import ResumeState
 from bot import messages
 from bot.views.home import ACTION_HOME_STOP, ACTION_STOP_ALL
+from bot.views.status import ACTION_DONT_RESUME, ACTION_RESUME_NOW
 from tests.bot.harness import (
     ACTION_ABORT,
     ACTION_STOP,
@@ -28,6 +30,7 @@ from tests.bot.harness import (
     run_id_of,
     stalled_answer,
 )
+from tests.bot.test_resume import FAST, paused, rate_limited, run_id_of_done, stored
 from tests.fakes import slack_requests
 from tests.fakes.slack_api import FakeSlack
 from tests.fakes.slack_workspace import DEFAULT_CHANNEL, DEFAULT_DM_CHANNEL, DEFAULT_USER
@@ -249,6 +252,25 @@ async def test_with_the_setting_true_they_may_stop(
 
     final = await bot.final(status)
     assert f"User interlude: stopped by <@{person}>" in block_text(final)
+
+
+@PEOPLE
+async def test_resume_now_and_dont_resume_change_nothing(
+    make_bot: BotFactory, llm: LLMock, person: str
+) -> None:
+    bot = await make_bot(STOP_POLICY="anyone", **FAST)
+    llm.add(rate_limited(60.0))
+    _, status = await bot.mention("summarise the report")
+    status = await bot.until(status, paused)
+    run_id = run_id_of_done(status, bot)
+
+    assert await click(bot, status, ACTION_DONT_RESUME, person) == 200
+    assert await click(bot, status, ACTION_RESUME_NOW, person) == 200
+
+    assert await bot.ephemerals(person, count=2) == [REFUSALS[person]] * 2
+    record = await stored(bot, run_id)
+    assert (record.resume, record.resume_by) == (ResumeState.SCHEDULED, None)
+    assert len(llm.requests) == 1
 
 
 async def test_a_click_is_answered_even_when_slack_cannot_say_who_pressed(
