@@ -18,8 +18,10 @@ import pytest
 
 from agent_core.ports import ResumeState
 from bot import messages
+from bot.trust import CACHE_TTL_S, Person, TrustGate, person_of
 from bot.views.home import ACTION_HOME_STOP, ACTION_STOP_ALL
 from bot.views.status import ACTION_DONT_RESUME, ACTION_RESUME_NOW
+from tests.bot.conftest import bot_settings
 from tests.bot.harness import (
     ACTION_ABORT,
     ACTION_STOP,
@@ -33,14 +35,21 @@ from tests.bot.harness import (
 from tests.bot.test_resume import FAST, paused, rate_limited, run_id_of_done, stored
 from tests.fakes import slack_requests
 from tests.fakes.slack_api import FakeSlack
-from tests.fakes.slack_workspace import DEFAULT_CHANNEL, DEFAULT_DM_CHANNEL, DEFAULT_USER
+from tests.fakes.slack_workspace import (
+    DEFAULT_CHANNEL,
+    DEFAULT_DM_CHANNEL,
+    DEFAULT_USER,
+    DEFAULT_WORKSPACE,
+)
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
+    from pathlib import Path
 
     from llmock.pytest_plugin import LLMock
 
     from agent_core.ports import Store
+    from bot.surface import Workspaces
     from tests.bot.conftest import BotFactory
     from tests.bot.harness import Bot
     from tests.fakes.slack_messages import Message
@@ -368,3 +377,32 @@ async def test_feedback_is_not_recorded(bot: Bot, llm: LLMock, person: str) -> N
     assert await bot.ephemerals(person) == [REFUSALS[person]]
     events = await store_of(bot).events_for(run_id_of(status))
     assert [e for e in events if e.kind == "feedback"] == []
+
+
+# -- the gate itself -------------------------------------------------------------------
+
+
+def test_every_payload_names_its_person() -> None:
+    mention = by(slack_requests.app_mention("hi", user=EXTERNAL), EXTERNAL)
+    assert person_of(mention) == Person(EXTERNAL, OTHER_ORG)
+    click = slack_requests.button_click(action_id="a", value="v", message_ts="1.0", user=GUEST)
+    assert person_of(click) == Person(GUEST, DEFAULT_WORKSPACE.team_id)
+    # Neither a slash command nor Slack's native stop says the person's team.
+    assert person_of(slack_requests.slash_command("list", user=GUEST)) == Person(GUEST)
+    native = slack_requests.agent_session_stopped(channel="C1", thread_ts="1.0", user=GUEST)
+    assert person_of(native) == Person(GUEST)
+
+
+async def test_who_someone_is_is_asked_again_after_a_while(
+    slack: FakeSlack, workspaces: Workspaces, llm: LLMock, tmp_path: Path
+) -> None:
+    now = [0.0]
+    settings = bot_settings(slack, llm, tmp_path)
+    gate = TrustGate(settings, workspaces, slack.workspace.team_id, clock=lambda: now[0])
+
+    assert await gate.refusal(Person(GUEST)) == messages.GUEST_NOT_ALLOWED
+    slack.state.add_person(GUEST)  # made a full member
+    assert await gate.refusal(Person(GUEST)) == messages.GUEST_NOT_ALLOWED  # remembered
+    now[0] = CACHE_TTL_S + 1
+    assert await gate.refusal(Person(GUEST)) is None
+    assert len(slack.calls("users.info")) == 2
