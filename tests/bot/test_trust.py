@@ -1,7 +1,7 @@
 """People from another organisation and guests, at every entry (docs/slack-setup.md, Who
 may use threadpilot).
 
-SPEC §4, Trust boundaries: someone from another organisation (Slack Connect: their team
+The rule: someone from another organisation (Slack Connect: their team
 is not the workspace's) or a guest (``is_restricted`` / ``is_ultra_restricted``) starts
 nothing, steers nothing and presses nothing unless ``ALLOW_EXTERNAL_USERS`` /
 ``ALLOW_GUESTS`` is true; they get an ephemeral saying why. Signed events and clicks over
