@@ -62,6 +62,7 @@ MORE_CASES = {
     "in-memory sqlite": Case("DATABASE_URL", {"DATABASE_URL": "sqlite:///:memory:"}),
     "log level": Case("LOG_LEVEL", {"LOG_LEVEL": "LOUD"}),
     "no database connections": Case("DATABASE_POOL_SIZE", {"DATABASE_POOL_SIZE": "0"}),
+    "allow guests not a boolean": Case("ALLOW_GUESTS", {"ALLOW_GUESTS": "sometimes"}),
 }
 """Checked in-process through load_settings(), whose error is the line main() prints."""
 
@@ -154,6 +155,7 @@ def test_defaults(environment: pytest.MonkeyPatch) -> None:
     assert settings.PORT == 3000
     assert settings.STOP_POLICY is StopPolicy.REQUESTER
     assert settings.ADMIN_USER_IDS == frozenset()
+    assert not settings.ALLOW_EXTERNAL_USERS and not settings.ALLOW_GUESTS
     assert not settings.socket_mode
 
 
