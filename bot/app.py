@@ -76,6 +76,7 @@ from bot.stops import ACK_BUDGET_S, StopService
 from bot.supervisor import Supervisor
 from bot.surface import Workspaces
 from bot.tools import SLACK_READ_THREAD, slack_read_thread
+from bot.trust import TrustGate
 from bot.worker import Worker, default_worker_id
 
 if TYPE_CHECKING:
@@ -184,6 +185,7 @@ class ThreadpilotApp:
         await self.mcp.start()
         self.metrics.mcp_tools({t: s.name for s in self.mcp.status() for t in s.tools})
         workspaces = Workspaces(client, metrics=self.metrics)
+        trust = TrustGate(settings, workspaces, me.team_id)
         agent = Agent(
             self._model or self._own_model(),
             [*BUILTIN_TOOLS, slack_read_thread(workspaces, me), *self.mcp.tools],
@@ -229,6 +231,7 @@ class ThreadpilotApp:
             workspaces,
             settings,
             deliveries,
+            trust,
             metrics=self.metrics,
         )
         self.ctx = BotContext(
@@ -240,8 +243,9 @@ class ThreadpilotApp:
             self._worker,
             stops,
             deliveries,
+            trust,
         )
-        self._dashboard = Dashboard(self._store, settings, workspaces, stops)
+        self._dashboard = Dashboard(self._store, settings, workspaces, stops, trust)
         self._home = HomeRefresher(self._dashboard, self._store, workspaces)
         # Leases, the stop watcher and the reconciler run before we take any work: a run
         # started here must be heartbeated, and a click landing elsewhere must reach it.

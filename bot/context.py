@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from bot.stops import StopService
     from bot.supervisor import Supervisor
     from bot.surface import Workspaces
+    from bot.trust import TrustGate
     from bot.worker import Worker
 
 __all__ = ["BotContext"]
@@ -37,3 +38,6 @@ class BotContext:
     def bot_user_id(self) -> str:
         """The app's bot user: mentions of it are stripped from tasks."""
         return self.me.user_id
+
+    trust: TrustGate
+    """Who may act at all (external people and guests): every entry asks it first."""

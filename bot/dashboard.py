@@ -4,8 +4,10 @@
 The listing is read from the database, never from this worker's memory: a click or an
 event lands on any worker, and every worker must show the same runs the same way,
 whichever worker runs them. A member sees the runs they started; an admin
-(``ADMIN_USER_IDS``) every run of the workspace. Only top-level runs are listed: a
-sub-agent is stopped through its parent.
+(``ADMIN_USER_IDS``) every run of the workspace, but the request of someone else's run
+only where its channel is public (:mod:`bot.channels`). Only top-level runs are listed: a
+sub-agent is stopped through its parent. Someone who may not use the app at all
+(:mod:`bot.trust`) is shown only why.
 
 ``Stop all`` (admins only) asks every live run of the workspace that is not already
 stopping for a Stop, each through the stop service (:mod:`bot.stops`), all committed
@@ -25,8 +27,10 @@ import structlog
 from agent_core import RunState, StopReason, StorageError
 from agent_core.stop import utcnow
 from bot import messages
+from bot.channels import ChannelPrivacy
 from bot.errors import BudgetNotRunning, SlackError
 from bot.stops import Source, StopAsk, StopDecision
+from bot.trust import Person
 from bot.views.home import FEEDBACK_KIND, ListedRun, Listing
 
 if TYPE_CHECKING:
@@ -37,6 +41,7 @@ if TYPE_CHECKING:
     from bot.settings import Settings
     from bot.stops import StopService
     from bot.surface import Workspaces
+    from bot.trust import TrustGate
 
 __all__ = ["ENDED_LIMIT", "LIVE_LIMIT", "Dashboard", "StopAll"]
 
@@ -79,12 +84,19 @@ class StopAll:
 
 class Dashboard:
     def __init__(
-        self, store: Store, settings: Settings, workspaces: Workspaces, stops: StopService
+        self,
+        store: Store,
+        settings: Settings,
+        workspaces: Workspaces,
+        stops: StopService,
+        trust: TrustGate,
     ) -> None:
         self._store = store
+        self._trust = trust
         self._settings = settings
         self._workspaces = workspaces
         self._stops = stops
+        self._channels = ChannelPrivacy(workspaces)
         self._team_urls: dict[str, str] = {}
         self._team_url_failed: dict[str, float] = {}
 
@@ -94,7 +106,11 @@ class Dashboard:
     # -- reading -----------------------------------------------------------------------
 
     async def listing(self, team: str, viewer: str, *, notice: str | None = None) -> Listing:
-        """What ``viewer`` sees now. Raises :class:`agent_core.StorageError`."""
+        """What ``viewer`` sees now. Raises :class:`agent_core.StorageError`.
+
+        Someone who may not use the app (:mod:`bot.trust`) sees only why."""
+        if (refusal := await self._trust.refusal(Person(viewer))) is not None:
+            return Listing(viewer=viewer, admin=False, now=utcnow(), notice=refusal, refused=True)
         admin = self.is_admin(viewer)
         requester = None if admin else viewer
         store = self._store
@@ -105,6 +121,12 @@ class Dashboard:
         pending = _strongest(await store.pending_stop_requests(live_ids) if live_ids else [])
         ended_ids = [r.id for r in ended]
         votes = await store.events_of_kind(ended_ids, [FEEDBACK_KIND]) if ended_ids else []
+        # Someone else's request is shown only where the channel is public. Slack is
+        # asked that and the workspace's URL side by side: each call is bounded.
+        others = [r.thread.channel for r in (*live, *ended) if r.requester != viewer]
+        team_url, public = await asyncio.gather(
+            self.team_url(team), self._channels.public(team, others)
+        )
         return Listing(
             viewer=viewer,
             admin=admin,
@@ -113,8 +135,9 @@ class Dashboard:
             ended=tuple(
                 ListedRun(r, feedback=tuple(v for v in votes if v.run_id == r.id)) for r in ended
             ),
-            team_url=await self.team_url(team),
+            team_url=team_url,
             notice=notice,
+            public_channels=public,
         )
 
     async def team_url(self, team: str) -> str | None:
@@ -144,13 +167,22 @@ class Dashboard:
     # -- Stop all ----------------------------------------------------------------------
 
     async def stop_all(
-        self, team: str, user: str, source: Source, *, delivery: str | None
+        self,
+        team: str,
+        user: str,
+        source: Source,
+        *,
+        delivery: str | None,
+        user_team: str | None = None,
     ) -> StopAll:
         """Ask every live run of ``team`` that is not stopping yet for a Stop; before the
         ack. ``delivery`` is the click's (or command's) key: each run's request gets its
-        own key from it, so a re-delivery changes nothing and a new press can retry."""
+        own key from it, so a re-delivery changes nothing and a new press can retry.
+        ``user_team``: the asker's own team, when the payload names it."""
         if not self.is_admin(user):
             return StopAll(refusal=messages.STOP_ALL_NOT_ALLOWED)
+        if (refusal := await self._trust.refusal(Person(user, user_team))) is not None:
+            return StopAll(refusal=refusal)
         try:
             async with asyncio.timeout(READ_BUDGET_S):
                 live = await self._store.team_live_runs(team, limit=LIVE_LIMIT)
@@ -162,7 +194,7 @@ class Dashboard:
             r.id for r in live if r.state is RunState.STOPPING
         }
         targets = [r for r in live if r.id not in stopping]
-        asks = [_ask(user, source, run, delivery) for run in targets]
+        asks = [_ask(Person(user, user_team), source, run, delivery) for run in targets]
         decisions = await asyncio.gather(*(self._stops.request(ask) for ask in asks))
         log.info(
             "stop_all.requested",
@@ -179,13 +211,14 @@ class Dashboard:
         await asyncio.gather(*(self._stops.after(d) for d in result.decisions))
 
 
-def _ask(user: str, source: Source, run: RunRecord, delivery: str | None) -> StopAsk:
+def _ask(person: Person, source: Source, run: RunRecord, delivery: str | None) -> StopAsk:
     return StopAsk(
-        user=user,
+        user=person.user,
         kind=StopReason.STOP,
         source=source,
         run_id=run.id,
         delivery=f"{delivery}:{run.id}" if delivery else None,
+        user_team=person.team,
     )
 
 

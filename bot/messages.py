@@ -465,6 +465,22 @@ def not_allowed(policy: str, requester: str) -> str:
     return f"Only {mention(requester)} or an admin can stop or abort this run."
 
 
+# -- who may use threadpilot (docs/slack-setup.md) ---------------------------------------
+
+EXTERNAL_NOT_ALLOWED = (
+    "threadpilot only works for people of this workspace's organisation, and you are "
+    "from another one (Slack Connect). Nothing was started or changed."
+)
+GUEST_NOT_ALLOWED = (
+    "threadpilot is not available to guests of this workspace. Nothing was started or "
+    "changed; ask a member to do it for you."
+)
+PERSON_NOT_CHECKED = (
+    "threadpilot could not check who you are with Slack just now, so nothing was started "
+    "or changed. Please try again in a moment."
+)
+
+
 # -- steering: replies in a live run's thread (docs/stopping.md, Guidance) -------------
 
 
@@ -558,6 +574,8 @@ NO_ENDED_RUNS = "No run has ended yet."
 HOME_QUEUED = "Waiting to start"
 HOME_STOPPING = "Stopping: finishing this step, then a summary"
 UNTITLED_RUN = "(no task text)"
+PRIVATE_REQUEST = "Private request (in a DM, group DM or private channel)"
+"""Shown instead of someone else's request asked where not everyone can read it."""
 
 
 def home_intro(*, admin: bool, at_epoch: int, at_text: str) -> str:
@@ -639,13 +657,10 @@ FEEDBACK_NOT_RECORDED = (
 )
 
 
-def feedback_line(votes: list[tuple[str, bool]]) -> str:
-    """The feedback a run got, as App Home shows it: (who, positive) in order pressed."""
-    shown = [
-        f"{FEEDBACK_POSITIVE_LABEL if positive else FEEDBACK_NEGATIVE_LABEL} {mention(user)}"
-        for user, positive in votes
-    ]
-    return "Feedback: " + " · ".join(shown)
+def feedback_line(positive: int, negative: int) -> str:
+    """The feedback a run got, as App Home shows it: one vote per person, counted."""
+    up, down = FEEDBACK_POSITIVE_LABEL, FEEDBACK_NEGATIVE_LABEL
+    return f"Feedback: {up} {positive:,} · {down} {negative:,}"
 
 
 def more_live_runs(count: int) -> str:

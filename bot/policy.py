@@ -79,6 +79,9 @@ class Verdict(StrEnum):
     NOT_THIS_RUN = "not_this_run"
     """A button not on the run's status message (another thread, channel, message or
     team): refused, whatever the run's state."""
+    UNTRUSTED = "untrusted"
+    """From another organisation, or a guest, where the settings do not allow them
+    (:mod:`bot.trust`): refused before anything about the run is read."""
     REDELIVERED = "redelivered"
     """Slack delivered the same click or event again (to this worker or another): not
     decided here; the delivery log says so."""

@@ -132,6 +132,13 @@ class Settings(BaseSettings):
     )
     STOP_POLICY: StopPolicy = StopPolicy.REQUESTER
     ADMIN_USER_IDS: Annotated[frozenset[str], NoDecode] = frozenset()
+    ALLOW_EXTERNAL_USERS: bool = Field(
+        default=False,
+        description="true: people from other organisations (Slack Connect) may use the app.",
+    )
+    ALLOW_GUESTS: bool = Field(
+        default=False, description="true: the workspace's guests may use the app."
+    )
     LOG_FORMAT: Literal["console", "json"] = "console"
     LOG_LEVEL: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     MAX_TURNS: int = Field(default=20, ge=1)

@@ -74,6 +74,7 @@ RETRY_SAFE: dict[str, str | None] = {
     "agents.sessions.setStatus": None,
     "assistant.threads.setStatus": None,
     "conversations.replies": None,
+    "conversations.info": None,
     "users.info": None,
     "auth.test": None,
 }

@@ -47,6 +47,7 @@ LIMITS_PER_MINUTE: dict[str, float] = {
     "agents.sessions.setStatus": TIER_3,
     "assistant.threads.setStatus": TIER_3,  # Slack: "like chat.postMessage"; 3 is safe
     "conversations.replies": TIER_3,
+    "conversations.info": TIER_3,
     "users.info": TIER_4,
     "auth.test": TIER_4,
 }

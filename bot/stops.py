@@ -66,6 +66,7 @@ from bot.policy import (
 )
 from bot.resume_controls import ResumeControls, ResumeDecided
 from bot.settings import StopPolicy
+from bot.trust import Person
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -80,6 +81,7 @@ if TYPE_CHECKING:
     from bot.settings import Settings
     from bot.supervisor import LiveRun, Supervisor
     from bot.surface import Workspaces
+    from bot.trust import TrustGate
     from bot.worker import Worker
 
 __all__ = ["ACK_BUDGET_S", "Source", "StopAsk", "StopDecision", "StopService", "reply_text"]
@@ -138,6 +140,8 @@ class StopAsk:
     same delivery again changes nothing and is answered once."""
     message: Origin | None = None
     """Where a button was pressed: it must be the run's status message."""
+    user_team: str | None = None
+    """The asker's own team, when the payload names it (:class:`bot.trust.Person`)."""
 
     def __post_init__(self) -> None:
         if self.kind not in (StopReason.STOP, StopReason.ABORT):
@@ -163,7 +167,8 @@ class StopDecision:
     request: StopRequestRecord | None = None
     """The committed stop request, if this ask made one."""
     failure: str | None = None
-    """The answer saying nothing was recorded, and why."""
+    """The answer saying nothing was recorded, and why (also the refusal of an
+    ``UNTRUSTED`` asker)."""
     local: bool = False
     """This worker owns the run, and applied the request already."""
     resume_cancelled: bool = False
@@ -184,6 +189,7 @@ class StopService:
         workspaces: Workspaces,
         settings: Settings,
         deliveries: Deliveries,
+        trust: TrustGate,
         *,
         budget_s: float = ACK_BUDGET_S,
         metrics: Metrics | None = None,
@@ -195,6 +201,7 @@ class StopService:
         self._workspaces = workspaces
         self._settings = settings
         self._deliveries = deliveries
+        self._trust = trust
         self._budget_s = budget_s
         self.double_press_s = DOUBLE_PRESS_S
         """The double-press window (:data:`bot.policy.DOUBLE_PRESS_S`)."""
@@ -222,7 +229,12 @@ class StopService:
         Never raises for a database fault: the decision then has no verdict, and its
         ``failure`` is the answer :meth:`after` gives. Its store calls are made as
         :func:`~agent_core.ports.answering` ones: a person waits for their answer.
+        Whoever may not act at all (:mod:`bot.trust`) is refused first, and nothing about
+        the run is read.
         """
+        refusal = await self._trust.refusal(Person(ask.user, ask.user_team))
+        if refusal is not None:
+            return StopDecision(ask, Verdict.UNTRUSTED, failure=refusal)
         live = self._live(ask)
         try:
             with answering():  # not what it sets in motion: the run's own work
@@ -424,7 +436,11 @@ class StopService:
 
     async def resume(self, ask: ResumeAsk) -> ResumeDecided:
         """Before the ack: decide and commit, every store call in the budget; never raises
-        for a database fault (the answer then says nothing was recorded)."""
+        for a database fault (the answer then says nothing was recorded). Whoever may not
+        act at all (:mod:`bot.trust`) is refused first."""
+        refusal = await self._trust.refusal(Person(ask.user))
+        if refusal is not None:
+            return ResumeDecided(ask, None, failure=refusal)
         try:
             async with asyncio.timeout(self._budget_s):
                 return await self.resume_controls.request(ask)
@@ -561,6 +577,8 @@ def _reply(decision: StopDecision, settings: Settings) -> str | None:
             return messages.not_allowed(settings.STOP_POLICY.value, decision.requester)
         case Verdict.NOT_THIS_RUN:
             return messages.CLICK_NOT_FROM_RUN
+        case Verdict.UNTRUSTED:
+            return decision.failure
         case Verdict.FINISHED:
             return messages.run_already_finished(decision.result)
         case Verdict.NOT_FOUND:

@@ -28,6 +28,7 @@ from bot.handlers.acking import control
 from bot.policy import Origin
 from bot.resume_controls import ResumeAction, ResumeAsk, ResumeDecided
 from bot.stops import ACK_BUDGET_S, Source, StopAsk, StopDecision
+from bot.trust import person_of
 from bot.views.status import ACTION_ABORT, ACTION_DONT_RESUME, ACTION_RESUME_NOW, ACTION_STOP
 
 if TYPE_CHECKING:
@@ -172,7 +173,14 @@ def _ask(body: dict[str, Any], action: StopReason) -> StopAsk | None:
         run_id=str(_field(pressed, "value") or ""),
         delivery=click_key(action_ts, user),
         message=_origin(body),
+        user_team=_team_of(body),
     )
+
+
+def _team_of(body: dict[str, Any]) -> str | None:
+    """The presser's own team (:func:`bot.trust.person_of`)."""
+    person = person_of(body)
+    return person.team if person is not None else None
 
 
 def _origin(body: dict[str, Any]) -> Origin | None:

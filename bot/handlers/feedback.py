@@ -1,11 +1,13 @@
 """Thumbs up or down on a run's terminal message (Slack's ``feedback_buttons``).
 
 A press is recorded as an audit event (kind ``feedback``: who, and ``value`` positive or
-negative) and shown in App Home's history of ended runs. It counts only on the run's own
+negative) and counted in App Home's history of ended runs: one vote per person per run,
+their latest press (:func:`bot.views.home.latest_votes`). It counts only on the run's own
 status message, like the Stop button (:func:`bot.policy.comes_from`): the run id in the
-button's value can be copied, where it was pressed cannot. Nothing here must be durable
-before the ack, so the press is acknowledged first; a delivery Slack sends again is
-recorded once (the shared delivery log), and the person is told whether it counted.
+button's value can be copied, where it was pressed cannot. Someone who may not use the
+app at all (:mod:`bot.trust`) is told so, and nothing is recorded. Nothing here must be
+durable before the ack, so the press is acknowledged first; a delivery Slack sends again
+is recorded once (the shared delivery log), and the person is told whether it counted.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from bot import messages
 from bot.errors import BudgetNotRunning, SlackError
 from bot.policy import Origin, RunHome, comes_from
 from bot.stops import ACK_BUDGET_S
+from bot.trust import Person, person_of
 from bot.views.home import FEEDBACK_KIND
 from bot.views.status import ACTION_FEEDBACK
 
@@ -48,7 +51,10 @@ def register(app: AsyncApp, ctx: BotContext) -> None:
             return
         user, value, run_id, origin, action_ts = press
         with structlog.contextvars.bound_contextvars(run_id=run_id, user=user):
-            answer = await _record(ctx, deliveries, user, value, run_id, origin, action_ts)
+            person = person_of(body) or Person(user)
+            answer = await ctx.trust.refusal(person)
+            if answer is None:
+                answer = await _record(ctx, deliveries, user, value, run_id, origin, action_ts)
             if answer is not None:
                 await _ephemeral(ctx, origin, user, answer)
 

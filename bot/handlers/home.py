@@ -28,6 +28,7 @@ from bot.dedupe import click_key
 from bot.handlers.acking import control
 from bot.policy import Verdict
 from bot.stops import Source, StopAsk, StopDecision, reply_text
+from bot.trust import person_of
 from bot.views.home import (
     ACTION_HOME_ABORT,
     ACTION_HOME_STOP,
@@ -73,7 +74,7 @@ def register(
             log.warning("home.click_malformed", action=ACTION_STOP_ALL)
             return None
         result = await dashboard.stop_all(
-            click.team, click.user, click.source, delivery=click.delivery
+            click.team, click.user, click.source, delivery=click.delivery, user_team=click.user_team
         )
         return StoppedAll(click, result)
 
@@ -99,6 +100,8 @@ class Click:
     value: str
     """The run id (Stop, Abort), or ``all``."""
     source: Source
+    user_team: str | None = None
+    """The presser's own team (``user.team_id``)."""
 
     @property
     def delivery(self) -> str:
@@ -118,7 +121,9 @@ class Click:
         # Pressed in the Home tab (a view), or in the /threadpilot list (a message).
         in_view = _field(body.get("container"), "type") == "view"
         source = Source.HOME if in_view else Source.COMMAND
-        return cls(user, team, action_ts, str(_field(pressed, "value") or ""), source)
+        value = str(_field(pressed, "value") or "")
+        person = person_of(body)
+        return cls(user, team, action_ts, value, source, person.team if person else None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +154,7 @@ async def _request(ctx: BotContext, body: dict[str, Any], kind: StopReason) -> D
         source=click.source,
         run_id=click.value,
         delivery=click.delivery,
+        user_team=click.user_team,
     )
     with structlog.contextvars.bound_contextvars(run_id=ask.run_id, user=ask.user):
         return Decided(click, await ctx.stops.request(ask))

@@ -2,7 +2,8 @@
 thread (docs/architecture.md, The path of a mention). A thread never gets a second live
 run, and is never blocked by a row nobody runs: a live run whose lease has run out is
 ended (as the reconciler would) instead of refusing the mention. Other apps' messages
-start nothing: two agents mentioning each other would talk forever.
+start nothing: two agents mentioning each other would talk forever; nor do people the
+trust boundary refuses (another organisation, guests: :mod:`bot.trust`), who are told why.
 
 The run is *accepted* before Slack's event is acknowledged (:meth:`Mentions.before_ack`,
 a listener middleware, within :data:`bot.stops.ACK_BUDGET_S`): its row is written, held
@@ -36,6 +37,7 @@ from bot.handlers.steering import STEERED, Steering
 from bot.session import RunSession
 from bot.stops import ACK_BUDGET_S
 from bot.thread_history import read_thread, task_of
+from bot.trust import Person, person_of
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -74,6 +76,9 @@ class Asked:
     """The thread already has a live run (here, on another worker, or in the queue)."""
     orphans: tuple[RunRecord, ...] = ()
     """Live rows of the thread whose worker is gone: ended after the ack."""
+    refusal: str | None = None
+    """The person may not use the app (:mod:`bot.trust`): nothing was accepted, and
+    this is their answer."""
 
 
 def register(app: AsyncApp, ctx: BotContext) -> None:
@@ -134,8 +139,15 @@ class Mentions:
             with structlog.contextvars.bound_contextvars(
                 thread=str(asked.thread), user=asked.user, message_ts=asked.ts
             ):
-                context[ACCEPTED] = await self._accept(asked)
+                context[ACCEPTED] = await self._admit(asked, person_of(body))
         await next()
+
+    async def _admit(self, asked: Asked, person: Person | None) -> Asked:
+        """Accept the run, unless its person may not use the app at all."""
+        refusal = await self._ctx.trust.refusal(person or Person(asked.user))
+        if refusal is not None:
+            return replace(asked, refusal=refusal)
+        return await self._accept(asked)
 
     async def _asked(self, body: dict[str, Any]) -> Asked | None:
         """The new run ``body``'s event asks for, if any: a mention, a DM, or a reply in a
@@ -191,7 +203,9 @@ class Mentions:
         with structlog.contextvars.bound_contextvars(
             team=thread.team, channel=thread.channel, thread=thread.thread_ts, user=asked.user
         ):
-            if asked.busy or asked.run_id is None:
+            if asked.refusal is not None:
+                await _ephemeral(surface, asked, asked.refusal)
+            elif asked.busy or asked.run_id is None:
                 await _ephemeral(surface, asked, messages.THREAD_BUSY)
             elif not asked.stored:
                 await _post(surface, thread, messages.RUN_NOT_RECORDED)

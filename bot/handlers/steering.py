@@ -20,9 +20,10 @@ Before the ack, every database call within :data:`bot.stops.ACK_BUDGET_S`:
    queue: its guidance is delivered when it starts)? If not (or the database cannot
    say), nothing happens here and the listener carries on (a reply in a finished run's
    thread continues it, as before).
-3. Longer than ``GUIDANCE_MAX_CHARS``, or by someone ``STOP_POLICY`` does not allow (the
-   policy that decides who may stop the run; under ``participants`` whoever writes in the
-   thread is one): refused, nothing is queued.
+3. By someone who may not use the app at all (:mod:`bot.trust`), longer than
+   ``GUIDANCE_MAX_CHARS``, or by someone ``STOP_POLICY`` does not allow (the policy that
+   decides who may stop the run; under ``participants`` whoever writes in the thread is
+   one): refused, nothing is queued.
 4. Committed to ``guidance`` (on PostgreSQL the commit wakes the run's owner at once);
    on this worker's own run, handed to it at once. Guidance that cannot be committed in
    the budget is refused: "please send it again".
@@ -47,6 +48,7 @@ from bot.errors import BudgetNotRunning, SlackError
 from bot.guidance import guidance_id, reply_text, stop_word
 from bot.policy import may_stop, needs_participants
 from bot.stops import ACK_BUDGET_S, Source, StopAsk
+from bot.trust import Person, person_of
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -78,6 +80,8 @@ class Reply:
     ts: str
     text: str
     """As written (with any mention of the app)."""
+    user_team: str | None = None
+    """The writer's own team (the event's ``user_team``)."""
 
     @property
     def delivery(self) -> str:
@@ -148,7 +152,9 @@ class Steering:
             return None  # a new thread, or our own message
         if event["type"] == "message" and f"<@{self._ctx.bot_user_id}" in text:
             return None  # its app_mention event is the one that counts
-        return Reply(ThreadKey(str(body["team_id"]), channel, thread_ts), user, ts, text)
+        thread = ThreadKey(str(body["team_id"]), channel, thread_ts)
+        person = person_of(body)
+        return Reply(thread, user, ts, text, person.team if person is not None else None)
 
     async def steer(self, reply: Reply) -> Steered | None:
         """Decide and commit ``reply``; None if its thread has no live run (or the
@@ -187,6 +193,9 @@ class Steering:
         limit = self._ctx.settings.GUIDANCE_MAX_CHARS
         if not text:
             return Steered(reply, target.run_id)  # only our mention: nothing to pass on
+        refusal = await self._ctx.trust.refusal(Person(reply.user, reply.user_team))
+        if refusal is not None:
+            return Steered(reply, target.run_id, refusal=refusal)
         if len(text) > limit:
             log.info("guidance.refused", reason="too_long", chars=len(text), limit=limit)
             refusal = messages.guidance_too_long(len(text), limit)
@@ -252,7 +261,12 @@ class Steering:
         service like a button press, before the ack."""
         log.info("stop_word.received", kind=kind.value)
         ask = StopAsk(
-            reply.user, kind, Source.STOP_WORD, thread=reply.thread, delivery=reply.delivery
+            reply.user,
+            kind,
+            Source.STOP_WORD,
+            thread=reply.thread,
+            delivery=reply.delivery,
+            user_team=reply.user_team,
         )
         return await self._ctx.stops.request(ask)
 

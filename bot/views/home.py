@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from agent_core import Outcome, RunResult, RunState, StopReason
 from bot import messages as m
+from bot.views import limits
 from bot.views.blocks import (
     Block,
     abort_button,
@@ -46,7 +47,7 @@ from bot.views.blocks import (
 from bot.views.status import BLOCKS_TEXT_BUDGET, RenderedMessage
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable
     from datetime import datetime
 
     from agent_core import AuditEvent, RunRecord, StopRequestRecord
@@ -61,6 +62,7 @@ __all__ = [
     "MAX_VIEW_BYTES",
     "ListedRun",
     "Listing",
+    "latest_votes",
     "render_home",
     "render_list_message",
 ]
@@ -75,12 +77,12 @@ STOP_ALL_BLOCK_ID = "threadpilot_stop_all"
 FEEDBACK_KIND = "feedback"
 """The audit event a feedback press writes (``detail.value``: positive or negative)."""
 
-MAX_VIEW_BLOCKS = 100
-MAX_VIEW_BYTES = 250_000
+MAX_VIEW_BLOCKS = limits.VIEW_BLOCKS
+MAX_VIEW_BYTES = limits.VIEW_BYTES
 """Slack's limits for a view: 100 blocks, and ``view_too_large`` above 250 kB."""
 _VIEW_BLOCK_BUDGET = MAX_VIEW_BLOCKS - 5
 _VIEW_BYTES_BUDGET = 200_000
-_MESSAGE_BLOCK_BUDGET = 50 - 5
+_MESSAGE_BLOCK_BUDGET = limits.MESSAGE_BLOCKS - 5
 _TITLE_CHARS = 120
 
 
@@ -94,7 +96,8 @@ class ListedRun:
     pending: StopRequestRecord | None = None
     """The strongest stop request still waiting for the run's owner, if any."""
     feedback: tuple[AuditEvent, ...] = ()
-    """Feedback presses on its terminal message, in the order pressed."""
+    """Feedback presses on its terminal message (every press: :func:`latest_votes`
+    counts each person once)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +115,13 @@ class Listing:
     """An answer to something the viewer just did (a Stop, Stop all), shown on top."""
     live_not_listed: int = 0
     """Live runs that were not even read (more than the listing's limit)."""
+    public_channels: frozenset[str] = frozenset()
+    """Channels known to be public (:mod:`bot.channels`). A run elsewhere (a DM, a group
+    DM, a private channel, or one Slack did not describe) shows its request only to
+    whoever asked for it."""
+    refused: bool = False
+    """The viewer may not use the app (another organisation, a guest): only ``notice``,
+    which says why, is shown."""
 
 
 def render_home(listing: Listing) -> dict[str, Any]:
@@ -130,6 +140,8 @@ def render_list_message(listing: Listing) -> RenderedMessage:
     """The ``/threadpilot list`` answer (an ephemeral message): the same blocks, within a
     message's 50 blocks and text budget."""
     blocks = _blocks(listing, _MESSAGE_BLOCK_BUDGET, BLOCKS_TEXT_BUDGET, text_units)
+    if listing.refused and listing.notice:
+        return RenderedMessage(text=listing.notice, blocks=blocks)
     live = len(listing.live) + listing.live_not_listed
     text = f"{m.HEADING_LIVE_RUNS}: {live:,}"
     if listing.notice:
@@ -143,6 +155,8 @@ def render_list_message(listing: Listing) -> RenderedMessage:
 def _blocks(
     listing: Listing, max_blocks: int, budget: int, size: Callable[[Block], int]
 ) -> list[Block]:
+    if listing.refused:
+        return [_title_block(), section(listing.notice or "")]
     head = _head(listing)
     tail = [{"type": "divider"}, section(m.heading(m.HEADING_ENDED_RUNS))]
     tail += [_ended_block(listing, run) for run in listing.ended] or [context(m.NO_ENDED_RUNS)]
@@ -172,10 +186,7 @@ def _blocks(
 def _head(listing: Listing) -> list[Block]:
     now = listing.now
     intro = m.home_intro(admin=listing.admin, at_epoch=int(now.timestamp()), at_text=_utc_text(now))
-    blocks: list[Block] = [
-        {"type": "header", "text": plain(m.HOME_TITLE)},
-        context(intro),
-    ]
+    blocks: list[Block] = [_title_block(), context(intro)]
     if listing.notice:
         blocks.append(section(listing.notice))
     if listing.admin and listing.live:
@@ -184,6 +195,10 @@ def _head(listing: Listing) -> list[Block]:
             {"type": "actions", "block_id": STOP_ALL_BLOCK_ID, "elements": [_stop_all(count)]}
         )
     return blocks
+
+
+def _title_block() -> Block:
+    return {"type": "header", "text": plain(m.HOME_TITLE)}
 
 
 def _live_blocks(listing: Listing, run: ListedRun) -> list[Block]:
@@ -231,14 +246,21 @@ def _ended_block(listing: Listing, run: ListedRun) -> Block:
         show_requester=listing.admin,
     )
     text = f"{_title(listing, record)}\n{details}"
-    votes = [
-        (event.actor, event.detail.get("value") == "positive")
-        for event in run.feedback
-        if event.detail.get("value") in ("positive", "negative")
-    ]
+    votes = latest_votes(run.feedback)
     if votes:
-        text += "\n" + m.feedback_line(votes)
+        positive = sum(votes.values())
+        text += "\n" + m.feedback_line(positive, len(votes) - positive)
     return section(text)
+
+
+def latest_votes(feedback: Iterable[AuditEvent]) -> dict[str, bool]:
+    """Each person's vote on a run (True: thumbs up): their latest press counts, once."""
+    votes: dict[str, bool] = {}
+    for event in sorted(feedback, key=lambda e: e.at):  # stable: ties keep their order
+        value = event.detail.get("value")
+        if value in ("positive", "negative"):
+            votes[event.actor] = value == "positive"
+    return votes
 
 
 def _ending(record: RunRecord) -> tuple[str, str]:
@@ -274,11 +296,14 @@ def _ended_because(record: RunRecord) -> str:
 
 
 def _title(listing: Listing, record: RunRecord) -> str:
+    url = _thread_url(listing.team_url, record)
+    channel = record.thread.channel
+    if record.requester != listing.viewer and channel not in listing.public_channels:
+        return m.home_run_title(m.PRIVATE_REQUEST, url, channel)
     task = " ".join(record.task.split()) or m.UNTITLED_RUN
     if len(task) > _TITLE_CHARS:
         task = task[: _TITLE_CHARS - 1].rstrip() + "…"
-    url = _thread_url(listing.team_url, record)
-    return m.home_run_title(m.escape(task), url, record.thread.channel)
+    return m.home_run_title(m.escape(task), url, channel)
 
 
 def _thread_url(team_url: str | None, record: RunRecord) -> str | None:

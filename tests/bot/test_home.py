@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from agent_core import ExitCode, Outcome, RunRecord, RunState, ThreadKey
+from agent_core import AuditEvent, ExitCode, Outcome, RunRecord, RunState, ThreadKey
 from agent_core.stop import utcnow
 from bot import messages
+from bot.channels import ChannelPrivacy
 from bot.views.home import ACTION_HOME_ABORT, ACTION_HOME_STOP, ACTION_STOP_ALL
 from tests.bot.harness import (
     SECRET,
@@ -35,7 +36,12 @@ from tests.bot.harness import (
 )
 from tests.fakes import slack_requests
 from tests.fakes.slack_api import SLACK_TIERS, FakeSlack
-from tests.fakes.slack_workspace import DEFAULT_CHANNEL, DEFAULT_DM_CHANNEL, DEFAULT_USER
+from tests.fakes.slack_workspace import (
+    DEFAULT_CHANNEL,
+    DEFAULT_DM_CHANNEL,
+    DEFAULT_GROUP_DM_CHANNEL,
+    DEFAULT_USER,
+)
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
@@ -43,6 +49,7 @@ if TYPE_CHECKING:
     from llmock.pytest_plugin import LLMock
 
     from agent_core.ports import Store
+    from bot.surface import Workspaces
     from tests.bot.conftest import BotFactory
     from tests.bot.harness import Bot
     from tests.fakes.slack_workspace import Json
@@ -270,6 +277,65 @@ async def test_stop_all_by_an_admin_and_its_refusal_for_others(
         assert (event.actor, event.detail["source"]) == (ADMIN, "home")
 
 
+async def test_a_private_request_is_shown_only_to_its_requester(
+    make_bot: BotFactory, llm: LLMock
+) -> None:
+    """An admin sees every run, but the text of a request asked in a DM, a group DM or a
+    private channel only its requester sees (on App Home and in /threadpilot list)."""
+    bot = await make_bot(ADMIN_USER_IDS=ADMIN)
+    private_channel = "C0TPPRIVAT1"
+    bot.slack.state.make_private(private_channel)
+    asked = {
+        DEFAULT_DM_CHANNEL: "my salary review notes",
+        DEFAULT_GROUP_DM_CHANNEL: "the reorg we discussed",
+        private_channel: "the security incident",
+        DEFAULT_CHANNEL: "the public roadmap",
+    }
+    llm.reply("Done.", times=len(asked))
+    for channel, text in asked.items():
+        bot_id = bot.slack.workspace.bot_user_id
+        if channel == DEFAULT_DM_CHANNEL:
+            envelope = slack_requests.dm_message(text, channel=channel)
+        else:  # a mention in a group DM, a private channel, a public one
+            envelope = slack_requests.app_mention(f"<@{bot_id}> {text}", channel=channel)
+        assert await bot.event(envelope) == 200
+        await bot.final(await bot.status_message(channel, envelope["event"]["ts"]))
+
+    await open_home(bot, ADMIN)
+    admin_view = await home(bot, ADMIN, says("the public roadmap"))
+    await open_home(bot, DEFAULT_USER)
+    own_view = await home(bot, DEFAULT_USER, says(*asked.values()))
+    admin_list, _ = await command(bot, "list", user=ADMIN)
+
+    for shown in (view_text(admin_view), json.dumps(admin_list, ensure_ascii=False)):
+        assert "the public roadmap" in shown
+        for secret in ("my salary review notes", "the reorg we discussed", "the security incident"):
+            assert secret not in shown
+        assert shown.count(messages.PRIVATE_REQUEST) == 3
+    assert messages.PRIVATE_REQUEST not in view_text(own_view)
+
+
+async def test_a_channel_is_public_only_when_slack_says_so(
+    slack: FakeSlack, workspaces: Workspaces
+) -> None:
+    team = slack.workspace.team_id
+    slack.state.make_private("C0TPPRIVAT1")
+    privacy = ChannelPrivacy(workspaces)
+    channels = [DEFAULT_CHANNEL, "C0TPPRIVAT1", DEFAULT_DM_CHANNEL, DEFAULT_GROUP_DM_CHANNEL]
+
+    assert await privacy.public(team, channels) == {DEFAULT_CHANNEL}
+    asked = [c.args["channel"] for c in slack.calls("conversations.info")]
+    assert asked == [DEFAULT_CHANNEL, "C0TPPRIVAT1"]  # DMs and group DMs by their id
+    assert await privacy.public(team, channels) == {DEFAULT_CHANNEL}  # remembered
+    assert len(slack.calls("conversations.info")) == 2
+
+    # Refused (no channels:read) or no answer in time: private.
+    slack.fail_next("conversations.info", error="missing_scope")
+    assert await privacy.public(team, ["C0TPOTHER01"]) == frozenset()
+    slack.time_out_next("conversations.info", hold_s=10.0)
+    assert await privacy.public(team, ["C0TPOTHER02"]) == frozenset()
+
+
 async def test_fifty_runs_changing_at_once_are_published_within_budget(
     make_bot: BotFactory,
 ) -> None:
@@ -360,7 +426,30 @@ async def test_feedback_is_recorded_once_and_shown_in_app_home(bot: Bot, llm: LL
         (OTHER, "negative"),
     ]
     await open_home(bot)
-    await home(bot, DEFAULT_USER, says(f"Feedback: 👍 <@{DEFAULT_USER}> · 👎 <@{OTHER}>"))
+    await home(bot, DEFAULT_USER, says("Feedback: 👍 1 · 👎 1"))
+
+
+async def test_feedback_counts_one_vote_per_person_the_latest(bot: Bot, llm: LLMock) -> None:
+    """However often people press, each counts once, with their latest press; and App
+    Home still publishes (200 presses once made a section Slack refused)."""
+    llm.reply("The cache TTL was 0.")
+    _, status = await bot.mention("why is the cache cold")
+    final = await bot.settled(status)
+    run_id = run_id_of(status)
+    for n in range(199):  # earlier presses, each a new click (its own action_ts)
+        actor = OTHER if n % 2 else DEFAULT_USER
+        value = "negative" if n < 150 else "positive"
+        event = AuditEvent(run_id, "feedback", actor, detail={"value": value})
+        await store_of(bot).record_event(event)
+    # OTHER's latest press was thumbs up (most of theirs were down); the requester's
+    # latest is this thumbs down (after some ups).
+    assert await press(bot, slack_requests.feedback_click(final, positive=False)) == 200
+    assert await bot.ephemerals(DEFAULT_USER) == [messages.FEEDBACK_RECORDED]
+
+    await open_home(bot)
+    view = await home(bot, DEFAULT_USER, says("Feedback: 👍 1 · 👎 1"))
+    assert not [c for c in bot.slack.calls("views.publish") if not c.ok]
+    assert view_text(view).count("Feedback:") == 1
 
 
 async def test_feedback_pressed_elsewhere_is_not_recorded(bot: Bot, llm: LLMock) -> None:

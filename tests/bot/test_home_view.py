@@ -140,7 +140,13 @@ ENDED = (
 
 
 def member(**fields: Any) -> Listing:
-    base: dict[str, Any] = {"viewer": "U1", "admin": False, "now": NOW, "team_url": TEAM_URL}
+    base: dict[str, Any] = {
+        "viewer": "U1",
+        "admin": False,
+        "now": NOW,
+        "team_url": TEAM_URL,
+        "public_channels": frozenset({"C0TPCHAN001"}),
+    }
     return Listing(**(base | fields))
 
 
@@ -239,7 +245,7 @@ def test_ended_runs_say_how_and_why_they_ended_and_their_feedback() -> None:
     assert "Finished" in text and "why: it completed" in text
     assert "User interlude: stopped by <@U2>" in text and "why: a person stopped it" in text
     assert "why: a restart" in text
-    assert "Feedback: 👍 <@U1> · 👎 <@U3>" in text
+    assert "Feedback: 👍 1 · 👎 1" in text
     # Model text is escaped; the thread link points at the status message in its thread.
     assert "cache is cold &amp; fix &lt;TTL&gt;" in text
     assert (
@@ -273,3 +279,27 @@ def test_huge_tasks_are_cut_and_still_fit() -> None:
     for block in view["blocks"]:
         text = block.get("text", {}).get("text", "")
         assert len(text) < 3000
+
+
+def test_a_private_request_is_shown_only_to_its_requester() -> None:
+    private = {"D0TPDM00001": "salary review", "G0TPMPIM001": "reorg", "C0TPPRIV001": "incident"}
+    runs = [
+        ListedRun(
+            a_run(
+                f"run-{channel}",
+                RunState.RUNNING,
+                task=task,
+                thread=ThreadKey("T1", channel, "1.0"),
+            )
+        )
+        for channel, task in {**private, "C0TPCHAN001": "roadmap"}.items()
+    ]
+    admin = member(viewer="UADMIN", admin=True, live=tuple(runs))
+    for blocks in (render_home(admin)["blocks"], render_list_message(admin).blocks):
+        text = text_of(blocks)
+        assert "roadmap" in text
+        assert not [task for task in private.values() if task in text]
+        assert text.count("Private request (in a DM, group DM or private channel)") == 3
+        assert len(buttons(blocks)) == 9  # still stoppable: Stop all, and Stop and Abort each
+    own = text_of(render_home(dataclasses.replace(admin, viewer="U1"))["blocks"])
+    assert all(task in own for task in private.values())

@@ -73,6 +73,8 @@ def test_the_scopes_are_those_the_app_uses() -> None:
         "commands",
         "reactions:write",
         "assistant:write",
+        "users:read",  # users.info: who is a guest or from another organisation
+        "channels:read",  # conversations.info: which requests App Home may show others
     ]
 
 

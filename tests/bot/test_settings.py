@@ -77,6 +77,7 @@ MORE_CASES = {
         "ANTHROPIC_BASE_URL", {"ANTHROPIC_BASE_URL": "api.anthropic.com"}
     ),
     "no reply time": Case("MODEL_REPLY_TIMEOUT", {"MODEL_REPLY_TIMEOUT": "0"}),
+    "allow guests not a boolean": Case("ALLOW_GUESTS", {"ALLOW_GUESTS": "sometimes"}),
 }
 """Checked in-process through load_settings(), whose error is the line main() prints."""
 
@@ -253,6 +254,7 @@ def test_defaults(environment: pytest.MonkeyPatch) -> None:
     assert settings.PORT == 3000
     assert settings.STOP_POLICY is StopPolicy.REQUESTER
     assert settings.ADMIN_USER_IDS == frozenset()
+    assert not settings.ALLOW_EXTERNAL_USERS and not settings.ALLOW_GUESTS
     assert not settings.socket_mode
 
 

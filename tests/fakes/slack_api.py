@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Self, TypeVar
 
 from aiohttp import web
 
+from bot.views import limits
 from tests.fakes.slack_messages import Refused
 from tests.fakes.slack_socket import FakeSocketMode
 from tests.fakes.slack_state import STREAM_TTL_S, SlackState
@@ -75,6 +76,7 @@ SLACK_TIERS: dict[str, int] = {
     "agents.sessions.setStatus": TIER_3,
     "assistant.threads.setStatus": TIER_3,
     "conversations.replies": TIER_3,
+    "conversations.info": TIER_3,
     "users.info": TIER_4,
     "auth.test": TIER_4,
 }
@@ -441,6 +443,8 @@ class FakeSlack:
             raise web.HTTPBadRequest(text="invalid_payload") from None
         accepted = len(posts) < RESPONSE_URL_USES
         error = None if accepted else "used_url"
+        if accepted and isinstance(body, dict) and limits.problems(body.get("blocks") or []):
+            accepted, error = False, "invalid_blocks"
         message = self._hook_messages.get(hook_id)
         if accepted and message is not None and isinstance(body, dict):
             try:
@@ -450,7 +454,8 @@ class FakeSlack:
         posts.append(ResponseUrlPost(hook_id, body, time.monotonic(), accepted))
         self._changes.notify()
         if error is not None:
-            return web.json_response({"ok": False, "error": error}, status=404)
+            status = 404 if error == "used_url" else 400
+            return web.json_response({"ok": False, "error": error}, status=status)
         return web.json_response({"ok": True})
 
 

@@ -12,13 +12,16 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
+from bot.views import limits
+
 if TYPE_CHECKING:
     from tests.fakes.slack_workspace import Json
 
-# Slack's documented limits: text is truncated, too many blocks is refused.
-MAX_TEXT = 40_000
-MAX_MESSAGE_BLOCKS = 50
-MAX_MARKDOWN = 12_000
+# Slack's documented limits (bot/views/limits.py): text is truncated, blocks that break
+# Block Kit's limits (too many, a section too long, a button label too long...) are refused.
+MAX_TEXT = limits.MESSAGE_TEXT
+MAX_MESSAGE_BLOCKS = limits.MESSAGE_BLOCKS
+MAX_MARKDOWN = limits.MARKDOWN_TEXT
 """A `markdown` block's text, at most (more is `invalid_blocks`)."""
 MAX_BLOCKS_TEXT = 12_000
 """All the text a message's blocks carry (texts and titles), at most: Slack answers
@@ -156,7 +159,7 @@ def message_blocks(args: Json) -> list[Json] | None:
         return None
     if not isinstance(blocks, list) or not all(isinstance(b, dict) for b in blocks):
         raise Refused("invalid_blocks_format")
-    if len(blocks) > MAX_MESSAGE_BLOCKS:
+    if limits.problems(blocks, max_blocks=MAX_MESSAGE_BLOCKS):
         raise Refused("invalid_blocks")
     markdown = [str(b.get("text", "")) for b in blocks if b.get("type") == "markdown"]
     if any(len(text) > MAX_MARKDOWN for text in markdown):

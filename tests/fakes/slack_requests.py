@@ -263,6 +263,10 @@ def _user_message(
         "ts": ts,
         "blocks": [{"type": "rich_text", "block_id": uuid.uuid4().hex[:5], "elements": [section]}],
         "team": workspace.team_id,
+        # The author's own team, and the team the message was sent from: another
+        # organisation's in a Slack Connect channel.
+        "user_team": workspace.team_id,
+        "source_team": workspace.team_id,
         "channel": channel,
         "event_ts": ts,
     }

@@ -15,6 +15,7 @@ import json
 import time
 from typing import TYPE_CHECKING
 
+from bot.views import limits
 from tests.fakes.slack_messages import (
     Ephemeral,
     Message,
@@ -36,8 +37,8 @@ if TYPE_CHECKING:
 MAX_STREAM_MARKDOWN = 12_000
 MAX_PAGE = 1000
 """conversations.* give at most this many messages a page, whatever `limit` asks."""
-MAX_VIEW_BYTES = 250_000
-MAX_VIEW_BLOCKS = 100
+MAX_VIEW_BYTES = limits.VIEW_BYTES
+MAX_VIEW_BLOCKS = limits.VIEW_BLOCKS
 SESSION_STATUSES = frozenset({"processing", "active", "suspended", "closed"})
 STREAM_TTL_S = 300.0
 """Slack ends a stream about 5 minutes after it starts."""
@@ -58,6 +59,8 @@ class SlackState:
         self.home_tab_enabled = True
         """False: the app's Home tab is off (manifest ``features.app_home``), and
         `views.publish` of a home view answers `not_enabled`, as Slack does."""
+        self._people: dict[str, Json] = {}
+        self._private_channels: set[str] = set()
         self._session_status: dict[tuple[str, str], str] = {}
         self._assistant_status: dict[tuple[str, str], str] = {}
         self._handlers: dict[str, Callable[[Json], Json]] = {
@@ -71,6 +74,7 @@ class SlackState:
             "reactions.remove": self._reactions_remove,
             "conversations.replies": self._replies,
             "conversations.history": self._history,
+            "conversations.info": self._conversation_info,
             "chat.startStream": self._start_stream,
             "chat.appendStream": self._append_stream,
             "chat.stopStream": self._stop_stream,
@@ -85,6 +89,31 @@ class SlackState:
     def call(self, method: str, args: Json) -> Json:
         """Apply one Web API call; raises `Refused` for an `ok: false` answer."""
         return {"ok": True, **self._handlers[method](args)}
+
+    # -- people, for tests -------------------------------------------------------------
+
+    def add_person(
+        self,
+        user_id: str,
+        *,
+        team_id: str | None = None,
+        restricted: bool = False,
+        ultra_restricted: bool = False,
+    ) -> None:
+        """Someone `users.info` describes: of another team (`team_id`: Slack Connect, with
+        `is_stranger`), or a guest (`restricted`: multi-channel, `ultra_restricted`:
+        single-channel). Everyone else is a full member of this workspace."""
+        self._people[user_id] = {
+            "team_id": team_id or self.workspace.team_id,
+            "is_restricted": restricted,
+            "is_ultra_restricted": ultra_restricted,
+            "is_stranger": team_id not in (None, self.workspace.team_id),
+        }
+
+    def make_private(self, channel: str) -> None:
+        """`channel` (a `C...` id) is a private channel; others are public, except DMs
+        (`D...`) and group DMs (`G...`)."""
+        self._private_channels.add(channel)
 
     # -- reading, for tests ------------------------------------------------------------
 
@@ -247,17 +276,35 @@ class SlackState:
         is_bot = user_id == self.workspace.bot_user_id
         name = self.workspace.bot_name if is_bot else user_id.lower()
         profile = {"real_name": name, "display_name": name}
+        user: Json = {
+            "id": user_id,
+            "team_id": self.workspace.team_id,
+            "name": name,
+            "real_name": name,
+            "deleted": False,
+            "is_bot": is_bot,
+            "is_admin": False,
+            "is_owner": False,
+            "is_restricted": False,
+            "is_ultra_restricted": False,
+            "tz": "Etc/UTC",
+            "profile": profile,
+        }
+        return {"user": user | self._people.get(user_id, {})}
+
+    def _conversation_info(self, args: Json) -> Json:
+        channel = required_arg(args, "channel", "channel_not_found")
+        im, mpim = channel.startswith("D"), channel.startswith("G")
+        private = mpim or channel in self._private_channels
         return {
-            "user": {
-                "id": user_id,
-                "team_id": self.workspace.team_id,
-                "name": name,
-                "real_name": name,
-                "deleted": False,
-                "is_bot": is_bot,
-                "is_admin": False,
-                "tz": "Etc/UTC",
-                "profile": profile,
+            "channel": {
+                "id": channel,
+                "is_channel": not (im or mpim),
+                "is_group": False,
+                "is_im": im,
+                "is_mpim": mpim,
+                "is_private": private,
+                "is_ext_shared": False,
             }
         }
 
@@ -461,8 +508,9 @@ class SlackState:
 
     def _views_publish(self, args: Json) -> Json:
         """Slack's documented answers: `invalid_arguments` for a view that is not a home
-        view with at most 100 blocks, `view_too_large` above 250 kB, `not_enabled` when
-        the Home tab is off, `hash_conflict` for a stale `hash`."""
+        view with at most 100 blocks, `invalid_blocks` for blocks that break Block Kit's
+        limits, `view_too_large` above 250 kB, `not_enabled` when the Home tab is off,
+        `hash_conflict` for a stale `hash`."""
         user_id = required_arg(args, "user_id", "invalid_arguments")
         view = args.get("view")
         if not isinstance(view, dict) or view.get("type") != "home":
@@ -470,7 +518,7 @@ class SlackState:
         blocks = view.get("blocks")
         if not isinstance(blocks, list) or len(blocks) > MAX_VIEW_BLOCKS:
             raise Refused("invalid_arguments")
-        if not all(isinstance(block, dict) and block.get("type") for block in blocks):
+        if limits.problems(blocks, max_blocks=MAX_VIEW_BLOCKS):
             raise Refused("invalid_blocks")
         if len(json.dumps(view).encode()) > MAX_VIEW_BYTES:
             raise Refused("view_too_large")
