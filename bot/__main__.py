@@ -3,7 +3,8 @@
 Exit status: 0 after a signal (at any moment, start-up included), 2 when start-up fails.
 A start-up failure is one line on stderr per problem naming what to fix (every bad setting
 at once), and nothing else: no traceback, no shutdown chatter. ``--check`` checks the
-installation and starts nothing (:mod:`bot.check`); ``--help`` prints the usage.
+installation and starts nothing (:mod:`bot.check`); ``--forget-user UXXXX`` deletes one
+person's ended runs and starts nothing (:mod:`bot.forget`); ``--help`` prints the usage.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ described in .env.example. Socket Mode when SLACK_APP_TOKEN is set, otherwise HT
 PORT (POST /slack/events, GET /healthz, GET /readyz). SIGTERM or SIGINT shuts down in
 order.
 
-exit status: 0 after a signal, 2 when start-up (or --check) fails"""
+exit status: 0 after a signal, 2 when start-up (or --check, --forget-user) fails"""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,6 +51,12 @@ def main(argv: list[str] | None = None) -> int:
         help="check the settings, the database, the Slack tokens, the model endpoint and "
         "each MCP server, one line each; start nothing, write nothing",
     )
+    parser.add_argument(
+        "--forget-user",
+        metavar="USER_ID",
+        help="delete the ended runs this Slack user started, and what they wrote in other "
+        "runs, from the database; start nothing",
+    )
     args = parser.parse_args(argv)
     if args.check:
         from bot.check import run_checks  # only this mode needs it (and its imports)
@@ -60,6 +67,10 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         return _failed(str(exc))
     configure_logging(settings.LOG_FORMAT, settings.LOG_LEVEL)
+    if args.forget_user is not None:
+        from bot.forget import forget_user
+
+        return asyncio.run(forget_user(settings, args.forget_user))
     return asyncio.run(serve(settings))
 
 

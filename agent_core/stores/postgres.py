@@ -25,10 +25,11 @@ from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar, overload
 import asyncpg  # type: ignore[import-untyped]
 
 from agent_core.errors import StorageError
-from agent_core.ports import ANSWERING, StopRequestRecord
+from agent_core.ports import ANSWERING, Forgotten, StopRequestRecord
 from agent_core.states import LIVE_STATES, TERMINAL_STATES, RunState
 from agent_core.stop import utcnow
 from agent_core.stores import _codec as codec
+from agent_core.stores import _retention as retention
 from agent_core.stores._cleanup import Cleanups
 from agent_core.stores._pg import (
     DRIVER_ERRORS,
@@ -119,7 +120,6 @@ async def _keep_session(_conn: Any) -> None:
 
 _LIVE = sorted(LIVE_STATES)
 _TERMINAL = sorted(TERMINAL_STATES)
-_NEVER_RESUMES = sorted(TERMINAL_STATES - {RunState.BLOCKED})
 
 
 def _insert_sql(table: str, values: Mapping[str, Any]) -> str:
@@ -687,27 +687,61 @@ class PostgresStore(PostgresQueue):
 
     # -- RetentionStore ----------------------------------------------------------------
 
-    async def purge(self, older_than: datetime) -> int:
+    async def purge(self, older_than: datetime, *, batch_size: int = retention.BATCH_SIZE) -> int:
         cutoff = codec.to_utc(older_than)
-        statements: list[tuple[str, tuple[Any, ...]]] = [
-            ("DELETE FROM stop_requests WHERE status = 'handled' AND handled_at < $1", (cutoff,)),
-            ("DELETE FROM events WHERE at < $1", (cutoff,)),
-            (
-                "DELETE FROM checkpoints WHERE created_at < $1 AND run_id IN "
-                "(SELECT id FROM runs WHERE state = ANY($2::text[]))",
-                (cutoff, _NEVER_RESUMES),
-            ),
-            ("DELETE FROM deliveries WHERE seen_at < $1", (cutoff,)),
-            ("DELETE FROM guidance WHERE status <> 'queued' AND settled_at < $1", (cutoff,)),
-            ("DELETE FROM thread_participants WHERE seen_at < $1", (cutoff,)),
+        deleted = await self._delete_runs(retention.OLD_RUNS, cutoff, batch_size)
+        rows = deleted.rows
+        for table, condition in retention.OLD_ROWS:
+            rows += await self._delete_rows(table, condition, cutoff, batch_size)
+        return rows
+
+    async def forget_requester(
+        self, user: str, *, batch_size: int = retention.BATCH_SIZE
+    ) -> Forgotten:
+        deleted = await self._delete_runs(retention.USER_RUNS, user, batch_size)
+        for table, condition in retention.USER_ROWS:
+            await self._delete_rows(table, condition, user, batch_size)
+        sql = "SELECT count(*) FROM runs WHERE requester = $1"
+        kept = await self._fetch("count a person's runs", sql, user)
+        return Forgotten(runs=deleted.runs, kept=int(kept[0][0]))
+
+    async def _delete_runs(self, condition: str, value: Any, batch_size: int) -> retention.Deleted:
+        """The runs matching ``condition`` that may go, and their rows: a batch per
+        statement (agent_core/stores/_retention.py). Runs another worker's purge is
+        deleting are skipped, not waited for."""
+        select = retention.removable_runs(condition.format(cutoff="$1", user="$1"))
+        deletes = [
+            f"d{i} AS (DELETE FROM {table} WHERE {column} IN (SELECT id FROM doomed) RETURNING 1)"
+            for i, (table, column) in enumerate(retention.RUN_TABLES)
         ]
+        counts = " + ".join(f"(SELECT count(*) FROM d{i})" for i in range(len(deletes)))
+        runs = f"d{len(deletes) - 1}"  # RUN_TABLES ends with runs
+        sql = (
+            f"WITH doomed AS ({select} LIMIT $2 FOR UPDATE SKIP LOCKED), {', '.join(deletes)} "
+            f"SELECT (SELECT count(*) FROM {runs}) AS runs, {counts} AS rows"
+        )
 
-        async def work(conn: Any, _retrying: bool) -> int:
-            async with conn.transaction():
-                return sum([_count(await conn.execute(sql, *params)) for sql, params in statements])
+        async def batch() -> tuple[int, int]:
+            # Idempotent: what a first attempt deleted, if it committed, a retry cannot find.
+            (row,) = await self._fetch("delete ended runs", sql, value, batch_size)
+            return int(row["runs"]), int(row["rows"])
 
-        # Idempotent: what the first attempt deleted, if it committed, the retry cannot find.
-        return await self._call("purge old rows", work, idempotent=True)
+        return await retention.in_batches(batch, batch_size)
+
+    async def _delete_rows(self, table: str, condition: str, value: Any, batch_size: int) -> int:
+        where = condition.format(cutoff="$1", user="$1")
+        sql = (
+            f"DELETE FROM {table} WHERE ctid = ANY(ARRAY("
+            f"SELECT ctid FROM {table} WHERE {where} LIMIT $2 FOR UPDATE SKIP LOCKED))"
+        )
+
+        async def batch() -> tuple[int, int]:
+            count = await self._execute(
+                f"delete old rows of {table}", sql, value, batch_size, idempotent=True
+            )
+            return count, count
+
+        return (await retention.in_batches(batch, batch_size)).rows
 
     # -- DeliveryLog -------------------------------------------------------------------
 
