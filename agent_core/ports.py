@@ -343,6 +343,27 @@ class StopRequestStore(Protocol):
         """
         ...
 
+    async def add_stop_requests(
+        self,
+        requests: Sequence[StopRequestRecord],
+        *,
+        events: Sequence[AuditEvent] = (),
+        delivery: str | None = None,
+    ) -> list[StopRequestRecord] | None:
+        """Commit many requests at once (``Stop all``): one transaction, whatever their
+        number, so a click's commit waits for one, not for hundreds.
+
+        Each request is added only if its run is still ``queued`` or ``running`` and has
+        no request pending (a compare-and-set: a Stop there meanwhile would make this one
+        an escalation). ``events`` are the audit events of the requests, written for the
+        runs whose request was added, in the same transaction. A store with
+        :class:`StopWakeups` wakes each added run's owner with the commit. ``delivery``
+        is taken as for :meth:`add_stop_request`: None, and nothing written, when some
+        worker had taken it. Returns the requests added, in the order given; ValueError
+        if two name the same run or one is not a new ``requested`` one.
+        """
+        ...
+
     async def pending_stop_requests(
         self, run_ids: Collection[str] | None = None
     ) -> list[StopRequestRecord]:

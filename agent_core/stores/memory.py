@@ -33,7 +33,7 @@ from agent_core.stores._queue import check_waiting
 from agent_core.stores._retention import BATCH_SIZE, check_batch_size
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Collection, Iterable
+    from collections.abc import Callable, Collection, Iterable, Sequence
     from datetime import datetime
 
     from agent_core.outcomes import ExitCode
@@ -250,6 +250,35 @@ class MemoryStore:
             self._deliveries[delivery] = record.requested_at
         self._stops[record.id] = record
         return record
+
+    async def add_stop_requests(
+        self,
+        requests: Sequence[StopRequestRecord],
+        *,
+        events: Sequence[AuditEvent] = (),
+        delivery: str | None = None,
+    ) -> list[StopRequestRecord] | None:
+        codec.stop_batch(requests, events)
+        # No await from the checks to the writes: one step, as one transaction.
+        if delivery is not None:
+            if delivery in self._deliveries:
+                return None
+            self._deliveries[delivery] = utcnow()
+        asked = {r.run_id for r in self._stops.values() if r.status == "requested"}
+        added = [
+            r
+            for r in requests
+            if (run := self._runs.get(r.run_id)) is not None
+            and run.state in codec.STOPPABLE
+            and r.run_id not in asked
+        ]
+        for request in added:
+            self._stops[request.id] = request
+        runs = {r.run_id for r in added}
+        for event in events:
+            if event.run_id in runs:
+                self._events.setdefault(event.run_id, []).append(event)
+        return added
 
     async def pending_stop_requests(
         self, run_ids: Collection[str] | None = None

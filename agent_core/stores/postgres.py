@@ -43,7 +43,7 @@ from agent_core.stores.postgres_listener import PostgresStopListener
 from agent_core.stores.postgres_queue import PostgresQueue
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Collection, Mapping
+    from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
     from datetime import datetime
 
     from agent_core.outcomes import ExitCode
@@ -600,6 +600,49 @@ class PostgresStore(PostgresQueue):
         taken = await self._call("commit a stop request", work, idempotent=True)
         return record if taken else None
 
+    async def add_stop_requests(
+        self,
+        requests: Sequence[StopRequestRecord],
+        *,
+        events: Sequence[AuditEvent] = (),
+        delivery: str | None = None,
+    ) -> list[StopRequestRecord] | None:
+        rows, event_rows = codec.stop_batch(requests, events)
+        if not rows:
+            return []
+        token = uuid.uuid4().hex
+        params: list[Any] = [
+            *([row[c] for row in rows] for c in _BATCH_STOP_COLUMNS),
+            *([row[c] for row in event_rows] for c in _BATCH_EVENT_COLUMNS),
+            list(codec.STOPPABLE),
+        ]
+        if delivery is None:
+            taken = "SELECT 1"
+        else:
+            n = len(params)
+            taken = (
+                f"INSERT INTO deliveries (key, token, seen_at) VALUES (${n + 1}, ${n + 2}, "
+                f"${n + 3}) ON CONFLICT (key) DO NOTHING RETURNING 1"
+            )
+            params += [delivery, token, utcnow()]
+        sql = _BATCH_STOPS.format(taken=taken)
+        ids = [r.id for r in requests]
+        mine = "SELECT 1 FROM deliveries WHERE key = $1 AND token = $2"
+        landed = "SELECT id FROM stop_requests WHERE id = ANY($1::text[])"
+
+        async def work(conn: Any, retrying: bool) -> set[str] | None:
+            row = await conn.fetchrow(sql, *params)
+            if row["took"] and not retrying:
+                return set(row["ids"] or ())
+            # On a retry our first attempt may have landed: then the key is ours (its
+            # token), and the requests it added are there by their ids.
+            if delivery is not None and await conn.fetchval(mine, delivery, token) is None:
+                return None
+            return {r["id"] for r in await conn.fetch(landed, ids)}
+
+        added = await self._call("commit stop requests", work, idempotent=True)
+        return None if added is None else [r for r in requests if r.id in added]
+
     async def pending_stop_requests(
         self, run_ids: Collection[str] | None = None
     ) -> list[StopRequestRecord]:
@@ -913,6 +956,45 @@ class PostgresStore(PostgresQueue):
 
 _PENDING_RESUMES = "(resume IN ('scheduled', 'claimed') OR (state = 'blocked' AND resume IS NULL))"
 """The partial index ``ix_runs_resume_pending`` (r0007) holds exactly these rows."""
+
+
+_BATCH_STOP_COLUMNS = (
+    "id",
+    "run_id",
+    "team",
+    "channel",
+    "thread_ts",
+    "kind",
+    "requested_by",
+    "requested_at",
+)
+_BATCH_EVENT_COLUMNS = ("run_id", "kind", "actor", "at", "detail")
+_BATCH_STOPS = (
+    # One statement: the delivery's key, every request whose run is still stoppable and
+    # not asked already, their audit events, and a NOTIFY per run, committed together.
+    "WITH taken AS ({taken}), "
+    "added AS (INSERT INTO stop_requests "
+    "(id, run_id, team, channel, thread_ts, kind, requested_by, status, requested_at) "
+    "SELECT u.id, u.run_id, u.team, u.channel, u.thread_ts, u.kind, u.requested_by, "
+    "'requested', u.requested_at "
+    "FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], "
+    "$7::text[], $8::timestamptz[]) "
+    "AS u(id, run_id, team, channel, thread_ts, kind, requested_by, requested_at) "
+    "JOIN runs r ON r.id = u.run_id "
+    "WHERE EXISTS (SELECT 1 FROM taken) AND r.state = ANY($14::text[]) "
+    "AND NOT EXISTS (SELECT 1 FROM stop_requests s "
+    "WHERE s.run_id = u.run_id AND s.status = 'requested') "
+    "RETURNING id, run_id), "
+    "audited AS (INSERT INTO events (run_id, kind, actor, at, detail) "
+    "SELECT e.run_id, e.kind, e.actor, e.at, e.detail::json "
+    "FROM unnest($9::text[], $10::text[], $11::text[], $12::timestamptz[], $13::text[]) "
+    "AS e(run_id, kind, actor, at, detail) "
+    "WHERE e.run_id IN (SELECT run_id FROM added)) "
+    "SELECT (SELECT count(*) FROM taken) AS took, (SELECT array_agg(id) FROM added) AS ids, "
+    f"(SELECT count(pg_notify('{STOP_CHANNEL}', run_id)) FROM added) AS woken"
+)
+"""``add_stop_requests``' statement; ``{taken}`` takes the delivery's key (or is ``SELECT
+1`` without one)."""
 
 
 def _resume_filter(change: codec.ResumeChange, params: list[Any]) -> str:

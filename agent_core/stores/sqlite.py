@@ -449,6 +449,44 @@ class SqliteStore(SqliteQueue):
         taken = await self._transaction("commit a stop request", commit)
         return record if taken else None
 
+    async def add_stop_requests(
+        self,
+        requests: Sequence[StopRequestRecord],
+        *,
+        events: Sequence[AuditEvent] = (),
+        delivery: str | None = None,
+    ) -> list[StopRequestRecord] | None:
+        rows, event_rows = codec.stop_batch(requests, events)
+        if not rows:
+            return []
+        columns = list(rows[0])
+        insert = (
+            f"INSERT INTO stop_requests ({', '.join(columns)}) SELECT {_marks(len(columns))} "
+            f"WHERE EXISTS (SELECT 1 FROM runs WHERE id = ? AND state IN "
+            f"({_marks(len(codec.STOPPABLE))})) AND NOT EXISTS (SELECT 1 FROM stop_requests "
+            "WHERE run_id = ? AND status = 'requested')"
+        )
+        take = _params([delivery, uuid.uuid4().hex, utcnow()])
+
+        def commit(db: sqlite3.Connection) -> list[StopRequestRecord] | None:
+            if delivery is not None and db.execute(_TAKE_DELIVERY, take).rowcount == 0:
+                return None
+            added = [
+                request
+                for request, values in zip(requests, rows, strict=True)
+                if db.execute(
+                    insert,
+                    _params([*values.values(), request.run_id, *codec.STOPPABLE, request.run_id]),
+                ).rowcount
+            ]
+            runs = {r.run_id for r in added}
+            for values in event_rows:
+                if values["run_id"] in runs:
+                    db.execute(_insert_sql("events", values), _params(list(values.values())))
+            return added
+
+        return await self._transaction("commit stop requests", commit)
+
     async def pending_stop_requests(
         self, run_ids: Collection[str] | None = None
     ) -> list[StopRequestRecord]:
