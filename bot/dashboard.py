@@ -8,9 +8,10 @@ whichever worker runs them. A member sees the runs they started; an admin
 sub-agent is stopped through its parent.
 
 ``Stop all`` (admins only) asks every live run of the workspace that is not already
-stopping for a Stop, each through the stop service (:mod:`bot.stops`), all committed
-before the click or the command is acknowledged; a run already stopping is left alone,
-since a second Stop would escalate it to an Abort.
+stopping for a Stop, decided by the stop service (:mod:`bot.stops`) and committed as one
+batch (one transaction, however many runs) before the click or the command is
+acknowledged; a run already stopping is left alone, since a second Stop would escalate
+it to an Abort.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from bot.views.home import FEEDBACK_KIND, ListedRun, Listing
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from agent_core import RunRecord, StopRequestRecord
+    from agent_core import StopRequestRecord
     from agent_core.ports import Store
     from bot.settings import Settings
     from bot.stops import StopService
@@ -147,8 +148,9 @@ class Dashboard:
         self, team: str, user: str, source: Source, *, delivery: str | None
     ) -> StopAll:
         """Ask every live run of ``team`` that is not stopping yet for a Stop; before the
-        ack. ``delivery`` is the click's (or command's) key: each run's request gets its
-        own key from it, so a re-delivery changes nothing and a new press can retry."""
+        ack, every request in one batch (:meth:`bot.stops.StopService.request_many`).
+        ``delivery`` is the click's (or command's) key, taken by the batch: a
+        re-delivery changes nothing, and a new press can retry."""
         if not self.is_admin(user):
             return StopAll(refusal=messages.STOP_ALL_NOT_ALLOWED)
         try:
@@ -161,9 +163,9 @@ class Dashboard:
         stopping = {p.run_id for p in pending} | {
             r.id for r in live if r.state is RunState.STOPPING
         }
-        targets = [r for r in live if r.id not in stopping]
-        asks = [_ask(user, source, run, delivery) for run in targets]
-        decisions = await asyncio.gather(*(self._stops.request(ask) for ask in asks))
+        targets = {r.id: r for r in live if r.id not in stopping}
+        asks = [_ask(user, source, run_id) for run_id in targets]
+        decisions = await self._stops.request_many(asks, targets, delivery=delivery)
         log.info(
             "stop_all.requested",
             user=user,
@@ -179,14 +181,8 @@ class Dashboard:
         await asyncio.gather(*(self._stops.after(d) for d in result.decisions))
 
 
-def _ask(user: str, source: Source, run: RunRecord, delivery: str | None) -> StopAsk:
-    return StopAsk(
-        user=user,
-        kind=StopReason.STOP,
-        source=source,
-        run_id=run.id,
-        delivery=f"{delivery}:{run.id}" if delivery else None,
-    )
+def _ask(user: str, source: Source, run_id: str) -> StopAsk:
+    return StopAsk(user=user, kind=StopReason.STOP, source=source, run_id=run_id)
 
 
 def _strongest(requests: Sequence[StopRequestRecord]) -> dict[str, StopRequestRecord]:
