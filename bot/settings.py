@@ -23,6 +23,7 @@ from agent_core import (
 from agent_core.errors import ConfigError
 from agent_core.mcp import ServerConfig, load_mcp_config
 from agent_core.stores.factory import parse_database_url
+from agent_core.stores.migrations import TIMEOUT_S as MIGRATION_TIMEOUT_S
 from agent_core.stores.postgres import ANSWERING_POOL_SIZE, POOL_SIZE
 from bot.loop_load import BUSY_LAG_S
 
@@ -103,6 +104,7 @@ class Settings(BaseSettings):
         f"{ANSWERING_POOL_SIZE} more of their own).",
     )
     RETENTION_DAYS: int = Field(default=30, ge=1)
+    MIGRATION_TIMEOUT: float = Field(default=MIGRATION_TIMEOUT_S, gt=0)
     LEASE_TTL: float = Field(default=30.0, ge=3.0)
     MAX_LIVE_RUNS: int = Field(
         default=200,

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 from agent_core.errors import ConfigError
+from agent_core.stores.migrations import TIMEOUT_S as MIGRATION_TIMEOUT_S
 from agent_core.stores.postgres import POOL_SIZE, PostgresStore
 from agent_core.stores.sqlite import SqliteStore
 
@@ -45,16 +46,25 @@ class DatabaseTarget:
     """The SQLite file path, or the DSN to hand to asyncpg."""
 
 
-async def open_store(database_url: str, *, pool_size: int = POOL_SIZE) -> Store:
+async def open_store(
+    database_url: str,
+    *,
+    pool_size: int = POOL_SIZE,
+    migration_timeout_s: float = MIGRATION_TIMEOUT_S,
+) -> Store:
     """Open the store ``database_url`` names, migrating its schema to this version.
 
     ``pool_size``: PostgreSQL connections for the runs' work (SQLite has its one).
-    The caller owns the result and must ``await store.close()``.
+    ``migration_timeout_s``: how long the migration may take, waiting for another
+    worker's included (``MIGRATION_TIMEOUT``). The caller owns the result and must
+    ``await store.close()``.
     """
     target = parse_database_url(database_url)
     if target.kind == "sqlite":
-        return await SqliteStore.open(target.location)
-    return await PostgresStore.open(target.location, max_size=pool_size)
+        return await SqliteStore.open(target.location, migration_timeout_s=migration_timeout_s)
+    return await PostgresStore.open(
+        target.location, max_size=pool_size, migration_timeout_s=migration_timeout_s
+    )
 
 
 def parse_database_url(database_url: str) -> DatabaseTarget:

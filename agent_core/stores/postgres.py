@@ -38,6 +38,7 @@ from agent_core.stores._pg import (
     describe_dsn,
     is_driver_error,
 )
+from agent_core.stores.migrations import TIMEOUT_S as MIGRATION_TIMEOUT_S
 from agent_core.stores.migrations import upgrade_postgres
 from agent_core.stores.postgres_listener import PostgresStopListener
 from agent_core.stores.postgres_queue import PostgresQueue
@@ -189,13 +190,16 @@ class PostgresStore(PostgresQueue):
         migrate: bool = True,
         connect_timeout_s: float = 5.0,
         command_timeout_s: float = 30.0,
+        migration_timeout_s: float = MIGRATION_TIMEOUT_S,
     ) -> PostgresStore:
         """Connect to ``dsn`` (``postgresql://user:password@host:port/db``), migrate.
 
         Every connection (the pool's, now and later, and the migration's) gives up after
         ``connect_timeout_s`` (a host that accepts TCP and never answers, or answers
-        slowly), and every statement after ``command_timeout_s`` (the migration waiting
-        forever on a lock); both end in :class:`StorageError`.
+        slowly), and every statement of the pools' after ``command_timeout_s``. The
+        migration has ``migration_timeout_s`` in all (a long history, another worker's
+        migration to wait for, an index built concurrently). All end in
+        :class:`StorageError`.
         """
         where = describe_dsn(dsn)
         limits = {"timeout": connect_timeout_s, "command_timeout": command_timeout_s}
@@ -218,7 +222,13 @@ class PostgresStore(PostgresQueue):
                 **limits,
             )
             if migrate:
-                await upgrade_postgres(lambda: asyncpg.connect(dsn, **limits), where=where)
+                await upgrade_postgres(
+                    lambda: asyncpg.connect(
+                        dsn, timeout=connect_timeout_s, command_timeout=migration_timeout_s
+                    ),
+                    where=where,
+                    timeout_s=migration_timeout_s,
+                )
         except DRIVER_ERRORS as exc:
             await _close_pools(pool, answering)
             problem = _cannot_connect(where, exc, connect_timeout_s)

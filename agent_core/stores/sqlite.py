@@ -53,6 +53,7 @@ from agent_core.stop import utcnow
 from agent_core.stores import _codec as codec
 from agent_core.stores import _retention as retention
 from agent_core.stores._sqlite_thread import SqliteThread, Work
+from agent_core.stores.migrations import TIMEOUT_S as MIGRATION_TIMEOUT_S
 from agent_core.stores.migrations import upgrade_sqlite
 from agent_core.stores.sqlite_queue import SqliteQueue
 
@@ -124,9 +125,15 @@ class SqliteStore(SqliteQueue):
 
     @classmethod
     async def open(
-        cls, path: str, *, busy_timeout_s: float = 10.0, migrate: bool = True
+        cls,
+        path: str,
+        *,
+        busy_timeout_s: float = 10.0,
+        migrate: bool = True,
+        migration_timeout_s: float = MIGRATION_TIMEOUT_S,
     ) -> SqliteStore:
-        """Open (creating if needed) the database file at ``path`` and migrate it."""
+        """Open (creating if needed) the database file at ``path`` and migrate it, within
+        ``migration_timeout_s`` (another worker's migration of the file included)."""
 
         async def connect() -> aiosqlite.Connection:
             # For the migrations only. isolation_level=None: the sqlite3 module issues
@@ -140,7 +147,7 @@ class SqliteStore(SqliteQueue):
             opened.append(writer)
             await writer.run(lambda work: _configure(work.conn, path, busy_timeout_s))
             if migrate:
-                await upgrade_sqlite(connect, where=path)
+                await upgrade_sqlite(connect, where=path, timeout_s=migration_timeout_s)
             reader = await SqliteThread.open(path, name="sqlite-reader", timeout_s=busy_timeout_s)
             opened.append(reader)
             await reader.run(lambda work: _shorten_busy_wait(work.conn))
