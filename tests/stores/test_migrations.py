@@ -233,8 +233,11 @@ async def _fresh_postgres() -> AsyncIterator[str]:
 HISTORY = 200_000
 """Runs written before r0007: every 100th live, every other 50th ``blocked`` by a shutdown
 (resumed after the upgrade), the rest finished with an ``ended_because`` in the result."""
-CLICK_WAIT_S = 1.0
-"""How long a click's write of an old worker may wait for the migration's locks."""
+CLICK_WAIT_S = 2.0
+"""How long a click's write of an old worker may wait for the migration's locks (SQLite
+builds an index holding its one writer: a few hundred milliseconds on a busy machine)."""
+PG_CLICK_WAIT_S = 1.0
+"""The same on PostgreSQL, where nothing holds ``runs`` for longer than a batch."""
 
 
 RESULT = '{"turns": 2, "ended_because": "final_answer"}'
@@ -279,32 +282,35 @@ async def test_sqlite_migrates_a_long_history_while_an_old_worker_answers_clicks
     tmp_path: Path,
 ) -> None:
     """Two workers start together on 200,000 runs written before r0007, with a busy
-    timeout far shorter than the migration: one migrates, the other waits for it; a
-    worker of the previous version keeps committing clicks meanwhile."""
+    timeout shorter than the migration: one migrates, the other waits for it; a worker
+    of the previous version keeps committing clicks meanwhile, between the migration's
+    batches (it sees their progress: the history is not rewritten in one transaction)."""
     path = str(tmp_path / "history.db")
     await upgrade_sqlite(
         lambda: aiosqlite.connect(path, isolation_level=None), where=path, to="r0006"
     )
     async with aiosqlite.connect(path) as conn:
+        await conn.execute("PRAGMA journal_mode = WAL")  # as every version has left it
         await conn.execute(_history_sql(sqlite=True))
         await conn.commit()
     old_worker = await asyncio.to_thread(
-        sqlite3.connect, path, timeout=CLICK_WAIT_S, check_same_thread=False
+        sqlite3.connect, path, timeout=CLICK_WAIT_S, isolation_level=None, check_same_thread=False
     )
     try:
         starting = asyncio.gather(
             *(SqliteStore.open(path, busy_timeout_s=CLICK_WAIT_S) for _ in range(2))
         )
-        clicks = 0
+        clicks, progress = 0, set()
         while not starting.done():
             # A click's write as r0006 code makes it: it must not wait out its timeout.
-            await asyncio.to_thread(_sqlite_click, old_worker, clicks)
+            progress.add(await asyncio.to_thread(_sqlite_click, old_worker, clicks))
             clicks += 1
         stores = await starting
     finally:
         await asyncio.to_thread(old_worker.close)
     await _close(stores)
     assert clicks > 0
+    assert any(0 < declined < MIGRATED[0] for declined in progress), sorted(progress)
 
     async with aiosqlite.connect(path) as conn:
         counts = await conn.execute_fetchall(_MIGRATED)
@@ -314,12 +320,21 @@ async def test_sqlite_migrates_a_long_history_while_an_old_worker_answers_clicks
     assert {"ix_runs_resume_pending", "ix_stop_requests_thread"} <= names
 
 
-def _sqlite_click(conn: sqlite3.Connection, n: int) -> None:
-    with conn:
-        conn.execute(
-            "UPDATE runs SET status_ts = ? WHERE id = ?",
-            (f"1700000000.{n:06d}", f"run-{(n * 7919) % HISTORY + 1:06d}"),
+def _sqlite_click(conn: sqlite3.Connection, n: int) -> int:
+    """A click's write as threadpilot makes it (``BEGIN IMMEDIATE``, the store's doc); then
+    how many runs are declined so far, as far as this worker can see."""
+    conn.execute("BEGIN IMMEDIATE")
+    conn.execute(
+        "UPDATE runs SET status_ts = ? WHERE id = ?",
+        (f"1700000000.{n:06d}", f"run-{(n * 7919) % HISTORY + 1:06d}"),
+    )
+    conn.execute("COMMIT")
+    try:
+        return int(
+            conn.execute("SELECT count(*) FROM runs WHERE resume = 'declined'").fetchone()[0]
         )
+    except sqlite3.OperationalError:  # no such column: not there yet, for this worker
+        return 0
 
 
 @pytest.mark.postgres
@@ -337,7 +352,7 @@ async def test_postgres_migrates_a_long_history_while_an_old_worker_answers_clic
             await conn.close()
         old_worker = await asyncpg.connect(url)
         try:
-            await old_worker.execute(f"SET lock_timeout = '{int(CLICK_WAIT_S * 1000)}ms'")
+            await old_worker.execute(f"SET lock_timeout = '{int(PG_CLICK_WAIT_S * 1000)}ms'")
             starting = asyncio.gather(
                 *(PostgresStore.open(url, command_timeout_s=2.0) for _ in range(2))
             )

@@ -28,8 +28,15 @@ depends_on = None
 
 
 def upgrade() -> None:
-    op.create_index("ix_runs_team_requester", "runs", ["team", "requester", "updated_at"])
-    op.create_index("ix_runs_updated_at", "runs", ["updated_at"])
+    # Outside a transaction, CONCURRENTLY on PostgreSQL: workers of the previous version
+    # keep writing ``runs`` meanwhile (r0007 says why). IF NOT EXISTS: a build cut short
+    # is run again.
+    with op.get_context().autocommit_block():
+        for name, columns in (
+            ("ix_runs_team_requester", ["team", "requester", "updated_at"]),
+            ("ix_runs_updated_at", ["updated_at"]),
+        ):
+            op.create_index(name, "runs", columns, if_not_exists=True, postgresql_concurrently=True)
 
 
 def downgrade() -> None:

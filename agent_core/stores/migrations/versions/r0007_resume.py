@@ -63,7 +63,7 @@ _PENDING = "resume IN ('scheduled', 'claimed') OR (state = 'blocked' AND resume 
 _LIVE = "('queued', 'running', 'stopping')"
 
 
-_BATCH = 5000
+_BATCH = 2000
 """Rows per committed batch of the backfill: a fraction of a second each."""
 
 
