@@ -48,10 +48,19 @@ def _in(column: str, values: frozenset[RunState]) -> str:
     return f"{column} IN ({', '.join(repr(str(v)) for v in sorted(values))})"
 
 
-_RESUME_AHEAD = (
-    "(COALESCE(resume, '') IN ('scheduled', 'claimed') OR (state = 'blocked' AND resume IS NULL))"
+_RESUME_AHEAD = "(resume IN ('scheduled', 'claimed') OR (state = 'blocked' AND resume IS NULL))"
+"""The predicate of r0007's partial index ``ix_runs_resume_pending``, word for word: a
+query that says it this way is served by that index."""
+_NO_RESUME_AHEAD = (
+    "NOT (COALESCE(resume, '') IN ('scheduled', 'claimed') "
+    "OR (state = 'blocked' AND resume IS NULL))"
 )
-_NEEDED = f"({_in('state', LIVE_STATES)} OR {_RESUME_AHEAD})"
+_NEEDED = (
+    f"SELECT id, parent_id, continued_from FROM runs WHERE {_in('state', LIVE_STATES)} "
+    f"UNION ALL SELECT id, parent_id, continued_from FROM runs WHERE {_RESUME_AHEAD}"
+)
+"""The runs still needed, each part read through an index (live: by state; a resume
+ahead: the partial index), so the set is small whatever the history."""
 
 RUN_TABLES: tuple[tuple[str, str], ...] = (
     ("checkpoints", "run_id"),
@@ -67,13 +76,16 @@ def removable_runs(condition: str) -> str:
     """``SELECT id FROM runs`` matching ``condition`` that may be deleted, in the order
     to delete them (the longest unchanged first); the caller adds ``LIMIT``."""
     return (
-        f"SELECT id FROM runs WHERE {condition} AND {_in('state', TERMINAL_STATES)} "
-        f"AND NOT {_RESUME_AHEAD} "
-        f"AND id NOT IN (SELECT parent_id FROM runs WHERE {_NEEDED} AND parent_id IS NOT NULL) "
-        f"AND id NOT IN (SELECT continued_from FROM runs WHERE {_NEEDED} "
-        "AND continued_from IS NOT NULL) "
-        f"AND (parent_id IS NULL OR parent_id NOT IN (SELECT id FROM runs WHERE {_NEEDED})) "
-        "ORDER BY updated_at, id"
+        f"WITH needed AS ({_NEEDED}) "
+        # Ended, written as "not live" (the same, the states being a closed set): a
+        # condition the planner cannot serve from the state index, so it walks
+        # ``ix_runs_updated_at`` in order and stops at the batch's end.
+        f"SELECT id FROM runs WHERE {condition} AND NOT {_in('state', LIVE_STATES)} "
+        f"AND {_NO_RESUME_AHEAD} "
+        "AND id NOT IN (SELECT parent_id FROM needed WHERE parent_id IS NOT NULL) "
+        "AND id NOT IN (SELECT continued_from FROM needed WHERE continued_from IS NOT NULL) "
+        "AND (parent_id IS NULL OR parent_id NOT IN (SELECT id FROM needed)) "
+        "ORDER BY updated_at"
     )
 
 
