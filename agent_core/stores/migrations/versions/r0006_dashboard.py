@@ -2,8 +2,8 @@
 
 App Home lists a person's (or, for an admin, everyone's) runs of one workspace, and each
 worker with someone looking at App Home asks every second or so which runs changed
-(docs/slack-setup.md, Home tab). ``runs`` is never purged, so both must
-stay index lookups as it grows.
+(docs/slack-setup.md, Home tab). ``runs`` keeps ``RETENTION_DAYS`` of history (it was
+never purged when this was written), so both must stay index lookups as it grows.
 
 Decisions:
 
