@@ -25,6 +25,11 @@ its database work within :data:`ACK_BUDGET_S` of Slack's 3 seconds:
    id before the commit, so when it finds the request in the table it does not apply it
    a second time.
 
+``Stop all`` (App Home, ``/threadpilot``) asks many runs at once: each is decided as
+above, from what the listing read, and every request is committed in one transaction,
+with its audit event and one delivery key (:meth:`StopService.request_many`), so hundreds
+of runs cost one commit before the ack, not hundreds through the click connections.
+
 A run still waiting in the queue (:mod:`bot.run_queue`) is decided like any other; after
 the ack it is ended where it waits, never having reached the model.
 
