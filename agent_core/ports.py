@@ -55,6 +55,7 @@ __all__ = [
     "Checkpoint",
     "DashboardQueries",
     "DeliveryLog",
+    "Forgotten",
     "GuidanceRecord",
     "GuidanceStatus",
     "GuidanceStore",
@@ -377,6 +378,27 @@ class StopRequestStore(Protocol):
         """
         ...
 
+    async def add_stop_requests(
+        self,
+        requests: Sequence[StopRequestRecord],
+        *,
+        events: Sequence[AuditEvent] = (),
+        delivery: str | None = None,
+    ) -> list[StopRequestRecord] | None:
+        """Commit many requests at once (``Stop all``): one transaction, whatever their
+        number, so a click's commit waits for one, not for hundreds.
+
+        Each request is added only if its run is still ``queued`` or ``running`` and has
+        no request pending (a compare-and-set: a Stop there meanwhile would make this one
+        an escalation). ``events`` are the audit events of the requests, written for the
+        runs whose request was added, in the same transaction. A store with
+        :class:`StopWakeups` wakes each added run's owner with the commit. ``delivery``
+        is taken as for :meth:`add_stop_request`: None, and nothing written, when some
+        worker had taken it. Returns the requests added, in the order given; ValueError
+        if two name the same run or one is not a new ``requested`` one.
+        """
+        ...
+
     async def pending_stop_requests(
         self, run_ids: Collection[str] | None = None
     ) -> list[StopRequestRecord]:
@@ -438,16 +460,44 @@ class LeaseStore(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class Forgotten:
+    """What :meth:`RetentionStore.forget_requester` did."""
+
+    runs: int
+    """The person's runs deleted, with every row that hangs off them."""
+    kept: int
+    """The person's runs kept: live, with a resume ahead, or needed by a run that is."""
+
+
 class RetentionStore(Protocol):
-    async def purge(self, older_than: datetime) -> int:
+    """Deletes what is no longer needed (docs/operations.md, Retention and backups).
+
+    A run may be deleted once it has ended, no resume is ahead of it (``scheduled``,
+    ``claimed``, or ``blocked`` and undecided) and no run that is live or has a resume
+    ahead is its parent, child or continuation. Its checkpoint, stop requests, audit
+    events and guidance go with it. Deletes go in transactions of at most
+    ``batch_size`` runs (or rows), so a click's commit never waits for more than one.
+    """
+
+    async def purge(self, older_than: datetime, *, batch_size: int = ...) -> int:
         """Delete what is no longer needed from before ``older_than``; returns rows deleted.
 
-        Goes: handled stop requests (by ``handled_at``), audit events (by ``at``), the
-        checkpoints of runs that can never resume (terminal, except ``blocked``),
-        delivery keys (by when they were first seen), settled guidance (by
-        ``settled_at``) and thread participants (by when they last wrote). Runs, pending
-        stop requests and queued guidance are kept.
+        Goes: runs that may be deleted and have not changed since ``older_than`` (with
+        their rows), and by age alone: handled stop requests (by ``handled_at``), audit
+        events (by ``at``), the checkpoints of runs that can never resume (terminal,
+        except ``blocked``), delivery keys (by when they were first seen), settled
+        guidance (by ``settled_at``) and thread participants (by when they last wrote).
+        Live runs, runs with a resume ahead, pending stop requests and queued guidance
+        are kept.
         """
+        ...
+
+    async def forget_requester(self, user: str, *, batch_size: int = ...) -> Forgotten:
+        """Delete ``user``'s runs that may be deleted, whatever their age, with their
+        rows, and what else they wrote: their settled guidance in other runs and their
+        thread participations. Their live runs (and those with a resume ahead) are kept
+        and counted: stop them, then ask again."""
         ...
 
 

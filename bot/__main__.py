@@ -3,7 +3,8 @@
 Exit status: 0 after a signal (at any moment, start-up included), 2 when start-up fails.
 A start-up failure is one line on stderr per problem naming what to fix (every bad setting
 at once), and nothing else: no traceback, no shutdown chatter. ``--check`` checks the
-installation and starts nothing (:mod:`bot.check`); ``--help`` prints the usage.
+installation and starts nothing (:mod:`bot.check`); ``--forget-user UXXXX`` deletes one
+person's ended runs and starts nothing (:mod:`bot.forget`); ``--help`` prints the usage.
 
 First thing, the process makes itself not dumpable, so the tool servers it starts cannot
 read its secrets through ``/proc``; once started as root, it warns that they could
@@ -47,7 +48,7 @@ PORT (POST /slack/events). Both serve GET /healthz and GET /readyz on PORT, and
 GET /metrics there too, unless METRICS_PORT is set: then all three are served on
 METRICS_HOST:METRICS_PORT. SIGTERM or SIGINT shuts down in order.
 
-exit status: 0 after a signal, 2 when start-up (or --check) fails"""
+exit status: 0 after a signal, 2 when start-up (or --check, --forget-user) fails"""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -64,6 +65,12 @@ def main(argv: list[str] | None = None) -> int:
         help="check the settings, the database, the Slack tokens, the model endpoint and "
         "each MCP server, one line each on stdout; start nothing, write nothing",
     )
+    parser.add_argument(
+        "--forget-user",
+        metavar="USER_ID",
+        help="delete the ended runs this Slack user started, and what they wrote in other "
+        "runs, from the database; start nothing",
+    )
     args = parser.parse_args(argv)
     if args.check:
         # Each check reports what it found in its own line: log lines would only repeat it.
@@ -77,6 +84,10 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         return _failed("\n".join([*map(str, unknown), str(exc)]))
     configure_logging(settings.LOG_FORMAT, settings.LOG_LEVEL)
+    if args.forget_user is not None:
+        from bot.forget import forget_user
+
+        return asyncio.run(forget_user(settings, args.forget_user))
     _warn_unknown(unknown)
     return asyncio.run(serve(settings))
 

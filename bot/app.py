@@ -178,7 +178,9 @@ class ThreadpilotApp:
         self._store = await _step(
             partial(ConfigError, "DATABASE_URL"),
             "the database",
-            _open_store(settings.DATABASE_URL, settings.DATABASE_POOL_SIZE),
+            _open_store(
+                settings.DATABASE_URL, settings.DATABASE_POOL_SIZE, settings.MIGRATION_TIMEOUT
+            ),
         )
         worker_id = settings.WORKER_ID or default_worker_id()
         # A server that does not start is logged once and left out; the others serve.
@@ -559,10 +561,12 @@ def _cannot_listen(host: str, port: int, exc: OSError, setting: str) -> str:
     return f"cannot listen on {host}:{port} ({exc.strerror or exc}); set {setting} to another port"
 
 
-async def _open_store(database_url: str, pool_size: int) -> Store:
+async def _open_store(database_url: str, pool_size: int, migration_timeout_s: float) -> Store:
     """The database, migrated; a start-up error naming DATABASE_URL if it cannot be used."""
     try:
-        return await open_store(database_url, pool_size=pool_size)
+        return await open_store(
+            database_url, pool_size=pool_size, migration_timeout_s=migration_timeout_s
+        )
     except StorageError as exc:
         raise ConfigError("DATABASE_URL", f"cannot open the database ({exc})") from exc
 

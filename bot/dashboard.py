@@ -10,9 +10,10 @@ sub-agent is stopped through its parent. Someone who may not use the app at all
 (:mod:`bot.trust`) is shown only why.
 
 ``Stop all`` (admins only) asks every live run of the workspace that is not already
-stopping for a Stop, each through the stop service (:mod:`bot.stops`), all committed
-before the click or the command is acknowledged; a run already stopping is left alone,
-since a second Stop would escalate it to an Abort.
+stopping for a Stop, decided by the stop service (:mod:`bot.stops`) and committed as one
+batch (one transaction, however many runs) before the click or the command is
+acknowledged; a run already stopping is left alone, since a second Stop would escalate
+it to an Abort.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from bot.views.home import FEEDBACK_KIND, ListedRun, Listing
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from agent_core import RunRecord, StopRequestRecord
+    from agent_core import StopRequestRecord
     from agent_core.ports import Store
     from bot.settings import Settings
     from bot.stops import StopService
@@ -176,9 +177,10 @@ class Dashboard:
         user_team: str | None = None,
     ) -> StopAll:
         """Ask every live run of ``team`` that is not stopping yet for a Stop; before the
-        ack. ``delivery`` is the click's (or command's) key: each run's request gets its
-        own key from it, so a re-delivery changes nothing and a new press can retry.
-        ``user_team``: the asker's own team, when the payload names it."""
+        ack, every request in one batch (:meth:`bot.stops.StopService.request_many`).
+        ``delivery`` is the click's (or command's) key, taken by the batch: a
+        re-delivery changes nothing, and a new press can retry. ``user_team``: the
+        asker's own team, when the payload names it."""
         if not self.is_admin(user):
             return StopAll(refusal=messages.STOP_ALL_NOT_ALLOWED)
         if (refusal := await self._trust.refusal(Person(user, user_team))) is not None:
@@ -193,9 +195,9 @@ class Dashboard:
         stopping = {p.run_id for p in pending} | {
             r.id for r in live if r.state is RunState.STOPPING
         }
-        targets = [r for r in live if r.id not in stopping]
-        asks = [_ask(Person(user, user_team), source, run, delivery) for run in targets]
-        decisions = await asyncio.gather(*(self._stops.request(ask) for ask in asks))
+        targets = {r.id: r for r in live if r.id not in stopping}
+        asks = [_ask(Person(user, user_team), source, run_id) for run_id in targets]
+        decisions = await self._stops.request_many(asks, targets, delivery=delivery)
         log.info(
             "stop_all.requested",
             user=user,
@@ -211,14 +213,9 @@ class Dashboard:
         await asyncio.gather(*(self._stops.after(d) for d in result.decisions))
 
 
-def _ask(person: Person, source: Source, run: RunRecord, delivery: str | None) -> StopAsk:
+def _ask(person: Person, source: Source, run_id: str) -> StopAsk:
     return StopAsk(
-        user=person.user,
-        kind=StopReason.STOP,
-        source=source,
-        run_id=run.id,
-        delivery=f"{delivery}:{run.id}" if delivery else None,
-        user_team=person.team,
+        user=person.user, kind=StopReason.STOP, source=source, run_id=run_id, user_team=person.team
     )
 
 

@@ -38,8 +38,8 @@ from agent_core import (
 from agent_core.errors import ConfigError
 from agent_core.model_api import ModelAPI
 from agent_core.model_http import DEFAULT_REPLY_TIMEOUT_S
+from agent_core.stores.defaults import ANSWERING_POOL_SIZE, MIGRATION_TIMEOUT_S, POOL_SIZE
 from agent_core.stores.factory import parse_database_url
-from agent_core.stores.pool import ANSWERING_POOL_SIZE, POOL_SIZE
 from bot.loop_load import BUSY_LAG_S
 
 if TYPE_CHECKING:
@@ -173,6 +173,7 @@ class Settings(BaseSettings):
         f"{ANSWERING_POOL_SIZE} more of their own).",
     )
     RETENTION_DAYS: int = Field(default=30, ge=1)
+    MIGRATION_TIMEOUT: float = Field(default=MIGRATION_TIMEOUT_S, gt=0)
     LEASE_TTL: float = Field(default=30.0, ge=3.0)
     MAX_LIVE_RUNS: int = Field(
         default=200,

@@ -25,6 +25,11 @@ its database work within :data:`ACK_BUDGET_S` of Slack's 3 seconds:
    id before the commit, so when it finds the request in the table it does not apply it
    a second time.
 
+``Stop all`` (App Home, ``/threadpilot``) asks many runs at once: each is decided as
+above, from what the listing read, and every request is committed in one transaction,
+with its audit event and one delivery key (:meth:`StopService.request_many`), so hundreds
+of runs cost one commit before the ack, not hundreds through the click connections.
+
 A run still waiting in the queue (:mod:`bot.run_queue`) is decided like any other; after
 the ack it is ended where it waits, never having reached the model.
 
@@ -51,7 +56,15 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from agent_core import LIVE_STATES, AuditEvent, RunResult, RunState, StopReason, StorageError
+from agent_core import (
+    LIVE_STATES,
+    AuditEvent,
+    RunResult,
+    RunState,
+    StopReason,
+    StopRequestRecord,
+    StorageError,
+)
 from agent_core.ports import answering, is_waiting
 from agent_core.stop import utcnow
 from bot import messages
@@ -69,9 +82,9 @@ from bot.settings import StopPolicy
 from bot.trust import Person
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
 
-    from agent_core import RunRecord, StopRequestRecord, ThreadKey
+    from agent_core import RunRecord, ThreadKey
     from agent_core.ports import Store
     from bot.click_answer import ClickAnswer
     from bot.dedupe import Deliveries
@@ -173,6 +186,9 @@ class StopDecision:
     """This worker owns the run, and applied the request already."""
     resume_cancelled: bool = False
     """No run was live: the ask cancelled the run's scheduled resume instead."""
+    audited: bool = False
+    """Its audit event was committed with its request (a batch): :meth:`StopService.after`
+    writes none."""
 
     @property
     def changed(self) -> bool:
@@ -249,6 +265,89 @@ class StopService:
             kind = decided.request.kind
             live.run.request_stop(kind, ask.user, source=ask.source.value)
         return decided
+
+    async def request_many(
+        self, asks: Sequence[StopAsk], runs: Mapping[str, RunRecord], *, delivery: str | None
+    ) -> list[StopDecision]:
+        """``Stop all``: decide each ask (a run id, its run read already in ``runs``, with
+        no stop pending), then commit every request that changes a run, with its audit
+        event, in one transaction before the ack, with one delivery key for all
+        (``delivery``: a re-delivery commits nothing). Each owner is reached as for one
+        request (a wake-up, or its poll); this worker's own runs are applied here.
+
+        Never raises for a database fault: every decision then has no verdict, and a
+        ``failure``. A request the store did not add (its run ended, or someone asked it
+        meanwhile) leaves its decision without a request.
+        """
+        decisions = [self._decide_read(ask, runs) for ask in asks]
+        asking = [(i, d) for i, d in enumerate(decisions) if d.verdict and d.verdict.changes_state]
+        requests = {i: _new_request(d) for i, d in asking}
+        local = {i: live for i, d in asking if (live := self._live(d.ask)) is not None}
+        for i in local:
+            self._worker.watcher.applied_here(requests[i].id)  # before the commit
+        events = [self._audit_event(decisions[i], r) for i, r in requests.items()]
+        try:
+            with answering():
+                async with asyncio.timeout(self._budget_s):
+                    added = await self._commit_many(list(requests.values()), events, delivery)
+        except (TimeoutError, StorageError) as exc:
+            busy = isinstance(exc, TimeoutError)
+            log.warning("stop_all.not_recorded", error=str(exc) or type(exc).__name__)
+            added = set()
+            for i, d in asking:
+                decisions[i] = replace(d, verdict=None, failure=_not_recorded(d.ask, busy=busy))
+        return self._outcomes(decisions, requests, local, added)
+
+    def _outcomes(
+        self,
+        decisions: list[StopDecision],
+        requests: Mapping[int, StopRequestRecord],
+        local: Mapping[int, LiveRun],
+        added: set[str] | None,
+    ) -> list[StopDecision]:
+        """Each decision with what became of its request; this worker's runs asked."""
+        for i, request in requests.items():
+            decision = decisions[i]
+            if added is None:
+                decisions[i] = replace(decision, verdict=Verdict.REDELIVERED)
+            elif request.id in added:
+                decisions[i] = replace(decision, request=request, audited=True)
+                if (live := local.get(i)) is not None:
+                    source = decision.ask.source.value
+                    live.run.request_stop(request.kind, request.requested_by, source=source)
+                continue
+            if i in local:
+                self._worker.watcher.forget(request.id)  # not committed: nothing to apply
+        return decisions
+
+    async def _commit_many(
+        self, requests: list[StopRequestRecord], events: list[AuditEvent], delivery: str | None
+    ) -> set[str] | None:
+        """The ids the store added; None when the delivery was taken before."""
+        if not requests:
+            return set()
+        if delivery is None:
+            added = await self._store.add_stop_requests(requests, events=events)
+        else:
+            added = await self._deliveries.take(
+                _delivery_key(delivery),
+                lambda key: self._store.add_stop_requests(requests, events=events, delivery=key),
+            )
+        return None if added is None else {r.id for r in added}
+
+    def _decide_read(self, ask: StopAsk, runs: Mapping[str, RunRecord]) -> StopDecision:
+        """A decision from what was read already (no database read): this worker's run
+        from its memory, another's from ``runs``."""
+        assert ask.run_id is not None
+        live = self._live(ask)
+        if live is not None:
+            view, base = _live_view(ask, live)
+        elif (record := runs.get(ask.run_id)) is not None:
+            view, base = _stored_view(ask, record, [])
+        else:
+            return StopDecision(ask, Verdict.NOT_FOUND)
+        verdict = decide(ask, view, self._settings, double_press_s=self.double_press_s)
+        return replace(base, verdict=verdict)
 
     async def _request(self, ask: StopAsk, live: LiveRun | None) -> StopDecision:
         """Decide and commit; the decision carries the committed request, if any."""
@@ -364,7 +463,7 @@ class StopService:
         ask = decision.ask
         if self._metrics is not None:
             self._metrics.stop_asked(decision)
-        if decision.request is not None:
+        if decision.request is not None and not decision.audited:
             await self._audit(decision, decision.request)
         decision = await self._answer_once(decision)
         record = decision.record
@@ -390,6 +489,13 @@ class StopService:
     async def _audit(self, decision: StopDecision, request: StopRequestRecord) -> None:
         """Written after the ack: the stop request is the record that had to be durable
         first; this says who did what, and how, and may trail it."""
+        try:
+            await self._store.record_event(self._audit_event(decision, request))
+        except StorageError:
+            log.exception("stop.audit_not_recorded", run_id=request.run_id)
+
+    def _audit_event(self, decision: StopDecision, request: StopRequestRecord) -> AuditEvent:
+        """Who did what, and how: the audit event of a committed request."""
         verdict = decision.verdict
         assert verdict is not None
         kind = (
@@ -401,18 +507,13 @@ class StopService:
             "source": decision.ask.source.value,
             "level": verdict.level,
         }
-        try:
-            await self._store.record_event(
-                AuditEvent(
-                    run_id=request.run_id,
-                    kind=kind,
-                    actor=request.requested_by,
-                    at=request.requested_at,
-                    detail=detail,
-                )
-            )
-        except StorageError:
-            log.exception("stop.audit_not_recorded", run_id=request.run_id)
+        return AuditEvent(
+            run_id=request.run_id,
+            kind=kind,
+            actor=request.requested_by,
+            at=request.requested_at,
+            detail=detail,
+        )
 
     async def _answer_once(self, decision: StopDecision) -> StopDecision:
         """An ask that changes nothing is still answered once, not once per delivery
@@ -485,6 +586,19 @@ class StopService:
             log.warning("stop.reply_failed", error=exc.error)
         except BudgetNotRunning:
             log.warning("stop.reply_failed", error="shutting down")
+
+
+def _new_request(decision: StopDecision) -> StopRequestRecord:
+    """The request a decision that changes its run makes (not committed yet)."""
+    assert decision.verdict is not None and decision.verdict.requests is not None
+    assert decision.run_id is not None and decision.thread is not None
+    return StopRequestRecord(
+        id=uuid.uuid4().hex,
+        run_id=decision.run_id,
+        thread=decision.thread,
+        kind=decision.verdict.requests,
+        requested_by=decision.ask.user,
+    )
 
 
 def _delivery_key(delivery: str) -> str:

@@ -103,6 +103,7 @@ class Worker:
         self.reconciler.on_requeued = self.queue.wake
         self._task: asyncio.Task[None] | None = None
         self._reconciling: asyncio.Task[None] | None = None
+        self._purging: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         await self.watcher.start()
@@ -113,11 +114,11 @@ class Worker:
         log.info("worker.started", worker_id=self.id, lease_ttl_s=self._settings.LEASE_TTL)
 
     async def close(self) -> None:
-        for task in (self._task, self._reconciling):
+        for task in (self._task, self._reconciling, self._purging):
             if task is not None:
                 task.cancel()
                 await asyncio.wait([task], timeout=2.0)
-        self._task = self._reconciling = None
+        self._task = self._reconciling = self._purging = None
         await self.queue.close()
         await self.resumes.close()
         await self.watcher.close()
@@ -146,12 +147,22 @@ class Worker:
                         )
                 if since_purge >= PURGE_EVERY_S:
                     since_purge = 0.0
-                    cutoff = utcnow() - timedelta(days=self._settings.RETENTION_DAYS)
-                    purged = await self.store.purge(cutoff)
-                    log.info("worker.purged", rows=purged)
+                    # A task of its own too: a long history is purged in many batches,
+                    # and the heartbeat must not wait for them.
+                    if self._purging is None or self._purging.done():
+                        self._purging = asyncio.create_task(self._purge(), name="worker-purge")
             except Exception:
                 # The database may be briefly unreachable: keep beating, log each miss.
                 log.exception("worker.housekeeping_failed")
+
+    async def _purge(self) -> None:
+        cutoff = utcnow() - timedelta(days=self._settings.RETENTION_DAYS)
+        try:
+            purged = await self.store.purge(cutoff)
+        except Exception:
+            log.exception("worker.purge_failed")
+            return
+        log.info("worker.purged", rows=purged)
 
     async def _reconcile(self, *, starting: bool = False) -> None:
         try:

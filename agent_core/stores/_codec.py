@@ -32,11 +32,11 @@ from agent_core.ports import (
     StopRequestRecord,
     ThreadKey,
 )
-from agent_core.states import RunState
+from agent_core.states import LIVE_STATES, RunState
 from agent_core.stop import StopReason
 
 if TYPE_CHECKING:
-    from collections.abc import Collection, Mapping
+    from collections.abc import Collection, Mapping, Sequence
 
 __all__ = [
     "CHECKPOINT_COLUMNS",
@@ -400,6 +400,24 @@ def stop_values(record: StopRequestRecord) -> dict[str, Any]:
         "requested_at": to_utc(record.requested_at),
         "handled_at": _opt_time(record.handled_at),
     }
+
+
+def stop_batch(
+    requests: Sequence[StopRequestRecord], events: Sequence[AuditEvent]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The rows of :meth:`~agent_core.ports.StopRequestStore.add_stop_requests`: each
+    request's, and each event's; ValueError (before the store is touched) if two requests
+    name one run, or one is not a new ``requested`` one."""
+    runs = [r.run_id for r in requests]
+    if len(set(runs)) != len(runs):
+        raise ValueError("a batch of stop requests names a run twice")
+    if any(r.status != "requested" or r.handled_at is not None for r in requests):
+        raise ValueError("a batch of stop requests holds one that is not new")
+    return [stop_values(r) for r in requests], [event_values(e) for e in events]
+
+
+STOPPABLE: tuple[str, ...] = tuple(sorted(LIVE_STATES - {RunState.STOPPING}))
+"""The states a batch's request is added in (not ``stopping``: a Stop there escalates)."""
 
 
 def stop_from_row(row: Row) -> StopRequestRecord:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 from agent_core.errors import ConfigError
-from agent_core.stores.pool import POOL_SIZE
+from agent_core.stores.defaults import MIGRATION_TIMEOUT_S, POOL_SIZE
 
 if TYPE_CHECKING:
     from agent_core.ports import Store
@@ -44,11 +44,18 @@ class DatabaseTarget:
     """The SQLite file path, or the DSN to hand to asyncpg."""
 
 
-async def open_store(database_url: str, *, pool_size: int = POOL_SIZE) -> Store:
+async def open_store(
+    database_url: str,
+    *,
+    pool_size: int = POOL_SIZE,
+    migration_timeout_s: float = MIGRATION_TIMEOUT_S,
+) -> Store:
     """Open the store ``database_url`` names, migrating its schema to this version.
 
     ``pool_size``: PostgreSQL connections for the runs' work (SQLite has its one).
-    The caller owns the result and must ``await store.close()``.
+    ``migration_timeout_s``: how long the migration may take, waiting for another
+    worker's included (``MIGRATION_TIMEOUT``). The caller owns the result and must
+    ``await store.close()``.
     """
     # Imported here: the settings check DATABASE_URL with parse_database_url, before start-up
     # has paid for the drivers and the migrations.
@@ -57,8 +64,10 @@ async def open_store(database_url: str, *, pool_size: int = POOL_SIZE) -> Store:
 
     target = parse_database_url(database_url)
     if target.kind == "sqlite":
-        return await SqliteStore.open(target.location)
-    return await PostgresStore.open(target.location, max_size=pool_size)
+        return await SqliteStore.open(target.location, migration_timeout_s=migration_timeout_s)
+    return await PostgresStore.open(
+        target.location, max_size=pool_size, migration_timeout_s=migration_timeout_s
+    )
 
 
 def parse_database_url(database_url: str) -> DatabaseTarget:

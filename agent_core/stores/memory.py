@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, overload
 from agent_core.ports import (
     AuditEvent,
     Checkpoint,
+    Forgotten,
     GuidanceRecord,
     GuidanceStatus,
     ResumeState,
@@ -29,9 +30,10 @@ from agent_core.states import LIVE_STATES, TERMINAL_STATES, RunState
 from agent_core.stop import StopReason, utcnow
 from agent_core.stores import _codec as codec
 from agent_core.stores._queue import check_waiting
+from agent_core.stores._retention import BATCH_SIZE, check_batch_size
 
 if TYPE_CHECKING:
-    from collections.abc import Collection, Iterable
+    from collections.abc import Callable, Collection, Iterable, Sequence
     from datetime import datetime
 
     from agent_core.outcomes import ExitCode
@@ -249,6 +251,35 @@ class MemoryStore:
         self._stops[record.id] = record
         return record
 
+    async def add_stop_requests(
+        self,
+        requests: Sequence[StopRequestRecord],
+        *,
+        events: Sequence[AuditEvent] = (),
+        delivery: str | None = None,
+    ) -> list[StopRequestRecord] | None:
+        codec.stop_batch(requests, events)
+        # No await from the checks to the writes: one step, as one transaction.
+        if delivery is not None:
+            if delivery in self._deliveries:
+                return None
+            self._deliveries[delivery] = utcnow()
+        asked = {r.run_id for r in self._stops.values() if r.status == "requested"}
+        added = [
+            r
+            for r in requests
+            if (run := self._runs.get(r.run_id)) is not None
+            and run.state in codec.STOPPABLE
+            and r.run_id not in asked
+        ]
+        for request in added:
+            self._stops[request.id] = request
+        runs = {r.run_id for r in added}
+        for event in events:
+            if event.run_id in runs:
+                self._events.setdefault(event.run_id, []).append(event)
+        return added
+
     async def pending_stop_requests(
         self, run_ids: Collection[str] | None = None
     ) -> list[StopRequestRecord]:
@@ -328,48 +359,91 @@ class MemoryStore:
 
     # -- RetentionStore ----------------------------------------------------------------
 
-    async def purge(self, older_than: datetime) -> int:
+    async def purge(self, older_than: datetime, *, batch_size: int = BATCH_SIZE) -> int:
+        check_batch_size(batch_size)
         async with self._lock:
-            stops = [
-                key
-                for key, r in self._stops.items()
-                if r.status == "handled" and r.handled_at is not None and r.handled_at < older_than
-            ]
-            for key in stops:
-                del self._stops[key]
-            events = 0
-            for run_id, run_events in self._events.items():
-                kept = [e for e in run_events if e.at >= older_than]
-                events += len(run_events) - len(kept)
-                self._events[run_id] = kept
-            checkpoints = [
-                run_id
-                for run_id, c in self._checkpoints.items()
-                if c.created_at < older_than and _never_resumes(self._runs.get(run_id))
-            ]
-            for run_id in checkpoints:
-                del self._checkpoints[run_id]
-            deliveries = [key for key, seen in self._deliveries.items() if seen < older_than]
-            for key in deliveries:
-                del self._deliveries[key]
-            guidance = [
-                key
-                for key, g in self._guidance.items()
-                if g.settled_at is not None and g.settled_at < older_than
-            ]
-            for key in guidance:
-                del self._guidance[key]
-            quiet = [key for key, seen in self._participants.items() if seen < older_than]
-            for participant in quiet:
+            doomed = self._removable(lambda run: run.updated_at < older_than)
+            deleted = self._delete_runs(doomed)
+            return deleted + self._purge_old_rows(older_than)
+
+    async def forget_requester(self, user: str, *, batch_size: int = BATCH_SIZE) -> Forgotten:
+        check_batch_size(batch_size)
+        async with self._lock:
+            doomed = self._removable(lambda run: run.requester == user)
+            self._delete_runs(doomed)
+            for participant in [p for p in self._participants if p[1] == user]:
                 del self._participants[participant]
-            return (
-                len(stops)
-                + events
-                + len(checkpoints)
-                + len(deliveries)
-                + len(guidance)
-                + len(quiet)
-            )
+            for key in [k for k, g in self._guidance.items() if _settled_by(g, user)]:
+                del self._guidance[key]
+            kept = sum(1 for run in self._runs.values() if run.requester == user)
+            return Forgotten(runs=len(doomed), kept=kept)
+
+    def _removable(self, matches: Callable[[RunRecord], bool]) -> list[str]:
+        """The runs ``matches`` picks that may be deleted (agent_core/stores/_retention.py
+        says which, in SQL)."""
+        needed = [run for run in self._runs.values() if _needed(run)]
+        pointed_at = {run.parent_id for run in needed} | {run.continued_from for run in needed}
+        needed_ids = {run.id for run in needed}
+        return [
+            run.id
+            for run in self._runs.values()
+            if matches(run)
+            and run.state in TERMINAL_STATES
+            and not _resume_ahead(run)
+            and run.id not in pointed_at
+            and run.parent_id not in needed_ids
+        ]
+
+    def _delete_runs(self, run_ids: Collection[str]) -> int:
+        """Delete the runs and what hangs off them; returns the rows deleted."""
+        doomed = set(run_ids)
+        rows = len(doomed)
+        for run_id in doomed:
+            del self._runs[run_id]
+            rows += self._checkpoints.pop(run_id, None) is not None
+            rows += len(self._events.pop(run_id, []))
+        for table in (self._stops, self._guidance):
+            gone = [key for key, row in table.items() if row.run_id in doomed]
+            for key in gone:
+                del table[key]
+            rows += len(gone)
+        return rows
+
+    def _purge_old_rows(self, older_than: datetime) -> int:
+        """Rows that go by age alone (agent_core/stores/_retention.py, OLD_ROWS)."""
+        stops = [
+            key
+            for key, r in self._stops.items()
+            if r.status == "handled" and r.handled_at is not None and r.handled_at < older_than
+        ]
+        for key in stops:
+            del self._stops[key]
+        events = 0
+        for run_id, run_events in self._events.items():
+            kept = [e for e in run_events if e.at >= older_than]
+            events += len(run_events) - len(kept)
+            self._events[run_id] = kept
+        checkpoints = [
+            run_id
+            for run_id, c in self._checkpoints.items()
+            if c.created_at < older_than and _never_resumes(self._runs.get(run_id))
+        ]
+        for run_id in checkpoints:
+            del self._checkpoints[run_id]
+        deliveries = [key for key, seen in self._deliveries.items() if seen < older_than]
+        for key in deliveries:
+            del self._deliveries[key]
+        guidance = [
+            key
+            for key, g in self._guidance.items()
+            if g.settled_at is not None and g.settled_at < older_than
+        ]
+        for key in guidance:
+            del self._guidance[key]
+        quiet = [key for key, seen in self._participants.items() if seen < older_than]
+        for participant in quiet:
+            del self._participants[participant]
+        return len(stops) + events + len(checkpoints) + len(deliveries) + len(guidance) + len(quiet)
 
     # -- DeliveryLog -------------------------------------------------------------------
 
@@ -580,6 +654,21 @@ def _resume_due(run: RunRecord, due_by: datetime) -> bool:
     if run.resume is ResumeState.CLAIMED:
         return run.lease_expires_at is not None and run.lease_expires_at <= due_by
     return False
+
+
+def _resume_ahead(run: RunRecord) -> bool:
+    return run.resume in (ResumeState.SCHEDULED, ResumeState.CLAIMED) or (
+        run.state is RunState.BLOCKED and run.resume is None
+    )
+
+
+def _needed(run: RunRecord) -> bool:
+    """Live, or with a resume ahead: its rows, and those of its family, stay."""
+    return run.state in LIVE_STATES or _resume_ahead(run)
+
+
+def _settled_by(guidance: GuidanceRecord, user: str) -> bool:
+    return guidance.author == user and guidance.status is not GuidanceStatus.QUEUED
 
 
 def _never_resumes(run: RunRecord | None) -> bool:

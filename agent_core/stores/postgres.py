@@ -25,10 +25,11 @@ from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar, overload
 import asyncpg  # type: ignore[import-untyped]
 
 from agent_core.errors import StorageError
-from agent_core.ports import ANSWERING, StopRequestRecord
+from agent_core.ports import ANSWERING, Forgotten, StopRequestRecord
 from agent_core.states import LIVE_STATES, TERMINAL_STATES, RunState
 from agent_core.stop import utcnow
 from agent_core.stores import _codec as codec
+from agent_core.stores import _retention as retention
 from agent_core.stores._cleanup import Cleanups
 from agent_core.stores._pg import (
     DRIVER_ERRORS,
@@ -37,13 +38,14 @@ from agent_core.stores._pg import (
     describe_dsn,
     is_driver_error,
 )
+from agent_core.stores.defaults import ANSWERING_POOL_SIZE, POOL_SIZE
+from agent_core.stores.migrations import TIMEOUT_S as MIGRATION_TIMEOUT_S
 from agent_core.stores.migrations import upgrade_postgres
-from agent_core.stores.pool import ANSWERING_POOL_SIZE, POOL_SIZE
 from agent_core.stores.postgres_listener import PostgresStopListener
 from agent_core.stores.postgres_queue import PostgresQueue
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Collection, Mapping
+    from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
     from datetime import datetime
 
     from agent_core.outcomes import ExitCode
@@ -105,7 +107,6 @@ async def _keep_session(_conn: Any) -> None:
 
 _LIVE = sorted(LIVE_STATES)
 _TERMINAL = sorted(TERMINAL_STATES)
-_NEVER_RESUMES = sorted(TERMINAL_STATES - {RunState.BLOCKED})
 
 
 def _insert_sql(table: str, values: Mapping[str, Any]) -> str:
@@ -175,13 +176,16 @@ class PostgresStore(PostgresQueue):
         migrate: bool = True,
         connect_timeout_s: float = 5.0,
         command_timeout_s: float = 30.0,
+        migration_timeout_s: float = MIGRATION_TIMEOUT_S,
     ) -> PostgresStore:
         """Connect to ``dsn`` (``postgresql://user:password@host:port/db``), migrate.
 
         Every connection (the pool's, now and later, and the migration's) gives up after
         ``connect_timeout_s`` (a host that accepts TCP and never answers, or answers
-        slowly), and every statement after ``command_timeout_s`` (the migration waiting
-        forever on a lock); both end in :class:`StorageError`.
+        slowly), and every statement of the pools' after ``command_timeout_s``. The
+        migration has ``migration_timeout_s`` in all (a long history, another worker's
+        migration to wait for, an index built concurrently). All end in
+        :class:`StorageError`.
         """
         where = describe_dsn(dsn)
         limits = {"timeout": connect_timeout_s, "command_timeout": command_timeout_s}
@@ -204,7 +208,13 @@ class PostgresStore(PostgresQueue):
                 **limits,
             )
             if migrate:
-                await upgrade_postgres(lambda: asyncpg.connect(dsn, **limits), where=where)
+                await upgrade_postgres(
+                    lambda: asyncpg.connect(
+                        dsn, timeout=connect_timeout_s, command_timeout=migration_timeout_s
+                    ),
+                    where=where,
+                    timeout_s=migration_timeout_s,
+                )
         except DRIVER_ERRORS as exc:
             await _close_pools(pool, answering)
             problem = _cannot_connect(where, exc, connect_timeout_s)
@@ -586,6 +596,49 @@ class PostgresStore(PostgresQueue):
         taken = await self._call("commit a stop request", work, idempotent=True)
         return record if taken else None
 
+    async def add_stop_requests(
+        self,
+        requests: Sequence[StopRequestRecord],
+        *,
+        events: Sequence[AuditEvent] = (),
+        delivery: str | None = None,
+    ) -> list[StopRequestRecord] | None:
+        rows, event_rows = codec.stop_batch(requests, events)
+        if not rows:
+            return []
+        token = uuid.uuid4().hex
+        params: list[Any] = [
+            *([row[c] for row in rows] for c in _BATCH_STOP_COLUMNS),
+            *([row[c] for row in event_rows] for c in _BATCH_EVENT_COLUMNS),
+            list(codec.STOPPABLE),
+        ]
+        if delivery is None:
+            taken = "SELECT 1"
+        else:
+            n = len(params)
+            taken = (
+                f"INSERT INTO deliveries (key, token, seen_at) VALUES (${n + 1}, ${n + 2}, "
+                f"${n + 3}) ON CONFLICT (key) DO NOTHING RETURNING 1"
+            )
+            params += [delivery, token, utcnow()]
+        sql = _BATCH_STOPS.format(taken=taken)
+        ids = [r.id for r in requests]
+        mine = "SELECT 1 FROM deliveries WHERE key = $1 AND token = $2"
+        landed = "SELECT id FROM stop_requests WHERE id = ANY($1::text[])"
+
+        async def work(conn: Any, retrying: bool) -> set[str] | None:
+            row = await conn.fetchrow(sql, *params)
+            if row["took"] and not retrying:
+                return set(row["ids"] or ())
+            # On a retry our first attempt may have landed: then the key is ours (its
+            # token), and the requests it added are there by their ids.
+            if delivery is not None and await conn.fetchval(mine, delivery, token) is None:
+                return None
+            return {r["id"] for r in await conn.fetch(landed, ids)}
+
+        added = await self._call("commit stop requests", work, idempotent=True)
+        return None if added is None else [r for r in requests if r.id in added]
+
     async def pending_stop_requests(
         self, run_ids: Collection[str] | None = None
     ) -> list[StopRequestRecord]:
@@ -673,27 +726,61 @@ class PostgresStore(PostgresQueue):
 
     # -- RetentionStore ----------------------------------------------------------------
 
-    async def purge(self, older_than: datetime) -> int:
+    async def purge(self, older_than: datetime, *, batch_size: int = retention.BATCH_SIZE) -> int:
         cutoff = codec.to_utc(older_than)
-        statements: list[tuple[str, tuple[Any, ...]]] = [
-            ("DELETE FROM stop_requests WHERE status = 'handled' AND handled_at < $1", (cutoff,)),
-            ("DELETE FROM events WHERE at < $1", (cutoff,)),
-            (
-                "DELETE FROM checkpoints WHERE created_at < $1 AND run_id IN "
-                "(SELECT id FROM runs WHERE state = ANY($2::text[]))",
-                (cutoff, _NEVER_RESUMES),
-            ),
-            ("DELETE FROM deliveries WHERE seen_at < $1", (cutoff,)),
-            ("DELETE FROM guidance WHERE status <> 'queued' AND settled_at < $1", (cutoff,)),
-            ("DELETE FROM thread_participants WHERE seen_at < $1", (cutoff,)),
+        deleted = await self._delete_runs(retention.OLD_RUNS, cutoff, batch_size)
+        rows = deleted.rows
+        for table, condition in retention.OLD_ROWS:
+            rows += await self._delete_rows(table, condition, cutoff, batch_size)
+        return rows
+
+    async def forget_requester(
+        self, user: str, *, batch_size: int = retention.BATCH_SIZE
+    ) -> Forgotten:
+        deleted = await self._delete_runs(retention.USER_RUNS, user, batch_size)
+        for table, condition in retention.USER_ROWS:
+            await self._delete_rows(table, condition, user, batch_size)
+        sql = "SELECT count(*) FROM runs WHERE requester = $1"
+        kept = await self._fetch("count a person's runs", sql, user)
+        return Forgotten(runs=deleted.runs, kept=int(kept[0][0]))
+
+    async def _delete_runs(self, condition: str, value: Any, batch_size: int) -> retention.Deleted:
+        """The runs matching ``condition`` that may go, and their rows: a batch per
+        statement (agent_core/stores/_retention.py). Runs another worker's purge is
+        deleting are skipped, not waited for."""
+        select = retention.removable_runs(condition.format(cutoff="$1", user="$1"))
+        deletes = [
+            f"d{i} AS (DELETE FROM {table} WHERE {column} IN (SELECT id FROM doomed) RETURNING 1)"
+            for i, (table, column) in enumerate(retention.RUN_TABLES)
         ]
+        counts = " + ".join(f"(SELECT count(*) FROM d{i})" for i in range(len(deletes)))
+        runs = f"d{len(deletes) - 1}"  # RUN_TABLES ends with runs
+        sql = (
+            f"WITH doomed AS ({select} LIMIT $2 FOR UPDATE SKIP LOCKED), {', '.join(deletes)} "
+            f"SELECT (SELECT count(*) FROM {runs}) AS runs, {counts} AS rows"
+        )
 
-        async def work(conn: Any, _retrying: bool) -> int:
-            async with conn.transaction():
-                return sum([_count(await conn.execute(sql, *params)) for sql, params in statements])
+        async def batch() -> tuple[int, int]:
+            # Idempotent: what a first attempt deleted, if it committed, a retry cannot find.
+            (row,) = await self._fetch("delete ended runs", sql, value, batch_size)
+            return int(row["runs"]), int(row["rows"])
 
-        # Idempotent: what the first attempt deleted, if it committed, the retry cannot find.
-        return await self._call("purge old rows", work, idempotent=True)
+        return await retention.in_batches(batch, batch_size)
+
+    async def _delete_rows(self, table: str, condition: str, value: Any, batch_size: int) -> int:
+        where = condition.format(cutoff="$1", user="$1")
+        sql = (
+            f"DELETE FROM {table} WHERE ctid = ANY(ARRAY("
+            f"SELECT ctid FROM {table} WHERE {where} LIMIT $2 FOR UPDATE SKIP LOCKED))"
+        )
+
+        async def batch() -> tuple[int, int]:
+            count = await self._execute(
+                f"delete old rows of {table}", sql, value, batch_size, idempotent=True
+            )
+            return count, count
+
+        return (await retention.in_batches(batch, batch_size)).rows
 
     # -- DeliveryLog -------------------------------------------------------------------
 
@@ -865,6 +952,45 @@ class PostgresStore(PostgresQueue):
 
 _PENDING_RESUMES = "(resume IN ('scheduled', 'claimed') OR (state = 'blocked' AND resume IS NULL))"
 """The partial index ``ix_runs_resume_pending`` (r0007) holds exactly these rows."""
+
+
+_BATCH_STOP_COLUMNS = (
+    "id",
+    "run_id",
+    "team",
+    "channel",
+    "thread_ts",
+    "kind",
+    "requested_by",
+    "requested_at",
+)
+_BATCH_EVENT_COLUMNS = ("run_id", "kind", "actor", "at", "detail")
+_BATCH_STOPS = (
+    # One statement: the delivery's key, every request whose run is still stoppable and
+    # not asked already, their audit events, and a NOTIFY per run, committed together.
+    "WITH taken AS ({taken}), "
+    "added AS (INSERT INTO stop_requests "
+    "(id, run_id, team, channel, thread_ts, kind, requested_by, status, requested_at) "
+    "SELECT u.id, u.run_id, u.team, u.channel, u.thread_ts, u.kind, u.requested_by, "
+    "'requested', u.requested_at "
+    "FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], "
+    "$7::text[], $8::timestamptz[]) "
+    "AS u(id, run_id, team, channel, thread_ts, kind, requested_by, requested_at) "
+    "JOIN runs r ON r.id = u.run_id "
+    "WHERE EXISTS (SELECT 1 FROM taken) AND r.state = ANY($14::text[]) "
+    "AND NOT EXISTS (SELECT 1 FROM stop_requests s "
+    "WHERE s.run_id = u.run_id AND s.status = 'requested') "
+    "RETURNING id, run_id), "
+    "audited AS (INSERT INTO events (run_id, kind, actor, at, detail) "
+    "SELECT e.run_id, e.kind, e.actor, e.at, e.detail::json "
+    "FROM unnest($9::text[], $10::text[], $11::text[], $12::timestamptz[], $13::text[]) "
+    "AS e(run_id, kind, actor, at, detail) "
+    "WHERE e.run_id IN (SELECT run_id FROM added)) "
+    "SELECT (SELECT count(*) FROM taken) AS took, (SELECT array_agg(id) FROM added) AS ids, "
+    f"(SELECT count(pg_notify('{STOP_CHANNEL}', run_id)) FROM added) AS woken"
+)
+"""``add_stop_requests``' statement; ``{taken}`` takes the delivery's key (or is ``SELECT
+1`` without one)."""
 
 
 def _resume_filter(change: codec.ResumeChange, params: list[Any]) -> str:

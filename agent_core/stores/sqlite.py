@@ -47,11 +47,13 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 import aiosqlite
 
 from agent_core.errors import StorageError
-from agent_core.ports import StopRequestRecord
+from agent_core.ports import Forgotten, StopRequestRecord
 from agent_core.states import LIVE_STATES, TERMINAL_STATES, RunState
 from agent_core.stop import utcnow
 from agent_core.stores import _codec as codec
+from agent_core.stores import _retention as retention
 from agent_core.stores._sqlite_thread import SqliteThread, Work
+from agent_core.stores.migrations import TIMEOUT_S as MIGRATION_TIMEOUT_S
 from agent_core.stores.migrations import upgrade_sqlite
 from agent_core.stores.sqlite_queue import SqliteQueue
 
@@ -84,7 +86,6 @@ T = TypeVar("T")
 
 _LIVE = tuple(sorted(LIVE_STATES))
 _TERMINAL = tuple(sorted(TERMINAL_STATES))
-_NEVER_RESUMES = tuple(sorted(TERMINAL_STATES - {RunState.BLOCKED}))
 
 
 def _param(value: Any) -> Any:
@@ -124,9 +125,15 @@ class SqliteStore(SqliteQueue):
 
     @classmethod
     async def open(
-        cls, path: str, *, busy_timeout_s: float = 10.0, migrate: bool = True
+        cls,
+        path: str,
+        *,
+        busy_timeout_s: float = 10.0,
+        migrate: bool = True,
+        migration_timeout_s: float = MIGRATION_TIMEOUT_S,
     ) -> SqliteStore:
-        """Open (creating if needed) the database file at ``path`` and migrate it."""
+        """Open (creating if needed) the database file at ``path`` and migrate it, within
+        ``migration_timeout_s`` (another worker's migration of the file included)."""
 
         async def connect() -> aiosqlite.Connection:
             # For the migrations only. isolation_level=None: the sqlite3 module issues
@@ -140,7 +147,7 @@ class SqliteStore(SqliteQueue):
             opened.append(writer)
             await writer.run(lambda work: _configure(work.conn, path, busy_timeout_s))
             if migrate:
-                await upgrade_sqlite(connect, where=path)
+                await upgrade_sqlite(connect, where=path, timeout_s=migration_timeout_s)
             reader = await SqliteThread.open(path, name="sqlite-reader", timeout_s=busy_timeout_s)
             opened.append(reader)
             await reader.run(lambda work: _shorten_busy_wait(work.conn))
@@ -449,6 +456,44 @@ class SqliteStore(SqliteQueue):
         taken = await self._transaction("commit a stop request", commit)
         return record if taken else None
 
+    async def add_stop_requests(
+        self,
+        requests: Sequence[StopRequestRecord],
+        *,
+        events: Sequence[AuditEvent] = (),
+        delivery: str | None = None,
+    ) -> list[StopRequestRecord] | None:
+        rows, event_rows = codec.stop_batch(requests, events)
+        if not rows:
+            return []
+        columns = list(rows[0])
+        insert = (
+            f"INSERT INTO stop_requests ({', '.join(columns)}) SELECT {_marks(len(columns))} "
+            f"WHERE EXISTS (SELECT 1 FROM runs WHERE id = ? AND state IN "
+            f"({_marks(len(codec.STOPPABLE))})) AND NOT EXISTS (SELECT 1 FROM stop_requests "
+            "WHERE run_id = ? AND status = 'requested')"
+        )
+        take = _params([delivery, uuid.uuid4().hex, utcnow()])
+
+        def commit(db: sqlite3.Connection) -> list[StopRequestRecord] | None:
+            if delivery is not None and db.execute(_TAKE_DELIVERY, take).rowcount == 0:
+                return None
+            added = [
+                request
+                for request, values in zip(requests, rows, strict=True)
+                if db.execute(
+                    insert,
+                    _params([*values.values(), request.run_id, *codec.STOPPABLE, request.run_id]),
+                ).rowcount
+            ]
+            runs = {r.run_id for r in added}
+            for values in event_rows:
+                if values["run_id"] in runs:
+                    db.execute(_insert_sql("events", values), _params(list(values.values())))
+            return added
+
+        return await self._transaction("commit stop requests", commit)
+
     async def pending_stop_requests(
         self, run_ids: Collection[str] | None = None
     ) -> list[StopRequestRecord]:
@@ -522,25 +567,55 @@ class SqliteStore(SqliteQueue):
 
     # -- RetentionStore ----------------------------------------------------------------
 
-    async def purge(self, older_than: datetime) -> int:
+    async def purge(self, older_than: datetime, *, batch_size: int = retention.BATCH_SIZE) -> int:
         cutoff = codec.sqlite_time(older_than)
-        statements: list[tuple[str, Sequence[Any]]] = [
-            ("DELETE FROM stop_requests WHERE status = 'handled' AND handled_at < ?", [cutoff]),
-            ("DELETE FROM events WHERE at < ?", [cutoff]),
-            (
-                "DELETE FROM checkpoints WHERE created_at < ? AND run_id IN "
-                f"(SELECT id FROM runs WHERE state IN ({_marks(len(_NEVER_RESUMES))}))",
-                [cutoff, *_NEVER_RESUMES],
-            ),
-            ("DELETE FROM deliveries WHERE seen_at < ?", [cutoff]),
-            ("DELETE FROM guidance WHERE status <> 'queued' AND settled_at < ?", [cutoff]),
-            ("DELETE FROM thread_participants WHERE seen_at < ?", [cutoff]),
-        ]
+        deleted = await self._delete_runs(retention.OLD_RUNS, cutoff, batch_size)
+        rows = deleted.rows
+        for table, condition in retention.OLD_ROWS:
+            rows += await self._delete_rows(table, condition, cutoff, batch_size)
+        return rows
 
-        def delete(db: sqlite3.Connection) -> int:
-            return sum(db.execute(sql, tuple(params)).rowcount for sql, params in statements)
+    async def forget_requester(
+        self, user: str, *, batch_size: int = retention.BATCH_SIZE
+    ) -> Forgotten:
+        deleted = await self._delete_runs(retention.USER_RUNS, user, batch_size)
+        for table, condition in retention.USER_ROWS:
+            await self._delete_rows(table, condition, user, batch_size)
+        sql = "SELECT count(*) FROM runs WHERE requester = ?"
+        kept = await self._rows("count a person's runs", sql, [user])
+        return Forgotten(runs=deleted.runs, kept=int(kept[0][0]))
 
-        return await self._transaction("purge old rows", delete)
+    async def _delete_runs(self, condition: str, value: Any, batch_size: int) -> retention.Deleted:
+        """The runs matching ``condition`` that may go, and their rows, a batch per
+        transaction (agent_core/stores/_retention.py)."""
+        select = retention.removable_runs(condition.format(cutoff="?", user="?")) + " LIMIT ?"
+
+        def batch(db: sqlite3.Connection) -> tuple[int, int]:
+            ids = [row[0] for row in db.execute(select, (value, batch_size))]
+            if not ids:
+                return 0, 0
+            marks = _marks(len(ids))
+            rows = sum(
+                db.execute(f"DELETE FROM {table} WHERE {column} IN ({marks})", ids).rowcount
+                for table, column in retention.RUN_TABLES
+            )
+            return len(ids), rows
+
+        return await retention.in_batches(
+            lambda: self._transaction("delete ended runs", batch), batch_size
+        )
+
+    async def _delete_rows(self, table: str, condition: str, value: Any, batch_size: int) -> int:
+        where = condition.format(cutoff="?", user="?")
+        sql = (
+            f"DELETE FROM {table} WHERE rowid IN (SELECT rowid FROM {table} WHERE {where} LIMIT ?)"
+        )
+
+        async def batch() -> tuple[int, int]:
+            count = await self._change(f"delete old rows of {table}", sql, [value, batch_size])
+            return count, count
+
+        return (await retention.in_batches(batch, batch_size)).rows
 
     # -- DeliveryLog -------------------------------------------------------------------
 

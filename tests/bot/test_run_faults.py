@@ -122,8 +122,8 @@ def faults(monkeypatch: pytest.MonkeyPatch) -> Faults:
     shared = Faults()
     real_open = app_module._open_store
 
-    async def open_faulty(database_url: str, pool_size: int) -> Store:
-        return cast("Store", FaultyStore(await real_open(database_url, pool_size), shared))
+    async def open_faulty(database_url: str, *options: Any) -> Store:
+        return cast("Store", FaultyStore(await real_open(database_url, *options), shared))
 
     monkeypatch.setattr(app_module, "_open_store", open_faulty)
     return shared

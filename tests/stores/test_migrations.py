@@ -29,7 +29,7 @@ from agent_core.stores.sqlite import SqliteStore
 from tests.stores.conftest import admin_execute, database_url
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncIterator, Sequence
     from pathlib import Path
 
     from agent_core.ports import Store
@@ -143,7 +143,7 @@ async def test_postgres_workers_starting_together_migrate_once(pg_url: str) -> N
         assert {t["tablename"] for t in tables} >= TABLES
 
 
-async def _close(stores: list[Store]) -> None:
+async def _close(stores: Sequence[Store]) -> None:
     for store in stores:
         await store.close()
 
@@ -226,3 +226,152 @@ async def _fresh_postgres() -> AsyncIterator[str]:
         yield database_url(name)
     finally:
         await admin_execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+# -- a long history ------------------------------------------------------------------------
+
+HISTORY = 200_000
+"""Runs written before r0007: every 100th live, every other 50th ``blocked`` by a shutdown
+(resumed after the upgrade), the rest finished with an ``ended_because`` in the result."""
+CLICK_WAIT_S = 2.0
+"""How long a click's write of an old worker may wait for the migration's locks (SQLite
+builds an index holding its one writer: a few hundred milliseconds on a busy machine)."""
+PG_CLICK_WAIT_S = 1.0
+"""The same on PostgreSQL, where nothing holds ``runs`` for longer than a batch."""
+
+
+RESULT = '{"turns": 2, "ended_because": "final_answer"}'
+
+
+def _history_sql(sqlite: bool) -> str:
+    if sqlite:
+        numbers = (
+            f"WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {HISTORY}) "
+        )
+        text, source, at, cast = "printf('%06d', i)", "FROM n", f"'{T0_SQLITE}'", ""
+    else:
+        numbers = ""
+        text, source = "lpad(i::text, 6, '0')", f"FROM generate_series(1, {HISTORY}) AS i"
+        at, cast = "'2026-03-01T12:00:00+00:00'::timestamptz", "::json"
+    return (
+        f"{numbers}INSERT INTO runs (id, team, channel, thread_ts, requester, task, state, "
+        "exit_code, result, created_at, updated_at) "
+        f"SELECT 'run-' || {text}, 'T1', 'C1', '1600000000.' || {text}, 'U1', "
+        "'a task as long as people write them, give or take', "
+        "CASE WHEN i % 100 = 0 THEN 'running' WHEN i % 50 = 0 THEN 'blocked' "
+        "ELSE 'finished' END, "
+        "CASE WHEN i % 100 = 0 THEN NULL WHEN i % 50 = 0 THEN 'EXIT-SHUTDOWN' "
+        "ELSE 'EXIT-FINAL-ANSWER' END, "
+        "CASE WHEN i % 100 = 0 THEN NULL "
+        f"ELSE '{RESULT}'{cast} END, "
+        f"{at}, {at} {source}"
+    )
+
+
+_MIGRATED = (
+    "SELECT count(*) FILTER (WHERE resume = 'declined'), "
+    "count(*) FILTER (WHERE ended_because = 'final_answer'), "
+    "count(*) FILTER (WHERE state = 'blocked' AND resume IS NULL) FROM runs"
+)
+"""Declined (every finished run), ended because (every ended run, from its result), and
+resumes ahead (those blocked by a shutdown)."""
+MIGRATED = (HISTORY * 49 // 50, HISTORY * 99 // 100, HISTORY // 100)
+
+
+async def test_sqlite_migrates_a_long_history_while_an_old_worker_answers_clicks(
+    tmp_path: Path,
+) -> None:
+    """Two workers start together on 200,000 runs written before r0007, with a busy
+    timeout shorter than the migration: one migrates, the other waits for it; a worker
+    of the previous version keeps committing clicks meanwhile, between the migration's
+    batches (it sees their progress: the history is not rewritten in one transaction)."""
+    path = str(tmp_path / "history.db")
+    await upgrade_sqlite(
+        lambda: aiosqlite.connect(path, isolation_level=None), where=path, to="r0006"
+    )
+    async with aiosqlite.connect(path) as conn:
+        await conn.execute("PRAGMA journal_mode = WAL")  # as every version has left it
+        await conn.execute(_history_sql(sqlite=True))
+        await conn.commit()
+    old_worker = await asyncio.to_thread(
+        sqlite3.connect, path, timeout=CLICK_WAIT_S, isolation_level=None, check_same_thread=False
+    )
+    try:
+        starting = asyncio.gather(
+            *(SqliteStore.open(path, busy_timeout_s=CLICK_WAIT_S) for _ in range(2))
+        )
+        clicks, progress = 0, set()
+        while not starting.done():
+            # A click's write as r0006 code makes it: it must not wait out its timeout.
+            progress.add(await asyncio.to_thread(_sqlite_click, old_worker, clicks))
+            clicks += 1
+        stores = await starting
+    finally:
+        await asyncio.to_thread(old_worker.close)
+    await _close(stores)
+    assert clicks > 0
+    assert any(0 < declined < MIGRATED[0] for declined in progress), sorted(progress)
+
+    async with aiosqlite.connect(path) as conn:
+        counts = await conn.execute_fetchall(_MIGRATED)
+    assert tuple(next(iter(counts))) == MIGRATED
+    versions, names, _ = await asyncio.to_thread(_inspect_sqlite, tmp_path / "history.db")
+    assert versions == [await head_revision()]
+    assert {"ix_runs_resume_pending", "ix_stop_requests_thread"} <= names
+
+
+def _sqlite_click(conn: sqlite3.Connection, n: int) -> int:
+    """A click's write as threadpilot makes it (``BEGIN IMMEDIATE``, the store's doc); then
+    how many runs are declined so far, as far as this worker can see."""
+    conn.execute("BEGIN IMMEDIATE")
+    conn.execute(
+        "UPDATE runs SET status_ts = ? WHERE id = ?",
+        (f"1700000000.{n:06d}", f"run-{(n * 7919) % HISTORY + 1:06d}"),
+    )
+    conn.execute("COMMIT")
+    try:
+        return int(
+            conn.execute("SELECT count(*) FROM runs WHERE resume = 'declined'").fetchone()[0]
+        )
+    except sqlite3.OperationalError:  # no such column: not there yet, for this worker
+        return 0
+
+
+@pytest.mark.postgres
+async def test_postgres_migrates_a_long_history_while_an_old_worker_answers_clicks(
+    pg_url: str,
+) -> None:
+    """As for SQLite: two workers whose statements time out long before the migration
+    is done both start; a worker of the previous version keeps committing clicks."""
+    async with _fresh_postgres() as url:
+        await upgrade_postgres(lambda: asyncpg.connect(url), where=url, to="r0006")
+        conn = await asyncpg.connect(url)
+        try:
+            await conn.execute(_history_sql(sqlite=False))
+        finally:
+            await conn.close()
+        old_worker = await asyncpg.connect(url)
+        try:
+            await old_worker.execute(f"SET lock_timeout = '{int(PG_CLICK_WAIT_S * 1000)}ms'")
+            starting = asyncio.gather(
+                *(PostgresStore.open(url, command_timeout_s=2.0) for _ in range(2))
+            )
+            clicks = 0
+            while not starting.done():
+                run_id = f"run-{(clicks * 7919) % HISTORY + 1:06d}"
+                await old_worker.execute(
+                    "UPDATE runs SET status_ts = $1 WHERE id = $2", f"1700.{clicks}", run_id
+                )
+                clicks += 1
+            stores = await starting
+            await _close(stores)
+            assert clicks > 0
+            assert tuple(await old_worker.fetchrow(_MIGRATED)) == MIGRATED
+            versions = await old_worker.fetch(f"SELECT version_num FROM {VERSION_TABLE}")
+            assert [v["version_num"] for v in versions] == [await head_revision()]
+            invalid = await old_worker.fetchval(
+                "SELECT count(*) FROM pg_index WHERE NOT indisvalid"
+            )
+            assert invalid == 0  # every index built concurrently is whole
+        finally:
+            await old_worker.close()

@@ -6,14 +6,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sqlite3
+import uuid
 from typing import TYPE_CHECKING
 
 import asyncpg  # type: ignore[import-untyped]
 import pytest
 
 from agent_core.errors import StorageError
-from agent_core.ports import ThreadKey
+from agent_core.ports import AuditEvent, RunRecord, StopRequestRecord, ThreadKey
+from agent_core.states import RunState
 from agent_core.stop import StopReason
+from agent_core.stores.postgres import PostgresStore
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -170,3 +173,85 @@ async def stop_requests_refused(kind: str, url: str) -> AsyncIterator[None]:
             await conn.execute("DROP TRIGGER refuse ON stop_requests; DROP FUNCTION refuse()")
     finally:
         await conn.close()
+
+
+# -- a batch (Stop all) ------------------------------------------------------------------
+
+
+def a_request(run_id: str, user: str = "U-ADMIN") -> StopRequestRecord:
+    return StopRequestRecord(uuid.uuid4().hex, run_id, THREAD, StopReason.STOP, user)
+
+
+async def test_a_batch_asks_each_stoppable_run_once_and_audits_it(backend: Backend) -> None:
+    clicker = await backend.open()
+    owner = await backend.open()
+    states = {
+        "running": RunState.RUNNING,
+        "queued": RunState.QUEUED,
+        "stopping": RunState.STOPPING,
+        "asked-already": RunState.RUNNING,
+        "ended": RunState.FINISHED,
+    }
+    for run_id, state in states.items():
+        await clicker.create_run(RunRecord(run_id, THREAD, "U1", "task", state=state))
+    earlier = await clicker.add_stop_request("asked-already", THREAD, StopReason.STOP, "U1")
+    batch = [a_request(run_id) for run_id in [*states, "unknown"]]
+    audit = [AuditEvent(r.run_id, "stop.requested", r.requested_by) for r in batch]
+
+    added = await clicker.add_stop_requests(batch, events=audit)
+
+    assert added == batch[:2]  # running, queued: the others are ending, or were asked
+    pending = await owner.pending_stop_requests()
+    assert sorted(pending, key=lambda r: r.run_id) == sorted(
+        [*added, earlier], key=lambda r: r.run_id
+    )
+    for run_id in [*states, "unknown"]:
+        kinds = [e.kind for e in await owner.events_for(run_id)]
+        assert kinds == (["stop.requested"] if run_id in ("running", "queued") else []), run_id
+
+
+async def test_a_batch_is_taken_once_per_delivery(backend: Backend) -> None:
+    first, second = await backend.open(), await backend.open()
+    for run_id in ("r1", "r2"):
+        await first.create_run(RunRecord(run_id, THREAD, "U1", "task", state=RunState.RUNNING))
+
+    added = await first.add_stop_requests([a_request("r1")], delivery="stop:click:1")
+    again = await second.add_stop_requests([a_request("r2")], delivery="stop:click:1")
+
+    assert added is not None and [r.run_id for r in added] == ["r1"]
+    assert again is None
+    assert [r.run_id for r in await second.pending_stop_requests()] == ["r1"]
+
+
+async def test_a_batch_naming_a_run_twice_is_refused(store: Store) -> None:
+    await store.create_run(RunRecord("r1", THREAD, "U1", "task", state=RunState.RUNNING))
+    with pytest.raises(ValueError, match="names a run twice"):
+        await store.add_stop_requests([a_request("r1"), a_request("r1", "U2")])
+    assert await store.pending_stop_requests() == []
+
+
+@pytest.mark.postgres
+async def test_a_batch_wakes_the_owner_of_each_run_it_asked(pg_url: str) -> None:
+    owner = await PostgresStore.open(pg_url, migrate=False)
+    clicker = await PostgresStore.open(pg_url, migrate=False)
+    run_ids = [f"woken-{i}" for i in range(50)]
+    woken: list[str] = []
+    all_woken = asyncio.Event()
+
+    async def wake(run_id: str) -> None:
+        woken.append(run_id)
+        if set(run_ids) <= set(woken):
+            all_woken.set()
+
+    try:
+        for run_id in run_ids:
+            await clicker.create_run(RunRecord(run_id, THREAD, "U1", "t", state=RunState.RUNNING))
+        async with owner.listen_stops(wake):
+            added = await clicker.add_stop_requests([a_request(r) for r in run_ids])
+            async with asyncio.timeout(10):
+                await all_woken.wait()
+        assert added is not None and len(added) == len(run_ids)
+        assert sorted(woken) == sorted(run_ids)  # each once
+    finally:
+        await owner.close()
+        await clicker.close()

@@ -7,12 +7,29 @@ migration script serves aiosqlite and asyncpg alike. Add a revision as
 ``versions/rNNNN_what.py`` with ``revision``/``down_revision`` set, written with ``op``
 and frozen (a migration never imports application code, which keeps changing).
 
-Several workers start at once, so an upgrade must be safe to race:
+A history can be large (``runs`` holds every task), and workers still on the previous
+version keep serving clicks while a new one migrates, so an upgrade never holds a table
+for long:
 
-- PostgreSQL: the whole upgrade is one transaction holding an advisory lock; the loser
-  waits, then finds the version table at head and does nothing.
-- SQLite: the upgrade runs in one ``BEGIN IMMEDIATE`` transaction, which takes the
-  file's write lock up front; the loser waits (busy timeout), then does nothing.
+- Each revision commits on its own (alembic's ``transaction_per_migration``), with its
+  version stamp. A revision that rewrites rows does it in batches, each committed
+  (inside ``op.get_context().autocommit_block()``), and builds an index
+  on a table that may be large ``CONCURRENTLY`` on PostgreSQL (which must run outside a
+  transaction). Such a revision is written to be run again from the start: a worker
+  killed halfway leaves its committed batches, and the next one finishes the job.
+- The whole upgrade has one deadline, ``timeout_s`` (``MIGRATION_TIMEOUT``), not the
+  per-statement timeout of ordinary queries: a long history takes what it takes.
+
+Several workers start at once, so an upgrade must be safe to race. One of them migrates
+while holding a lock that spans its transactions; the others wait for it (up to the
+same deadline), then find the version table at head and do nothing:
+
+- PostgreSQL: a session advisory lock, tried every :data:`LOCK_POLL_S` (a waiter blocked
+  inside a statement would hold a snapshot, and ``CREATE INDEX CONCURRENTLY`` waits for
+  every older snapshot: the two would wait for each other).
+- SQLite: a lock file beside the database (``<file>.migrate-lock``, held with the OS's
+  file locks, released if the process dies), and ``BEGIN IMMEDIATE`` for each
+  transaction, which takes the write lock up front.
 - Within one process, alembic's ``op`` and ``context`` are module-level proxies, so two
   upgrades must not interleave on one event loop: a per-loop lock serialises them.
 """
@@ -20,6 +37,7 @@ Several workers start at once, so an upgrade must be safe to race:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import weakref
 from pathlib import Path
@@ -31,25 +49,42 @@ from alembic.runtime.migration import MigrationStep
 from alembic.script import ScriptDirectory
 from alembic.script.revision import RevisionError
 from alembic.util import CommandError
+from filelock import AsyncFileLock
 from sqlalchemy import event, text
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
 from agent_core.errors import StorageError
+from agent_core.stores.defaults import MIGRATION_TIMEOUT_S
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import AsyncIterator, Awaitable, Callable
 
     from alembic.runtime.migration import MigrationContext, RevisionStep
     from sqlalchemy.engine import Connection
-    from sqlalchemy.ext.asyncio import AsyncEngine
+    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-__all__ = ["VERSION_TABLE", "head_revision", "upgrade_postgres", "upgrade_sqlite"]
+    _Lock = Callable[[AsyncConnection], contextlib.AbstractAsyncContextManager[None]]
+
+__all__ = [
+    "LOCK_POLL_S",
+    "TIMEOUT_S",
+    "VERSION_TABLE",
+    "head_revision",
+    "upgrade_postgres",
+    "upgrade_sqlite",
+]
 
 VERSION_TABLE = "threadpilot_schema_version"
 """Not alembic's default ``alembic_version``: the database may be shared with another
 application that uses alembic too."""
+
+TIMEOUT_S = MIGRATION_TIMEOUT_S
+"""The default deadline of a whole upgrade (:mod:`agent_core.stores.defaults`)."""
+
+LOCK_POLL_S = 0.2
+"""How often a waiting worker tries the migration lock again."""
 
 # An arbitrary constant, so every threadpilot worker contends for the same lock.
 _PG_LOCK_KEY = 7_405_142_690_301
@@ -60,31 +95,51 @@ _loop_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] 
 
 
 async def upgrade_postgres(
-    connect: Callable[[], Awaitable[Any]], *, where: str, to: str = "heads"
+    connect: Callable[[], Awaitable[Any]],
+    *,
+    where: str,
+    to: str = "heads",
+    timeout_s: float = TIMEOUT_S,
 ) -> None:
-    """Bring a PostgreSQL database to head; ``connect`` returns an asyncpg connection.
+    """Bring a PostgreSQL database to head; ``connect`` returns an asyncpg connection
+    (whose own command timeout should be no shorter than ``timeout_s``).
 
     ``where`` names the database in error messages. ``to`` stops at an older revision,
     for tests that need a database as an earlier version left it; it never downgrades.
+    ``timeout_s`` bounds the whole upgrade, waiting for another worker's included.
     Raises :class:`StorageError`.
     """
     engine = create_async_engine("postgresql+asyncpg://", async_creator=connect, poolclass=NullPool)
-    await _upgrade(engine, lock="SELECT pg_advisory_xact_lock(:key)", where=where, to=to)
+    await _upgrade(engine, lock=_advisory_lock, where=where, to=to, timeout_s=timeout_s)
 
 
 async def upgrade_sqlite(
-    connect: Callable[[], Awaitable[Any]], *, where: str, to: str = "heads"
+    connect: Callable[[], Awaitable[Any]],
+    *,
+    where: str,
+    to: str = "heads",
+    timeout_s: float = TIMEOUT_S,
 ) -> None:
     """Bring a SQLite file to head (or to revision ``to``, as in :func:`upgrade_postgres`);
     ``connect`` returns an aiosqlite connection opened with ``isolation_level=None`` (so
-    that SQLAlchemy's BEGIN below is the only one)."""
+    that SQLAlchemy's BEGIN below is the only one). ``where`` is the file's path: its lock
+    file goes beside it."""
     engine = create_async_engine("sqlite+aiosqlite://", async_creator=connect, poolclass=NullPool)
 
     @event.listens_for(engine.sync_engine, "begin")
     def _begin_immediate(conn: Connection) -> None:
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        # Not in an autocommit block: there, a revision's batches begin their own.
+        if conn.get_execution_options().get("isolation_level") != "AUTOCOMMIT":
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
 
-    await _upgrade(engine, lock=None, where=where, to=to)
+    lock = AsyncFileLock(f"{where}.migrate-lock", poll_interval=LOCK_POLL_S)
+
+    @contextlib.asynccontextmanager
+    async def file_lock(_conn: AsyncConnection) -> AsyncIterator[None]:
+        async with lock:
+            yield
+
+    await _upgrade(engine, lock=file_lock, where=where, to=to, timeout_s=timeout_s)
 
 
 async def head_revision() -> str:
@@ -95,12 +150,25 @@ async def head_revision() -> str:
     return head
 
 
-async def _upgrade(engine: AsyncEngine, *, lock: str | None, where: str, to: str) -> None:
+async def _upgrade(
+    engine: AsyncEngine, *, lock: _Lock, where: str, to: str, timeout_s: float
+) -> None:
     try:
         # Reading and executing the revision files is file work: off the event loop.
         script = await asyncio.to_thread(_scripts)
-        async with _loop_lock(), engine.begin() as conn:
-            await conn.run_sync(_upgrade_to, script, lock, to)
+        async with (
+            _loop_lock(),
+            asyncio.timeout(timeout_s),
+            engine.connect() as conn,
+            lock(conn),
+        ):
+            await conn.run_sync(_upgrade_to, script, to)
+    except TimeoutError as exc:
+        raise StorageError(
+            f"the schema of {where} was not migrated within {timeout_s:g} s (waiting for "
+            "another worker's migration included); raise MIGRATION_TIMEOUT for a large "
+            "history, and start again: what was migrated so far is kept"
+        ) from exc
     except (RevisionError, CommandError) as exc:
         raise StorageError(
             f"the schema of {where} is at a revision this threadpilot does not know ({exc}); "
@@ -112,6 +180,25 @@ async def _upgrade(engine: AsyncEngine, *, lock: str | None, where: str, to: str
         raise StorageError(f"could not migrate the schema of {where}: {cause}") from exc
     finally:
         await engine.dispose()
+
+
+@contextlib.asynccontextmanager
+async def _advisory_lock(conn: AsyncConnection) -> AsyncIterator[None]:
+    """PostgreSQL's session advisory lock, tried until had (module docstring); no
+    transaction is left open either side."""
+    try_lock = text("SELECT pg_try_advisory_lock(:key)")
+    while not await conn.scalar(try_lock, {"key": _PG_LOCK_KEY}):
+        await conn.commit()
+        await asyncio.sleep(LOCK_POLL_S)
+    await conn.commit()
+    try:
+        yield
+    finally:
+        # Closing the connection releases it too: only a live session needs this.
+        if not conn.closed and not conn.invalidated:
+            await conn.rollback()
+            await conn.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": _PG_LOCK_KEY})
+            await conn.commit()
 
 
 def _loop_lock() -> asyncio.Lock:
@@ -129,10 +216,7 @@ def _scripts() -> ScriptDirectory:
     return script
 
 
-def _upgrade_to(conn: Connection, script: ScriptDirectory, lock: str | None, to: str) -> None:
-    if lock is not None:
-        conn.execute(text(lock), {"key": _PG_LOCK_KEY})
-
+def _upgrade_to(conn: Connection, script: ScriptDirectory, to: str) -> None:
     def steps(heads: tuple[str, ...], _context: MigrationContext) -> list[RevisionStep]:
         pending = script.iterate_revisions(to, heads, implicit_base=True)
         return [
@@ -140,9 +224,9 @@ def _upgrade_to(conn: Connection, script: ScriptDirectory, lock: str | None, to:
             for revision in reversed(list(pending))
         ]
 
-    # The connection is already in a transaction (engine.begin), so alembic runs every
-    # step inside it: the upgrade commits whole or not at all.
+    # One transaction per revision, committed with its version stamp (module docstring).
     with EnvironmentContext(Config(), script, fn=steps) as env:
-        env.configure(connection=conn, version_table=VERSION_TABLE)
+        env.configure(connection=conn, version_table=VERSION_TABLE, transaction_per_migration=True)
         with env.begin_transaction():
             env.run_migrations()
+    conn.commit()  # what alembic's reads began, if anything

@@ -30,8 +30,20 @@ _TIME = sa.DateTime(timezone=True).with_variant(sa.Text(), "sqlite")
 
 
 def upgrade() -> None:
-    op.add_column("runs", sa.Column("final_posted_at", _TIME, nullable=True))
-    op.create_index("ix_runs_state_final_posted", "runs", ["state", "final_posted_at"])
+    present = {c["name"] for c in sa.inspect(op.get_bind()).get_columns("runs")}
+    if "final_posted_at" not in present:  # else an earlier run of this revision added it
+        op.add_column("runs", sa.Column("final_posted_at", _TIME, nullable=True))
+    # Outside a transaction, CONCURRENTLY on PostgreSQL: workers of the previous version
+    # keep writing ``runs`` meanwhile (r0007 says why). IF NOT EXISTS: a build cut short
+    # is run again.
+    with op.get_context().autocommit_block():
+        op.create_index(
+            "ix_runs_state_final_posted",
+            "runs",
+            ["state", "final_posted_at"],
+            if_not_exists=True,
+            postgresql_concurrently=True,
+        )
 
 
 def downgrade() -> None:

@@ -2,8 +2,8 @@
 
 App Home lists a person's (or, for an admin, everyone's) runs of one workspace, and each
 worker with someone looking at App Home asks every second or so which runs changed
-(docs/slack-setup.md, Home tab). ``runs`` is never purged, so both must
-stay index lookups as it grows.
+(docs/slack-setup.md, Home tab). ``runs`` keeps ``RETENTION_DAYS`` of history (it was
+never purged when this was written), so both must stay index lookups as it grows.
 
 Decisions:
 
@@ -28,8 +28,15 @@ depends_on = None
 
 
 def upgrade() -> None:
-    op.create_index("ix_runs_team_requester", "runs", ["team", "requester", "updated_at"])
-    op.create_index("ix_runs_updated_at", "runs", ["updated_at"])
+    # Outside a transaction, CONCURRENTLY on PostgreSQL: workers of the previous version
+    # keep writing ``runs`` meanwhile (r0007 says why). IF NOT EXISTS: a build cut short
+    # is run again.
+    with op.get_context().autocommit_block():
+        for name, columns in (
+            ("ix_runs_team_requester", ["team", "requester", "updated_at"]),
+            ("ix_runs_updated_at", ["updated_at"]),
+        ):
+            op.create_index(name, "runs", columns, if_not_exists=True, postgresql_concurrently=True)
 
 
 def downgrade() -> None:

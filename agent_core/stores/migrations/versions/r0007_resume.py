@@ -29,6 +29,13 @@ Decisions:
   with a resume ahead, so its size does not grow with the history of ``runs``. And one
   on ``stop_requests`` by thread, for "when did a person last stop a run here"
   (``USER_EXIT_GRACE``).
+- ``runs`` may hold a long history, and workers of the previous version keep writing it
+  while this runs: the columns are added in a transaction of their own (no rewrite, a
+  moment's lock), the backfill goes in batches of :data:`_BATCH` rows by id, each
+  committed, and on PostgreSQL the indexes are built ``CONCURRENTLY`` (outside any
+  transaction; SQLite builds them in one, which holds its writer for as long). Every
+  step may be run again (a worker killed halfway): a column or index already there is
+  kept, and the backfill writes only what is still unset.
 
 Revision ID: r0007
 Revises: r0006
@@ -36,8 +43,14 @@ Revises: r0006
 
 from __future__ import annotations
 
+import contextlib
+from typing import TYPE_CHECKING
+
 import sqlalchemy as sa
 from alembic import op
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 revision = "r0007"
 down_revision: str | None = "r0006"
@@ -50,7 +63,12 @@ _PENDING = "resume IN ('scheduled', 'claimed') OR (state = 'blocked' AND resume 
 _LIVE = "('queued', 'running', 'stopping')"
 
 
+_BATCH = 2000
+"""Rows per committed batch of the backfill: a fraction of a second each."""
+
+
 def upgrade() -> None:
+    present = {c["name"] for c in sa.inspect(op.get_bind()).get_columns("runs")}
     for column in (
         sa.Column("ended_because", sa.Text(), nullable=True),
         sa.Column("continued_from", sa.Text(), nullable=True),
@@ -60,27 +78,76 @@ def upgrade() -> None:
         sa.Column("resume_reason", sa.Text(), nullable=True),
         sa.Column("resume_by", sa.Text(), nullable=True),
     ):
-        op.add_column("runs", column)
-    if op.get_bind().dialect.name == "sqlite":
+        if column.name not in present:  # else an earlier run of this revision added it
+            op.add_column("runs", column)
+    sqlite = op.get_bind().dialect.name == "sqlite"
+    with op.get_context().autocommit_block():
+        _backfill(op.get_bind())
+        if not sqlite:
+            _create_indexes(concurrently=True)
+    if sqlite:
+        _create_indexes()
+
+
+def _backfill(bind: sa.Connection) -> None:
+    """``ended_because`` from the stored results, ``resume`` decided for ended runs (the
+    module docstring), a batch of rows at a time, each batch committed."""
+    if bind.dialect.name == "sqlite":
         reason = "json_extract(result, '$.ended_because')"
     else:
         reason = "result->>'ended_because'"
-    op.execute(f"UPDATE runs SET ended_because = {reason} WHERE result IS NOT NULL")
-    op.execute(
-        f"UPDATE runs SET resume = 'declined' WHERE state NOT IN {_LIVE} "
-        "AND NOT (state = 'blocked' AND exit_code = 'EXIT-SHUTDOWN')"
+    upto = sa.text(
+        "SELECT max(id) FROM (SELECT id FROM runs WHERE id > :after ORDER BY id LIMIT :n) b"
     )
+    update = sa.text(
+        f"UPDATE runs SET ended_because = COALESCE(ended_because, {reason}), "
+        f"resume = CASE WHEN resume IS NULL AND state NOT IN {_LIVE} "
+        "AND NOT (state = 'blocked' AND exit_code = 'EXIT-SHUTDOWN') "
+        "THEN 'declined' ELSE resume END "
+        "WHERE id > :after AND id <= :upto"
+    )
+    after = ""
+    while True:
+        with _committed(bind):
+            last = bind.execute(upto, {"after": after, "n": _BATCH}).scalar()
+            if last is None:
+                return
+            bind.execute(update, {"after": after, "upto": last})
+        after = last
+
+
+@contextlib.contextmanager
+def _committed(bind: sa.Connection) -> Iterator[None]:
+    """One batch, committed: on PostgreSQL each statement of an autocommit block commits
+    by itself; SQLite's batch is a ``BEGIN IMMEDIATE`` transaction of its own."""
+    if bind.dialect.name != "sqlite":
+        yield
+        return
+    bind.exec_driver_sql("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        bind.exec_driver_sql("ROLLBACK")
+        raise
+    bind.exec_driver_sql("COMMIT")
+
+
+def _create_indexes(*, concurrently: bool = False) -> None:
     op.create_index(
         "ix_runs_resume_pending",
         "runs",
         ["resume_at"],
         postgresql_where=sa.text(_PENDING),
         sqlite_where=sa.text(_PENDING),
+        if_not_exists=True,
+        postgresql_concurrently=concurrently,
     )
     op.create_index(
         "ix_stop_requests_thread",
         "stop_requests",
         ["team", "channel", "thread_ts", "requested_at"],
+        if_not_exists=True,
+        postgresql_concurrently=concurrently,
     )
 
 

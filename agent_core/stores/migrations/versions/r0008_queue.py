@@ -34,13 +34,19 @@ _WAITING = "state = 'queued' AND owner IS NULL AND parent_id IS NULL"
 
 
 def upgrade() -> None:
-    op.create_index(
-        "ix_runs_queue",
-        "runs",
-        ["created_at", "id"],
-        postgresql_where=sa.text(_WAITING),
-        sqlite_where=sa.text(_WAITING),
-    )
+    # Outside a transaction, CONCURRENTLY on PostgreSQL: workers of the previous version
+    # keep writing ``runs`` meanwhile (r0007 says why). IF NOT EXISTS: a build cut short
+    # is run again.
+    with op.get_context().autocommit_block():
+        op.create_index(
+            "ix_runs_queue",
+            "runs",
+            ["created_at", "id"],
+            postgresql_where=sa.text(_WAITING),
+            sqlite_where=sa.text(_WAITING),
+            if_not_exists=True,
+            postgresql_concurrently=True,
+        )
 
 
 def downgrade() -> None:

@@ -1,10 +1,10 @@
-"""How many PostgreSQL connections one worker holds: numbers only, so that the settings
-can name the defaults without importing the database drivers (``python -m bot`` reads its
-settings before anything heavy is imported)."""
+"""The stores' tunable defaults (connections per worker, the migration deadline): numbers
+only, so that the settings can name them without importing the database drivers or
+alembic (``python -m bot`` reads its settings before anything heavy is imported)."""
 
 from __future__ import annotations
 
-__all__ = ["ANSWERING_POOL_SIZE", "POOL_SIZE"]
+__all__ = ["ANSWERING_POOL_SIZE", "MIGRATION_TIMEOUT_S", "POOL_SIZE"]
 
 POOL_SIZE = 4
 """Default connections a store's pool opens for the runs' work (``DATABASE_POOL_SIZE``).
@@ -20,3 +20,7 @@ ANSWERING_POOL_SIZE = 3
 """Connections kept open for the calls a person waits on (a click before its ack), beside
 the pool the runs' work shares: a click never queues for a connection behind that work,
 nor waits for one to be opened (tens of milliseconds on a busy server)."""
+
+MIGRATION_TIMEOUT_S = 900.0
+"""The default deadline of a whole schema upgrade, waiting for another worker's included
+(``MIGRATION_TIMEOUT``)."""
