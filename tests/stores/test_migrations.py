@@ -375,3 +375,41 @@ async def test_postgres_migrates_a_long_history_while_an_old_worker_answers_clic
             assert invalid == 0  # every index built concurrently is whole
         finally:
             await old_worker.close()
+
+
+async def test_a_migration_cut_short_is_finished_by_the_next_start(tmp_path: Path) -> None:
+    """A worker killed halfway through r0007's batches (here: its start-up cancelled)
+    leaves what it committed; the next worker to start finishes the job."""
+    path = str(tmp_path / "history.db")
+    await upgrade_sqlite(
+        lambda: aiosqlite.connect(path, isolation_level=None), where=path, to="r0006"
+    )
+    async with aiosqlite.connect(path) as conn:
+        await conn.execute("PRAGMA journal_mode = WAL")
+        await conn.execute(_history_sql(sqlite=True))
+        await conn.commit()
+    watcher = await asyncio.to_thread(
+        sqlite3.connect, path, timeout=CLICK_WAIT_S, isolation_level=None, check_same_thread=False
+    )
+    try:
+        first = asyncio.ensure_future(SqliteStore.open(path))
+        declined = 0
+        while not 0 < declined < MIGRATED[0]:
+            assert not first.done(), "the migration ended before it could be cut short"
+            declined = await asyncio.to_thread(_sqlite_click, watcher, declined)
+        first.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await first
+    finally:
+        await asyncio.to_thread(watcher.close)
+    versions, _, _ = await asyncio.to_thread(_inspect_sqlite, tmp_path / "history.db")
+    assert versions == ["r0006"]  # r0007 is not done
+
+    store = await SqliteStore.open(path)
+    await store.close()
+
+    async with aiosqlite.connect(path) as conn:
+        counts = await conn.execute_fetchall(_MIGRATED)
+    assert tuple(next(iter(counts))) == MIGRATED
+    versions, _, _ = await asyncio.to_thread(_inspect_sqlite, tmp_path / "history.db")
+    assert versions == [await head_revision()]
