@@ -13,12 +13,15 @@ from typing import TYPE_CHECKING, Any
 import aiosqlite
 import asyncpg  # type: ignore[import-untyped]
 import pytest
+from filelock import AsyncFileLock
 
+from agent_core.errors import StorageError
 from agent_core.outcomes import ExitCode, Outcome
 from agent_core.ports import ResumeState, RunRecord, ThreadKey
 from agent_core.states import TERMINAL_STATES, RunState
 from agent_core.stores.factory import open_store
 from agent_core.stores.migrations import (
+    _PG_LOCK_KEY,
     VERSION_TABLE,
     head_revision,
     upgrade_postgres,
@@ -413,3 +416,32 @@ async def test_a_migration_cut_short_is_finished_by_the_next_start(tmp_path: Pat
     assert tuple(next(iter(counts))) == MIGRATED
     versions, _, _ = await asyncio.to_thread(_inspect_sqlite, tmp_path / "history.db")
     assert versions == [await head_revision()]
+
+
+async def test_waiting_past_the_migration_timeout_is_a_clear_error(tmp_path: Path) -> None:
+    """Another worker holds the migration lock (it migrates a long history): past
+    MIGRATION_TIMEOUT this one gives up, saying which setting to raise."""
+    path = str(tmp_path / "threadpilot.db")
+    async with AsyncFileLock(f"{path}.migrate-lock"):
+        # A task of its own, as another worker's start-up would be.
+        starting = asyncio.ensure_future(SqliteStore.open(path, migration_timeout_s=0.5))
+        with pytest.raises(StorageError, match="raise MIGRATION_TIMEOUT"):
+            await starting
+    store = await SqliteStore.open(path)  # once it is free, the file is migrated
+    await store.close()
+
+
+@pytest.mark.postgres
+async def test_postgres_waiting_past_the_migration_timeout_is_a_clear_error(
+    pg_url: str,
+) -> None:
+    async with _fresh_postgres() as url:
+        other = await asyncpg.connect(url)  # a worker migrating
+        try:
+            await other.execute(f"SELECT pg_advisory_lock({_PG_LOCK_KEY})")
+            with pytest.raises(StorageError, match="raise MIGRATION_TIMEOUT"):
+                await PostgresStore.open(url, migration_timeout_s=0.5)
+        finally:
+            await other.close()
+        store = await PostgresStore.open(url)
+        await store.close()
