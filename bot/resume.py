@@ -1,6 +1,6 @@
 """Resuming a run that ended, when that respects what happened (docs/stopping.md).
 
-**Deciding.** When a run ends, :func:`decide` asks the pure policy
+**Deciding.** When a run ends, :func:`settle_resume` asks the pure policy
 (:func:`agent_core.decide_resume`: ``AUTO_RESUME``, ``MAX_AUTO_RESUMES``,
 ``USER_EXIT_GRACE``) and stores the answer on the run by compare-and-set, so exactly one
 worker decides: ``scheduled`` at ``resume_at`` (a rate limit after its Retry-After or a
@@ -57,6 +57,7 @@ from agent_core import (
     RunResult,
     RunState,
     StopReason,
+    StopSource,
     StorageError,
     decide_resume,
     weighs_last_stop,
@@ -77,7 +78,14 @@ if TYPE_CHECKING:
     from bot.supervisor import Supervisor
     from bot.surface import Workspaces
 
-__all__ = ["Resumes", "decide", "due_at", "ended_because", "ending_view", "resume_in_place"]
+__all__ = [
+    "Resumes",
+    "due_at",
+    "ending_view",
+    "resume_in_place",
+    "settle_resume",
+    "stored_ended_because",
+]
 
 log = structlog.get_logger("bot.resume")
 
@@ -104,7 +112,7 @@ _SUB_AGENT = "A sub-agent resumes only with its parent run"
 # -- what a stored run says ------------------------------------------------------------
 
 
-def ended_because(record: RunRecord) -> EndedBecause:
+def stored_ended_because(record: RunRecord) -> EndedBecause:
     """Why the stored run ended (its column, or else its result's classification)."""
     if record.ended_because is not None:
         return record.ended_because
@@ -118,7 +126,7 @@ def ending_view(record: RunRecord) -> EndingView | None:
     if not record.state.is_terminal:
         return None
     return EndingView(
-        ended_because=ended_because(record).value,
+        ended_because=stored_ended_because(record).value,
         resume=record.resume,
         resume_at=record.resume_at,
         reason=record.resume_reason,
@@ -142,14 +150,14 @@ def due_at(record: RunRecord) -> datetime | None:
 # -- deciding --------------------------------------------------------------------------
 
 
-async def decide(
+async def settle_resume(
     store: Store, record: RunRecord, policy: ResumeSettings, *, actor: str, now: datetime
 ) -> RunRecord:
     """Decide, and store, whether and when the ended ``record`` resumes; the stored run
     after (as decided here, or by whoever decided first)."""
     if record.resume is not None or not record.state.is_terminal:
         return record
-    ended = ended_because(record)
+    ended = stored_ended_because(record)
     decision = await _decision(store, record, ended, policy, now)
     if isinstance(decision, DontResume):
         won = await store.set_resume(
@@ -194,7 +202,7 @@ async def _decision(
     if record.state is not RunState.BLOCKED:
         return DontResume(_NOT_BLOCKED.format(state=record.state.value))
     stops = await store.stop_requests_for(record.id)
-    if any(r.kind in (StopReason.STOP, StopReason.ABORT) for r in stops):
+    if any(r.kind.by_person for r in stops):
         return DontResume(_PERSON_STOPPED)  # whatever ended it after: never resumed
     if await thread_moved_on(store, record):
         return DontResume(_MOVED_ON)
@@ -246,7 +254,7 @@ async def resume_in_place(
     detail = {
         "from_turn": turn,
         "attempt": record.auto_resumes + 1,
-        "ended_because": ended_because(record).value,
+        "ended_because": stored_ended_because(record).value,
         "reason": record.resume_reason,
     }
     await store.record_event(AuditEvent(record.id, "run.resumed", worker_id, at=now, detail=detail))
@@ -299,7 +307,9 @@ class Resumes:
             await asyncio.wait([self._task], timeout=_CLOSE_S)
             self._task = None
         for compaction in list(self._compactions.values()):
-            compaction.request_stop(StopReason.SHUTDOWN, "system:shutdown", source="signal")
+            compaction.request_stop(
+                StopReason.SHUTDOWN, "system:shutdown", source=StopSource.SIGNAL
+            )
         tasks = list(self._continuing.values())
         if tasks:
             _, pending = await asyncio.wait(tasks, timeout=_CLOSE_S)
@@ -320,7 +330,7 @@ class Resumes:
         (nothing is decided then), and (the run left to be decided later) if the database
         cannot say."""
         try:
-            record = await decide(
+            record = await settle_resume(
                 self._store, record, self.policy, actor=self._worker_id, now=utcnow()
             )
         except StorageError:
@@ -358,13 +368,15 @@ class Resumes:
             lease_expires_at=None,
         )
         if won and (compaction := self._compactions.get(record.id)) is not None:
-            compaction.request_stop(StopReason.STOP, user, source="resume")
+            compaction.request_stop(StopReason.STOP, user, source=StopSource.RESUME)
         return won
 
     def stop_summary(self, thread_run_id: str, kind: StopReason, user: str) -> bool:
         """Stop the summary being written here to continue ``thread_run_id``, if any."""
         compaction = self._compactions.get(thread_run_id)
-        return compaction is not None and compaction.request_stop(kind, user, source="resume")
+        return compaction is not None and compaction.request_stop(
+            kind, user, source=StopSource.RESUME
+        )
 
     # -- the schedule ------------------------------------------------------------------
 
@@ -394,7 +406,7 @@ class Resumes:
                 if undecided_until > now:
                     next_at = min(next_at, undecided_until)
                     continue
-                record = await decide(
+                record = await settle_resume(
                     self._store, record, self.policy, actor=self._worker_id, now=now
                 )
                 await self._show(record)
@@ -420,7 +432,7 @@ class Resumes:
                 log.info("resume.declined", run_id=record.id, reason=_MOVED_ON)
                 await self._show_stored(record.id)
             return
-        if ended_because(record) is EndedBecause.CONTEXT_EXHAUSTED:
+        if stored_ended_because(record) is EndedBecause.CONTEXT_EXHAUSTED:
             await self._claim_and_continue(record, now)
             return
         if await resume_in_place(
@@ -515,7 +527,7 @@ class Resumes:
                 or (held.owner != self._worker_id)
             ):
                 who = held.resume_by if held is not None and held.resume_by else "system:claim"
-                compaction.request_stop(StopReason.STOP, who, source="resume")
+                compaction.request_stop(StopReason.STOP, who, source=StopSource.RESUME)
 
     async def _after_summary(
         self, record: RunRecord, run_id: str, outcome: CompactionOutcome | None
