@@ -568,6 +568,23 @@ def resume_cancelled(by: str | None) -> str:
     return f"Not resuming: {mention(by)} chose not to resume it."
 
 
+# Why the app does not resume a run, beside the policy's own reasons
+# (agent_core.resume_policy): stored as the run's resume reason, logged and audited in
+# these words, and shown by :func:`not_resuming`.
+RESUME_SUB_AGENT = "A sub-agent resumes only with its parent run"
+RESUME_PERSON_STOPPED = "Session ended by user, not auto-resuming"
+RESUME_MOVED_ON = "A newer run started in this thread; not auto-resuming"
+RESUME_NOTHING_CHECKPOINTED = "Nothing was checkpointed to continue from"
+
+
+def resume_not_blocked(state: str) -> str:
+    return f"Only a blocked run can resume; this one ended {state}, not auto-resuming"
+
+
+def resume_summary_failed(error: object) -> str:
+    return f"The summary to continue from failed ({error})"
+
+
 def not_resuming(reason: str) -> str:
     """Why a paused run does not resume on its own, from the policy's reason (written for
     logs: "...; not auto-resuming", which the line already says)."""

@@ -66,6 +66,7 @@ from agent_core import (
 from agent_core.compaction import DEFAULT_SUMMARY_WINDOW
 from agent_core.ports import ResumeState
 from agent_core.stop import utcnow
+from bot import messages
 from bot.session import RunSession
 from bot.views.status import EndingView
 
@@ -103,10 +104,6 @@ CHECK_S = 0.5
 another worker)."""
 _CLOSE_S = 5.0
 _AHEAD = (ResumeState.SCHEDULED, ResumeState.CLAIMED)
-_NOT_BLOCKED = "Only a blocked run can resume; this one ended {state}, not auto-resuming"
-_PERSON_STOPPED = "Session ended by user, not auto-resuming"
-_MOVED_ON = "A newer run started in this thread; not auto-resuming"
-_SUB_AGENT = "A sub-agent resumes only with its parent run"
 
 
 # -- what a stored run says ------------------------------------------------------------
@@ -185,7 +182,7 @@ async def _decision(
     store: Store, record: RunRecord, ended: EndedBecause, policy: ResumeSettings, now: datetime
 ) -> ResumeDecision:
     if record.parent_id is not None:
-        return DontResume(_SUB_AGENT)
+        return DontResume(messages.RESUME_SUB_AGENT)
     last_stop = (
         await store.last_user_stop(record.thread) if weighs_last_stop(ended, policy) else None
     )
@@ -200,12 +197,12 @@ async def _decision(
     if isinstance(decision, DontResume):
         return decision
     if record.state is not RunState.BLOCKED:
-        return DontResume(_NOT_BLOCKED.format(state=record.state.value))
+        return DontResume(messages.resume_not_blocked(record.state.value))
     stops = await store.stop_requests_for(record.id)
     if any(r.kind.by_person for r in stops):
-        return DontResume(_PERSON_STOPPED)  # whatever ended it after: never resumed
+        return DontResume(messages.RESUME_PERSON_STOPPED)  # whatever ended it after: never resumed
     if await thread_moved_on(store, record):
-        return DontResume(_MOVED_ON)
+        return DontResume(messages.RESUME_MOVED_ON)
     return decision
 
 
@@ -426,10 +423,10 @@ class Resumes:
                 ResumeState.DECLINED,
                 expected=_AHEAD,
                 due_by=now,
-                resume_reason=_MOVED_ON,
+                resume_reason=messages.RESUME_MOVED_ON,
                 resume_at=None,
             ):
-                log.info("resume.declined", run_id=record.id, reason=_MOVED_ON)
+                log.info("resume.declined", run_id=record.id, reason=messages.RESUME_MOVED_ON)
                 await self._show_stored(record.id)
             return
         if stored_ended_because(record) is EndedBecause.CONTEXT_EXHAUSTED:
@@ -540,9 +537,9 @@ class Resumes:
             case CompactionStopped():
                 log.info("resume.summary_stopped", run_id=record.id)
             case CompactionFailed(error=error):
-                await self._release(record, f"The summary to continue from failed ({error})")
+                await self._release(record, messages.resume_summary_failed(error))
             case None:
-                await self._release(record, "Nothing was checkpointed to continue from")
+                await self._release(record, messages.RESUME_NOTHING_CHECKPOINTED)
 
     async def _start_continuation(
         self, record: RunRecord, run_id: str, compacted: Compacted
@@ -551,7 +548,7 @@ class Resumes:
             await self._give_back(record)
             return
         if self._busy(record) or await thread_moved_on(self._store, record):
-            await self._release(record, _MOVED_ON)
+            await self._release(record, messages.RESUME_MOVED_ON)
             return
         if not await self._store.set_resume(
             record.id,
