@@ -18,6 +18,8 @@ person's intent (do not resume this), which a restart must not undo.
 The rules every part of the app asks about a stop live here, once: which of several
 requests is in force (:func:`strongest`: the highest rank, the first of it, as a run's
 :class:`RunControl` keeps it) and whether a person asked (:attr:`StopReason.by_person`).
+A reason's exit code and the ending a person's stop writes outside the loop are
+:func:`agent_core.outcomes.exit_code_of` and :func:`agent_core.outcomes.ended_by_person`.
 
 "Requested" and "took effect" are different moments and both are recorded: the loop calls
 :meth:`RunControl.mark_honoured` when it actually acts on the request.
