@@ -48,6 +48,7 @@ from agent_core import (
     StepRestarted,
     StopReason,
     StopRequested,
+    StopSource,
     TextDelta,
     ToolFinished,
     ToolProgress,
@@ -305,10 +306,9 @@ class RunSession:
             case GuidanceDelivered(turn=turn, guidance=guidance):
                 self._guidance.delivered(guidance, turn)
                 return
-            case StopRequested(reason=reason, requested_by=who):
+            case StopRequested(reason=reason, requested_by=who, source=source):
                 # The buttons must change now: Stop disappears, Abort stays.
-                request = self.run.control.request
-                timed_out = request is not None and request.source == "timer"
+                timed_out = source is StopSource.TIMER
                 self._snapshot = replace(
                     s,
                     phase="stopping",

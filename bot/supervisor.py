@@ -41,6 +41,7 @@ from agent_core import (
     RunRecord,
     RunState,
     StopReason,
+    StopSource,
     StorageError,
     continue_from,
 )
@@ -49,7 +50,7 @@ from agent_core.stop import utcnow
 from bot import messages
 from bot.errors import BudgetNotRunning, SlackError
 from bot.guidance import to_guidance
-from bot.resume import ended_because
+from bot.resume import stored_ended_because
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Collection, Sequence
@@ -319,7 +320,7 @@ class Supervisor:
             requester=record.requester,
             thread=record.thread,
             restore=checkpoint,
-            resumed_because=ended_because(record),
+            resumed_because=stored_ended_because(record),
         )
         return self._launch(run, record.requester, make_session, registered=True)
 
@@ -443,7 +444,9 @@ class Supervisor:
             ):
                 live.lost = True
                 log.error("run.lease_lost", run_id=live.run.id, worker=self.worker_id)
-                live.run.request_stop(StopReason.ABORT, "system:lease-lost", source="lease")
+                live.run.request_stop(
+                    StopReason.ABORT, "system:lease-lost", source=StopSource.LEASE
+                )
 
     async def _ending(self, record: RunRecord) -> EndingView | None:
         """Decide whether and when the run (its row, read as it ended) resumes; what its
@@ -585,7 +588,9 @@ class Supervisor:
         log.info("supervisor.shutting_down", live_runs=len(live))
         for entry in live:
             if entry.run.result is None:  # else it only has its Slack message left to write
-                entry.run.request_stop(StopReason.SHUTDOWN, "system:shutdown", source="signal")
+                entry.run.request_stop(
+                    StopReason.SHUTDOWN, "system:shutdown", source=StopSource.SIGNAL
+                )
         tasks = [e.task for e in live if e.task is not None]
         if not tasks:
             return
