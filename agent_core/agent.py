@@ -8,6 +8,12 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from agent_core.budget import (
+    DEFAULT_BUDGET,
+    DEFAULT_MAX_CHILDREN_PER_RUN,
+    DEFAULT_MAX_TOOL_CALLS_PER_STEP,
+    BudgetLimits,
+)
 from agent_core.delegation import CHILD_HOW_TO_CONTINUE, DELEGATE
 from agent_core.ended import EndedBecause
 from agent_core.loop import Run
@@ -19,6 +25,7 @@ from agent_core.tools import DEFAULT_TOOL_TIMEOUT_S
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from agent_core.budget import Spent
     from agent_core.ports import ChatMessage, ChatModel, Checkpoint, RunStore
     from agent_core.tools import Tool
 
@@ -44,6 +51,14 @@ class AgentConfig:
     """One tool call may take this long; then it is cancelled and the model is told it
     timed out (``TOOL_TIMEOUT``)."""
 
+    budget: BudgetLimits = DEFAULT_BUDGET
+    """One request's budget (tokens, tool calls, time, cost), shared by the run and its
+    sub-agents (:mod:`agent_core.budget`)."""
+    max_tool_calls_per_step: int = DEFAULT_MAX_TOOL_CALLS_PER_STEP
+    """Calls of one model reply that run; the rest get a tool error saying so."""
+    max_children_per_run: int = DEFAULT_MAX_CHILDREN_PER_RUN
+    """Sub-agents one run may start in all (at most 4 of them live at once)."""
+
     cancel_drain_s: float = 5.0
     """A run whose task is cancelled from outside (a shutdown's deadline, a parent's
     Abort cancelling its ``delegate`` call) records its ending for at most this long,
@@ -55,6 +70,14 @@ class AgentConfig:
             raise ValueError(f"tool_timeout_s must be positive, not {self.tool_timeout_s}")
         if not self.cancel_drain_s > 0:
             raise ValueError(f"cancel_drain_s must be positive, not {self.cancel_drain_s}")
+        if self.max_tool_calls_per_step < 1:
+            raise ValueError(
+                f"max_tool_calls_per_step must be at least 1, not {self.max_tool_calls_per_step}"
+            )
+        if self.max_children_per_run < 0:
+            raise ValueError(
+                f"max_children_per_run must be 0 or more, not {self.max_children_per_run}"
+            )
 
 
 class Agent:
@@ -97,6 +120,7 @@ class Agent:
         may_delegate: bool = True,
         resumed_because: EndedBecause = EndedBecause.SHUTDOWN,
         continued_from: str | None = None,
+        spent: Spent | None = None,
     ) -> Run:
         """A new run; with ``restore``, one that resumes from that checkpoint.
 
@@ -105,6 +129,8 @@ class Agent:
         ``shutdown``...), which decides what the model is told about the gap.
         ``continued_from``: the run this one continues from a summary (its context filled
         up; see :func:`agent_core.compaction.continue_from`); kept on the result.
+        ``spent``: what the request had already spent, when this run continues it (its
+        budget goes on from there, :mod:`agent_core.budget`).
         """
         run_id = run_id or uuid.uuid4().hex
         return Run(
@@ -119,4 +145,5 @@ class Agent:
             may_delegate=may_delegate,
             resumed_because=resumed_because,
             continued_from=continued_from,
+            spent=spent,
         )

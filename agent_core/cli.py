@@ -4,7 +4,11 @@ Ctrl+C once asks for a Stop (the current step finishes, one final turn reports),
 for an Abort; SIGTERM and SIGHUP (the terminal closed) are a shutdown. Exit statuses
 (docs/stopping.md, In a terminal): 0 finished or stopped, 130 aborted, 143 shutdown (129 when SIGHUP
 asked for it), 1 failed, 2 bad usage or configuration. ``--json`` carries
-``ended_because`` (:mod:`agent_core.ended`) with the rest of the result.
+``ended_because`` (:mod:`agent_core.ended`) with the rest of the result, and ``usage`` is
+the whole request's (the run and its sub-agents: tokens by kind, tool calls, wall time,
+and ``cost_usd`` when prices are set). The app's budgets apply here too
+(:mod:`agent_core.budget`): a spent one ends the run ``blocked`` with ``EXIT-BUDGET``,
+exit status 0.
 
 Settings are read as the app reads them: the environment, then ``.env`` in the working
 directory (the environment wins; an empty value means unset). ``LOG_LEVEL`` is the
@@ -37,6 +41,7 @@ from typing import TYPE_CHECKING, TextIO, overload
 from dotenv import dotenv_values
 
 from agent_core.agent import Agent, AgentConfig
+from agent_core.budget import limits_from_settings
 from agent_core.builtin_tools import BUILTIN_TOOLS
 from agent_core.delegation import DELEGATE
 from agent_core.errors import ConfigError
@@ -62,6 +67,7 @@ from agent_core.tools import DEFAULT_TOOL_TIMEOUT_S
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
+    from agent_core.budget import Spent
     from agent_core.loop import Run
     from agent_core.mcp import ServerConfig
     from agent_core.outcomes import RunResult
@@ -79,7 +85,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     env = _settings_env()
     try:
-        model = _model_from_env(env)
+        limits = limits_from_settings(env)
+        model = _model_from_env(env, limits.max_output_tokens)
         servers = _mcp_servers(env)
         tool_timeout_s = _seconds(env, "TOOL_TIMEOUT", DEFAULT_TOOL_TIMEOUT_S)
         max_turns = _turns(env) if args.max_turns is None else args.max_turns
@@ -97,15 +104,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         final_turn_timeout_s=final_turn_timeout_s,
         tool_timeout_s=tool_timeout_s,
         how_to_continue=HOW_TO_CONTINUE,
+        budget=limits.budget,
+        max_tool_calls_per_step=limits.max_tool_calls_per_step,
+        max_children_per_run=limits.max_children_per_run,
+        context_window=limits.context_window,
     )
     shutdowns: list[signal.Signals] = []
     try:
-        result = asyncio.run(_session(model, servers, config, args, shutdowns))
+        result, spent = asyncio.run(_session(model, servers, config, args, shutdowns))
     except KeyboardInterrupt:  # Ctrl+C while the MCP servers started: no run yet
         return 128 + signal.SIGINT
     out = sys.stdout
     if args.json:
-        out.write(json.dumps(result.to_dict()) + "\n")
+        # The whole request's usage, sub-agents included, in place of the run's own.
+        out.write(json.dumps({**result.to_dict(), "usage": spent.to_dict()}) + "\n")
     else:
         _print_handoff(result, out)
     out.flush()
@@ -154,8 +166,9 @@ def _settings_env(dotenv: str = ".env") -> dict[str, str]:
     return values
 
 
-def _model_from_env(env: Mapping[str, str]) -> HTTPChatModel:
-    """The adapter of ``MODEL_API`` with the key, model and URL of that API's settings."""
+def _model_from_env(env: Mapping[str, str], max_output_tokens: int | None = None) -> HTTPChatModel:
+    """The adapter of ``MODEL_API`` with the key, model and URL of that API's settings,
+    its replies capped at ``max_output_tokens`` (``MODEL_MAX_OUTPUT_TOKENS``)."""
     raw_api = env.get("MODEL_API", "").strip() or ModelAPI.OPENAI_CHAT.value
     try:
         api = ModelAPI(raw_api)
@@ -180,7 +193,14 @@ def _model_from_env(env: Mapping[str, str]) -> HTTPChatModel:
     if base_url is not None and not base_url.startswith(("http://", "https://")):
         raise ConfigError(f"{prefix}_BASE_URL", f"{base_url!r} is not an http(s) URL")
     reply_s = _seconds(env, "MODEL_REPLY_TIMEOUT", DEFAULT_REPLY_TIMEOUT_S)
-    return build_model(api, model=model, api_key=key, base_url=base_url, reply_timeout_s=reply_s)
+    return build_model(
+        api,
+        model=model,
+        api_key=key,
+        base_url=base_url,
+        reply_timeout_s=reply_s,
+        max_output_tokens=max_output_tokens,
+    )
 
 
 @overload
@@ -228,10 +248,10 @@ async def _session(
     config: AgentConfig,
     args: argparse.Namespace,
     shutdowns: list[signal.Signals],
-) -> RunResult:
+) -> tuple[RunResult, Spent]:
     """Start the MCP servers, run the task with their tools and the built-in ones, then
     close the servers and the model's connections, whatever happened (a Ctrl+C while the
-    servers start included)."""
+    servers start included). The result, and what the whole request spent."""
     mcp = McpManager(servers, reserved=[*(t.name for t in BUILTIN_TOOLS), DELEGATE])
     try:
         await mcp.start()
@@ -244,7 +264,7 @@ async def _session(
 
 async def _run(
     agent: Agent, task: str, as_json: bool, shutdowns: list[signal.Signals]
-) -> RunResult:
+) -> tuple[RunResult, Spent]:
     run = agent.new_run(task, requester="terminal")
     answer = sys.stderr if as_json else sys.stdout
     run.events.add_listener(lambda event: _show(event, answer))
@@ -254,7 +274,7 @@ async def _run(
     for signum in _SHUTDOWN_SIGNALS:
         loop.add_signal_handler(signum, _on_shutdown, run, signum, shutdowns)
     try:
-        return await run.run()
+        return await run.run(), run.budget.spent()
     finally:
         for signum in (signal.SIGINT, *_SHUTDOWN_SIGNALS):
             loop.remove_signal_handler(signum)

@@ -17,11 +17,13 @@ top-level run is at depth 0, its children at 1 may delegate once more, and grand
   batch is cancelled nothing of the child is left running, and the parent's batch is
   complete only once every child has returned.
 
-At most :data:`MAX_LIVE_CHILDREN` children of one run are live at once. A further call is
-refused at once with a tool error rather than held until a slot frees: a held call is
-work a Stop would have to find and cancel, and a wait the model cannot see; the model
-reads the refusal with the other results of its batch and delegates again once a child
-has reported.
+At most :data:`MAX_LIVE_CHILDREN` children of one run are live at once, and at most
+``max_children_per_run`` (:class:`~agent_core.agent.AgentConfig`, ``MAX_CHILDREN_PER_RUN``)
+are started in all; children spend from their parent's budget (:mod:`agent_core.budget`).
+A further call is refused at once with a tool error rather than held until a slot frees:
+a held call is work a Stop would have to find and cancel, and a wait the model cannot
+see; the model reads the refusal with the other results of its batch and delegates again
+once a child has reported.
 
 Whatever way the child ends (finished, or early: stopped, aborted, failed, blocked, a
 question), it comes back as the call's result: its outcome label, evidence, artifacts and
@@ -110,6 +112,8 @@ class Delegation:
         self._run = run
         self._live = 0
         """Children started by this tool that have not ended yet."""
+        self._started = 0
+        """Children started by this tool in all (``MAX_CHILDREN_PER_RUN`` bounds it)."""
         self.tool = Tool(
             name=DELEGATE,
             description=self._description(),
@@ -132,12 +136,20 @@ class Delegation:
             "evidence, artifacts, handoff), which comes back as this call's result. The "
             "sub-agent sees only `task` and may use only the tools named in `tools`, from: "
             f"{names}. Several calls in one turn run in parallel, at most "
-            f"{MAX_LIVE_CHILDREN} at once."
+            f"{MAX_LIVE_CHILDREN} at once and {self._run.agent.config.max_children_per_run} "
+            "in all."
         )
 
     async def _delegate(self, task: str, tools: list[str]) -> str:
         run = self._run
         names = self._checked(tools)
+        most = run.agent.config.max_children_per_run
+        if self._started >= most:
+            raise ToolError(
+                f"this run has started {most} sub-agents, the most allowed in all "
+                "(MAX_CHILDREN_PER_RUN), so this task was not started; do it yourself "
+                "or report what is left"
+            )
         if self._live >= MAX_LIVE_CHILDREN:
             raise ToolError(
                 f"{MAX_LIVE_CHILDREN} sub-agents of this run are already running, the most "
@@ -151,6 +163,7 @@ class Delegation:
             may_delegate=DELEGATE in wanted,
         )
         self._live += 1
+        self._started += 1
         log.info("child.started", run_id=run.id, child_id=child.id, tools=names)
         run.events.emit(ChildStarted(run.id, child.id, task, tuple(names), child.depth))
         remove = child.events.add_listener(_progress_of(current_progress()))

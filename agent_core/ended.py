@@ -9,12 +9,16 @@ reason. Nothing here does I/O; the resume decision is :mod:`agent_core.resume_po
 
 When clues conflict, the highest class in :data:`PRIORITY` wins::
 
-    rate_limit > completed > context_exhausted > user_exit > shutdown > worker_lost
-               > error > unknown
+    rate_limit > completed > context_exhausted > budget_exhausted > user_exit > shutdown
+               > worker_lost > error > unknown
 
-The first five and ``unknown`` are the original order. The three it leaves out sit where
-they are for these reasons:
+``rate_limit``, ``completed``, ``context_exhausted``, ``user_exit`` and ``unknown`` keep
+the original order. The four it leaves out sit where they are for these reasons:
 
+- ``budget_exhausted`` > ``user_exit``: a spent budget forces the final turn; a
+  person's Stop that lands during that turn came after the budget ended the work, and
+  neither resumes. Below ``context_exhausted``: a window that filled says more about
+  what to do next (continue from a summary) than the budget that ran out with it.
 - ``user_exit`` > ``shutdown``: a person's Stop or Abort says "do not resume this"; a
   restart that lands during the final turn must not undo it (the same reason ``abort``
   outranks ``shutdown`` in :mod:`agent_core.stop`).
@@ -66,6 +70,9 @@ class EndedBecause(StrEnum):
     """The process running it was asked to go away (SIGTERM, SIGHUP, a deploy)."""
     WORKER_LOST = "worker_lost"
     """The worker running it vanished without a word (kill -9, a crashed host)."""
+    BUDGET_EXHAUSTED = "budget_exhausted"
+    """The request spent its budget (tokens, tool calls, time or cost): never resumed on
+    its own (:mod:`agent_core.budget`)."""
     ERROR = "error"
     """A failure retrying cannot fix, or a bug."""
     UNKNOWN = "unknown"
@@ -81,6 +88,7 @@ PRIORITY: tuple[EndedBecause, ...] = (
     EndedBecause.RATE_LIMIT,
     EndedBecause.COMPLETED,
     EndedBecause.CONTEXT_EXHAUSTED,
+    EndedBecause.BUDGET_EXHAUSTED,
     EndedBecause.USER_EXIT,
     EndedBecause.SHUTDOWN,
     EndedBecause.WORKER_LOST,
@@ -111,6 +119,8 @@ class Clues:
     """The model ended the run itself: a plain answer, ``final_report`` or ``ask_user``."""
     context_full: bool = False
     """The loop's context guard forced the final turn before the window overflowed."""
+    budget_spent: bool = False
+    """The request's budget ran out and forced the final turn."""
     stop: StopReason | None = None
     """The stop request the run had when it ended (honoured or not)."""
     signal: int | None = None
@@ -133,6 +143,8 @@ def classify(clues: Clues) -> EndedBecause:
         found.add(EndedBecause.COMPLETED)
     if clues.context_full:
         found.add(EndedBecause.CONTEXT_EXHAUSTED)
+    if clues.budget_spent:
+        found.add(EndedBecause.BUDGET_EXHAUSTED)
     if clues.worker_lost:
         found.add(EndedBecause.WORKER_LOST)
     return max(found, key=lambda reason: reason.rank, default=EndedBecause.UNKNOWN)

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from agent_core.budget import Budget, admit_calls
 from agent_core.delegation import MAX_DEPTH, SUB_AGENT_NOTE, Delegation
 from agent_core.ended import EndedBecause, classify
 from agent_core.errors import (
@@ -66,6 +67,7 @@ from agent_core.steps import (
     Reported,
     Step,
     assistant_message,
+    budget_spent_before_work,
     cancelled_ending,
     context_exhausted_ending,
     crashed_ending,
@@ -88,6 +90,7 @@ if TYPE_CHECKING:
     from datetime import datetime
 
     from agent_core.agent import Agent
+    from agent_core.budget import Exhaustion, Spent
     from agent_core.ports import ChatMessage, Checkpoint, ModelResponse, ThreadKey, ToolCall
     from agent_core.stop import StopRequest
 
@@ -130,6 +133,7 @@ class Run:
         may_delegate: bool = True,
         resumed_because: EndedBecause = EndedBecause.SHUTDOWN,
         continued_from: str | None = None,
+        spent: Spent | None = None,
     ) -> None:
         self.id = run_id
         self.task = task
@@ -141,6 +145,13 @@ class Run:
         if self.depth > MAX_DEPTH:
             raise ValueError(f"a run may be at most {MAX_DEPTH} levels deep, not {self.depth}")
         self.agent = agent
+        self.budget: Budget = (
+            Budget(agent.config.budget, spent=spent) if parent is None else parent.budget
+        )
+        """The request's budget: a sub-agent spends from its parent's (``spent``: what a
+        continued request had spent before this run)."""
+        self._exhaustion: Exhaustion | None = None
+        """The budget that ran out and forced this run's final turn, if one did."""
         self.control = RunControl(run_id)
         self.events = EventHub()
         self.result: RunResult | None = None
@@ -229,6 +240,7 @@ class Run:
         if self._started:
             raise RuntimeError(f"run {self.id} was already started")
         self._started = True
+        self.budget.start()
         started_at = utcnow()
         try:
             ending = await self._start_and_drive()
@@ -322,6 +334,15 @@ class Run:
             if self._tally.steps_completed == 0:
                 return stopped_before_work(self._how)
             return FinalTurnReason.USER_STOP
+        spent = self.budget.exhaustion()
+        if spent is not None:
+            self._exhaustion = spent
+            self._log.info(
+                "budget.spent", budget=spent.kind.value, spent=spent.spent, limit=spent.limit
+            )
+            if self._tally.steps_completed == 0:
+                return budget_spent_before_work(spent.sentence(), self._how)
+            return FinalTurnReason.BUDGET
         if self._tally.turns >= self.agent.config.max_turns:
             return FinalTurnReason.MAX_TURNS
         window = self.agent.config.context_window
@@ -367,6 +388,7 @@ class Run:
                 await self._wait_to_retry(attempt, policy.delay(attempt, retry_after), exc, final)
                 continue
             self._tally.answered(response.usage)
+            self.budget.charge(response.usage)
             self.events.emit(
                 TurnFinished(self.id, self._tally.turns, self._tally.usage, response.usage)
             )
@@ -412,14 +434,22 @@ class Run:
             # The stop landed while this answer streamed: its tool calls are new work.
             self._close_calls(calls, answered=None, note="not run: the user asked to stop")
             return Continue()
+        admitted, refused = admit_calls(
+            [c for c in calls if c.name not in _LOOP_TOOLS],
+            per_step=self.agent.config.max_tool_calls_per_step,
+            budget=self.budget,
+        )
+        if refused:
+            self._log.info("tools.refused", calls=len(refused), first=refused[0][1])
         outcomes = await gather_tools(
             self._toolbox,
-            [c for c in calls if c.name not in _LOOP_TOOLS],
+            admitted,
             self._on_tool_start,
             self._on_tool_done,
             self._on_tool_progress,
         )
         self._messages.extend(o.message() for o in outcomes)
+        self._messages.extend(tool_result(call, error) for call, error in refused)
         for call in calls:
             if call.name in _LOOP_TOOLS:  # a malformed final_report / ask_user
                 self._messages.append(
@@ -434,7 +464,9 @@ class Run:
         if reason is FinalTurnReason.USER_STOP:
             await self._recorder.stopping()
         timer = self._arm_final_turn_timeout(reason)
-        instruction = {"role": "system", "content": final_turn_instruction(reason)}
+        budget = self._exhaustion if reason is FinalTurnReason.BUDGET else None
+        spent = budget.sentence() if budget is not None else ""
+        instruction = {"role": "system", "content": final_turn_instruction(reason, spent)}
         request = ModelRequest([*self._messages, instruction], tools=[FINAL_REPORT])
         one_attempt = reason is FinalTurnReason.MAX_RETRIES or self._stop_cut_rate_limit
         attempts = 1 if one_attempt else None
@@ -452,6 +484,7 @@ class Run:
                 error=str(error),
                 fallback_evidence=self._tally.progress_summary(error),
                 cause=cause,
+                spent=spent,
             )
         finally:
             if timer is not None:
@@ -474,6 +507,7 @@ class Run:
             default_outcome=default_outcome(reason, self._tally.last_error),
             fallback_evidence=self._tally.progress_summary(None),
             cause=cause,
+            spent=spent,
         )
 
     # -- helpers -----------------------------------------------------------------------

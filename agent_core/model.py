@@ -58,7 +58,8 @@ class OpenAIChatModel:
     ``base_url`` defaults to ``OPENAI_BASE_URL`` from the environment, then to OpenAI's.
     ``reads_per_s`` paces the reads of many open streams (0: every piece is read as it
     arrives, however many are open); ``reply_timeout_s`` bounds one reply however busy
-    its stream keeps (see :mod:`agent_core.model_http`).
+    its stream keeps (see :mod:`agent_core.model_http`); ``max_output_tokens`` caps each
+    reply (``max_completion_tokens``; None: the endpoint's own cap).
     """
 
     api = API
@@ -73,8 +74,10 @@ class OpenAIChatModel:
         reply_timeout_s: float = DEFAULT_REPLY_TIMEOUT_S,
         connect_timeout_s: float = 10.0,
         reads_per_s: float = READS_PER_S,
+        max_output_tokens: int | None = None,
     ) -> None:
         self.model = model
+        self.max_output_tokens = max_output_tokens
         base = base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
         self.endpoint = ModelEndpoint(
             base.rstrip("/") + "/chat/completions",
@@ -96,6 +99,8 @@ class OpenAIChatModel:
             "stream": True,
             "stream_options": {"include_usage": True},
         }
+        if self.max_output_tokens is not None:
+            body["max_completion_tokens"] = self.max_output_tokens
         if request.tools:
             body["tools"] = [t.to_openai() for t in request.tools]
             if request.tool_choice:

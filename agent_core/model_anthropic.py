@@ -77,7 +77,8 @@ class AnthropicModel:
     """Streams messages from the Anthropic API (or a server that speaks it).
 
     ``base_url`` defaults to ``ANTHROPIC_BASE_URL`` from the environment, then to
-    Anthropic's; ``max_tokens`` caps each reply (the API requires a cap).
+    Anthropic's; ``max_output_tokens`` caps each reply (``MODEL_MAX_OUTPUT_TOKENS``; the
+    API requires a cap, :data:`DEFAULT_MAX_TOKENS` without one).
     """
 
     api = API
@@ -88,14 +89,14 @@ class AnthropicModel:
         model: str,
         api_key: str,
         base_url: str | None = None,
-        max_tokens: int = DEFAULT_MAX_TOKENS,
+        max_output_tokens: int | None = None,
         idle_timeout_s: float = 60.0,
         reply_timeout_s: float = DEFAULT_REPLY_TIMEOUT_S,
         connect_timeout_s: float = 10.0,
         reads_per_s: float = READS_PER_S,
     ) -> None:
         self.model = model
-        self.max_tokens = max_tokens
+        self.max_tokens = max_output_tokens or DEFAULT_MAX_TOKENS
         base = base_url or os.environ.get("ANTHROPIC_BASE_URL") or DEFAULT_BASE_URL
         self.endpoint = ModelEndpoint(
             base.rstrip("/") + "/v1/messages",

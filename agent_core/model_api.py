@@ -40,9 +40,11 @@ def build_model(
     idle_timeout_s: float = 60.0,
     reply_timeout_s: float = DEFAULT_REPLY_TIMEOUT_S,
     reads_per_s: float = READS_PER_S,
+    max_output_tokens: int | None = None,
 ) -> HTTPChatModel:
     """The adapter of ``api``, for ``model`` at ``base_url`` (None: the API's default);
-    ``reads_per_s`` paces its streams' reads (:mod:`agent_core.model_http`)."""
+    ``reads_per_s`` paces its streams' reads (:mod:`agent_core.model_http`);
+    ``max_output_tokens`` caps each reply (``MODEL_MAX_OUTPUT_TOKENS``)."""
     kind: type[HTTPChatModel] = OpenAIChatModel
     if api is ModelAPI.OPENAI_RESPONSES:
         kind = OpenAIResponsesModel
@@ -55,4 +57,5 @@ def build_model(
         idle_timeout_s=idle_timeout_s,
         reply_timeout_s=reply_timeout_s,
         reads_per_s=reads_per_s,
+        max_output_tokens=max_output_tokens,
     )

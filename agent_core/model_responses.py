@@ -65,7 +65,10 @@ _RETRYABLE_CODES = frozenset({"server_error", "rate_limit_exceeded", "overloaded
 
 
 class OpenAIResponsesModel:
-    """Streams responses from the OpenAI Responses API (or a server that speaks it)."""
+    """Streams responses from the OpenAI Responses API (or a server that speaks it).
+
+    ``max_output_tokens`` caps each reply (None: the endpoint's own cap).
+    """
 
     api = API
 
@@ -79,8 +82,10 @@ class OpenAIResponsesModel:
         reply_timeout_s: float = DEFAULT_REPLY_TIMEOUT_S,
         connect_timeout_s: float = 10.0,
         reads_per_s: float = READS_PER_S,
+        max_output_tokens: int | None = None,
     ) -> None:
         self.model = model
+        self.max_output_tokens = max_output_tokens
         self.encrypted_reasoning = True
         """Whether reasoning is asked for encrypted (until the model refuses it)."""
         base = base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
@@ -103,6 +108,8 @@ class OpenAIResponsesModel:
             "stream": True,
             "store": False,
         }
+        if self.max_output_tokens is not None:
+            body["max_output_tokens"] = self.max_output_tokens
         if self.encrypted_reasoning:
             body["include"] = [ENCRYPTED_REASONING]
         if request.tools:

@@ -64,6 +64,7 @@ class ExitCode(StrEnum):
     TOKEN_LIMIT = "EXIT-TOKEN-LIMIT"
     MAX_TURNS = "EXIT-MAX-TURNS"
     MAX_RETRIES = "EXIT-MAX-RETRIES"
+    BUDGET = "EXIT-BUDGET"
     ERROR = "EXIT-ERROR"
 
 
@@ -429,6 +430,7 @@ def ended_because_of(
         answered=exit_code is ExitCode.FINAL_ANSWER
         or (exit_code is ExitCode.MAX_TURNS and outcome is Outcome.FINISHED),
         context_full=exit_code is ExitCode.TOKEN_LIMIT,
+        budget_spent=exit_code is ExitCode.BUDGET,
         message=error if exit_code in (ExitCode.MAX_RETRIES, ExitCode.ERROR) else None,
     )
     return classify(clues)

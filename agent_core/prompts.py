@@ -78,6 +78,8 @@ class FinalTurnReason(StrEnum):
     MAX_TURNS = "max_turns"
     TOKEN_LIMIT = "token_limit"
     MAX_RETRIES = "max_retries"
+    BUDGET = "budget"
+    """The request's budget is spent (:mod:`agent_core.budget`)."""
 
 
 _REPORT = (
@@ -94,11 +96,15 @@ _WHY = {
     FinalTurnReason.MAX_RETRIES: (
         "The model endpoint kept failing and the retries are used up; this is the last attempt."
     ),
+    FinalTurnReason.BUDGET: "The request's budget is spent, so the work stops here.",
 }
 
 
-def final_turn_instruction(reason: FinalTurnReason) -> str:
-    return f"{_WHY[reason]} {_REPORT}"
+def final_turn_instruction(reason: FinalTurnReason, detail: str = "") -> str:
+    """The system message of a forced final turn; ``detail`` says more about the reason
+    (which budget ran out, and how much of it was spent)."""
+    why = f"{_WHY[reason]} {detail}" if detail else _WHY[reason]
+    return f"{why} {_REPORT}"
 
 
 def guidance_note(author: str, text: str) -> str:

@@ -8,7 +8,8 @@ logs and the audit trail ("Session ended by user, not auto-resuming"). The rules
 the order they are checked:
 
 1. ``ended_because`` not in ``AUTO_RESUME``: no (``user_exit``, ``error``, ``unknown``
-   are never in it by default; ``completed`` may never be).
+   are never in it by default; ``completed`` and ``budget_exhausted`` may never be, and
+   never resume).
 2. A person stopped a run in this thread less than ``USER_EXIT_GRACE`` ago: no. The
    grace is measured at decision time; the stop that ended this very run counts.
 3. ``MAX_AUTO_RESUMES`` reached in this thread: no.
@@ -42,6 +43,7 @@ __all__ = [
     "ResumeSettings",
     "decide_resume",
     "parse_auto_resume",
+    "parse_duration",
     "parse_max_auto_resumes",
     "parse_user_exit_grace",
     "rate_limit_backoff",
@@ -105,7 +107,11 @@ _NOT_LISTED = {
     EndedBecause.COMPLETED: "Session completed, nothing to resume",
     EndedBecause.ERROR: "Session ended with an error, not auto-resuming",
     EndedBecause.UNKNOWN: "Session ended for an unknown reason, not auto-resuming",
+    EndedBecause.BUDGET_EXHAUSTED: "The request's budget is spent, not auto-resuming",
 }
+_NEVER_RESUMED = frozenset({EndedBecause.COMPLETED, EndedBecause.BUDGET_EXHAUSTED})
+"""Never resumed on their own, whatever ``AUTO_RESUME`` says: nothing is left to do, or
+a person decides whether a request may spend more."""
 _WHY_NOW = {
     EndedBecause.CONTEXT_EXHAUSTED: (
         "Context window exhausted; continuing in a new run from a summary"
@@ -131,7 +137,7 @@ def decide_resume(
     them since the last run a person started there). ``not_before``: the earliest start,
     e.g. ``RunResult.resume_after``. All datetimes must be timezone-aware.
     """
-    if ended_because not in settings.auto_resume:
+    if ended_because not in settings.auto_resume or ended_because in _NEVER_RESUMED:
         return DontResume(
             _NOT_LISTED.get(
                 ended_because,
@@ -209,13 +215,19 @@ def parse_auto_resume(raw: str | None) -> frozenset[EndedBecause]:
         raise ConfigError(
             "AUTO_RESUME",
             f"unknown reason {unknown[0]!r}; list some of "
-            f"{', '.join(r.value for r in EndedBecause if r is not EndedBecause.COMPLETED)}, "
+            f"{', '.join(r.value for r in EndedBecause if r not in _NEVER_RESUMED)}, "
             "or 'none'",
         )
     reasons = frozenset(known[w] for w in words)
     if EndedBecause.COMPLETED in reasons:
         raise ConfigError(
             "AUTO_RESUME", "'completed' cannot resume: a completed run has nothing left to do"
+        )
+    if EndedBecause.BUDGET_EXHAUSTED in reasons:
+        raise ConfigError(
+            "AUTO_RESUME",
+            "'budget_exhausted' cannot resume on its own: a person continues a request "
+            "whose budget is spent",
         )
     return reasons
 
@@ -241,10 +253,16 @@ def parse_user_exit_grace(raw: str | None) -> timedelta:
     ``0`` turns the grace off; blank: 10 minutes."""
     if raw is None or not raw.strip():
         return DEFAULT_USER_EXIT_GRACE
+    return parse_duration("USER_EXIT_GRACE", raw)
+
+
+def parse_duration(setting: str, raw: str) -> timedelta:
+    """A duration setting's text: seconds (``600``) or with a unit (``90s``, ``10m``,
+    ``1h``). Raises :class:`ConfigError` naming ``setting``."""
     match = _DURATION.match(raw.strip().lower())
     if match is None:
         raise ConfigError(
-            "USER_EXIT_GRACE",
+            setting,
             f"{raw!r} is not a duration; write seconds (600) or 90s, 10m, 1h",
         )
     number, unit = match.groups()

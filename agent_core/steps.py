@@ -10,6 +10,7 @@ The loop ``match``es on :data:`Step` instead of threading flags through branches
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from dataclasses import dataclass, field
@@ -36,6 +37,7 @@ __all__ = [
     "Reported",
     "Step",
     "assistant_message",
+    "budget_spent_before_work",
     "cancelled_ending",
     "context_exhausted_ending",
     "crashed_ending",
@@ -154,6 +156,7 @@ _EXIT_FOR = {
     FinalTurnReason.MAX_TURNS: ExitCode.MAX_TURNS,
     FinalTurnReason.TOKEN_LIMIT: ExitCode.TOKEN_LIMIT,
     FinalTurnReason.MAX_RETRIES: ExitCode.MAX_RETRIES,
+    FinalTurnReason.BUDGET: ExitCode.BUDGET,
 }
 
 
@@ -167,33 +170,42 @@ def ending_after_final_turn(
     error: str | None = None,
     fallback_evidence: str = "",
     cause: ModelError | None = None,
+    spent: str = "",
 ) -> Ending:
     """The ending after a forced final turn (or after the final turn itself failed).
 
-    A user stop is always ``userinterlude``: the stop was theirs, not the model's. For the
-    limits, the model's own report decides; without one, ``default_outcome`` does.
-    ``cause``: the model error that forced the final turn (spent retries), a clue to why
-    the run ended; a failure of the final turn itself is only reported (``error``).
+    A user stop is always ``userinterlude``: the stop was theirs, not the model's; a
+    spent budget always ``blocked``, and its handoff starts with ``spent`` (which budget,
+    and what was spent of it). For the other limits, the model's own report decides;
+    without one, ``default_outcome`` does. ``cause``: the model error that forced the
+    final turn (spent retries), a clue to why the run ended; a failure of the final turn
+    itself is only reported (``error``).
     """
     exit_code = _EXIT_FOR[reason]
     if reason is FinalTurnReason.USER_STOP:
         outcome = Outcome.USERINTERLUDE
+    elif reason is FinalTurnReason.BUDGET:
+        outcome = Outcome.BLOCKED
     else:
         outcome = Outcome(report.outcome) if report is not None else default_outcome
     clues = Clues(
         error=cause,
         context_full=reason is FinalTurnReason.TOKEN_LIMIT,
+        budget_spent=reason is FinalTurnReason.BUDGET,
         # A turn limit is no reason of its own: finished work is completed, else unknown.
         answered=reason is FinalTurnReason.MAX_TURNS and outcome is Outcome.FINISHED,
     )
     if report is not None:
-        return _from_report(outcome, exit_code, report, text, error=error, clues=clues)
+        ending = _from_report(outcome, exit_code, report, text, error=error, clues=clues)
+        if not spent:
+            return ending
+        return dataclasses.replace(ending, next_step=f"{spent} {ending.next_step}")
     clean = strip_softeners(text)
     return Ending(
         outcome,
         exit_code,
         evidence=clean or fallback_evidence or "The run ended before it could report.",
-        next_step=_next_step_for(reason, how),
+        next_step=_next_step_for(reason, how, spent),
         artifacts=_artifacts_in(clean),
         final_text=clean,
         error=error,
@@ -201,7 +213,9 @@ def ending_after_final_turn(
     )
 
 
-def _next_step_for(reason: FinalTurnReason, how: str) -> str:
+def _next_step_for(reason: FinalTurnReason, how: str, spent: str = "") -> str:
+    if reason is FinalTurnReason.BUDGET:
+        return f"{spent} {_sentence(how)} to go on with a new budget, or leave it here."
     if reason is FinalTurnReason.USER_STOP:
         return f"The requester decides: {how} to continue, or leave it stopped."
     if reason is FinalTurnReason.MAX_RETRIES:
@@ -240,6 +254,18 @@ def stopped_before_work(how: str) -> Ending:
         ExitCode.USER_STOP,
         evidence="Stopped before any work was done; the model was not called.",
         next_step=f"The requester decides: {how} to start again.",
+    )
+
+
+def budget_spent_before_work(spent: str, how: str) -> Ending:
+    """The request's budget was spent before this run completed a step (a sub-agent
+    whose siblings spent it, a continuation with nothing left): the model is not called."""
+    return Ending(
+        Outcome.BLOCKED,
+        ExitCode.BUDGET,
+        evidence="The budget was spent before this run did any work; the model was not called.",
+        next_step=_next_step_for(FinalTurnReason.BUDGET, how, spent),
+        clues=Clues(budget_spent=True),
     )
 
 

@@ -197,6 +197,10 @@ class ThreadpilotApp:
                 tool_timeout_s=settings.TOOL_TIMEOUT,
                 how_to_continue=messages.HOW_TO_CONTINUE,
                 retry=RetryPolicy(max_retry_after_s=settings.MAX_RETRY_AFTER),
+                budget=settings.run_limits.budget,
+                max_tool_calls_per_step=settings.run_limits.max_tool_calls_per_step,
+                max_children_per_run=settings.run_limits.max_children_per_run,
+                context_window=settings.run_limits.context_window,
             ),
             store=self._store,
         )
@@ -309,6 +313,7 @@ class ThreadpilotApp:
             api_key=endpoint.api_key,
             base_url=endpoint.base_url,
             reply_timeout_s=self.settings.MODEL_REPLY_TIMEOUT,
+            max_output_tokens=self.settings.run_limits.max_output_tokens,
         )
         return self._owned_model
 

@@ -332,6 +332,7 @@ _EXIT_NOTES = {
     ExitCode.TOKEN_LIMIT: "context window nearly full",
     ExitCode.MAX_TURNS: "turn limit reached",
     ExitCode.MAX_RETRIES: "model retries used up",
+    ExitCode.BUDGET: "budget spent",
     ExitCode.ERROR: "error",
 }
 

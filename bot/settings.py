@@ -35,6 +35,8 @@ from agent_core import (
     parse_max_auto_resumes,
     parse_user_exit_grace,
 )
+from agent_core.budget import SETTINGS as BUDGET_SETTINGS
+from agent_core.budget import RunLimits, limits_from_settings
 from agent_core.errors import ConfigError
 from agent_core.model_api import ModelAPI
 from agent_core.model_http import DEFAULT_REPLY_TIMEOUT_S
@@ -188,8 +190,20 @@ class Settings(BaseSettings):
     )
     STOP_POLL_INTERVAL: float = Field(default=0.25, gt=0, le=10)
     WORKER_ID: str | None = None
+    # -- budgets: the text as written, read by the core's one parser (agent_core/budget.py)
+    RUN_TOKEN_BUDGET: str | None = Field(default=None, description="Default 1000000; 0: off.")
+    RUN_TOOL_CALL_BUDGET: str | None = Field(default=None, description="Default 200; 0: off.")
+    RUN_TIME_BUDGET: str | None = Field(default=None, description="90s|10m|1h; default 30m.")
+    RUN_COST_BUDGET: str | None = Field(default=None, description="USD; needs both prices.")
+    MODEL_PRICE_INPUT: str | None = Field(default=None, description="USD per 1M prompt tokens.")
+    MODEL_PRICE_OUTPUT: str | None = Field(default=None, description="USD per 1M output tokens.")
+    MAX_TOOL_CALLS_PER_STEP: str | None = Field(default=None, description="Default 16.")
+    MAX_CHILDREN_PER_RUN: str | None = Field(default=None, description="Default 8.")
+    MODEL_MAX_OUTPUT_TOKENS: str | None = None
+    MODEL_CONTEXT_WINDOW: str | None = None
 
     _mcp_servers: tuple[ServerConfig, ...] = PrivateAttr(default=())
+    _run_limits: RunLimits = PrivateAttr(default_factory=RunLimits)
 
     @field_validator("SLACK_BOT_TOKEN")
     @classmethod
@@ -330,6 +344,20 @@ class Settings(BaseSettings):
                 where = "" if self.MCP_CONFIG in exc.problem else f" (in {self.MCP_CONFIG})"
                 raise ValueError(f"{exc.setting}: {exc.problem}{where}") from None
         return self
+
+    @model_validator(mode="after")
+    def _budgets(self) -> Settings:
+        written = {n: v for n in BUDGET_SETTINGS if isinstance(v := getattr(self, n), str)}
+        try:
+            self._run_limits = limits_from_settings(written)
+        except ConfigError as exc:
+            raise ValueError(f"{exc.setting}: {exc.problem}") from None
+        return self
+
+    @property
+    def run_limits(self) -> RunLimits:
+        """The request budget and the per-step, per-run and per-reply caps."""
+        return self._run_limits
 
     @property
     def socket_mode(self) -> bool:

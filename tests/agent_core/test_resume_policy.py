@@ -57,11 +57,19 @@ def test_a_user_exit_is_never_resumed_and_says_so_in_the_seeds_words() -> None:
     assert decision == DontResume("Session ended by user, not auto-resuming")
 
 
-@pytest.mark.parametrize("reason", [R.COMPLETED, R.ERROR, R.UNKNOWN])
+@pytest.mark.parametrize("reason", [R.COMPLETED, R.ERROR, R.UNKNOWN, R.BUDGET_EXHAUSTED])
 def test_what_the_default_does_not_list_is_not_resumed(reason: EndedBecause) -> None:
     decision = decide(reason)
     assert isinstance(decision, DontResume)
     assert "not auto-resuming" in decision.reason or "nothing to resume" in decision.reason
+
+
+def test_a_spent_budget_is_never_resumed_even_where_it_is_listed() -> None:
+    """A person decides whether a request may spend more: settings built around the
+    parser (which refuses to list it) still get no resume."""
+    listed = ResumeSettings(auto_resume=frozenset({R.BUDGET_EXHAUSTED}))
+    decision = decide(R.BUDGET_EXHAUSTED, settings=listed)
+    assert decision == DontResume("The request's budget is spent, not auto-resuming")
 
 
 def test_a_rate_limit_resumes_at_its_retry_after() -> None:
@@ -145,7 +153,8 @@ def test_decisions_serialise_for_the_audit_trail() -> None:
 reasons = st.sampled_from(list(EndedBecause))
 settings_strategy = st.builds(
     ResumeSettings,
-    auto_resume=st.frozensets(reasons.filter(lambda r: r is not R.COMPLETED)),
+    # What parse_auto_resume accepts: never completed or budget_exhausted (tested above).
+    auto_resume=st.frozensets(reasons.filter(lambda r: r not in (R.COMPLETED, R.BUDGET_EXHAUSTED))),
     max_auto_resumes=st.integers(0, 5),
     user_exit_grace=st.timedeltas(timedelta(0), timedelta(hours=1)),
 )
@@ -245,6 +254,7 @@ def test_auto_resume_parses_lists_any_case_and_none() -> None:
     [
         ("rate_limit,sunspots", "unknown reason 'sunspots'"),
         ("completed", "'completed' cannot resume"),
+        ("shutdown,budget_exhausted", "'budget_exhausted' cannot resume on its own"),
     ],
 )
 def test_auto_resume_refuses_what_it_cannot_do(raw: str, problem: str) -> None:
