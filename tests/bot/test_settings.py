@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from agent_core import ConfigError
+from agent_core.budget import RunLimits
 from bot.settings import Settings, StopPolicy, load_settings
 from bot.unknown_settings import unknown_settings
 
@@ -78,6 +79,8 @@ MORE_CASES = {
     ),
     "no reply time": Case("MODEL_REPLY_TIMEOUT", {"MODEL_REPLY_TIMEOUT": "0"}),
     "allow guests not a boolean": Case("ALLOW_GUESTS", {"ALLOW_GUESTS": "sometimes"}),
+    "cost budget without prices": Case("RUN_COST_BUDGET", {"RUN_COST_BUDGET": "5"}),
+    "time budget not a duration": Case("RUN_TIME_BUDGET", {"RUN_TIME_BUDGET": "a while"}),
 }
 """Checked in-process through load_settings(), whose error is the line main() prints."""
 
@@ -256,6 +259,7 @@ def test_defaults(environment: pytest.MonkeyPatch) -> None:
     assert settings.ADMIN_USER_IDS == frozenset()
     assert not settings.ALLOW_EXTERNAL_USERS and not settings.ALLOW_GUESTS
     assert not settings.socket_mode
+    assert settings.run_limits == RunLimits()  # the budgets' defaults (agent_core/budget.py)
 
 
 def test_an_app_token_turns_socket_mode_on_and_the_secret_becomes_optional(
