@@ -6,6 +6,17 @@ The Slack app imports the core only through the names below. Adapters for the po
 """
 
 from agent_core.agent import Agent, AgentConfig
+from agent_core.budget import SETTINGS as BUDGET_SETTINGS
+from agent_core.budget import (
+    Budget,
+    BudgetKind,
+    BudgetLimits,
+    Exhaustion,
+    Prices,
+    RunLimits,
+    Spent,
+    limits_from_settings,
+)
 from agent_core.builtin_tools import BUILTIN_TOOLS
 from agent_core.compaction import (
     Compacted,
@@ -101,12 +112,16 @@ from agent_core.tool_progress import report_progress
 from agent_core.tools import Tool, ToolError, remote_tool, tool
 
 __all__ = [
+    "BUDGET_SETTINGS",
     "BUILTIN_TOOLS",
     "LIVE_STATES",
     "TERMINAL_STATES",
     "Agent",
     "AgentConfig",
     "AuditEvent",
+    "Budget",
+    "BudgetKind",
+    "BudgetLimits",
     "ChatMessage",
     "ChatModel",
     "Checkpoint",
@@ -123,6 +138,7 @@ __all__ = [
     "DontResume",
     "EndedBecause",
     "EventHub",
+    "Exhaustion",
     "ExitCode",
     "FatalModelError",
     "Guidance",
@@ -137,6 +153,7 @@ __all__ = [
     "ModelError",
     "OpenAIChatModel",
     "Outcome",
+    "Prices",
     "RateLimited",
     "ResumeAt",
     "ResumeDecision",
@@ -149,11 +166,13 @@ __all__ = [
     "RunControl",
     "RunEvent",
     "RunFinished",
+    "RunLimits",
     "RunNotFound",
     "RunRecord",
     "RunResult",
     "RunState",
     "RunStore",
+    "Spent",
     "StepRestarted",
     "StopHonoured",
     "StopNotAllowed",
@@ -186,6 +205,7 @@ __all__ = [
     "decide_resume",
     "ended_by_person",
     "exit_code_of",
+    "limits_from_settings",
     "make_undumpable",
     "normalize_outcome",
     "outcome_label",

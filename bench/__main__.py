@@ -29,6 +29,8 @@ BENCHMARKS = (
     "abort_peer",
     "model_paths",
     "stop_final_turn",
+    "budget_final_turn",
+    "fan_out",
     "abort_click_close",
     "click_effect",
     "click_ack",

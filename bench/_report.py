@@ -93,6 +93,16 @@ TARGETS: dict[str, Target] = {
         "p99 < 10 ms",
         ("stop_final_turn",),
     ),
+    "budget_final_turn": Target(
+        "budget spent → forced final turn request sent (after the step ends)",
+        "p99 < 10 ms",
+        ("budget_final_turn",),
+    ),
+    "fan_out": Target(
+        "model request count for one mention whatever the model asks (fan-out attack)",
+        "bounded by the budgets",
+        ("fan_out",),
+    ),
     "mcp_abort_cancel": Target(
         "Abort → MCP cancellation sent for every call in flight",
         "p99 < 20 ms",

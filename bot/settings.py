@@ -29,14 +29,15 @@ from pydantic_core import PydanticCustomError
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from agent_core import (
+    BUDGET_SETTINGS,
     EndedBecause,
     ResumeSettings,
+    RunLimits,
+    limits_from_settings,
     parse_auto_resume,
     parse_max_auto_resumes,
     parse_user_exit_grace,
 )
-from agent_core.budget import SETTINGS as BUDGET_SETTINGS
-from agent_core.budget import RunLimits, limits_from_settings
 from agent_core.errors import ConfigError
 from agent_core.model_api import ModelAPI
 from agent_core.model_http import DEFAULT_REPLY_TIMEOUT_S
