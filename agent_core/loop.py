@@ -158,7 +158,9 @@ class Run:
         self.continued_from = continued_from
         """The run whose context filled up and whose summary this run starts from."""
         # ``delegate`` is this run's own tool (it starts children of this run).
-        self._delegation = Delegation(self) if may_delegate and self.depth < MAX_DEPTH else None
+        allowed = agent.config.max_children_per_run > 0
+        delegates = may_delegate and allowed and self.depth < MAX_DEPTH
+        self._delegation = Delegation(self) if delegates else None
         tools = agent.tools if self._delegation is None else (*agent.tools, self._delegation.tool)
         self._toolbox = Toolbox(tools, timeout_s=agent.config.tool_timeout_s)
         self._messages: list[ChatMessage] = [

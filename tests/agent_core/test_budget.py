@@ -112,6 +112,14 @@ async def test_delegate_four_times_a_turn_at_every_depth_is_bounded(
     assert refusals  # the top-level run's last turns were refused more children
 
 
+async def test_no_sub_agents_allowed_means_delegate_is_not_offered(
+    llm: LLMock, make_agent: AgentFactory
+) -> None:
+    llm.reply("Done alone.")
+    await make_agent(config=AgentConfig(max_children_per_run=0)).new_run("work").run()
+    assert "delegate" not in offered_tools(llm.requests[0])
+
+
 # -- the request's budget -------------------------------------------------------------
 
 
