@@ -17,8 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from agent_core.clock import utcnow
 from agent_core.prompts import guidance_note
-from agent_core.stop import utcnow
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from agent_core.clock import utcnow
 from agent_core.delegation import MAX_DEPTH, SUB_AGENT_NOTE, Delegation
 from agent_core.ended import EndedBecause, classify
 from agent_core.errors import (
@@ -79,7 +80,7 @@ from agent_core.steps import (
     stopped_before_work,
     tool_result,
 )
-from agent_core.stop import RunControl, StopReason, utcnow
+from agent_core.stop import RunControl, StopReason
 from agent_core.tally import RunTally
 from agent_core.tools import ASK_USER, FINAL_REPORT, Tool, Toolbox, ToolOutcome, gather_tools
 

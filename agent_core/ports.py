@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol, overload, runtime_checkable
 
+from agent_core.clock import utcnow
 from agent_core.states import RunState
-from agent_core.stop import StopReason, utcnow
 
 if TYPE_CHECKING:
     from contextlib import AbstractAsyncContextManager
@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 
     from agent_core.ended import EndedBecause
     from agent_core.outcomes import ExitCode, Outcome, Usage
+    from agent_core.stop import StopReason
 
 __all__ = [
     "ANSWERING",

@@ -23,22 +23,20 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
 import structlog
 
+from agent_core.clock import utcnow
+
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from datetime import datetime
 
-__all__ = ["RunControl", "StopReason", "StopRequest", "utcnow"]
+__all__ = ["RunControl", "StopReason", "StopRequest"]
 
 log = structlog.get_logger("agent_core.stop")
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 class StopReason(StrEnum):

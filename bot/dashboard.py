@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from agent_core import RunState, StopReason, StorageError
-from agent_core.stop import utcnow
+from agent_core.clock import utcnow
 from bot import messages
 from bot.channels import ChannelPrivacy
 from bot.errors import BudgetNotRunning, SlackError

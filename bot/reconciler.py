@@ -59,9 +59,9 @@ from agent_core import (
     Usage,
     count,
 )
+from agent_core.clock import utcnow
 from agent_core.delegation import MAX_DEPTH
 from agent_core.ports import is_accepted
-from agent_core.stop import utcnow
 from bot import messages
 from bot.agent_session import SessionStatus, set_session_status
 from bot.errors import SlackError, SlackRefused

@@ -62,9 +62,9 @@ from agent_core import (
     weighs_last_stop,
     window_from_error,
 )
+from agent_core.clock import utcnow
 from agent_core.compaction import DEFAULT_SUMMARY_WINDOW
 from agent_core.ports import ResumeState
-from agent_core.stop import utcnow
 from bot.session import RunSession
 from bot.views.status import EndingView
 

@@ -47,8 +47,8 @@ from agent_core import (
     Timings,
     Usage,
 )
+from agent_core.clock import utcnow
 from agent_core.ports import Checkpoint
-from agent_core.stop import utcnow
 from bot import messages
 from bot.errors import BudgetNotRunning, SlackError
 from bot.queue_places import QueuePlaces, queued_snapshot

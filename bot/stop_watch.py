@@ -35,8 +35,8 @@ from typing import TYPE_CHECKING
 import structlog
 
 from agent_core import ExitCode, GuidanceStatus, StorageError
+from agent_core.clock import utcnow
 from agent_core.ports import QUEUE_WAKEUP, StopWakeups
-from agent_core.stop import utcnow
 from bot.guidance import QUEUED, UNDELIVERED, react, settle
 
 if TYPE_CHECKING:

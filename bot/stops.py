@@ -65,8 +65,8 @@ from agent_core import (
     StopRequestRecord,
     StorageError,
 )
+from agent_core.clock import utcnow
 from agent_core.ports import answering, is_waiting
-from agent_core.stop import utcnow
 from bot import messages
 from bot.errors import BudgetNotRunning, SlackError
 from bot.policy import (

@@ -44,8 +44,8 @@ from agent_core import (
     StorageError,
     continue_from,
 )
+from agent_core.clock import utcnow
 from agent_core.recording import record_ending, until_landed
-from agent_core.stop import utcnow
 from bot import messages
 from bot.errors import BudgetNotRunning, SlackError
 from bot.guidance import to_guidance

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from agent_core.stop import utcnow
+from agent_core.clock import utcnow
 from bot.reconciler import Reconciler
 from bot.resume import Resumes
 from bot.run_queue import RunQueue

@@ -14,6 +14,7 @@ import uuid
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, overload
 
+from agent_core.clock import utcnow
 from agent_core.ports import (
     AuditEvent,
     Checkpoint,
@@ -27,7 +28,7 @@ from agent_core.ports import (
     is_waiting,
 )
 from agent_core.states import LIVE_STATES, TERMINAL_STATES, RunState
-from agent_core.stop import StopReason, utcnow
+from agent_core.stop import StopReason
 from agent_core.stores import _codec as codec
 from agent_core.stores._queue import check_waiting
 from agent_core.stores._retention import BATCH_SIZE, check_batch_size
@@ -75,13 +76,14 @@ class MemoryStore:
         expected: Collection[RunState],
         **changes: Any,
     ) -> bool:
-        codec.run_changes(changes)  # the SQL stores' checks, so every store refuses alike
+        change = codec.state_change(new, expected=expected, changes=changes)
         async with self._lock:
             run = self._runs.get(run_id)
-            if run is None or run.state not in expected:
+            if run is None or run.state not in change.expected:
                 return False
-            fields = codec.with_ended_because(changes)
-            self._runs[run_id] = dataclasses.replace(run, state=new, updated_at=utcnow(), **fields)
+            self._runs[run_id] = dataclasses.replace(
+                run, state=new, updated_at=utcnow(), **change.fields
+            )
             return True
 
     async def save_checkpoint(self, checkpoint: Checkpoint) -> None:
@@ -523,7 +525,7 @@ class MemoryStore:
         state: RunState | None = None,
         **changes: Any,
     ) -> bool:
-        codec.resume_change(  # the SQL stores' checks
+        change = codec.resume_change(  # the SQL stores' checks
             new,
             expected=expected,
             due_by=due_by,
@@ -535,7 +537,7 @@ class MemoryStore:
             run = self._runs.get(run_id)
             if (
                 run is None
-                or run.state not in TERMINAL_STATES
+                or run.state not in change.states
                 or run.resume not in set(expected)
                 or (due_by is not None and not _resume_due(run, codec.to_utc(due_by)))
                 or (claimed_by is not None and run.owner != claimed_by)

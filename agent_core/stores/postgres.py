@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar, overload
 
 import asyncpg  # type: ignore[import-untyped]
 
+from agent_core.clock import utcnow
 from agent_core.errors import StorageError
 from agent_core.ports import ANSWERING, Forgotten, StopRequestRecord
-from agent_core.states import LIVE_STATES, TERMINAL_STATES, RunState
-from agent_core.stop import utcnow
+from agent_core.states import LIVE_STATES, RunState
 from agent_core.stores import _codec as codec
 from agent_core.stores import _retention as retention
 from agent_core.stores._cleanup import Cleanups
@@ -106,7 +106,6 @@ async def _keep_session(_conn: Any) -> None:
 
 
 _LIVE = sorted(LIVE_STATES)
-_TERMINAL = sorted(TERMINAL_STATES)
 
 
 def _insert_sql(table: str, values: Mapping[str, Any]) -> str:
@@ -359,8 +358,8 @@ class PostgresStore(PostgresQueue):
         expected: Collection[RunState],
         **changes: Any,
     ) -> bool:
-        columns = codec.run_changes(changes)
-        columns |= {"state": str(new), "updated_at": utcnow()}
+        change = codec.state_change(new, expected=expected, changes=changes)
+        columns = change.columns | {"updated_at": utcnow()}
         marks = {c: f"${i}" for i, c in enumerate(columns, start=3)}
         assignments = ", ".join(f"{c} = {mark}" for c, mark in marks.items())
         update = f"UPDATE runs SET {assignments} WHERE id = $1 AND"
@@ -371,7 +370,7 @@ class PostgresStore(PostgresQueue):
         # state and our ``updated_at``, a timestamp taken once for this call. (Only on a
         # retry: two writers could, in principle, stamp the same microsecond.)
         ours = f"state = {marks['state']} AND updated_at = {marks['updated_at']}"
-        params = [run_id, [str(s) for s in expected], *columns.values()]
+        params = [run_id, list(change.expected), *columns.values()]
 
         async def work(conn: Any, retrying: bool) -> bool:
             condition = f"({cas} OR ({ours}))" if retrying else cas
@@ -1006,7 +1005,7 @@ def _resume_filter(change: codec.ResumeChange, params: list[Any]) -> str:
         which.append(f"resume = ANY({mark(list(change.expected))}::text[])")
     if change.undecided:
         which.append("resume IS NULL")
-    where = [f"state = ANY({mark(_TERMINAL)}::text[])", f"({' OR '.join(which)})"]
+    where = [f"state = ANY({mark(list(change.states))}::text[])", f"({' OR '.join(which)})"]
     if change.due_by is not None:
         due = mark(change.due_by)
         where.append(

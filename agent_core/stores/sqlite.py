@@ -46,10 +46,10 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import aiosqlite
 
+from agent_core.clock import utcnow
 from agent_core.errors import StorageError
 from agent_core.ports import Forgotten, StopRequestRecord
-from agent_core.states import LIVE_STATES, TERMINAL_STATES, RunState
-from agent_core.stop import utcnow
+from agent_core.states import LIVE_STATES, RunState
 from agent_core.stores import _codec as codec
 from agent_core.stores import _retention as retention
 from agent_core.stores._sqlite_thread import SqliteThread, Work
@@ -85,7 +85,6 @@ does for some) must not make the store spin."""
 T = TypeVar("T")
 
 _LIVE = tuple(sorted(LIVE_STATES))
-_TERMINAL = tuple(sorted(TERMINAL_STATES))
 
 
 def _param(value: Any) -> Any:
@@ -256,11 +255,11 @@ class SqliteStore(SqliteQueue):
         expected: Collection[RunState],
         **changes: Any,
     ) -> bool:
-        columns = codec.run_changes(changes)
-        states = [str(s) for s in expected]
+        change = codec.state_change(new, expected=expected, changes=changes)
+        states = change.expected
         if not states:
             return False
-        columns |= {"state": str(new), "updated_at": utcnow()}
+        columns = change.columns | {"updated_at": utcnow()}
         assignments = ", ".join(f"{c} = ?" for c in columns)
         sql = f"UPDATE runs SET {assignments} WHERE id = ? AND state IN ({_marks(len(states))})"
         params = [*columns.values(), run_id, *states]
@@ -745,13 +744,13 @@ _PENDING_RESUMES = "(resume IN ('scheduled', 'claimed') OR (state = 'blocked' AN
 def _resume_filter(change: codec.ResumeChange) -> tuple[str, list[Any]]:
     """The WHERE clause (after ``id = ?``) of ``set_resume``'s compare-and-set."""
     which: list[str] = []
-    params: list[Any] = [*_TERMINAL]
+    params: list[Any] = [*change.states]
     if change.expected:
         which.append(f"resume IN ({_marks(len(change.expected))})")
         params += change.expected
     if change.undecided:
         which.append("resume IS NULL")
-    where = [f"state IN ({_marks(len(_TERMINAL))})", f"({' OR '.join(which)})"]
+    where = [f"state IN ({_marks(len(change.states))})", f"({' OR '.join(which)})"]
     if change.due_by is not None:
         where.append(
             "((resume = 'scheduled' AND resume_at <= ?) "

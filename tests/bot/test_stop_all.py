@@ -15,8 +15,8 @@ import asyncpg  # type: ignore[import-untyped]
 import pytest
 
 from agent_core import RunRecord, RunState, ThreadKey
+from agent_core.clock import utcnow
 from agent_core.ports import StopWakeups
-from agent_core.stop import utcnow
 from agent_core.stores.factory import open_store
 from bot import messages
 from bot.views.status import ACTION_STOP
