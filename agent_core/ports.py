@@ -34,7 +34,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, Protocol, overload, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from agent_core.clock import utcnow
 from agent_core.states import RunState
@@ -330,7 +330,6 @@ class StopRequestRecord:
 
 
 class StopRequestStore(Protocol):
-    @overload
     async def add_stop_request(
         self,
         run_id: str,
@@ -339,43 +338,33 @@ class StopRequestStore(Protocol):
         requested_by: str,
         *,
         request_id: str | None = None,
-        delivery: None = None,
-    ) -> StopRequestRecord: ...
-
-    @overload
-    async def add_stop_request(
-        self,
-        run_id: str,
-        thread: ThreadKey,
-        kind: StopReason,
-        requested_by: str,
-        *,
-        request_id: str | None = None,
-        delivery: str,
-    ) -> StopRequestRecord | None: ...
-
-    async def add_stop_request(
-        self,
-        run_id: str,
-        thread: ThreadKey,
-        kind: StopReason,
-        requested_by: str,
-        *,
-        request_id: str | None = None,
-        delivery: str | None = None,
-    ) -> StopRequestRecord | None:
+    ) -> StopRequestRecord:
         """Commit a request. It is durable when this returns (before the click's ack).
 
         ``request_id`` (default: a new one) lets the caller know the id before the
         commit: the worker that applies its own request tells its stop watcher first, so
         the watcher never applies it again. It must be new.
+        """
+        ...
 
-        ``delivery`` is the key of the Slack delivery that asks (as for
-        :meth:`DeliveryLog.first_delivery`, seen at the request's ``requested_at``). The
-        key is recorded and the request added in one transaction: None, and nothing
-        written, when some worker had already taken the key; the request, when this
-        call took it. A store that retried after losing its connection still returns
-        the request if its first attempt landed.
+    async def add_stop_request_once(
+        self,
+        run_id: str,
+        thread: ThreadKey,
+        kind: StopReason,
+        requested_by: str,
+        *,
+        delivery: str,
+        request_id: str | None = None,
+    ) -> StopRequestRecord | None:
+        """Commit a request as :meth:`add_stop_request` does, once for ``delivery``, the
+        key of the Slack delivery that asks (as for :meth:`DeliveryLog.first_delivery`,
+        seen at the request's ``requested_at``).
+
+        The key is recorded and the request added in one transaction: None, and nothing
+        written, when some worker had already taken the key; the request, when this call
+        took it. A store that retried after losing its connection still returns the
+        request if its first attempt landed.
         """
         ...
 
@@ -394,7 +383,7 @@ class StopRequestStore(Protocol):
         an escalation). ``events`` are the audit events of the requests, written for the
         runs whose request was added, in the same transaction. A store with
         :class:`StopWakeups` wakes each added run's owner with the commit. ``delivery``
-        is taken as for :meth:`add_stop_request`: None, and nothing written, when some
+        is taken as for :meth:`add_stop_request_once`: None, and nothing written, when some
         worker had taken it. Returns the requests added, in the order given; ValueError
         if two name the same run or one is not a new ``requested`` one.
         """
@@ -509,7 +498,7 @@ class DeliveryLog(Protocol):
     worker) and may send a click twice; the worker that receives one asks here first
     and acts only on a first delivery. A delivery that asks a run to stop records its
     key in the same transaction as its stop request instead
-    (:meth:`StopRequestStore.add_stop_request`, ``delivery``): one key, one table.
+    (:meth:`StopRequestStore.add_stop_request_once`): one key, one table.
     """
 
     async def first_delivery(self, key: str, *, now: datetime | None = None) -> bool:

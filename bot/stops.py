@@ -441,7 +441,7 @@ class StopService:
                 )
             request = await self._deliveries.take(
                 _delivery_key(delivery),
-                lambda key: self._store.add_stop_request(
+                lambda key: self._store.add_stop_request_once(
                     run_id, thread, kind, user, request_id=request_id, delivery=key
                 ),
             )

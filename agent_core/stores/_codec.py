@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -422,6 +423,20 @@ def resume_change(
 
 
 # -- stop requests, checkpoints, events -------------------------------------------------
+
+
+def new_stop_request(
+    run_id: str, thread: ThreadKey, kind: StopReason, requested_by: str, request_id: str | None
+) -> StopRequestRecord:
+    """The record ``add_stop_request`` and ``add_stop_request_once`` commit: ``requested``
+    now, with ``request_id`` or a new id."""
+    return StopRequestRecord(
+        id=request_id or uuid.uuid4().hex,
+        run_id=run_id,
+        thread=thread,
+        kind=kind,
+        requested_by=requested_by,
+    )
 
 
 def stop_values(record: StopRequestRecord) -> dict[str, Any]:

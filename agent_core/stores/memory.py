@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import uuid
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any
 
 from agent_core.clock import utcnow
 from agent_core.ports import (
@@ -204,7 +203,6 @@ class MemoryStore:
 
     # -- StopRequestStore --------------------------------------------------------------
 
-    @overload
     async def add_stop_request(
         self,
         run_id: str,
@@ -213,43 +211,26 @@ class MemoryStore:
         requested_by: str,
         *,
         request_id: str | None = None,
-        delivery: None = None,
-    ) -> StopRequestRecord: ...
+    ) -> StopRequestRecord:
+        record = codec.new_stop_request(run_id, thread, kind, requested_by, request_id)
+        self._stops[record.id] = record
+        return record
 
-    @overload
-    async def add_stop_request(
+    async def add_stop_request_once(
         self,
         run_id: str,
         thread: ThreadKey,
         kind: StopReason,
         requested_by: str,
         *,
-        request_id: str | None = None,
         delivery: str,
-    ) -> StopRequestRecord | None: ...
-
-    async def add_stop_request(
-        self,
-        run_id: str,
-        thread: ThreadKey,
-        kind: StopReason,
-        requested_by: str,
-        *,
         request_id: str | None = None,
-        delivery: str | None = None,
     ) -> StopRequestRecord | None:
-        record = StopRequestRecord(
-            id=request_id or uuid.uuid4().hex,
-            run_id=run_id,
-            thread=thread,
-            kind=kind,
-            requested_by=requested_by,
-        )
+        record = codec.new_stop_request(run_id, thread, kind, requested_by, request_id)
         # No await from the check to the writes: one step, as one transaction.
-        if delivery is not None:
-            if delivery in self._deliveries:
-                return None
-            self._deliveries[delivery] = record.requested_at
+        if delivery in self._deliveries:
+            return None
+        self._deliveries[delivery] = record.requested_at
         self._stops[record.id] = record
         return record
 

@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 import uuid
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 import asyncpg  # type: ignore[import-untyped]
 
@@ -511,7 +511,6 @@ class PostgresStore(PostgresQueue):
 
     # -- StopRequestStore --------------------------------------------------------------
 
-    @overload
     async def add_stop_request(
         self,
         run_id: str,
@@ -520,56 +519,38 @@ class PostgresStore(PostgresQueue):
         requested_by: str,
         *,
         request_id: str | None = None,
-        delivery: None = None,
-    ) -> StopRequestRecord: ...
-
-    @overload
-    async def add_stop_request(
-        self,
-        run_id: str,
-        thread: ThreadKey,
-        kind: StopReason,
-        requested_by: str,
-        *,
-        request_id: str | None = None,
-        delivery: str,
-    ) -> StopRequestRecord | None: ...
-
-    async def add_stop_request(
-        self,
-        run_id: str,
-        thread: ThreadKey,
-        kind: StopReason,
-        requested_by: str,
-        *,
-        request_id: str | None = None,
-        delivery: str | None = None,
-    ) -> StopRequestRecord | None:
-        record = StopRequestRecord(
-            id=request_id or uuid.uuid4().hex,
-            run_id=run_id,
-            thread=thread,
-            kind=kind,
-            requested_by=requested_by,
-        )
+    ) -> StopRequestRecord:
+        record = codec.new_stop_request(run_id, thread, kind, requested_by, request_id)
         values = codec.stop_values(record)
         assert list(values)[1] == "run_id"  # $2 below
-        if delivery is None:
-            # One statement is one transaction: the row and its NOTIFY commit together (a
-            # NOTIFY is only delivered at commit), in one round trip before the click's
-            # ack. It is idempotent by the request's id, generated here: a retry after an
-            # unknown outcome inserts nothing if the first attempt landed, and notifies
-            # again anyway (the WITH's insert runs whether or not the SELECT reads it): a
-            # wake-up is a hint, a second one costs a table read, a missing one a poll
-            # interval.
-            sql = (
-                f"WITH added AS ({_insert_sql('stop_requests', values)} "
-                f"ON CONFLICT (id) DO NOTHING) SELECT pg_notify('{STOP_CHANNEL}', $2)"
-            )
-            await self._execute("commit a stop request", sql, *values.values(), idempotent=True)
-            return record
-        # The same, with the delivery's key taken in that one statement: the request is
-        # inserted, and notified, only if the key's insert made a row.
+        # One statement is one transaction: the row and its NOTIFY commit together (a
+        # NOTIFY is only delivered at commit), in one round trip before the click's
+        # ack. It is idempotent by the request's id, generated here: a retry after an
+        # unknown outcome inserts nothing if the first attempt landed, and notifies
+        # again anyway (the WITH's insert runs whether or not the SELECT reads it): a
+        # wake-up is a hint, a second one costs a table read, a missing one a poll
+        # interval.
+        sql = (
+            f"WITH added AS ({_insert_sql('stop_requests', values)} "
+            f"ON CONFLICT (id) DO NOTHING) SELECT pg_notify('{STOP_CHANNEL}', $2)"
+        )
+        await self._execute("commit a stop request", sql, *values.values(), idempotent=True)
+        return record
+
+    async def add_stop_request_once(
+        self,
+        run_id: str,
+        thread: ThreadKey,
+        kind: StopReason,
+        requested_by: str,
+        *,
+        delivery: str,
+        request_id: str | None = None,
+    ) -> StopRequestRecord | None:
+        record = codec.new_stop_request(run_id, thread, kind, requested_by, request_id)
+        values = codec.stop_values(record)
+        # As add_stop_request, with the delivery's key taken in that one statement: the
+        # request is inserted, and notified, only if the key's insert made a row.
         n = len(values)
         take = (
             f"INSERT INTO deliveries (key, token, seen_at) VALUES (${n + 1}, ${n + 2}, ${n + 3}) "

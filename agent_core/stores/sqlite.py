@@ -42,7 +42,7 @@ import time
 import uuid
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import aiosqlite
 
@@ -397,7 +397,6 @@ class SqliteStore(SqliteQueue):
 
     # -- StopRequestStore --------------------------------------------------------------
 
-    @overload
     async def add_stop_request(
         self,
         run_id: str,
@@ -406,42 +405,23 @@ class SqliteStore(SqliteQueue):
         requested_by: str,
         *,
         request_id: str | None = None,
-        delivery: None = None,
-    ) -> StopRequestRecord: ...
+    ) -> StopRequestRecord:
+        record = codec.new_stop_request(run_id, thread, kind, requested_by, request_id)
+        await self._insert("commit a stop request", "stop_requests", codec.stop_values(record))
+        return record
 
-    @overload
-    async def add_stop_request(
+    async def add_stop_request_once(
         self,
         run_id: str,
         thread: ThreadKey,
         kind: StopReason,
         requested_by: str,
         *,
-        request_id: str | None = None,
         delivery: str,
-    ) -> StopRequestRecord | None: ...
-
-    async def add_stop_request(
-        self,
-        run_id: str,
-        thread: ThreadKey,
-        kind: StopReason,
-        requested_by: str,
-        *,
         request_id: str | None = None,
-        delivery: str | None = None,
     ) -> StopRequestRecord | None:
-        record = StopRequestRecord(
-            id=request_id or uuid.uuid4().hex,
-            run_id=run_id,
-            thread=thread,
-            kind=kind,
-            requested_by=requested_by,
-        )
+        record = codec.new_stop_request(run_id, thread, kind, requested_by, request_id)
         values = codec.stop_values(record)
-        if delivery is None:
-            await self._insert("commit a stop request", "stop_requests", values)
-            return record
         # The delivery's key and the request in one transaction, one hop to the writer.
         take = _TAKE_DELIVERY, _params([delivery, uuid.uuid4().hex, record.requested_at])
         insert = _insert_sql("stop_requests", values), _params(list(values.values()))
