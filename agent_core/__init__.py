@@ -7,6 +7,7 @@ The Slack app imports the core only through the names below. Adapters for the po
 
 from agent_core.agent import Agent, AgentConfig
 from agent_core.builtin_tools import BUILTIN_TOOLS
+from agent_core.chat import ChatMessage, Usage
 from agent_core.compaction import (
     Compacted,
     Compaction,
@@ -60,22 +61,18 @@ from agent_core.outcomes import (
     Outcome,
     RunResult,
     Timings,
-    Usage,
     normalize_outcome,
     outcome_label,
     strip_softeners,
 )
-from agent_core.ports import (
+from agent_core.ports import ChatModel, RunStore, StopRequestStore
+from agent_core.records import (
     AuditEvent,
-    ChatMessage,
-    ChatModel,
     Checkpoint,
     GuidanceRecord,
     GuidanceStatus,
     RunRecord,
-    RunStore,
     StopRequestRecord,
-    StopRequestStore,
     ThreadKey,
 )
 from agent_core.resume_policy import (

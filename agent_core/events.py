@@ -17,8 +17,9 @@ import structlog
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
 
+    from agent_core.chat import Usage
     from agent_core.guidance import Guidance
-    from agent_core.outcomes import RunResult, Usage
+    from agent_core.outcomes import RunResult
     from agent_core.stop import StopReason
 
 __all__ = [

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from datetime import datetime
 
-    from agent_core.ports import ChatMessage
+    from agent_core.chat import ChatMessage
 
 __all__ = ["Guidance", "GuidanceInbox"]
 

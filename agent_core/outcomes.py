@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
+from agent_core.chat import Usage
 from agent_core.ended import Clues, EndedBecause, classify
 from agent_core.errors import UnknownOutcome
 from agent_core.guidance import Guidance
@@ -29,7 +30,6 @@ __all__ = [
     "Outcome",
     "RunResult",
     "Timings",
-    "Usage",
     "ended_because_of",
     "normalize_outcome",
     "outcome_label",
@@ -189,22 +189,6 @@ def strip_softeners(text: str) -> str:
         if match is None:
             return result
         result = result[: match.start()].rstrip()
-
-
-@dataclass(frozen=True, slots=True)
-class Usage:
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-
-    @property
-    def total_tokens(self) -> int:
-        return self.prompt_tokens + self.completion_tokens
-
-    def __add__(self, other: Usage) -> Usage:
-        return Usage(
-            self.prompt_tokens + other.prompt_tokens,
-            self.completion_tokens + other.completion_tokens,
-        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,8 +9,9 @@
     running ──► queued      (its worker could not start it after all: back in the queue)
     (terminal but finished) ──► queued      (resumed in place from the last checkpoint)
 
-A live run may also stay where it is while other fields change: ``queued`` when its
-worker hands it back to the queue, ``running`` when a run its claim already moved starts.
+A write that keeps a run's state is not a move: its compare-and-set only guards the
+other fields it writes (a queued run handed back to the queue, a run its claim already
+made ``running`` starting, a final message marked posted).
 
 Terminal states are the canonical outcomes, so a stored run's state *is* its outcome
 once it has ended. An ended run goes nowhere but back to ``queued``, when its resume in
@@ -66,9 +67,8 @@ _RESUMABLE = TERMINAL_STATES - {RunState.FINISHED}
 """The ended states a resume in place may queue again."""
 
 _ALLOWED: dict[RunState, frozenset[RunState]] = {
-    RunState.QUEUED: frozenset({RunState.QUEUED, RunState.RUNNING}) | TERMINAL_STATES,
-    RunState.RUNNING: frozenset({RunState.RUNNING, RunState.QUEUED, RunState.STOPPING})
-    | TERMINAL_STATES,
+    RunState.QUEUED: frozenset({RunState.RUNNING}) | TERMINAL_STATES,
+    RunState.RUNNING: frozenset({RunState.QUEUED, RunState.STOPPING}) | TERMINAL_STATES,
     RunState.STOPPING: TERMINAL_STATES,
     RunState.FINISHED: frozenset(),
     **{state: frozenset({RunState.QUEUED}) for state in _RESUMABLE},
@@ -84,9 +84,11 @@ def transition(current: RunState, new: RunState) -> RunState:
 
 def check_moves(expected: Iterable[RunState], new: RunState) -> None:
     """Raise :class:`IllegalTransition` unless every move from one of ``expected`` to
-    ``new`` is legal: what a compare-and-set of the state may write."""
+    ``new`` is legal: what a compare-and-set of the state may write. Staying in a state
+    is no move, and always allowed."""
     for current in expected:
-        transition(current, new)
+        if current is not new:
+            transition(current, new)
 
 
 def sources(new: RunState, among: Iterable[RunState]) -> frozenset[RunState]:

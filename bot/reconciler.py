@@ -4,7 +4,7 @@ Runs on start-up and then periodically, in every worker (docs/operations.md, Lea
 
 1. **Orphans.** A live run whose lease expired lost its worker (``kill -9``, a crash, a
    lost host). One its worker had only accepted (its row written before Slack's event
-   was acknowledged, nothing run or shown yet: :func:`agent_core.ports.is_accepted`)
+   was acknowledged, nothing run or shown yet: :func:`agent_core.records.is_accepted`)
    goes back in the queue, for any worker to run. Any other is ended by
    compare-and-set, so exactly one worker does it:
    ``blocked`` ("interrupted: the worker running this stopped"), or ``userinterlude`` if
@@ -61,7 +61,7 @@ from agent_core import (
 )
 from agent_core.clock import utcnow
 from agent_core.delegation import MAX_DEPTH
-from agent_core.ports import is_accepted
+from agent_core.records import is_accepted
 from bot import messages
 from bot.agent_session import SessionStatus, set_session_status
 from bot.errors import SlackError, SlackRefused
@@ -72,7 +72,8 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable
     from datetime import datetime
 
-    from agent_core.ports import Checkpoint, RunRecord, StopRequestRecord, Store
+    from agent_core.ports import Store
+    from agent_core.records import Checkpoint, RunRecord, StopRequestRecord
     from bot.click_answer import ClickAnswer
     from bot.surface import Workspaces
 

@@ -64,7 +64,7 @@ from agent_core import (
 )
 from agent_core.clock import utcnow
 from agent_core.compaction import DEFAULT_SUMMARY_WINDOW
-from agent_core.ports import ResumeState
+from agent_core.records import ResumeState
 from bot.session import RunSession
 from bot.views.status import EndingView
 
@@ -73,7 +73,8 @@ if TYPE_CHECKING:
     from datetime import datetime
 
     from agent_core import Checkpoint, CompactionOutcome, ResumeDecision, ResumeSettings, Run
-    from agent_core.ports import RunRecord, Store
+    from agent_core.ports import Store
+    from agent_core.records import RunRecord
     from bot.supervisor import Supervisor
     from bot.surface import Workspaces
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from agent_core import AuditEvent, RunState, StorageError
-from agent_core.ports import ResumeState
+from agent_core.records import ResumeState
 from bot import messages
 from bot.policy import RunHome, RunView, Verdict, comes_from, decide, may_stop, needs_participants
 

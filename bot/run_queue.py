@@ -48,7 +48,7 @@ from agent_core import (
     Usage,
 )
 from agent_core.clock import utcnow
-from agent_core.ports import Checkpoint
+from agent_core.records import Checkpoint
 from bot import messages
 from bot.errors import BudgetNotRunning, SlackError
 from bot.queue_places import QueuePlaces, queued_snapshot
@@ -62,7 +62,8 @@ if TYPE_CHECKING:
     from datetime import datetime
 
     from agent_core import ChatMessage, ResumeSettings, Run, ThreadKey
-    from agent_core.ports import StopRequestRecord, Store
+    from agent_core.ports import Store
+    from agent_core.records import StopRequestRecord
     from bot.click_answer import ClickAnswer
     from bot.identity import AppIdentity
     from bot.metrics import Metrics

@@ -42,7 +42,8 @@ from bot.guidance import QUEUED, UNDELIVERED, react, settle
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from agent_core.ports import GuidanceRecord, StopRequestRecord, Store
+    from agent_core.ports import Store
+    from agent_core.records import GuidanceRecord, StopRequestRecord
     from bot.supervisor import Supervisor
     from bot.surface import Workspaces
 

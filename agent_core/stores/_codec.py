@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from agent_core.ended import EndedBecause
 from agent_core.outcomes import ExitCode, normalize_outcome
-from agent_core.ports import (
+from agent_core.records import (
     AuditEvent,
     Checkpoint,
     GuidanceRecord,

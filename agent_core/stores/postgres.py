@@ -24,9 +24,10 @@ from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 import asyncpg  # type: ignore[import-untyped]
 
+from agent_core.answering import ANSWERING
 from agent_core.clock import utcnow
 from agent_core.errors import StorageError
-from agent_core.ports import ANSWERING, Forgotten, StopRequestRecord
+from agent_core.records import Forgotten, StopRequestRecord
 from agent_core.states import LIVE_STATES, RunState
 from agent_core.stores import _codec as codec
 from agent_core.stores import _retention as retention
@@ -49,15 +50,14 @@ if TYPE_CHECKING:
     from datetime import datetime
 
     from agent_core.outcomes import ExitCode
-    from agent_core.ports import (
+    from agent_core.ports import Reconnected, StopWakeup
+    from agent_core.records import (
         AuditEvent,
         Checkpoint,
         GuidanceRecord,
         GuidanceStatus,
-        Reconnected,
         ResumeState,
         RunRecord,
-        StopWakeup,
         ThreadKey,
     )
     from agent_core.stop import StopReason
@@ -157,7 +157,7 @@ class PostgresStore(PostgresQueue):
 
     def __init__(self, pool: Any, dsn: str, *, answering_pool: Any = None) -> None:
         """Use :meth:`open`; this only wraps the pools it has created. Calls made while
-        :data:`~agent_core.ports.ANSWERING` is set use ``answering_pool`` (the one pool
+        :data:`~agent_core.answering.ANSWERING` is set use ``answering_pool`` (the one pool
         if there is none)."""
         self._pool = pool
         self._answering_pool = answering_pool if answering_pool is not None else pool

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
     from datetime import datetime
 
-    from agent_core.ports import RunRecord
+    from agent_core.records import RunRecord
 
 __all__ = ["PostgresQueue"]
 

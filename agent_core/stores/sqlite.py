@@ -48,7 +48,7 @@ import aiosqlite
 
 from agent_core.clock import utcnow
 from agent_core.errors import StorageError
-from agent_core.ports import Forgotten, StopRequestRecord
+from agent_core.records import Forgotten, StopRequestRecord
 from agent_core.states import LIVE_STATES, RunState
 from agent_core.stores import _codec as codec
 from agent_core.stores import _retention as retention
@@ -61,7 +61,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 
     from agent_core.outcomes import ExitCode
-    from agent_core.ports import (
+    from agent_core.records import (
         AuditEvent,
         Checkpoint,
         GuidanceRecord,

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from datetime import datetime
 
-    from agent_core.ports import RunRecord
+    from agent_core.records import RunRecord
 
 __all__ = ["SqliteQueue"]
 

@@ -6,9 +6,9 @@ from typing import Literal
 
 import pytest
 
+from agent_core.chat import ToolCall
 from agent_core.errors import IllegalTransition
 from agent_core.outcomes import Outcome
-from agent_core.ports import ToolCall
 from agent_core.states import LIVE_STATES, TERMINAL_STATES, RunState, state_for_outcome, transition
 from agent_core.stop import RunControl, StopReason
 from agent_core.tools import Toolbox, tool

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from agent_core.clock import utcnow
-from agent_core.ports import GuidanceRecord, GuidanceStatus, ThreadKey
+from agent_core.records import GuidanceRecord, GuidanceStatus, ThreadKey
 from agent_core.stores.postgres import PostgresStore
 
 if TYPE_CHECKING:

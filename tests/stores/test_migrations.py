@@ -15,7 +15,7 @@ import asyncpg  # type: ignore[import-untyped]
 import pytest
 
 from agent_core.outcomes import ExitCode, Outcome
-from agent_core.ports import ResumeState, RunRecord, ThreadKey
+from agent_core.records import ResumeState, RunRecord, ThreadKey
 from agent_core.states import TERMINAL_STATES, RunState
 from agent_core.stores.factory import open_store
 from agent_core.stores.migrations import (

@@ -18,7 +18,7 @@ import asyncpg  # type: ignore[import-untyped]
 import pytest
 
 from agent_core.errors import StorageError
-from agent_core.ports import (
+from agent_core.records import (
     Checkpoint,
     GuidanceRecord,
     GuidanceStatus,

@@ -11,7 +11,8 @@ import asyncpg  # type: ignore[import-untyped]
 import pytest
 
 from agent_core.errors import StorageError
-from agent_core.ports import StopWakeups, ThreadKey
+from agent_core.ports import StopWakeups
+from agent_core.records import ThreadKey
 from agent_core.stop import StopReason
 from agent_core.stores.memory import MemoryStore
 from agent_core.stores.postgres import PostgresStore

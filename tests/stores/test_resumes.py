@@ -20,7 +20,7 @@ import pytest
 
 from agent_core.clock import utcnow
 from agent_core.ended import EndedBecause
-from agent_core.ports import ResumeState, RunRecord, ThreadKey
+from agent_core.records import ResumeState, RunRecord, ThreadKey
 from agent_core.states import RunState
 from agent_core.stop import StopReason
 from agent_core.stores.migrations import upgrade_postgres, upgrade_sqlite

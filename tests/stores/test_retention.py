@@ -12,7 +12,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from agent_core.clock import utcnow
-from agent_core.ports import (
+from agent_core.records import (
     AuditEvent,
     Checkpoint,
     GuidanceRecord,

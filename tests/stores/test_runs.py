@@ -11,7 +11,7 @@ import pytest
 
 from agent_core.errors import IllegalTransition
 from agent_core.outcomes import ExitCode, Outcome
-from agent_core.ports import AuditEvent, Checkpoint, RunRecord, ThreadKey
+from agent_core.records import AuditEvent, Checkpoint, RunRecord, ThreadKey
 from agent_core.states import LIVE_STATES, TERMINAL_STATES, RunState
 from agent_core.stop import StopReason
 
@@ -240,7 +240,7 @@ async def test_a_move_the_table_forbids_is_refused_before_the_store_is_touched(
 
 async def test_the_moves_the_writers_make_are_legal(store: Store) -> None:
     # A queued run is handed back to the queue (staying queued), a claimed one starts
-    # (staying running), and an ended run is resumed in place.
+    # (staying running): staying is no move, its compare-and-set guards other fields.
     await store.create_run(a_run(owner="w-a"))
     assert await store.set_state("run-1", RunState.QUEUED, expected=[RunState.QUEUED], owner=None)
     assert await store.set_state("run-1", RunState.RUNNING, expected=[RunState.QUEUED])

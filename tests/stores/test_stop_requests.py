@@ -13,7 +13,7 @@ import asyncpg  # type: ignore[import-untyped]
 import pytest
 
 from agent_core.errors import StorageError
-from agent_core.ports import AuditEvent, RunRecord, StopRequestRecord, ThreadKey
+from agent_core.records import AuditEvent, RunRecord, StopRequestRecord, ThreadKey
 from agent_core.states import RunState
 from agent_core.stop import StopReason
 from agent_core.stores.postgres import PostgresStore
