@@ -29,6 +29,8 @@ __all__ = ["Agent", "AgentConfig"]
 
 @dataclass(frozen=True, slots=True)
 class AgentConfig:
+    """How an agent runs: its system prompt, limits, retries and timeouts."""
+
     system_prompt: str = SYSTEM_PROMPT
     max_turns: int = 20
     """Model turns before a forced final turn (the final turn is extra)."""

@@ -26,6 +26,8 @@ ChatMessage = dict[str, Any]
 
 @dataclass(frozen=True, slots=True)
 class Usage:
+    """Tokens spent: what the prompts held and what the model wrote."""
+
     prompt_tokens: int = 0
     completion_tokens: int = 0
 

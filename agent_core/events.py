@@ -46,6 +46,8 @@ log = structlog.get_logger("agent_core.events")
 
 @dataclass(frozen=True, slots=True)
 class TurnStarted:
+    """A model turn began."""
+
     run_id: str
     turn: int
     final: bool = False
@@ -55,6 +57,8 @@ class TurnStarted:
 
 @dataclass(frozen=True, slots=True)
 class TextDelta:
+    """Text the model streamed in the current turn."""
+
     run_id: str
     text: str
 
@@ -69,6 +73,8 @@ class StepRestarted:
 
 @dataclass(frozen=True, slots=True)
 class TurnFinished:
+    """A model turn ended."""
+
     run_id: str
     turn: int
     usage: Usage
@@ -80,6 +86,8 @@ class TurnFinished:
 
 @dataclass(frozen=True, slots=True)
 class ToolStarted:
+    """The model called a tool; it is running."""
+
     run_id: str
     call_id: str
     name: str
@@ -104,6 +112,8 @@ class ToolProgress:
 
 @dataclass(frozen=True, slots=True)
 class ToolFinished:
+    """A tool call ended (``ok`` False: it failed)."""
+
     run_id: str
     call_id: str
     name: str
@@ -113,6 +123,8 @@ class ToolFinished:
 
 @dataclass(frozen=True, slots=True)
 class Retrying:
+    """A failed model call waits ``delay_s`` before its attempt number ``attempt``."""
+
     run_id: str
     attempt: int
     delay_s: float
@@ -121,6 +133,8 @@ class Retrying:
 
 @dataclass(frozen=True, slots=True)
 class StopRequested:
+    """Someone asked the run to stop, abort or shut down."""
+
     run_id: str
     reason: StopReason
     requested_by: str
@@ -128,6 +142,8 @@ class StopRequested:
 
 @dataclass(frozen=True, slots=True)
 class StopHonoured:
+    """The run acted on its stop request (requested is not taken effect)."""
+
     run_id: str
     reason: StopReason
 
@@ -170,6 +186,8 @@ class ChildFinished:
 
 @dataclass(frozen=True, slots=True)
 class RunFinished:
+    """The run ended with ``result``."""
+
     run_id: str
     result: RunResult
 

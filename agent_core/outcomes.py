@@ -229,6 +229,8 @@ class Handoff:
 
 @dataclass(frozen=True, slots=True)
 class Timings:
+    """When a run started and ended, and when a stop was asked for and honoured."""
+
     started_at: datetime
     ended_at: datetime
     stop_requested_at: datetime | None = None

@@ -100,6 +100,8 @@ class ChatModel(Protocol):
 
 
 class RunStore(Protocol):
+    """Runs, their checkpoint (the conversation after each turn) and their audit trail."""
+
     async def create_run(self, run: RunRecord) -> None: ...
 
     async def get_run(self, run_id: str) -> RunRecord | None: ...
@@ -132,6 +134,8 @@ class RunStore(Protocol):
 
 
 class StopRequestStore(Protocol):
+    """Stop requests, durable before the click is acknowledged, for the run's owner to apply."""
+
     async def add_stop_request(
         self,
         run_id: str,

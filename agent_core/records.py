@@ -114,6 +114,9 @@ class RunRecord:
 
 @dataclass(frozen=True, slots=True)
 class Checkpoint:
+    """A run's conversation after its latest turn (the ``checkpoints`` table): what a
+    resume goes on from."""
+
     run_id: str
     turn: int
     messages: tuple[ChatMessage, ...]

@@ -43,6 +43,8 @@ __all__ = [
 
 
 class RunState(StrEnum):
+    """Where a run is in its life (the module's table says how it moves)."""
+
     QUEUED = "queued"
     """Accepted, not yet picked up by an owner."""
     RUNNING = "running"

@@ -36,10 +36,10 @@ from agent_core.stores._pg import (
     DRIVER_ERRORS,
     STOP_CHANNEL,
     connection_lost,
-    describe_dsn,
     is_driver_error,
 )
 from agent_core.stores.defaults import ANSWERING_POOL_SIZE, POOL_SIZE
+from agent_core.stores.dsn import describe_dsn
 from agent_core.stores.migrations import TIMEOUT_S as MIGRATION_TIMEOUT_S
 from agent_core.stores.migrations import upgrade_postgres
 from agent_core.stores.postgres_listener import PostgresStopListener

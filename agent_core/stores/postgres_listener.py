@@ -24,7 +24,8 @@ import asyncpg  # type: ignore[import-untyped]
 import structlog
 
 from agent_core.errors import StorageError
-from agent_core.stores._pg import DRIVER_ERRORS, STOP_CHANNEL, describe_dsn
+from agent_core.stores._pg import DRIVER_ERRORS, STOP_CHANNEL
+from agent_core.stores.dsn import describe_dsn
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable
