@@ -38,9 +38,9 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from agent_core import StopRequestRecord
-    from agent_core.ports import Store
     from bot.settings import Settings
     from bot.stops import StopService
+    from bot.store_needs import DashboardStore
     from bot.surface import Workspaces
     from bot.trust import TrustGate
 
@@ -86,7 +86,7 @@ class StopAll:
 class Dashboard:
     def __init__(
         self,
-        store: Store,
+        store: DashboardStore,
         settings: Settings,
         workspaces: Workspaces,
         stops: StopService,

@@ -72,9 +72,9 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable
     from datetime import datetime
 
-    from agent_core.ports import Store
     from agent_core.records import Checkpoint, RunRecord, StopRequestRecord
     from bot.click_answer import ClickAnswer
+    from bot.store_needs import ReconcilerStore
     from bot.surface import Workspaces
 
 __all__ = ["Reconciler", "orphan_result", "stored_result"]
@@ -118,7 +118,7 @@ class ReconcileReport:
 class Reconciler:
     def __init__(
         self,
-        store: Store,
+        store: ReconcilerStore,
         workspaces: Workspaces,
         *,
         worker_id: str,

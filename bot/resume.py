@@ -73,8 +73,8 @@ if TYPE_CHECKING:
     from datetime import datetime
 
     from agent_core import Checkpoint, CompactionOutcome, ResumeDecision, ResumeSettings, Run
-    from agent_core.ports import Store
     from agent_core.records import RunRecord
+    from bot.store_needs import ResumeDecisions, ResumeSchedule
     from bot.supervisor import Supervisor
     from bot.surface import Workspaces
 
@@ -144,7 +144,7 @@ def due_at(record: RunRecord) -> datetime | None:
 
 
 async def decide(
-    store: Store, record: RunRecord, policy: ResumeSettings, *, actor: str, now: datetime
+    store: ResumeDecisions, record: RunRecord, policy: ResumeSettings, *, actor: str, now: datetime
 ) -> RunRecord:
     """Decide, and store, whether and when the ended ``record`` resumes; the stored run
     after (as decided here, or by whoever decided first)."""
@@ -175,7 +175,11 @@ async def decide(
 
 
 async def _decision(
-    store: Store, record: RunRecord, ended: EndedBecause, policy: ResumeSettings, now: datetime
+    store: ResumeDecisions,
+    record: RunRecord,
+    ended: EndedBecause,
+    policy: ResumeSettings,
+    now: datetime,
 ) -> ResumeDecision:
     if record.parent_id is not None:
         return DontResume(_SUB_AGENT)
@@ -206,7 +210,7 @@ def _resume_after(record: RunRecord) -> datetime | None:
     return RunResult.from_dict(record.result).resume_after if record.result else None
 
 
-async def thread_moved_on(store: Store, record: RunRecord) -> bool:
+async def thread_moved_on(store: ResumeDecisions, record: RunRecord) -> bool:
     """True if a newer run started in the run's thread: the conversation went on without
     it, and resuming it would put an old task back over the newer one."""
     runs = await store.find_runs(thread=record.thread, top_level=True, limit=1000)
@@ -217,7 +221,7 @@ async def thread_moved_on(store: Store, record: RunRecord) -> bool:
 
 
 async def resume_in_place(
-    store: Store, record: RunRecord, *, worker_id: str, lease_ttl_s: float, now: datetime
+    store: ResumeDecisions, record: RunRecord, *, worker_id: str, lease_ttl_s: float, now: datetime
 ) -> bool:
     """Make the due, scheduled ``record`` live again under ``worker_id`` (the caller then
     runs it from its checkpoint). False if another worker (or a person) got there first."""
@@ -261,7 +265,7 @@ class Resumes:
 
     def __init__(
         self,
-        store: Store,
+        store: ResumeSchedule,
         supervisor: Supervisor,
         workspaces: Workspaces,
         policy: ResumeSettings,

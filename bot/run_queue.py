@@ -62,13 +62,13 @@ if TYPE_CHECKING:
     from datetime import datetime
 
     from agent_core import ChatMessage, ResumeSettings, Run, ThreadKey
-    from agent_core.ports import Store
     from agent_core.records import StopRequestRecord
     from bot.click_answer import ClickAnswer
     from bot.identity import AppIdentity
     from bot.metrics import Metrics
     from bot.reconciler import Reconciler
     from bot.stop_watch import StopWatcher
+    from bot.store_needs import RunQueueStore
     from bot.supervisor import Supervisor
     from bot.surface import SlackSurface, Workspaces
 
@@ -128,7 +128,7 @@ class RunQueue:
 
     def __init__(
         self,
-        store: Store,
+        store: RunQueueStore,
         supervisor: Supervisor,
         workspaces: Workspaces,
         *,

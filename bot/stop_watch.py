@@ -42,8 +42,8 @@ from bot.guidance import QUEUED, UNDELIVERED, react, settle
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from agent_core.ports import Store
     from agent_core.records import GuidanceRecord, StopRequestRecord
+    from bot.store_needs import StopWatchStore
     from bot.supervisor import Supervisor
     from bot.surface import Workspaces
 
@@ -61,7 +61,7 @@ click's ack budget, the longest a click that saw the run live can take to commit
 class StopWatcher:
     def __init__(
         self,
-        store: Store,
+        store: StopWatchStore,
         supervisor: Supervisor,
         workspaces: Workspaces,
         *,

@@ -86,13 +86,13 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
     from agent_core import RunRecord, ThreadKey
-    from agent_core.ports import Store
     from bot.click_answer import ClickAnswer
     from bot.dedupe import Deliveries
     from bot.metrics import Metrics
     from bot.policy import Origin
     from bot.resume_controls import ResumeAsk
     from bot.settings import Settings
+    from bot.store_needs import StopIntakeStore
     from bot.supervisor import LiveRun, Supervisor
     from bot.surface import Workspaces
     from bot.trust import TrustGate
@@ -200,7 +200,7 @@ class StopDecision:
 class StopService:
     def __init__(
         self,
-        store: Store,
+        store: StopIntakeStore,
         supervisor: Supervisor,
         worker: Worker,
         workspaces: Workspaces,

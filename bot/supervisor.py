@@ -64,11 +64,11 @@ if TYPE_CHECKING:
         RunResult,
         ThreadKey,
     )
-    from agent_core.ports import Store
     from bot.loop_load import LoopLoad
     from bot.metrics import Metrics
     from bot.resume import Resumes
     from bot.session import RunSession
+    from bot.store_needs import SupervisorStore
     from bot.views.status import EndingView
 
 __all__ = ["LiveRun", "Supervisor"]
@@ -103,7 +103,7 @@ class Supervisor:
     def __init__(
         self,
         agent: Agent,
-        store: Store,
+        store: SupervisorStore,
         *,
         worker_id: str,
         lease_ttl_s: float,
