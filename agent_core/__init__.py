@@ -1,8 +1,10 @@
 """threadpilot's agent core: a framework-free LLM agent loop with Stop, Abort and Shutdown.
 
-The Slack app imports the core only through the names below. Adapters for the ports
-(``agent_core.stores.*``; the model APIs' adapters, built by :func:`build_model` from
-``MODEL_API``) are imported from their modules.
+The names below are the core's API, each documented. Ports, records and adapters
+(``agent_core.ports``, ``agent_core.records``, ``agent_core.stores.*``; the model APIs'
+adapters, built by :func:`build_model` from ``MODEL_API``) are imported from their
+modules; no module whose name starts with an underscore is imported from outside the
+core (tests/agent_core/test_public_api.py holds both to it).
 """
 
 from agent_core.agent import Agent, AgentConfig

@@ -117,7 +117,10 @@ class RunStore(Protocol):
         """Compare-and-set: move to ``new`` only if the current state is in ``expected``.
 
         ``changes`` names other :class:`RunRecord` fields to write in the same statement.
-        Returns False (and writes nothing) when another writer got there first.
+        Returns False (and writes nothing) when another writer got there first. Raises
+        :class:`~agent_core.errors.IllegalTransition`, before the store is touched, when
+        a move from one of ``expected`` to ``new`` is not in the table of legal moves
+        (:func:`agent_core.states.check_moves`; staying in a state is no move).
         """
         ...
 
@@ -511,7 +514,8 @@ class ResumeStore(Protocol):
         due by then, ``scheduled`` with ``resume_at`` at or before it, or ``claimed``
         with its claim (``lease_expires_at``) run out by then. ``claimed_by``: only a
         resume that worker holds (``owner``). ``state``: move the run's state too (a
-        resume in place makes it live again). ``changes``: other :class:`RunRecord`
+        resume in place makes it live again), only for a run in an ended state from which
+        that move is legal. ``changes``: other :class:`RunRecord`
         fields, checked as :meth:`RunStore.set_state` checks them. False, writing
         nothing, when another writer got there first; exactly one of racing writers wins.
         """

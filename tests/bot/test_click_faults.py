@@ -189,7 +189,7 @@ async def test_a_stop_slower_than_slacks_3_seconds_is_never_taken_for_an_unknown
             raise
         raise AssertionError("the click's budget ends first")
 
-    monkeypatch.setattr(store, "add_stop_request", stubborn)
+    monkeypatch.setattr(store, "add_stop_request_once", stubborn)
 
     await bot.click(running, ACTION_STOP)  # Slack gave up on it after 3 s
 
