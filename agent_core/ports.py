@@ -49,12 +49,12 @@ if TYPE_CHECKING:
         RunRecord,
         StopRequestRecord,
         ThreadKey,
+        Wakeup,
     )
     from agent_core.states import RunState
     from agent_core.stop import StopReason
 
 __all__ = [
-    "QUEUE_WAKEUP",
     "ChatModel",
     "DashboardQueries",
     "DeliveryLog",
@@ -373,9 +373,9 @@ class ParticipantStore(Protocol):
         ...
 
 
-StopWakeup = Callable[[str], Awaitable[None]]
-"""Called with the run id of a newly committed stop request or guidance; read the tables
-to act."""
+StopWakeup = Callable[["Wakeup"], Awaitable[None]]
+"""Called with each :class:`~agent_core.records.Wakeup`: a newly committed stop request
+or guidance, or a run queued; read the tables to act."""
 
 Reconnected = Callable[[], Awaitable[None]]
 """Called after a wake-up channel came back: anything sent meanwhile was lost, re-scan."""
@@ -536,12 +536,6 @@ class ResumeStore(Protocol):
 # -- the run queue (docs/operations.md, Queue and MAX_LIVE_RUNS) ------------------------
 
 
-QUEUE_WAKEUP = "queue"
-"""The wake-up payload (:class:`StopWakeups`, the stop channel) that says a run was
-queued: not a run id (those are hex), so a stop watcher that sees it only wakes the
-queue's taker."""
-
-
 class QueueStore(Protocol):
     """Runs waiting for a worker with room (:func:`~agent_core.records.is_waiting`),
     oldest ``created_at`` first (ties by id): the durable queue every worker shares."""
@@ -549,7 +543,7 @@ class QueueStore(Protocol):
     async def enqueue_run(self, run: RunRecord) -> None:
         """Store ``run`` as waiting; ValueError unless it is ``queued`` with no owner,
         lease or parent, or if the id exists. A store with :class:`StopWakeups` wakes
-        the other workers (payload :data:`QUEUE_WAKEUP`) with the commit."""
+        the other workers (a queued :class:`~agent_core.records.Wakeup`) with the commit."""
         ...
 
     async def claim_queued(

@@ -33,6 +33,7 @@ __all__ = [
     "RunRecord",
     "StopRequestRecord",
     "ThreadKey",
+    "Wakeup",
     "is_accepted",
     "is_waiting",
 ]
@@ -216,3 +217,17 @@ def is_accepted(record: RunRecord) -> bool:
         and record.auto_resumes == 0
         and record.continued_from is None
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Wakeup:
+    """What a wake-up (:class:`agent_core.ports.StopWakeups`) says was committed: a stop
+    request or guidance for ``run_id``, or, with no run, a run queued for any worker.
+    A hint, never the truth: read the tables to act."""
+
+    run_id: str | None = None
+
+    @property
+    def queued(self) -> bool:
+        """True when it says a run was queued (only the queue's taker need wake)."""
+        return self.run_id is None

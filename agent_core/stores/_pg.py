@@ -7,10 +7,14 @@ from pathlib import Path
 
 import asyncpg  # type: ignore[import-untyped]
 
-__all__ = ["DRIVER_ERRORS", "STOP_CHANNEL", "connection_lost", "is_driver_error"]
+__all__ = ["DRIVER_ERRORS", "QUEUE_WAKEUP", "STOP_CHANNEL", "connection_lost", "is_driver_error"]
 
 STOP_CHANNEL = "threadpilot_stop"
 """``NOTIFY threadpilot_stop, '<run id>'`` goes out with every committed stop request."""
+
+QUEUE_WAKEUP = "queue"
+"""The payload on :data:`STOP_CHANNEL` that says a run was queued: not a run id (those
+are hex), so the listener hands a queued :class:`~agent_core.records.Wakeup` on."""
 
 # What asyncpg raises for a failed query or connection. TimeoutError is an OSError.
 # InternalClientError is neither a PostgresError nor an InterfaceError: asyncpg raises it

@@ -13,7 +13,7 @@ import asyncpg  # type: ignore[import-untyped]
 import pytest
 
 from agent_core.errors import StorageError
-from agent_core.records import AuditEvent, RunRecord, StopRequestRecord, ThreadKey
+from agent_core.records import AuditEvent, RunRecord, StopRequestRecord, ThreadKey, Wakeup
 from agent_core.states import RunState
 from agent_core.stop import StopReason
 from agent_core.stores.postgres import PostgresStore
@@ -243,8 +243,9 @@ async def test_a_batch_wakes_the_owner_of_each_run_it_asked(pg_url: str) -> None
     woken: list[str] = []
     all_woken = asyncio.Event()
 
-    async def wake(run_id: str) -> None:
-        woken.append(run_id)
+    async def wake(wakeup: Wakeup) -> None:
+        assert wakeup.run_id is not None
+        woken.append(wakeup.run_id)
         if set(run_ids) <= set(woken):
             all_woken.set()
 
