@@ -41,7 +41,7 @@ from agent_core.resume_policy import parse_duration
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
-    from agent_core.outcomes import Usage
+    from agent_core.chat import Usage
 
 __all__ = [
     "DEFAULT_BUDGET",

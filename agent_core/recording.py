@@ -24,14 +24,16 @@ from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar
 import structlog
 
 from agent_core.errors import StorageError
-from agent_core.ports import AuditEvent, Checkpoint, RunRecord
+from agent_core.records import AuditEvent, Checkpoint, RunRecord
 from agent_core.states import LIVE_STATES, RunState, state_for_outcome
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Sequence
 
+    from agent_core.chat import ChatMessage
     from agent_core.outcomes import RunResult
-    from agent_core.ports import ChatMessage, RunStore, ThreadKey
+    from agent_core.ports import RunStore
+    from agent_core.records import ThreadKey
     from agent_core.stop import StopRequest
 
 __all__ = ["TERMINAL_WRITE_DEADLINE_S", "RunRecorder", "record_ending", "until_landed"]

@@ -86,6 +86,8 @@ class ResumeAt:
 
 @dataclass(frozen=True, slots=True)
 class ResumeNow:
+    """Resume as soon as a worker can."""
+
     reason: str
 
     def to_dict(self) -> dict[str, Any]:
@@ -94,6 +96,8 @@ class ResumeNow:
 
 @dataclass(frozen=True, slots=True)
 class DontResume:
+    """Do not resume; ``reason`` says why."""
+
     reason: str
 
     def to_dict(self) -> dict[str, Any]:

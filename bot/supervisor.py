@@ -45,8 +45,8 @@ from agent_core import (
     StorageError,
     continue_from,
 )
+from agent_core.clock import utcnow
 from agent_core.recording import record_ending, until_landed
-from agent_core.stop import utcnow
 from bot import messages
 from bot.errors import BudgetNotRunning, SlackError
 from bot.guidance import to_guidance
@@ -65,11 +65,11 @@ if TYPE_CHECKING:
         RunResult,
         ThreadKey,
     )
-    from agent_core.ports import Store
     from bot.loop_load import LoopLoad
     from bot.metrics import Metrics
     from bot.resume import Resumes
     from bot.session import RunSession
+    from bot.store_needs import SupervisorStore
     from bot.views.status import EndingView
 
 __all__ = ["LiveRun", "Supervisor"]
@@ -104,7 +104,7 @@ class Supervisor:
     def __init__(
         self,
         agent: Agent,
-        store: Store,
+        store: SupervisorStore,
         *,
         worker_id: str,
         lease_ttl_s: float,

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from agent_core.stop import utcnow
+from agent_core.clock import utcnow
 from bot.reconciler import Reconciler
 from bot.resume import Resumes
 from bot.run_queue import RunQueue
@@ -24,7 +24,8 @@ from bot.stop_watch import StopWatcher
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-    from agent_core.ports import Checkpoint, RunRecord, Store
+    from agent_core.ports import Store
+    from agent_core.records import Checkpoint, RunRecord
     from bot.identity import AppIdentity
     from bot.metrics import Metrics
     from bot.settings import Settings

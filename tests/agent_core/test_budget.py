@@ -20,12 +20,13 @@ from agent_core.budget import (
     Spent,
     limits_from_settings,
 )
+from agent_core.chat import Usage
 from agent_core.delegation import MAX_DEPTH
 from agent_core.ended import EndedBecause
 from agent_core.errors import ConfigError
 from agent_core.events import RunEvent, TextDelta, TurnFinished
 from agent_core.model_api import ModelAPI, build_model
-from agent_core.outcomes import ExitCode, Outcome, Usage
+from agent_core.outcomes import ExitCode, Outcome
 from agent_core.tools import tool
 from tests.agent_core.helpers import (
     EventLog,
