@@ -325,3 +325,19 @@ async def test_the_terminal_runner_honours_the_budget_and_reports_the_requests_u
     assert offered_tools(llm.requests[-1]) == ["final_report"]
     assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"] > 0
     assert usage["cost_usd"] == pytest.approx(usage["total_tokens"] / 1_000_000)
+
+
+async def test_the_terminal_runner_wraps_up_at_90_percent_of_model_context_window(
+    llm: LLMock,
+) -> None:
+    llm.add(Reply(tool_calls=(ToolCall("calculate", {"expression": "6 * 7"}),)))
+    llm.reply("Summary of the work so far.")
+    # The system prompt alone is far beyond 90 % of a 60-token window.
+    cli = await Cli.start(llm, "compute", "--json", env={"MODEL_CONTEXT_WINDOW": "60"})
+    status, result = await cli.finish_json()
+
+    assert status == 0
+    assert len(llm.requests) == 2
+    assert "context window" in system_messages(llm.requests[-1])[-1]
+    assert result["exit_code"] == "EXIT-TOKEN-LIMIT"
+    assert result["ended_because"] == "context_exhausted"
