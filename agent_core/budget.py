@@ -174,13 +174,15 @@ class Exhaustion:
 
     kind: BudgetKind
     limit: str
+    """The budget's size ("1,000", "30.0 min", "$2.00")."""
     spent: str
+    """What was spent, with its unit ("1,204 tokens")."""
 
     def sentence(self) -> str:
-        """E.g. "The request's token budget is spent: 1,204 tokens of 1,000
+        """E.g. "The request's token budget is spent: 1,204 tokens used of 1,000
         (RUN_TOKEN_BUDGET)." """
         return (
-            f"The request's {self.kind.words} is spent: {self.spent} of {self.limit} "
+            f"The request's {self.kind.words} is spent: {self.spent} used of {self.limit} "
             f"({self.kind.setting})."
         )
 
@@ -256,13 +258,11 @@ class Budget:
 def _first_spent(limits: BudgetLimits, spent: Spent) -> Exhaustion | None:
     if limits.tokens and spent.total_tokens >= limits.tokens:
         return Exhaustion(
-            BudgetKind.TOKENS, count(limits.tokens, "token"), count(spent.total_tokens, "token")
+            BudgetKind.TOKENS, f"{limits.tokens:,}", count(spent.total_tokens, "token")
         )
     if limits.tool_calls and spent.tool_calls >= limits.tool_calls:
         return Exhaustion(
-            BudgetKind.TOOL_CALLS,
-            count(limits.tool_calls, "tool call"),
-            count(spent.tool_calls, "tool call"),
+            BudgetKind.TOOL_CALLS, f"{limits.tool_calls:,}", count(spent.tool_calls, "tool call")
         )
     if limits.time_s and spent.elapsed_s >= limits.time_s:
         return Exhaustion(BudgetKind.TIME, _duration(limits.time_s), _duration(spent.elapsed_s))

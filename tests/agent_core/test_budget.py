@@ -149,7 +149,7 @@ async def test_a_tool_call_every_turn_ends_when_the_token_budget_is_spent(
     assert result.exit_code is ExitCode.BUDGET
     assert result.outcome is Outcome.BLOCKED
     assert result.ended_because is EndedBecause.BUDGET_EXHAUSTED
-    assert f"{spent:,} tokens of 1,500 tokens (RUN_TOKEN_BUDGET)" in result.handoff.next_step
+    assert f"{spent:,} tokens used of 1,500 (RUN_TOKEN_BUDGET)" in result.handoff.next_step
     assert run.budget.spent().total_tokens == spent + final.total_tokens
 
 
@@ -199,7 +199,7 @@ async def test_a_sub_agent_spends_from_its_parents_budget(
     assert child.result is not None and child.result.exit_code is ExitCode.BUDGET
     assert len(llm.requests) == 5
     assert result.exit_code is ExitCode.BUDGET
-    assert "tool-call budget is spent: 3 tool calls of 3" in result.handoff.next_step
+    assert "tool-call budget is spent: 3 tool calls used of 3" in result.handoff.next_step
 
 
 async def test_a_continued_request_starts_from_what_it_had_spent(
@@ -214,7 +214,7 @@ async def test_a_continued_request_starts_from_what_it_had_spent(
     assert llm.requests == []  # nothing was left: the model is not called
     assert result.exit_code is ExitCode.BUDGET
     assert result.outcome is Outcome.BLOCKED
-    assert "1,000 tokens of 1,000 tokens" in result.handoff.next_step
+    assert "1,000 tokens used of 1,000" in result.handoff.next_step
 
 
 def test_cost_is_priced_per_kind_and_spends_the_cost_budget() -> None:
@@ -227,7 +227,7 @@ def test_cost_is_priced_per_kind_and_spends_the_cost_budget() -> None:
     spent = budget.exhaustion()
     assert spent is not None and spent.kind is BudgetKind.COST
     assert spent.sentence() == (
-        "The request's cost budget is spent: $0.0100 of $0.01 (RUN_COST_BUDGET)."
+        "The request's cost budget is spent: $0.0100 used of $0.01 (RUN_COST_BUDGET)."
     )
 
 

@@ -38,4 +38,4 @@ async def test_a_mention_that_spends_its_budget_wraps_up_blocked_and_names_it(
     text = block_text(final)
     assert "Blocked" in text
     assert "EXIT-BUDGET" in text
-    assert "tool-call budget is spent: 1 tool call of 1 tool call (RUN_TOOL_CALL_BUDGET)" in text
+    assert "tool-call budget is spent: 1 tool call used of 1 (RUN_TOOL_CALL_BUDGET)" in text
