@@ -248,6 +248,12 @@ class Budget:
             cost,
         )
 
+    def time_left(self) -> float | None:
+        """Seconds until the time budget runs out (0 once it has); None without one."""
+        if not self.limits.time_s:
+            return None
+        return max(0.0, self.limits.time_s - self.spent().elapsed_s)
+
     def exhaustion(self) -> Exhaustion | None:
         """The budget that ran out, if one has (the first found stays the answer)."""
         if self._exhausted is None:

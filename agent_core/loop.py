@@ -411,12 +411,17 @@ class Run:
         if final:
             await asyncio.sleep(delay)
             return
+        # The time budget running out ends the wait as a Stop does (nothing else can
+        # spend the budget while the run waits).
+        left = self.budget.time_left()
+        budget_first = left is not None and left < delay
         if self.control.reason is not StopReason.STOP:
             try:
-                async with asyncio.timeout(delay):
+                async with asyncio.timeout(left if budget_first else delay):
                     await self.control.wait_requested()
             except TimeoutError:
-                return
+                if not budget_first:
+                    return
         # A Stop ends the wait at once and goes to the final turn. After
         # a rate limit that turn gets one attempt: the provider has just said it will
         # refuse for a while, and the person asked for the run to end now, not later.

@@ -24,7 +24,7 @@ from agent_core.chat import Usage
 from agent_core.delegation import MAX_DEPTH
 from agent_core.ended import EndedBecause
 from agent_core.errors import ConfigError
-from agent_core.events import RunEvent, TextDelta, TurnFinished
+from agent_core.events import RunEvent, TextDelta, ToolFinished, TurnFinished
 from agent_core.model_api import ModelAPI, build_model
 from agent_core.outcomes import ExitCode, Outcome
 from agent_core.tools import tool
@@ -180,6 +180,29 @@ async def test_a_slow_stream_past_the_time_budget_finishes_then_wraps_up(
     assert result.exit_code is ExitCode.BUDGET
     assert result.ended_because is EndedBecause.BUDGET_EXHAUSTED
     assert "(RUN_TIME_BUDGET)" in result.handoff.next_step
+
+
+async def test_the_time_budget_running_out_ends_a_retry_wait_as_a_stop_does(
+    llm: LLMock, make_agent: AgentFactory
+) -> None:
+    steps = Steps()
+    llm.call_tool("step")
+    config = AgentConfig(budget=BudgetLimits(time_s=0.5))
+    run = make_agent([steps.tool], config=config).new_run("work")
+
+    def refuse_for_a_minute(event: RunEvent) -> None:
+        if isinstance(event, ToolFinished):  # the next turn is refused, for 60 s
+            llm.rate_limit(retry_after=60)
+            llm.reply("Out of time; one step done.")
+
+    run.events.add_listener(refuse_for_a_minute)
+    result = await run.run()
+
+    assert result.exit_code is ExitCode.BUDGET
+    assert result.timings.duration_s < 30  # not the provider's minute
+    assert "time budget is spent" in system_messages(llm.requests[-1])[-1]
+    assert len(llm.requests) == 3  # the step, the refused turn, the final turn
+    assert result.handoff.evidence == "Out of time; one step done."
 
 
 async def test_a_sub_agent_spends_from_its_parents_budget(
