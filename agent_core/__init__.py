@@ -8,17 +8,16 @@ core (tests/agent_core/test_public_api.py holds both to it).
 """
 
 from agent_core.agent import Agent, AgentConfig
-from agent_core.budget import SETTINGS as BUDGET_SETTINGS
 from agent_core.budget import (
     Budget,
     BudgetKind,
     BudgetLimits,
     Exhaustion,
     Prices,
-    RunLimits,
     Spent,
-    limits_from_settings,
 )
+from agent_core.budget_settings import SETTINGS as BUDGET_SETTINGS
+from agent_core.budget_settings import RunLimits, limits_from_settings
 from agent_core.builtin_tools import BUILTIN_TOOLS
 from agent_core.chat import ChatMessage, Usage
 from agent_core.compaction import (

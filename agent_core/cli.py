@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, TextIO, overload
 from dotenv import dotenv_values
 
 from agent_core.agent import Agent, AgentConfig
-from agent_core.budget import limits_from_settings
+from agent_core.budget_settings import limits_from_settings
 from agent_core.builtin_tools import BUILTIN_TOOLS
 from agent_core.delegation import DELEGATE
 from agent_core.errors import ConfigError

@@ -191,7 +191,7 @@ class Settings(BaseSettings):
     )
     STOP_POLL_INTERVAL: float = Field(default=0.25, gt=0, le=10)
     WORKER_ID: str | None = None
-    # -- budgets: the text as written, read by the core's one parser (agent_core/budget.py)
+    # -- budgets: the text as written, read by the core's one parser (budget_settings.py)
     RUN_TOKEN_BUDGET: str | None = Field(default=None, description="Default 1000000; 0: off.")
     RUN_TOOL_CALL_BUDGET: str | None = Field(default=None, description="Default 200; 0: off.")
     RUN_TIME_BUDGET: str | None = Field(default=None, description="90s|10m|1h; default 30m.")

@@ -12,14 +12,8 @@ import pytest
 from llmock.scenarios import Reply, ToolCall
 
 from agent_core.agent import AgentConfig
-from agent_core.budget import (
-    Budget,
-    BudgetKind,
-    BudgetLimits,
-    Prices,
-    Spent,
-    limits_from_settings,
-)
+from agent_core.budget import Budget, BudgetKind, BudgetLimits, Prices, Spent
+from agent_core.budget_settings import limits_from_settings
 from agent_core.chat import Usage
 from agent_core.delegation import MAX_DEPTH
 from agent_core.ended import EndedBecause

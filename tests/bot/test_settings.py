@@ -17,8 +17,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from agent_core import ConfigError
-from agent_core.budget import RunLimits
+from agent_core import ConfigError, RunLimits
 from bot.settings import Settings, StopPolicy, load_settings
 from bot.unknown_settings import unknown_settings
 
@@ -259,7 +258,9 @@ def test_defaults(environment: pytest.MonkeyPatch) -> None:
     assert settings.ADMIN_USER_IDS == frozenset()
     assert not settings.ALLOW_EXTERNAL_USERS and not settings.ALLOW_GUESTS
     assert not settings.socket_mode
-    assert settings.run_limits == RunLimits()  # the budgets' defaults (agent_core/budget.py)
+    assert (
+        settings.run_limits == RunLimits()
+    )  # the budgets' defaults (agent_core/budget_settings.py)
 
 
 def test_an_app_token_turns_socket_mode_on_and_the_secret_becomes_optional(
