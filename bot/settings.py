@@ -346,6 +346,14 @@ class Settings(BaseSettings):
                 raise ValueError(f"{exc.setting}: {exc.problem}{where}") from None
         return self
 
+    @field_validator(*BUDGET_SETTINGS, mode="before")
+    @classmethod
+    def _budget_text(cls, value: Any) -> Any:
+        # Given as a number (an override in code): the parser reads its text all the same.
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return str(value)
+        return value
+
     @model_validator(mode="after")
     def _budgets(self) -> Settings:
         written = {n: v for n in BUDGET_SETTINGS if isinstance(v := getattr(self, n), str)}

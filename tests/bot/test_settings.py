@@ -263,6 +263,16 @@ def test_defaults(environment: pytest.MonkeyPatch) -> None:
     )  # the budgets' defaults (agent_core/budget_settings.py)
 
 
+def test_budgets_read_from_text_or_numbers(environment: pytest.MonkeyPatch) -> None:
+    environment.setenv("RUN_TIME_BUDGET", "10m")
+    environment.setenv("MODEL_CONTEXT_WINDOW", "128000")
+    settings = load_settings(RUN_TOOL_CALL_BUDGET=0, MAX_CHILDREN_PER_RUN=3)
+
+    limits = settings.run_limits
+    assert limits.budget.time_s == 600 and limits.budget.tool_calls is None  # 0: off
+    assert (limits.max_children_per_run, limits.context_window) == (3, 128_000)
+
+
 def test_an_app_token_turns_socket_mode_on_and_the_secret_becomes_optional(
     environment: pytest.MonkeyPatch,
 ) -> None:
