@@ -53,7 +53,6 @@ from agent_core import (
     Outcome,
     ResumeSettings,
     RunResult,
-    RunState,
     StopReason,
     Timings,
     Usage,
@@ -61,6 +60,7 @@ from agent_core import (
 )
 from agent_core.delegation import MAX_DEPTH
 from agent_core.ports import is_accepted
+from agent_core.recording import record_ending
 from agent_core.stop import utcnow
 from bot import messages
 from bot.agent_session import SessionStatus, set_session_status
@@ -125,6 +125,7 @@ class Reconciler:
         resume: Callable[[RunRecord, Checkpoint | None], Awaitable[None]],
         is_local: Callable[[str], bool],
         policy: ResumeSettings | None = None,
+        on_requeued: Callable[[], None] | None = None,
     ) -> None:
         self._store = store
         self._workspaces = workspaces
@@ -134,9 +135,9 @@ class Reconciler:
         self._is_local = is_local
         self.policy = policy or ResumeSettings()
         """The resume policy's settings (``Settings.resume_settings``)."""
-        self.on_requeued: Callable[[], None] | None = None
-        """Told each time a run goes back in the queue (set by the worker: its taker looks
-        at once, not once this pass's Slack writes, which wait on rate limits, are done)."""
+        self._on_requeued = on_requeued
+        """Told each time a run goes back in the queue (by the worker: its taker looks at
+        once, not once this pass's Slack writes, which wait on rate limits, are done)."""
 
     async def run_once(
         self, now: datetime | None = None, *, starting: bool = False
@@ -207,8 +208,8 @@ class Reconciler:
         if not await self._store.requeue_run(record.id, record.owner):
             return False
         log.warning("run.requeued", run_id=record.id, previous_owner=record.owner)
-        if self.on_requeued is not None:
-            self.on_requeued()
+        if self._on_requeued is not None:
+            self._on_requeued()
         return True
 
     async def _end_in_store(self, record: RunRecord, now: datetime) -> _Ending | None:
@@ -220,18 +221,7 @@ class Reconciler:
         # lost: its answer stands, and it is neither rewritten nor resumed.
         answered = record.final_posted_at is not None
         result = orphan_result(record, stops, checkpoint, now, answered=answered)
-        won = await self._store.set_state(
-            record.id,
-            RunState(result.outcome.value),
-            expected=LIVE_STATES,
-            outcome=result.outcome,
-            stop_reason=result.stop_reason,
-            exit_code=result.exit_code,
-            stopped_by=result.handoff.stopped_by,
-            result=result.to_dict(),
-            owner=None,
-            lease_expires_at=None,
-        )
+        won = await record_ending(self._store, record.id, result, owner=None, lease_expires_at=None)
         # Read again after the compare-and-set, whoever won it: a click that saw the run
         # live may have committed a request since, and then calls this to end it.
         await self._settle_if_ended(record.id)
@@ -294,16 +284,7 @@ class Reconciler:
                 result.handoff, next_step=f"Its parent run {record.id} answers for it."
             )
             result = replace(result, handoff=handoff)
-            if await self._store.set_state(
-                child.id,
-                RunState(result.outcome.value),
-                expected=LIVE_STATES,
-                outcome=result.outcome,
-                stop_reason=result.stop_reason,
-                exit_code=result.exit_code,
-                stopped_by=result.handoff.stopped_by,
-                result=result.to_dict(),
-            ):
+            if await record_ending(self._store, child.id, result):
                 log.warning("run.sub_agent_ended", run_id=child.id, parent=record.id)
 
     async def _end_stray_sub_agents(self, now: datetime) -> None:

@@ -65,17 +65,15 @@ from agent_core import (
 from agent_core.compaction import DEFAULT_SUMMARY_WINDOW
 from agent_core.ports import ResumeState
 from agent_core.stop import utcnow
-from bot.session import RunSession
 from bot.views.status import EndingView
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
     from datetime import datetime
 
-    from agent_core import Checkpoint, CompactionOutcome, ResumeDecision, ResumeSettings, Run
+    from agent_core import Checkpoint, CompactionOutcome, ResumeDecision, ResumeSettings
     from agent_core.ports import RunRecord, Store
     from bot.supervisor import Supervisor
-    from bot.surface import Workspaces
 
 __all__ = ["Resumes", "decide", "due_at", "ended_because", "ending_view", "resume_in_place"]
 
@@ -262,7 +260,6 @@ class Resumes:
         self,
         store: Store,
         supervisor: Supervisor,
-        workspaces: Workspaces,
         policy: ResumeSettings,
         *,
         worker_id: str,
@@ -273,7 +270,6 @@ class Resumes:
     ) -> None:
         self._store = store
         self._supervisor = supervisor
-        self._workspaces = workspaces
         self.policy = policy
         self._worker_id = worker_id
         self._ttl = lease_ttl_s
@@ -551,22 +547,7 @@ class Resumes:
         ):
             log.info("resume.summary_discarded", run_id=record.id)  # cancelled meanwhile
             return
-        surface = await self._workspaces.get(record.thread.team)
-        store = self._store
-
-        def make_session(run: Run) -> RunSession:
-            thread = record.thread
-            return RunSession(
-                run,
-                surface,
-                store=store,
-                channel=thread.channel,
-                thread_ts=thread.thread_ts,
-                requester=record.requester,
-                team_id=thread.team,
-            )
-
-        live = self._supervisor.continue_run(record, compacted, run_id, make_session)
+        live = await self._supervisor.continue_run(record, compacted, run_id)
         if live is None:  # the thread was taken, or we began shutting down, just now
             await self._store.set_resume(
                 record.id,

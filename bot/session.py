@@ -79,42 +79,48 @@ RENDER_EVERY_S = 0.25
 
 
 class RunSession:
+    """The run's Slack side, in its thread (``run.thread``): its status message, its
+    streamed answer and its agent session.
+
+    ``status_ts``: the status message it continues in (one queued for it, or its own when
+    it resumes); ``resumed``: it resumes there, and says so while it starts.
+    """
+
     def __init__(
         self,
         run: Run,
         surface: SlackSurface,
         *,
         store: Store,
-        channel: str,
-        thread_ts: str,
-        requester: str,
-        team_id: str,
         status_ts: str | None = None,
+        resumed: bool = False,
     ) -> None:
+        thread = run.thread
         self.run = run
         self.surface = surface
-        self.channel = channel
-        self.thread_ts = thread_ts
+        self.channel = thread.channel
+        self.thread_ts = thread.thread_ts
         self.status_ts = status_ts
-        """Set when resuming: the run keeps the status message it already has."""
+        """Set when it continues in a message it already has (queued, or resuming)."""
         self._started = time.monotonic()
         self._last_render = -RENDER_EVERY_S
         self._render_timer: asyncio.TimerHandle | None = None
+        resuming = resumed and status_ts is not None
         self._snapshot = StatusSnapshot(
             run_id=run.id,
-            requester=requester,
+            requester=run.requester,
             phase="starting",
-            activity=messages.STATUS_RESUMING if status_ts else messages.STATUS_STARTING,
+            activity=messages.STATUS_RESUMING if resuming else messages.STATUS_STARTING,
         )
         self._answer: list[str] = []
         self._step_start = 0
         """Where the current step's text begins in ``_answer`` (void if the step fails)."""
         self._stream = AnswerStream(
             surface,
-            channel,
-            thread_ts,
-            requester,
-            team_id,
+            thread.channel,
+            thread.thread_ts,
+            run.requester,
+            thread.team,
             run_id=run.id,
             plan_title=run.task,
             answer=lambda: "".join(self._answer),

@@ -65,6 +65,7 @@ class StopWatcher:
         workspaces: Workspaces,
         *,
         poll_s: float = 0.25,
+        on_queued: Callable[[], None] | None = None,
     ) -> None:
         self._store = store
         self._supervisor = supervisor
@@ -76,7 +77,7 @@ class StopWatcher:
         self._listening = contextlib.AsyncExitStack()
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
-        self.on_queued: Callable[[], None] | None = None
+        self._on_queued = on_queued
         """Called when the wake-up says a run was queued (:data:`QUEUE_WAKEUP`): the
         same channel carries it, so one listener serves both."""
 
@@ -200,8 +201,8 @@ class StopWatcher:
 
     async def _on_wakeup(self, run_id: str) -> None:
         if run_id == QUEUE_WAKEUP:
-            if self.on_queued is not None:
-                self.on_queued()
+            if self._on_queued is not None:
+                self._on_queued()
             return
         if self._supervisor.get(run_id) is not None:
             await self.scan([run_id])
