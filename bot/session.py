@@ -247,6 +247,28 @@ class RunSession:
     # -- progress ----------------------------------------------------------------------
 
     def _on_event(self, event: RunEvent) -> None:
+        """Follow the run's events: the status message shows its progress."""
+        match event:
+            case StopRequested(reason=reason, requested_by=who):
+                self._stop_requested(reason, who)
+                return
+            case GuidanceDelivered(turn=turn, guidance=guidance):
+                self._guidance.delivered(guidance, turn)
+                return
+            case TextDelta(text=text):
+                shown = self._text(text)
+            case StepRestarted():
+                shown = self._step_restarted()
+            case ToolStarted() | ToolProgress() | ToolFinished() | ChildStarted() | ChildFinished():
+                shown = self._tool_event(event)
+            case _:
+                shown = self._turn_event(event)
+        if shown is None:
+            return  # nothing visible changed in the status
+        self._snapshot = shown
+        self._push_progress()
+
+    def _turn_event(self, event: RunEvent) -> StatusSnapshot | None:
         s = self._snapshot
         match event:
             case TurnStarted(turn=turn, final=final):
@@ -254,86 +276,87 @@ class RunSession:
                     messages.ACTIVITY_FINAL_REPORT if final else messages.ACTIVITY_WAITING_FOR_MODEL
                 )
                 self._step_start = len(self._answer)
-                s = replace(
+                return replace(
                     s,
                     phase="stopping" if s.phase == "stopping" else "running",
                     turn=turn,
                     activity=activity,
                 )
-            case TextDelta(text=text):
-                self._answer.append(text)
-                self._stream.push(text)
-                if s.activity == messages.ACTIVITY_WRITING_ANSWER:
-                    if self._stream.active:
-                        # The answer goes to its own message (even while chat.startStream
-                        # waits for its budget): nothing visible changed in the status.
-                        return
-                    self._push_progress()  # the status message shows the answer
-                    return
-                s = replace(s, activity=messages.ACTIVITY_WRITING_ANSWER)
-            case StepRestarted():
-                if len(self._answer) == self._step_start:
-                    return  # the failed attempt had written nothing
-                del self._answer[self._step_start :]
-                self._stream.void("\n\n" + messages.STREAM_RETRYING + "\n\n")
+            case Retrying(delay_s=delay, error=error):
+                return replace(s, activity=messages.activity_retry(delay, error))
+            case TurnFinished(usage=usage):
+                return replace(s, tokens=usage.total_tokens)
+        return None
+
+    def _text(self, text: str) -> StatusSnapshot | None:
+        self._answer.append(text)
+        self._stream.push(text)
+        s = self._snapshot
+        if s.activity != messages.ACTIVITY_WRITING_ANSWER:
+            return replace(s, activity=messages.ACTIVITY_WRITING_ANSWER)
+        if not self._stream.active:
+            self._push_progress()  # the status message shows the answer
+        # Else the answer goes to its own message (even while chat.startStream waits for
+        # its budget): nothing visible changed in the status.
+        return None
+
+    def _step_restarted(self) -> StatusSnapshot | None:
+        if len(self._answer) == self._step_start:
+            return None  # the failed attempt had written nothing
+        del self._answer[self._step_start :]
+        self._stream.void("\n\n" + messages.STREAM_RETRYING + "\n\n")
+        return self._snapshot
+
+    def _tool_event(self, event: RunEvent) -> StatusSnapshot | None:
+        s = self._snapshot
+        match event:
             case ToolStarted(name=name, call_id=call_id):
                 waiting = name == DELEGATE  # the sub-agents show their own progress
                 activity = messages.ACTIVITY_SUB_AGENTS if waiting else messages.activity_tool(name)
                 if not waiting:
                     self._stream.task(call_id, TaskStatus.IN_PROGRESS, title=name)
-                s = replace(s, activity=activity)
+                return replace(s, activity=activity)
             case ToolProgress(name=name) if name == DELEGATE:
-                return  # a sub-agent's turns: shown on its own line (_watch_child)
+                return None  # a sub-agent's turns: shown on its own line (_watch_child)
             case ToolProgress(
                 name=name, call_id=call_id, progress=progress, total=total, message=message
             ):
                 activity = messages.activity_tool_progress(name, progress, total, message)
                 self._stream.task(call_id, TaskStatus.IN_PROGRESS, details=activity)
-                s = replace(s, activity=activity)
+                return replace(s, activity=activity)
             case ChildStarted(child_id=child_id, task=task):
                 self._watch_child(child_id)
                 self._stream.task(child_id, TaskStatus.IN_PROGRESS, title=task)
-                s = replace(s, children=(*s.children, ChildTask(child_id, task)))
+                return replace(s, children=(*s.children, ChildTask(child_id, task)))
             case ChildFinished(child_id=child_id, result=result):
                 finished = result.outcome is Outcome.FINISHED
                 status = TaskStatus.COMPLETE if finished else TaskStatus.ERROR
                 self._stream.task(child_id, status, details=messages.result_label(result))
-                s = replace(s, children=_updated(s.children, child_id, result=result))
+                return replace(s, children=_updated(s.children, child_id, result=result))
             case ToolFinished(name=name, call_id=call_id, ok=ok):
                 if name != DELEGATE:
                     status = TaskStatus.COMPLETE if ok else TaskStatus.ERROR
                     self._stream.task(call_id, status)
-                s = replace(s, activity=messages.ACTIVITY_WAITING_FOR_MODEL)
-            case Retrying(delay_s=delay, error=error):
-                s = replace(s, activity=messages.activity_retry(delay, error))
-            case TurnFinished(usage=usage):
-                s = replace(s, tokens=usage.total_tokens)
-            case GuidanceDelivered(turn=turn, guidance=guidance):
-                self._guidance.delivered(guidance, turn)
-                return
-            case StopRequested(reason=reason, requested_by=who):
-                # The buttons must change now: Stop disappears, Abort stays.
-                request = self.run.control.request
-                timed_out = request is not None and request.source == "timer"
-                self._snapshot = replace(
-                    s,
-                    phase="stopping",
-                    stop_reason=reason,
-                    stop_requested_by=who,
-                    escalated_from=(
-                        s.stop_requested_by if s.stop_reason is StopReason.STOP else None
-                    ),
-                    # The run's only timer: FINAL_TURN_TIMEOUT (agent_core/loop.py).
-                    final_turn_timeout_s=(
-                        self.run.agent.config.final_turn_timeout_s if timed_out else None
-                    ),
-                )
-                self._push_progress(urgent=True)
-                return
-            case _:
-                return
-        self._snapshot = s
-        self._push_progress()
+                return replace(s, activity=messages.ACTIVITY_WAITING_FOR_MODEL)
+        return None
+
+    def _stop_requested(self, reason: StopReason, who: str) -> None:
+        """The buttons must change now: Stop disappears, Abort stays."""
+        s = self._snapshot
+        request = self.run.control.request
+        timed_out = request is not None and request.source == "timer"
+        self._snapshot = replace(
+            s,
+            phase="stopping",
+            stop_reason=reason,
+            stop_requested_by=who,
+            escalated_from=s.stop_requested_by if s.stop_reason is StopReason.STOP else None,
+            # The run's only timer: FINAL_TURN_TIMEOUT (agent_core/loop.py).
+            final_turn_timeout_s=(
+                self.run.agent.config.final_turn_timeout_s if timed_out else None
+            ),
+        )
+        self._push_progress(urgent=True)
 
     def _watch_child(self, child_id: str) -> None:
         """Follow a sub-agent's own events (they stay on its hub) for its task line."""

@@ -139,16 +139,16 @@ class Supervisor:
         load: LoopLoad | None = None,
     ) -> None:
         self.agent = agent
-        self.max_live = max_live
+        self._max_live = max_live
         """``MAX_LIVE_RUNS``: runs beyond it wait in the queue (:mod:`bot.run_queue`)."""
         self._load = load
         """While this process's event loop is busy, no new run starts here."""
         self._metrics = metrics
-        self.store = store
+        self._store = store
         self._workspaces = workspaces
         self._lifecycle = lifecycle
-        self.worker_id = worker_id
-        self.lease_ttl_s = lease_ttl_s
+        self._worker_id = worker_id
+        self._lease_ttl_s = lease_ttl_s
         self._live: dict[str, LiveRun] = {}
         self._by_thread: dict[ThreadKey, str] = {}
         """The run holding each thread here: live, or accepted and not started yet."""
@@ -200,7 +200,7 @@ class Supervisor:
         worker, or before a restart.
         """
         try:
-            return bool(await self.store.find_runs(thread=thread, limit=1))
+            return bool(await self._store.find_runs(thread=thread, limit=1))
         except StorageError:
             log.exception("store.read_failed", step="had_run")
             return False
@@ -226,10 +226,10 @@ class Supervisor:
             return False
         if self._load is not None and self._load.busy:
             return False
-        if self.max_live is None:
+        if self._max_live is None:
             return True
         working = sum(1 for live in self._live.values() if live.run.result is None)
-        return working < self.max_live
+        return working < self._max_live
 
     # -- starting and ending -----------------------------------------------------------
 
@@ -247,14 +247,14 @@ class Supervisor:
             return None
         record = RunRecord(id=run_id, thread=thread, requester=requester, task=task)
         if not self._accepting:
-            await self.store.enqueue_run(record)
+            await self._store.enqueue_run(record)
             log.info("run.accepted_into_queue", run_id=run_id, reason="shutting down")
             return run_id
         self._by_thread[thread] = run_id
         self._accepted[run_id] = _Accepted(thread, requester, task)
         try:
             await register_run(
-                self.store, record, owner=self.worker_id, lease_ttl_s=self.lease_ttl_s
+                self._store, record, owner=self._worker_id, lease_ttl_s=self._lease_ttl_s
             )
         except BaseException:
             self.hand_over(run_id)
@@ -294,7 +294,7 @@ class Supervisor:
             thread=accepted.thread,
             history=history,
         )
-        return self._launch(run, RunSession(run, surface, store=self.store), accepted=True)
+        return self._launch(run, RunSession(run, surface, store=self._store), accepted=True)
 
     async def start_queued(
         self, record: RunRecord, history: Sequence[ChatMessage]
@@ -312,7 +312,7 @@ class Supervisor:
             thread=record.thread,
             history=history,
         )
-        session = RunSession(run, surface, store=self.store, status_ts=record.status_ts)
+        session = RunSession(run, surface, store=self._store, status_ts=record.status_ts)
         return self._launch(run, session)
 
     async def resume(self, record: RunRecord, checkpoint: Checkpoint | None) -> LiveRun | None:
@@ -329,7 +329,7 @@ class Supervisor:
             resumed_because=ended_because(record),
         )
         session = RunSession(
-            run, surface, store=self.store, status_ts=record.status_ts, resumed=True
+            run, surface, store=self._store, status_ts=record.status_ts, resumed=True
         )
         return self._launch(run, session)
 
@@ -351,7 +351,7 @@ class Supervisor:
             requester=previous.requester,
             thread=previous.thread,
         )
-        session = RunSession(run, surface, store=self.store)
+        session = RunSession(run, surface, store=self._store)
         return self._launch(run, session, registered=False, auto_resumes=previous.auto_resumes + 1)
 
     def _launch(
@@ -421,7 +421,7 @@ class Supervisor:
         self._release_thread(run)
         self._lifecycle.room_freed()
         stored = await self._stored(run.id)
-        if live.lost or (stored is not None and stored.owner != self.worker_id):
+        if live.lost or (stored is not None and stored.owner != self._worker_id):
             # Its new owner writes the Slack message; ours would contradict it.
             log.warning("run.ownership_lost", outcome=result.outcome.value)
             await live.session.abandon()
@@ -429,7 +429,7 @@ class Supervisor:
         recorded = stored is not None and stored.state.is_terminal
         ending = await self._lifecycle.run_ending(stored) if stored is not None else None
         delivered = await live.session.close(result, ending=ending)
-        await record_delivery(self.store, run.id, result, recorded=recorded, delivered=delivered)
+        await record_delivery(self._store, run.id, result, recorded=recorded, delivered=delivered)
 
     async def _gone(self, live: LiveRun) -> None:
         """Whatever happened: the run leaves this process, and its durable side is told."""
@@ -455,13 +455,13 @@ class Supervisor:
                 and live.run.result is None
             ):
                 live.lost = True
-                log.error("run.lease_lost", run_id=live.run.id, worker=self.worker_id)
+                log.error("run.lease_lost", run_id=live.run.id, worker=self._worker_id)
                 live.run.request_stop(StopReason.ABORT, "system:lease-lost", source="lease")
 
     async def _stored(self, run_id: str) -> RunRecord | None:
         """The run's row after it ended here; None if it cannot be read right now."""
         try:
-            return await self.store.get_run(run_id)
+            return await self._store.get_run(run_id)
         except StorageError:
             # Cannot tell whether it is still ours: the usual path, a correct final, is
             # the safer bet, and the terminal write below will not move a run that ended.
@@ -494,7 +494,7 @@ class Supervisor:
         in time, the run is left to the queue (its lease runs out and it is queued)."""
 
         async def renew() -> bool:
-            ours = await self.store.heartbeat(self.worker_id, [run_id], self.lease_ttl_s)
+            ours = await self._store.heartbeat(self._worker_id, [run_id], self._lease_ttl_s)
             return run_id in ours
 
         try:
@@ -518,12 +518,12 @@ class Supervisor:
             auto_resumes=live.auto_resumes,
         )
         registered = register_run(
-            self.store, record, owner=self.worker_id, lease_ttl_s=self.lease_ttl_s
+            self._store, record, owner=self._worker_id, lease_ttl_s=self._lease_ttl_s
         )
         return await _quietly(registered, "create_run")
 
     async def _record(self, run_id: str, **fields: Any) -> None:
-        await _quietly(self.store.update_run(run_id, **fields), "update_run")
+        await _quietly(self._store.update_run(run_id, **fields), "update_run")
 
     async def _abandon(self, run: Run) -> None:
         """The run never starts: its thread is free at once, and its row (if any) is
@@ -534,7 +534,7 @@ class Supervisor:
     async def abandon_row(self, run_id: str) -> None:
         """End the row of a run that never starts, if it was written at all (the thread
         was told so): :func:`agent_core.recording.abandon_run`."""
-        await _quietly(abandon_run(self.store, run_id), "abandon")
+        await _quietly(abandon_run(self._store, run_id), "abandon")
 
     def _release_thread(self, run: Run) -> None:
         if self._by_thread.get(run.thread) == run.id:
@@ -572,7 +572,7 @@ class Supervisor:
         for run_id in [r for r in self._accepted if r not in self._queuing]:
             self.hand_over(run_id)
             try:
-                await self.store.set_state(
+                await self._store.set_state(
                     run_id,
                     RunState.QUEUED,
                     expected=[RunState.QUEUED],

@@ -83,7 +83,6 @@ class Worker:
             max_live=settings.MAX_LIVE_RUNS,
             load=self.load,
         )
-        ttl, policy = settings.LEASE_TTL, settings.resume_settings
         self.watcher = StopWatcher(
             store,
             self.supervisor,
@@ -91,41 +90,51 @@ class Worker:
             poll_s=settings.STOP_POLL_INTERVAL,
             on_queued=self._look_for_work,
         )
-        self.reconciler = Reconciler(
-            store,
+        self.reconciler = self._reconciler(workspaces)
+        self.resumes = self._resumes()
+        self.queue = self._queue(workspaces, me, metrics)
+        self._task: asyncio.Task[None] | None = None
+        self._reconciling: asyncio.Task[None] | None = None
+        self._purging: asyncio.Task[None] | None = None
+
+    def _reconciler(self, workspaces: Workspaces) -> Reconciler:
+        return Reconciler(
+            self.store,
             workspaces,
-            worker_id=worker_id,
-            lease_ttl_s=ttl,
+            worker_id=self.id,
+            lease_ttl_s=self._settings.LEASE_TTL,
             resume=self._resume,
             is_local=self.supervisor.holds,
-            policy=policy,
+            policy=self._settings.resume_settings,
             on_requeued=self._look_for_work,
         )
-        self.resumes = Resumes(
-            store,
+
+    def _resumes(self) -> Resumes:
+        ttl = self._settings.LEASE_TTL
+        return Resumes(
+            self.store,
             self.supervisor,
-            policy,
-            worker_id=worker_id,
+            self._settings.resume_settings,
+            worker_id=self.id,
             lease_ttl_s=ttl,
             resume=self._resume,
             show=self.reconciler.post_final,
             poll_s=min(RESUME_POLL_S, ttl / 3),
         )
-        self.queue = RunQueue(
-            store,
+
+    def _queue(self, workspaces: Workspaces, me: AppIdentity, metrics: Metrics | None) -> RunQueue:
+        return RunQueue(
+            self.store,
             self.supervisor,
             workspaces,
-            worker_id=worker_id,
+            worker_id=self.id,
             me=me,
-            lease_ttl_s=ttl,
+            lease_ttl_s=self._settings.LEASE_TTL,
             reconciler=self.reconciler,
             watcher=self.watcher,
-            policy=policy,
+            policy=self._settings.resume_settings,
             metrics=metrics,
         )
-        self._task: asyncio.Task[None] | None = None
-        self._reconciling: asyncio.Task[None] | None = None
-        self._purging: asyncio.Task[None] | None = None
 
     # -- what the supervisor tells it (RunLifecycle) -----------------------------------
 
