@@ -59,7 +59,7 @@ from agent_core.delegation import DELEGATE
 from bot import messages
 from bot.agent_session import SessionStatus, set_session_status
 from bot.answer_stream import AnswerStream, TaskStatus
-from bot.errors import SlackError
+from bot.errors import BudgetNotRunning, SlackError
 from bot.guidance import GuidanceMarks
 from bot.views.status import ChildTask, StatusSnapshot, render_status
 
@@ -209,6 +209,18 @@ class RunSession:
         # Last: reactions are rate-limited harder than anything above (Tier 2 removes).
         await self._guidance.drain()
         return delivered
+
+    async def not_recorded(self) -> None:
+        """Tell the thread the run was not started: the database did not answer when it
+        was to be recorded (logged, if Slack will not take it either)."""
+        try:
+            await self.surface.budget.post_message(
+                self.channel, text=messages.RUN_NOT_RECORDED, thread_ts=self.thread_ts
+            )
+        except SlackError as exc:
+            log.error("reply.failed", error=exc.error)
+        except BudgetNotRunning:
+            log.error("reply.failed", error="shutting down")
 
     async def abandon(self) -> None:
         """Leave the Slack message (and the guidance) to the run's new owner: only close

@@ -47,8 +47,6 @@ from agent_core import (
     continue_from,
 )
 from agent_core.recording import abandon_run, record_delivery, register_run, until_landed
-from bot import messages
-from bot.errors import BudgetNotRunning, SlackError
 from bot.guidance import to_guidance
 from bot.resume import ended_because
 from bot.session import RunSession
@@ -472,18 +470,9 @@ class Supervisor:
         """The run could not be registered (the database did not answer): it does not
         start, since nothing could stop it or end it cleanly. The thread is told so,
         and a row whose insert landed unseen is ended rather than left for a resume."""
-        run = live.run
-        session = live.session
         log.error("run.not_recorded")
-        try:
-            await session.surface.budget.post_message(
-                session.channel, text=messages.RUN_NOT_RECORDED, thread_ts=session.thread_ts
-            )
-        except SlackError as exc:
-            log.error("reply.failed", error=exc.error)
-        except BudgetNotRunning:
-            log.error("reply.failed", error="shutting down")
-        await self._abandon(run)
+        await live.session.not_recorded()
+        await self._abandon(live.run)
 
     async def _still_ours(self, run_id: str) -> bool:
         """True if the accepted run's lease is still this worker's (renewed now); before
