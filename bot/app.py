@@ -128,7 +128,6 @@ class ThreadpilotApp:
         self._socket: AsyncSocketModeHandler | None = None
         self._owned_model: HTTPChatModel | None = None
         self._store: Store | None = None
-        self._worker: Worker | None = None
         self._dashboard: Dashboard | None = None
         self._home: HomeRefresher | None = None
         self._load: LoopLoad | None = None
@@ -220,7 +219,7 @@ class ThreadpilotApp:
         settings = self.settings
         workspaces = Workspaces(client, metrics=self.metrics)
         trust = TrustGate(settings, workspaces, me.team_id)
-        worker = self._worker = Worker(
+        worker = Worker(
             store,
             self._agent(workspaces, me, store),
             workspaces,

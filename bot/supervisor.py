@@ -301,31 +301,18 @@ class Supervisor:
         here) in its queued status message, starting (not resuming); None if we are
         closing or the thread is busy here, when the caller puts it back."""
         surface = await self._workspaces.get(record.thread.team)
-        if not self._accepting or record.thread in self._by_thread:
+        if not self._room_in(record.thread):
             return None
-        run = self.agent.new_run(
-            record.task,
-            run_id=record.id,
-            requester=record.requester,
-            thread=record.thread,
-            history=history,
-        )
+        run = self._stored_run(record, history=history)
         session = RunSession(run, surface, store=self._store, status_ts=record.status_ts)
         return self._launch(run, session)
 
     async def resume(self, record: RunRecord, checkpoint: Checkpoint | None) -> LiveRun | None:
         """Continue a stored run from its checkpoint, in its existing status message."""
         surface = await self._workspaces.get(record.thread.team)
-        if not self._accepting or record.thread in self._by_thread:
+        if not self._room_in(record.thread):
             return None
-        run = self.agent.new_run(
-            record.task,
-            run_id=record.id,
-            requester=record.requester,
-            thread=record.thread,
-            restore=checkpoint,
-            resumed_because=ended_because(record),
-        )
+        run = self._stored_run(record, restore=checkpoint, resumed_because=ended_because(record))
         session = RunSession(
             run, surface, store=self._store, status_ts=record.status_ts, resumed=True
         )
@@ -338,7 +325,7 @@ class Supervisor:
         (its context filled up), in a status message of its own; None if the thread has a
         live run or we are closing."""
         surface = await self._workspaces.get(previous.thread.team)
-        if not self._accepting or previous.thread in self._by_thread:
+        if not self._room_in(previous.thread):
             return None
         run = continue_from(
             self.agent,
@@ -351,6 +338,21 @@ class Supervisor:
         )
         session = RunSession(run, surface, store=self._store)
         return self._launch(run, session, registered=False, auto_resumes=previous.auto_resumes + 1)
+
+    def _room_in(self, thread: ThreadKey) -> bool:
+        """True if a stored run may start in ``thread`` here: we are not closing, and no
+        run holds the thread here."""
+        return self._accepting and thread not in self._by_thread
+
+    def _stored_run(self, record: RunRecord, **more: Any) -> Run:
+        """A run in memory for the stored ``record`` (``more``: how it starts)."""
+        return self.agent.new_run(
+            record.task,
+            run_id=record.id,
+            requester=record.requester,
+            thread=record.thread,
+            **more,
+        )
 
     def _launch(
         self,
