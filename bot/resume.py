@@ -41,7 +41,7 @@ import asyncio
 import contextlib
 import uuid
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 
@@ -71,9 +71,16 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
     from datetime import datetime
 
-    from agent_core import Checkpoint, CompactionOutcome, ResumeDecision, ResumeSettings
+    from agent_core import (
+        Agent,
+        Checkpoint,
+        CompactionOutcome,
+        ResumeDecision,
+        ResumeSettings,
+        Run,
+        ThreadKey,
+    )
     from agent_core.ports import RunRecord, Store
-    from bot.supervisor import Supervisor
 
 __all__ = ["Resumes", "decide", "due_at", "ended_because", "ending_view", "resume_in_place"]
 
@@ -252,6 +259,29 @@ async def resume_in_place(
     return True
 
 
+class _LiveHere(Protocol):
+    @property
+    def run(self) -> Run: ...
+
+
+class RunsHere(Protocol):
+    """What the schedule asks of this process's runs (its :class:`bot.supervisor.Supervisor`)."""
+
+    @property
+    def agent(self) -> Agent: ...
+
+    @property
+    def accepting(self) -> bool: ...
+
+    def get(self, run_id: str) -> _LiveHere | None: ...
+
+    def live_in_thread(self, thread: ThreadKey) -> _LiveHere | None: ...
+
+    async def continue_run(
+        self, previous: RunRecord, compacted: Compacted, run_id: str
+    ) -> _LiveHere | None: ...
+
+
 class Resumes:
     """This worker's side of the schedule: decides runs as they end here, starts due
     resumes (any worker's decision), and writes summaries to continue from."""
@@ -259,7 +289,7 @@ class Resumes:
     def __init__(
         self,
         store: Store,
-        supervisor: Supervisor,
+        supervisor: RunsHere,
         policy: ResumeSettings,
         *,
         worker_id: str,
