@@ -63,6 +63,8 @@ from agent_core.outcomes import (
     RunResult,
     Timings,
     Usage,
+    ended_by_person,
+    exit_code_of,
     normalize_outcome,
     outcome_label,
     strip_softeners,
@@ -94,7 +96,7 @@ from agent_core.resume_policy import (
 )
 from agent_core.retry import RetryPolicy
 from agent_core.states import LIVE_STATES, TERMINAL_STATES, RunState, transition
-from agent_core.stop import RunControl, StopReason, StopRequest
+from agent_core.stop import RunControl, StopReason, StopRequest, StopSource, strongest
 from agent_core.tool_progress import report_progress
 from agent_core.tools import Tool, ToolError, remote_tool, tool
 
@@ -160,6 +162,7 @@ __all__ = [
     "StopRequestRecord",
     "StopRequestStore",
     "StopRequested",
+    "StopSource",
     "StorageError",
     "TextDelta",
     "ThreadKey",
@@ -181,6 +184,8 @@ __all__ = [
     "count",
     "current_run",
     "decide_resume",
+    "ended_by_person",
+    "exit_code_of",
     "make_undumpable",
     "normalize_outcome",
     "outcome_label",
@@ -190,6 +195,7 @@ __all__ = [
     "remote_tool",
     "report_progress",
     "strip_softeners",
+    "strongest",
     "tool",
     "transition",
     "warn_if_root",

@@ -56,7 +56,7 @@ from agent_core.mcp import McpManager, load_mcp_config
 from agent_core.model_api import HTTPChatModel, ModelAPI, build_model
 from agent_core.model_http import DEFAULT_REPLY_TIMEOUT_S
 from agent_core.outcomes import ExitCode
-from agent_core.stop import StopReason
+from agent_core.stop import StopReason, StopSource
 from agent_core.tools import DEFAULT_TOOL_TIMEOUT_S
 
 if TYPE_CHECKING:
@@ -267,14 +267,14 @@ def _on_shutdown(run: Run, signum: signal.Signals, shutdowns: list[signal.Signal
     """SIGTERM or SIGHUP: cancel now, checkpoint, leave the run resumable. The first one
     decides the exit status (143 or 129)."""
     shutdowns.append(signum)
-    run.request_stop(StopReason.SHUTDOWN, f"signal:{signum.name}", source="signal")
+    run.request_stop(StopReason.SHUTDOWN, f"signal:{signum.name}", source=StopSource.SIGNAL)
 
 
 def _on_interrupt(run: Run) -> None:
     if run.control.stop_requested:
-        run.request_stop(StopReason.ABORT, "terminal", source="signal")
+        run.request_stop(StopReason.ABORT, "terminal", source=StopSource.SIGNAL)
         return
-    run.request_stop(StopReason.STOP, "terminal", source="signal")
+    run.request_stop(StopReason.STOP, "terminal", source=StopSource.SIGNAL)
     print(f"\n{STOPPING_NOTICE}", file=sys.stderr, flush=True)
 
 

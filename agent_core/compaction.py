@@ -34,7 +34,7 @@ import structlog
 from agent_core.errors import ModelError
 from agent_core.ports import ModelRequest
 from agent_core.prompts import SUMMARY_INSTRUCTION, continuation_note
-from agent_core.stop import RunControl, StopReason
+from agent_core.stop import RunControl, StopReason, StopSource
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -128,7 +128,9 @@ class Compaction:
         self._started = False
         self.control.add_listener(self._on_request)
 
-    def request_stop(self, reason: StopReason, requested_by: str, *, source: str = "local") -> bool:
+    def request_stop(
+        self, reason: StopReason, requested_by: str, *, source: StopSource = StopSource.LOCAL
+    ) -> bool:
         """End the summarisation (any reason ends it at once); see :class:`RunControl`."""
         return self.control.request_stop(reason, requested_by, source=source)
 

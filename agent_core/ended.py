@@ -41,9 +41,12 @@ import re
 import signal as signals
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 from agent_core.errors import ContextOverflow, RateLimited
-from agent_core.stop import StopReason
+
+if TYPE_CHECKING:
+    from agent_core.stop import StopReason
 
 __all__ = ["PRIORITY", "Clues", "EndedBecause", "classify"]
 
@@ -172,9 +175,7 @@ def _from_error(clues: Clues) -> set[EndedBecause]:
 def _from_stop(stop: StopReason | None) -> set[EndedBecause]:
     if stop is None:
         return set()
-    if stop is StopReason.SHUTDOWN:
-        return {EndedBecause.SHUTDOWN}
-    return {EndedBecause.USER_EXIT}
+    return {EndedBecause.USER_EXIT if stop.by_person else EndedBecause.SHUTDOWN}
 
 
 _SIGNALS: dict[int, EndedBecause] = {

@@ -3,7 +3,7 @@
 The Slack layer renders these into the status message; the terminal runner prints them.
 Listeners are called synchronously, in order, on the run's event loop: a listener must
 be quick (record, set an event, put on a queue) and never block. A listener that raises
-is logged and dropped from nothing: the run goes on.
+is logged and kept (the next event reaches it too): the run goes on.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
     from agent_core.guidance import Guidance
     from agent_core.outcomes import RunResult, Usage
-    from agent_core.stop import StopReason
+    from agent_core.stop import StopReason, StopSource
 
 __all__ = [
     "ChildFinished",
@@ -120,9 +120,13 @@ class Retrying:
 
 @dataclass(frozen=True, slots=True)
 class StopRequested:
+    """The run's stop state changed: a request it had not had, or a stronger one."""
+
     run_id: str
     reason: StopReason
     requested_by: str
+    source: StopSource
+    """Through which channel it came (a button, the final turn's timer...)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -79,7 +79,7 @@ from agent_core.steps import (
     stopped_before_work,
     tool_result,
 )
-from agent_core.stop import RunControl, StopReason, utcnow
+from agent_core.stop import RunControl, StopReason, StopSource, utcnow
 from agent_core.tally import RunTally
 from agent_core.tools import ASK_USER, FINAL_REPORT, Tool, Toolbox, ToolOutcome, gather_tools
 
@@ -185,7 +185,9 @@ class Run:
         """The child runs started so far (sub-agents), oldest first."""
         return tuple(self._children)
 
-    def request_stop(self, reason: StopReason, requested_by: str, *, source: str = "local") -> bool:
+    def request_stop(
+        self, reason: StopReason, requested_by: str, *, source: StopSource = StopSource.LOCAL
+    ) -> bool:
         """Ask the run to end; see :meth:`RunControl.request_stop`."""
         return self.control.request_stop(reason, requested_by, source=source)
 
@@ -233,7 +235,9 @@ class Run:
         except asyncio.CancelledError:
             if _cancelled_from_outside():
                 # Not ours to swallow: record a terminal state (bounded), then propagate.
-                self.control.request_stop(StopReason.SHUTDOWN, "system:cancelled", source="task")
+                self.control.request_stop(
+                    StopReason.SHUTDOWN, "system:cancelled", source=StopSource.TASK
+                )
                 await self._drain_ending(started_at)
                 raise
             if not self.control.cancel_issued:
@@ -496,7 +500,7 @@ class Run:
         return asyncio.get_running_loop().call_later(
             timeout,
             lambda: self.control.request_stop(
-                StopReason.ABORT, "system:final-turn-timeout", source="timer"
+                StopReason.ABORT, "system:final-turn-timeout", source=StopSource.TIMER
             ),
         )
 
@@ -614,7 +618,9 @@ class Run:
         self.events.emit(ToolFinished(self.id, call.id, call.name, outcome.ok, outcome.output))
 
     def _on_stop_requested(self, request: StopRequest) -> None:
-        self.events.emit(StopRequested(self.id, request.reason, request.requested_by))
+        self.events.emit(
+            StopRequested(self.id, request.reason, request.requested_by, request.source)
+        )
         self._recorder.stop_requested(request)
 
     def _close_calls(

@@ -31,6 +31,8 @@ __all__ = [
     "Timings",
     "Usage",
     "ended_because_of",
+    "ended_by_person",
+    "exit_code_of",
     "normalize_outcome",
     "outcome_label",
     "strip_softeners",
@@ -75,12 +77,19 @@ OUTCOME_LABELS: dict[Outcome, str] = {
     Outcome.ASK_USER_QUESTION: "Question for you",
 }
 
-# Older records may lack a stop reason; the exit code still says what happened.
+# A stop reason's exit code, one table both ways: older records may lack a stop reason,
+# and the exit code still says what happened.
 _REASON_FROM_EXIT = {
     ExitCode.USER_STOP: StopReason.STOP,
     ExitCode.USER_ABORT: StopReason.ABORT,
     ExitCode.SHUTDOWN: StopReason.SHUTDOWN,
 }
+_EXIT_FROM_REASON = {reason: code for code, reason in _REASON_FROM_EXIT.items()}
+
+
+def exit_code_of(reason: StopReason) -> ExitCode:
+    """The exit code of a run that ``reason`` ended."""
+    return _EXIT_FROM_REASON[reason]
 
 
 SHUTDOWN_WORDS = "interrupted by a shutdown"
@@ -381,6 +390,34 @@ class RunResult:
             "resume_after": _iso(self.resume_after),
             "continued_from": self.continued_from,
         }
+
+
+def ended_by_person(
+    run_id: str,
+    reason: StopReason,
+    by: str,
+    *,
+    evidence: str,
+    next_step: str,
+    turns: int,
+    timings: Timings,
+) -> RunResult:
+    """The result of a run a person stopped or aborted where its loop could not write
+    one (it waited in the queue, or its worker went away): ``userinterlude``, the exit
+    code of ``reason``, and who asked."""
+    if not reason.by_person:
+        raise ValueError(f"a person stops or aborts a run, not {reason.value}")
+    outcome = Outcome.USERINTERLUDE
+    return RunResult(
+        run_id=run_id,
+        outcome=outcome,
+        exit_code=exit_code_of(reason),
+        handoff=Handoff(outcome, evidence=evidence, next_step=next_step, stopped_by=by),
+        stop_reason=reason,
+        turns=turns,
+        usage=Usage(),
+        timings=timings,
+    )
 
 
 def ended_because_of(

@@ -1,10 +1,11 @@
 """What a run writes to its :class:`~agent_core.ports.RunStore`, kept out of the loop.
 
-State changes go through the transition table and are written by compare-and-set; the
-terminal write can lose to another writer (a reconciler, a racing click), in which case
-the stored state stands and the loss is logged. Stop requests reach the recorder from a
-synchronous listener, so their audit events are buffered and written at the next await
-point (a checkpoint or the end): nothing is written fire-and-forget.
+State changes are written by compare-and-set, each naming the states it may move from;
+the terminal write can lose to another writer (a reconciler, a racing click), in which
+case the stored state stands and the loss is logged. Stop requests reach the recorder
+from a synchronous listener, so their audit events are buffered and written at the next
+await point (a checkpoint, the move to ``stopping``, or the end): nothing is written
+fire-and-forget.
 
 Most writes are best effort (a run outlives a store outage). The terminal write is not:
 a run whose ending is not stored stays "live" in the database, a ghost that blocks its
@@ -263,7 +264,7 @@ class RunRecorder:
                 kind=f"{request.reason.value}.received",
                 actor=request.requested_by,
                 at=request.requested_at,
-                detail={"source": request.source},
+                detail={"source": request.source.value},
             )
         )
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import pydantic
 
 from agent_core.ended import Clues
-from agent_core.outcomes import ExitCode, Outcome, strip_softeners
+from agent_core.outcomes import ExitCode, Outcome, exit_code_of, strip_softeners
 from agent_core.prompts import FinalTurnReason
 from agent_core.stop import StopReason
 from agent_core.tools import AskUser, FinalReport
@@ -337,7 +337,7 @@ def cancelled_ending(reason: StopReason, tally: RunTally, *, how: str, stored: b
     if reason is StopReason.ABORT:
         return Ending(
             Outcome.USERINTERLUDE,
-            ExitCode.USER_ABORT,
+            exit_code_of(reason),
             evidence=f"Aborted {during}; the interrupted step was discarded. "
             f"{tally.progress_summary()}",
             next_step=f"Nothing is running. {_sentence(how)} to start again.",
@@ -345,13 +345,13 @@ def cancelled_ending(reason: StopReason, tally: RunTally, *, how: str, stored: b
     if not stored:
         return Ending(
             Outcome.BLOCKED,
-            ExitCode.SHUTDOWN,
+            exit_code_of(reason),
             evidence=f"Interrupted by a shutdown {during}; nothing was saved.",
             next_step=f"Nothing is running. {_sentence(how)} to start again.",
         )
     return Ending(
         Outcome.BLOCKED,
-        ExitCode.SHUTDOWN,
+        exit_code_of(reason),
         evidence=f"Interrupted by a shutdown {during}; the conversation up to turn "
         f"{tally.steps_completed} is checkpointed.",
         next_step=f"After the restart, {how} to go on.",

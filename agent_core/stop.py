@@ -15,6 +15,12 @@ Requests only ever escalate: ``stop`` < ``shutdown`` < ``abort``. A repeated req
 the same or a lower rank is a no-op. ``abort`` outranks ``shutdown`` because it carries a
 person's intent (do not resume this), which a restart must not undo.
 
+The rules every part of the app asks about a stop live here, once: which of several
+requests is in force (:func:`strongest`: the highest rank, the first of it, as a run's
+:class:`RunControl` keeps it) and whether a person asked (:attr:`StopReason.by_person`).
+A reason's exit code and the ending a person's stop writes outside the loop are
+:func:`agent_core.outcomes.exit_code_of` and :func:`agent_core.outcomes.ended_by_person`.
+
 "Requested" and "took effect" are different moments and both are recorded: the loop calls
 :meth:`RunControl.mark_honoured` when it actually acts on the request.
 """
@@ -25,14 +31,22 @@ import asyncio
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import structlog
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable
 
-__all__ = ["RunControl", "StopReason", "StopRequest", "utcnow"]
+__all__ = [
+    "PendingStop",
+    "RunControl",
+    "StopReason",
+    "StopRequest",
+    "StopSource",
+    "strongest",
+    "utcnow",
+]
 
 log = structlog.get_logger("agent_core.stop")
 
@@ -60,8 +74,89 @@ class StopReason(StrEnum):
     def rank(self) -> int:
         return _RANK[self]
 
+    @property
+    def by_person(self) -> bool:
+        """True if a person asked for it (Stop, Abort), not a restart: such a run is
+        never resumed, and its ending names who asked."""
+        return self is not StopReason.SHUTDOWN
+
 
 _RANK = {StopReason.STOP: 1, StopReason.SHUTDOWN: 2, StopReason.ABORT: 3}
+
+
+class StopSource(StrEnum):
+    """Through which channel a request to end a run arrived (logged, and recorded)."""
+
+    BUTTON = "button"
+    """Stop or Abort on the run's status message."""
+    NATIVE = "native"
+    """The chat surface's own stop control (Slack's ``agent_session_stopped``)."""
+    HOME = "home"
+    """A button on the app's home tab."""
+    COMMAND = "command"
+    """The app's slash command."""
+    STOP_WORD = "stop_word"
+    """A reply in the run's thread that is only a stop word."""
+    STORE = "store"
+    """Found in the stop requests table: another worker took the person's request."""
+    SIGNAL = "signal"
+    """A signal to the process: a terminal's Ctrl+C, or a shutdown."""
+    PARENT = "parent"
+    """The parent run's request, passed to a sub-agent."""
+    TIMER = "timer"
+    """The final turn's deadline (``FINAL_TURN_TIMEOUT``) ran out."""
+    TASK = "task"
+    """The run's task was cancelled from outside."""
+    LEASE = "lease"
+    """This worker lost the run's lease: another worker may run it now."""
+    RESUME = "resume"
+    """A person stopped a run while it was being resumed (its compaction)."""
+    LOCAL = "local"
+    """Anything else in this process."""
+
+    @property
+    def pressed(self) -> bool:
+        """A control that can be pressed twice before it re-renders (a double press):
+        the command's answer is a list of buttons too."""
+        return self in (StopSource.BUTTON, StopSource.NATIVE, StopSource.HOME, StopSource.COMMAND)
+
+    @property
+    def typed(self) -> bool:
+        """Written in the thread (a stop word), so its answer says "write it again"."""
+        return self is StopSource.STOP_WORD
+
+    @property
+    def on_status_message(self) -> bool:
+        """It counts only on the run's own status message (team, channel, message)."""
+        return self is StopSource.BUTTON
+
+
+class PendingStop(Protocol):
+    """A stop request as :func:`strongest` compares it (a stored request row)."""
+
+    @property
+    def kind(self) -> StopReason: ...
+
+    @property
+    def requested_at(self) -> datetime: ...
+
+
+_P = TypeVar("_P", bound=PendingStop)
+
+
+def strongest(requests: Iterable[_P]) -> _P | None:
+    """The request in force among ``requests``: the highest-ranked, and of those the
+    first asked, since a later one of the same rank changes nothing (as
+    :meth:`RunControl.request_stop` has it). None if there are none."""
+    found: _P | None = None
+    for request in requests:
+        if (
+            found is None
+            or request.kind.rank > found.kind.rank
+            or (request.kind is found.kind and request.requested_at < found.requested_at)
+        ):
+            found = request
+    return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,8 +166,7 @@ class StopRequest:
     reason: StopReason
     requested_by: str
     requested_at: datetime = field(default_factory=utcnow)
-    source: str = "local"
-    """Where it came from: ``button``, ``native``, ``signal``, ``parent``, ``store``..."""
+    source: StopSource = StopSource.LOCAL
 
 
 class RunControl:
@@ -125,7 +219,7 @@ class RunControl:
     @property
     def user_stopped(self) -> bool:
         """True if a person (not a restart) asked this run to stop or abort."""
-        return any(r.reason is not StopReason.SHUTDOWN for r in self._history)
+        return any(r.reason.by_person for r in self._history)
 
     async def wait_requested(self) -> StopRequest:
         await self._requested.wait()
@@ -144,7 +238,9 @@ class RunControl:
         """Register a child run; a request already in force reaches it at once."""
         self._children.append(child)
         if self._request is not None:
-            child.request_stop(self._request.reason, self._request.requested_by, source="parent")
+            child.request_stop(
+                self._request.reason, self._request.requested_by, source=StopSource.PARENT
+            )
 
     def release(self, child: RunControl) -> None:
         """Forget a child that has ended: later requests have nothing to reach there."""
@@ -159,7 +255,9 @@ class RunControl:
 
     # -- the one entry point -----------------------------------------------------------
 
-    def request_stop(self, reason: StopReason, requested_by: str, *, source: str = "local") -> bool:
+    def request_stop(
+        self, reason: StopReason, requested_by: str, *, source: StopSource = StopSource.LOCAL
+    ) -> bool:
         """Ask the run to end. Returns True if this changed the run's stop state.
 
         Idempotent: the same or a lower-ranked reason is a no-op. Cancelling reasons
@@ -181,7 +279,7 @@ class RunControl:
         self._history.append(request)
         self._requested.set()
         for child in list(self._children):
-            child.request_stop(reason, requested_by, source="parent")
+            child.request_stop(reason, requested_by, source=StopSource.PARENT)
         if reason.cancels and self._cancel_task():
             # Hang up first: the task's unwinding closes the model's connection on the
             # loop's next turn, and the log line and the listeners come right after it
@@ -197,7 +295,7 @@ class RunControl:
             run_id=self.run_id,
             reason=request.reason.value,
             requested_by=request.requested_by,
-            source=request.source,
+            source=request.source.value,
             upgraded_from=replaced.reason.value if replaced else None,
         )
         for listener in list(self._listeners):

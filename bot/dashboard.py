@@ -25,12 +25,12 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from agent_core import RunState, StopReason, StorageError
+from agent_core import RunState, StopReason, StopSource, StorageError, strongest
 from agent_core.stop import utcnow
 from bot import messages
 from bot.channels import ChannelPrivacy
 from bot.errors import BudgetNotRunning, SlackError
-from bot.stops import Source, StopAsk, StopDecision
+from bot.stops import StopAsk, StopDecision
 from bot.trust import Person
 from bot.views.home import FEEDBACK_KIND, ListedRun, Listing
 
@@ -171,7 +171,7 @@ class Dashboard:
         self,
         team: str,
         user: str,
-        source: Source,
+        source: StopSource,
         *,
         delivery: str | None,
         user_team: str | None = None,
@@ -213,17 +213,15 @@ class Dashboard:
         await asyncio.gather(*(self._stops.after(d) for d in result.decisions))
 
 
-def _ask(person: Person, source: Source, run_id: str) -> StopAsk:
+def _ask(person: Person, source: StopSource, run_id: str) -> StopAsk:
     return StopAsk(
         user=person.user, kind=StopReason.STOP, source=source, run_id=run_id, user_team=person.team
     )
 
 
 def _strongest(requests: Sequence[StopRequestRecord]) -> dict[str, StopRequestRecord]:
-    """Each run's highest-ranked pending request (abort over stop; the first of a kind)."""
-    found: dict[str, StopRequestRecord] = {}
+    """Each run's request in force (:func:`agent_core.strongest`), by run id."""
+    by_run: dict[str, list[StopRequestRecord]] = {}
     for request in requests:
-        current = found.get(request.run_id)
-        if current is None or request.kind.rank > current.kind.rank:
-            found[request.run_id] = request
-    return found
+        by_run.setdefault(request.run_id, []).append(request)
+    return {run_id: found for run_id, mine in by_run.items() if (found := strongest(mine))}

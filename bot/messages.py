@@ -252,11 +252,25 @@ SHUTDOWN_NOTICE = f"Interrupted by a restart; {RESTART_NOTE}"
 WORKER_LOST = "Interrupted: the worker running this stopped."
 """Evidence for a run whose owner's lease expired (found by the reconciler)."""
 
+
+def worker_lost_stopped(turns: int) -> str:
+    """Evidence for a run a person stopped whose worker went away before it could say so."""
+    return (
+        f"{WORKER_LOST} It had completed {format_turns(turns)}; no final summary could be written."
+    )
+
+
+def worker_lost_checkpointed(turns: int) -> str:
+    """Evidence for a run whose worker went away, resumable from its checkpoint."""
+    return f"{WORKER_LOST} Progress up to turn {turns} is checkpointed."
+
+
 ENDING_NOT_RECORDED = (
     "Its final message was posted in this thread, but how it ended could not be recorded "
     "(threadpilot's database did not answer)."
 )
 """Evidence stored for a run whose answer reached Slack but whose ending was lost."""
+ENDING_NOT_RECORDED_NEXT_STEP = "Nothing is running. Reply in the thread to continue."
 
 STATUS_POST_IN_DOUBT = (
     "Slack failed while this status message was being posted, so the run never started."
@@ -296,6 +310,8 @@ NO_ARTIFACTS = "none"
 
 HOW_TO_CONTINUE = "reply in the thread"
 """The loop's own handoff lines say this is how a person carries on (AgentConfig)."""
+WORKER_LOST_NEXT_STEP = f"{HOW_TO_CONTINUE.capitalize()} to go on."
+"""The handoff of a run whose worker went away, blocked at its checkpoint."""
 
 _DEFAULT_NEXT_STEP = {
     Outcome.FINISHED: "Nothing is running. Reply in the thread to follow up.",
@@ -325,7 +341,7 @@ def default_next_step(outcome: Outcome) -> str:
     return _DEFAULT_NEXT_STEP[outcome]
 
 
-def outcome_label(
+def slack_outcome_label(
     outcome: Outcome,
     *,
     stop_reason: StopReason | None = None,
@@ -394,7 +410,7 @@ RUN_ALREADY_FINISHED = "This run has already ended; the buttons no longer do any
 
 def run_already_finished(ended: RunResult | str | None = None) -> str:
     """A click on an ended run. ``ended`` is its result, or the outcome label of a stored
-    record (:func:`outcome_label`); with neither, the reply just says it ended."""
+    record (:func:`slack_outcome_label`); with neither, the reply just says it ended."""
     label = ended if ended is None or isinstance(ended, str) else result_label(ended)
     if not label:
         return RUN_ALREADY_FINISHED
@@ -536,7 +552,7 @@ RESUME_NOTHING_SCHEDULED = (
 
 def why_ended(reason: str) -> str:
     """The status message's line saying why the run ended (``ended_because``)."""
-    return f"Why it ended: {ended_because(reason)}."
+    return f"Why it ended: {ended_because_words(reason)}."
 
 
 def resume_scheduled(at: datetime) -> str:
@@ -550,6 +566,23 @@ def resume_scheduled(at: datetime) -> str:
 def resume_cancelled(by: str | None) -> str:
     """A scheduled resume a person called off (``Don't resume``, or Stop)."""
     return f"Not resuming: {mention(by)} chose not to resume it."
+
+
+# Why the app does not resume a run, beside the policy's own reasons
+# (agent_core.resume_policy): stored as the run's resume reason, logged and audited in
+# these words, and shown by :func:`not_resuming`.
+RESUME_SUB_AGENT = "A sub-agent resumes only with its parent run"
+RESUME_PERSON_STOPPED = "Session ended by user, not auto-resuming"
+RESUME_MOVED_ON = "A newer run started in this thread; not auto-resuming"
+RESUME_NOTHING_CHECKPOINTED = "Nothing was checkpointed to continue from"
+
+
+def resume_not_blocked(state: str) -> str:
+    return f"Only a blocked run can resume; this one ended {state}, not auto-resuming"
+
+
+def resume_summary_failed(error: object) -> str:
+    return f"The summary to continue from failed ({error})"
 
 
 def not_resuming(reason: str) -> str:
@@ -633,7 +666,7 @@ _ENDED_BECAUSE = {
 }
 
 
-def ended_because(reason: str) -> str:
+def ended_because_words(reason: str) -> str:
     """Why a run ended (``ended_because``: ``rate_limit``, ``completed``...), for people."""
     return _ENDED_BECAUSE.get(reason, escape(reason))
 

@@ -1,10 +1,13 @@
 """Who may stop a run, and what a request to end it does: pure functions, no I/O.
 
 Every way of asking a run to end (the Stop and Abort buttons, Slack's native stop, stop
-words, App Home, ``/threadpilot``) is decided here, by :func:`decide`, from a
+words, App Home, ``/threadpilot``) is decided here, by :func:`verdict_for`, once, from a
 :class:`RunView` that :mod:`bot.stops` builds from this worker's memory or from the
-database. Keeping it free of I/O makes every case a plain unit test, and lets every
-worker decide alike.
+database. What the view may need beyond the run is read first, and only where it can
+change the answer: who wrote in the thread (:func:`needs_participants`, read by
+:func:`read_participants`, the one function here that reads) and the asker's own
+earlier Stops (:func:`needs_own_stops`). Keeping the rest free of I/O makes every case a
+plain unit test, and lets every worker decide alike.
 
 Rules, in the order they are checked (docs/stopping.md, Who may stop and Escalation):
 
@@ -23,9 +26,10 @@ and never gets here: :mod:`bot.stops` drops it by its delivery key first. What i
 a second real press by the same hand right after the first, when the control had not
 re-rendered yet (the Stop button was still on that person's screen). Escalating that
 would cut the summary off for good, with none of the confirmation the Abort button
-asks for; so a Stop *pressed* (button, native stop, App Home) by the same person within
-:data:`DOUBLE_PRESS_S` of their own Stop is answered "already stopping". Anyone else's
-Stop, a typed stop word or command, or the same person's press after the window, is
+asks for; so a Stop *pressed* (button, native stop, App Home, or a button in
+``/threadpilot``'s answer: :attr:`agent_core.StopSource.pressed`) by the same person
+within :data:`DOUBLE_PRESS_S` of their own Stop is answered "already stopping". Anyone
+else's Stop, a typed stop word, or the same person's press after the window, is
 deliberate: level 2.
 """
 
@@ -33,7 +37,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from agent_core import StopReason
 from bot.settings import StopPolicy
@@ -41,6 +45,7 @@ from bot.settings import StopPolicy
 if TYPE_CHECKING:
     from collections.abc import Collection
 
+    from agent_core import ThreadKey
     from bot.settings import Settings
     from bot.stops import StopAsk
 
@@ -51,9 +56,11 @@ __all__ = [
     "RunView",
     "Verdict",
     "comes_from",
-    "decide",
     "may_stop",
+    "needs_own_stops",
     "needs_participants",
+    "read_participants",
+    "verdict_for",
 ]
 
 DOUBLE_PRESS_S = 3.0
@@ -178,7 +185,34 @@ def needs_participants(user: str, requester: str, settings: Settings) -> bool:
     )
 
 
-def decide(
+class Participants(Protocol):
+    """Where who wrote in a thread is read (the store)."""
+
+    async def participants(self, thread: ThreadKey) -> Collection[str]: ...
+
+
+async def read_participants(
+    store: Participants, user: str, requester: str, thread: ThreadKey, settings: Settings
+) -> frozenset[str]:
+    """Who wrote in ``thread``, read only when :func:`may_stop` depends on it for
+    ``user`` (else nobody: the answer is the same)."""
+    if not needs_participants(user, requester, settings):
+        return frozenset()
+    return frozenset(await store.participants(thread))
+
+
+def needs_own_stops(ask: StopAsk, view: RunView) -> bool:
+    """True if :func:`verdict_for` depends on the asker's own latest Stop on the run
+    (:attr:`RunView.since_users_stop_s`): a Stop pressed on a stopping run."""
+    return (
+        ask.kind is StopReason.STOP
+        and view.pending is StopReason.STOP
+        and not view.finished
+        and ask.source.pressed
+    )
+
+
+def verdict_for(
     ask: StopAsk,
     view: RunView | None,
     settings: Settings,

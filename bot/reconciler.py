@@ -12,7 +12,7 @@ Runs on start-up and then periodically, in every worker (docs/operations.md, Lea
    user stop). Its Slack message is rewritten to say so.
 2. **Resume.** A blocked run whose resume is not decided yet (its worker died before
    deciding, or this pass just ended it) is decided by the resume policy (docs/stopping.md,
-   :func:`bot.resume.decide`: ``AUTO_RESUME``, ``MAX_AUTO_RESUMES`` per thread,
+   :func:`bot.resume.settle_resume`: ``AUTO_RESUME``, ``MAX_AUTO_RESUMES`` per thread,
    ``USER_EXIT_GRACE``; never a run a person stopped), and one due now (a shutdown, a
    lost worker) is resumed in place from its last checkpoint. Later resumes (a rate
    limit's) and continuations (a full context) are started by :class:`bot.resume.Resumes`.
@@ -56,7 +56,8 @@ from agent_core import (
     StopReason,
     Timings,
     Usage,
-    count,
+    ended_by_person,
+    strongest,
 )
 from agent_core.delegation import MAX_DEPTH
 from agent_core.ports import is_accepted
@@ -65,7 +66,7 @@ from agent_core.stop import utcnow
 from bot import messages
 from bot.agent_session import SessionStatus, set_session_status
 from bot.errors import SlackError, SlackRefused
-from bot.resume import UNDECIDED_S, decide, due_at, ending_view, resume_in_place
+from bot.resume import UNDECIDED_S, due_at, ending_view, resume_in_place, settle_resume
 from bot.views.status import StatusSnapshot, render_status, run_metadata
 
 if TYPE_CHECKING:
@@ -246,7 +247,9 @@ class Reconciler:
         )
         fresh = await self._store.get_run(record.id)
         if fresh is not None:  # decided first: its one final message says if it resumes
-            fresh = await decide(self._store, fresh, self.policy, actor=self._worker_id, now=now)
+            fresh = await settle_resume(
+                self._store, fresh, self.policy, actor=self._worker_id, now=now
+            )
         return _Ending(record, fresh if not answered else None)
 
     async def _tell_slack(self, ending: _Ending, now: datetime) -> None:
@@ -365,7 +368,9 @@ class Reconciler:
         if record.resume is None:
             if record.updated_at > now - timedelta(seconds=UNDECIDED_S):
                 return False
-            record = await decide(self._store, record, self.policy, actor=self._worker_id, now=now)
+            record = await settle_resume(
+                self._store, record, self.policy, actor=self._worker_id, now=now
+            )
             await self.post_final(record, now)  # says why it will not resume, or when
         at = due_at(record)
         if at is None or at > now or record.ended_because is EndedBecause.CONTEXT_EXHAUSTED:
@@ -476,48 +481,60 @@ def orphan_result(
     is recorded as ended with no way to resume (that would replace the answer).
     """
     turns = checkpoint.turn if checkpoint else 0
-    person = max(
-        (r for r in stops if r.kind is not StopReason.SHUTDOWN),
-        key=lambda r: (r.kind.rank, r.requested_at),
-        default=None,
-    )
-    reason: StopReason | None
+    person = strongest(r for r in stops if r.kind.by_person)
     if answered:
-        handoff = Handoff(
-            Outcome.FAILED,
-            evidence=messages.ENDING_NOT_RECORDED,
-            next_step="Nothing is running. Reply in the thread to continue.",
+        return _ending_unrecorded(record, now, turns, person)
+    if person is not None:
+        return ended_by_person(
+            record.id,
+            person.kind,
+            person.requested_by,
+            evidence=messages.worker_lost_stopped(turns),
+            next_step=messages.default_next_step(Outcome.USERINTERLUDE),
+            turns=turns,
+            timings=Timings(record.created_at, now, person.requested_at, None),
         )
-        code, reason = ExitCode.ERROR, None
-    elif person is not None:
-        abort = person.kind is StopReason.ABORT
-        handoff = Handoff(
-            Outcome.USERINTERLUDE,
-            evidence=f"{messages.WORKER_LOST} It had completed {count(turns, 'turn')}; no final "
-            "summary could be written.",
-            next_step="Nothing is running. Reply in the thread to start again.",
-            stopped_by=person.requested_by,
-        )
-        code = ExitCode.USER_ABORT if abort else ExitCode.USER_STOP
-        reason = person.kind
-    else:
-        handoff = Handoff(
-            Outcome.BLOCKED,
-            evidence=f"{messages.WORKER_LOST} Progress up to turn {turns} is checkpointed.",
-            next_step=f"{messages.HOW_TO_CONTINUE.capitalize()} to go on.",
-        )
-        code, reason = ExitCode.SHUTDOWN, StopReason.SHUTDOWN
+    return _worker_lost(record, now, turns)
+
+
+def _ending_unrecorded(
+    record: RunRecord, now: datetime, turns: int, person: StopRequestRecord | None
+) -> RunResult:
+    """A run whose final message reached Slack and only its terminal write was lost."""
+    handoff = Handoff(
+        Outcome.FAILED,
+        evidence=messages.ENDING_NOT_RECORDED,
+        next_step=messages.ENDING_NOT_RECORDED_NEXT_STEP,
+    )
     return RunResult(
         run_id=record.id,
         outcome=handoff.outcome,
-        exit_code=code,
+        exit_code=ExitCode.ERROR,
         handoff=handoff,
-        stop_reason=reason,
+        stop_reason=None,
         turns=turns,
         usage=Usage(),
         timings=Timings(record.created_at, now, person.requested_at if person else None, None),
+        ended_because=EndedBecause.UNKNOWN,
+    )
+
+
+def _worker_lost(record: RunRecord, now: datetime, turns: int) -> RunResult:
+    """A run blocked by its lost worker, checkpointed up to ``turns``."""
+    handoff = Handoff(
+        Outcome.BLOCKED,
+        evidence=messages.worker_lost_checkpointed(turns),
+        next_step=messages.WORKER_LOST_NEXT_STEP,
+    )
+    return RunResult(
+        run_id=record.id,
+        outcome=handoff.outcome,
+        exit_code=ExitCode.SHUTDOWN,
+        handoff=handoff,
+        stop_reason=StopReason.SHUTDOWN,
+        turns=turns,
+        usage=Usage(),
+        timings=Timings(record.created_at, now, None, None),
         # Blocked by its lost worker (not a shutdown, which is what the stop reason says).
-        ended_because=(
-            EndedBecause.WORKER_LOST if code is ExitCode.SHUTDOWN else EndedBecause.UNKNOWN
-        ),
+        ended_because=EndedBecause.WORKER_LOST,
     )

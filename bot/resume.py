@@ -1,6 +1,6 @@
 """Resuming a run that ended, when that respects what happened (docs/stopping.md).
 
-**Deciding.** When a run ends, :func:`decide` asks the pure policy
+**Deciding.** When a run ends, :func:`settle_resume` asks the pure policy
 (:func:`agent_core.decide_resume`: ``AUTO_RESUME``, ``MAX_AUTO_RESUMES``,
 ``USER_EXIT_GRACE``) and stores the answer on the run by compare-and-set, so exactly one
 worker decides: ``scheduled`` at ``resume_at`` (a rate limit after its Retry-After or a
@@ -57,6 +57,7 @@ from agent_core import (
     RunResult,
     RunState,
     StopReason,
+    StopSource,
     StorageError,
     decide_resume,
     weighs_last_stop,
@@ -65,6 +66,7 @@ from agent_core import (
 from agent_core.compaction import DEFAULT_SUMMARY_WINDOW
 from agent_core.ports import ResumeState
 from agent_core.stop import utcnow
+from bot import messages
 from bot.views.status import EndingView
 
 if TYPE_CHECKING:
@@ -82,7 +84,14 @@ if TYPE_CHECKING:
     )
     from agent_core.ports import RunRecord, Store
 
-__all__ = ["Resumes", "decide", "due_at", "ended_because", "ending_view", "resume_in_place"]
+__all__ = [
+    "Resumes",
+    "due_at",
+    "ending_view",
+    "resume_in_place",
+    "settle_resume",
+    "stored_ended_because",
+]
 
 log = structlog.get_logger("bot.resume")
 
@@ -100,16 +109,12 @@ CHECK_S = 0.5
 another worker)."""
 _CLOSE_S = 5.0
 _AHEAD = (ResumeState.SCHEDULED, ResumeState.CLAIMED)
-_NOT_BLOCKED = "Only a blocked run can resume; this one ended {state}, not auto-resuming"
-_PERSON_STOPPED = "Session ended by user, not auto-resuming"
-_MOVED_ON = "A newer run started in this thread; not auto-resuming"
-_SUB_AGENT = "A sub-agent resumes only with its parent run"
 
 
 # -- what a stored run says ------------------------------------------------------------
 
 
-def ended_because(record: RunRecord) -> EndedBecause:
+def stored_ended_because(record: RunRecord) -> EndedBecause:
     """Why the stored run ended (its column, or else its result's classification)."""
     if record.ended_because is not None:
         return record.ended_because
@@ -123,7 +128,7 @@ def ending_view(record: RunRecord) -> EndingView | None:
     if not record.state.is_terminal:
         return None
     return EndingView(
-        ended_because=ended_because(record).value,
+        ended_because=stored_ended_because(record).value,
         resume=record.resume,
         resume_at=record.resume_at,
         reason=record.resume_reason,
@@ -147,14 +152,14 @@ def due_at(record: RunRecord) -> datetime | None:
 # -- deciding --------------------------------------------------------------------------
 
 
-async def decide(
+async def settle_resume(
     store: Store, record: RunRecord, policy: ResumeSettings, *, actor: str, now: datetime
 ) -> RunRecord:
     """Decide, and store, whether and when the ended ``record`` resumes; the stored run
     after (as decided here, or by whoever decided first)."""
     if record.resume is not None or not record.state.is_terminal:
         return record
-    ended = ended_because(record)
+    ended = stored_ended_because(record)
     decision = await _decision(store, record, ended, policy, now)
     if isinstance(decision, DontResume):
         won = await store.set_resume(
@@ -182,7 +187,7 @@ async def _decision(
     store: Store, record: RunRecord, ended: EndedBecause, policy: ResumeSettings, now: datetime
 ) -> ResumeDecision:
     if record.parent_id is not None:
-        return DontResume(_SUB_AGENT)
+        return DontResume(messages.RESUME_SUB_AGENT)
     last_stop = (
         await store.last_user_stop(record.thread) if weighs_last_stop(ended, policy) else None
     )
@@ -197,12 +202,12 @@ async def _decision(
     if isinstance(decision, DontResume):
         return decision
     if record.state is not RunState.BLOCKED:
-        return DontResume(_NOT_BLOCKED.format(state=record.state.value))
+        return DontResume(messages.resume_not_blocked(record.state.value))
     stops = await store.stop_requests_for(record.id)
-    if any(r.kind in (StopReason.STOP, StopReason.ABORT) for r in stops):
-        return DontResume(_PERSON_STOPPED)  # whatever ended it after: never resumed
+    if any(r.kind.by_person for r in stops):
+        return DontResume(messages.RESUME_PERSON_STOPPED)  # whatever ended it after: never resumed
     if await thread_moved_on(store, record):
-        return DontResume(_MOVED_ON)
+        return DontResume(messages.RESUME_MOVED_ON)
     return decision
 
 
@@ -251,7 +256,7 @@ async def resume_in_place(
     detail = {
         "from_turn": turn,
         "attempt": record.auto_resumes + 1,
-        "ended_because": ended_because(record).value,
+        "ended_because": stored_ended_because(record).value,
         "reason": record.resume_reason,
     }
     await store.record_event(AuditEvent(record.id, "run.resumed", worker_id, at=now, detail=detail))
@@ -325,7 +330,9 @@ class Resumes:
             await asyncio.wait([self._task], timeout=_CLOSE_S)
             self._task = None
         for compaction in list(self._compactions.values()):
-            compaction.request_stop(StopReason.SHUTDOWN, "system:shutdown", source="signal")
+            compaction.request_stop(
+                StopReason.SHUTDOWN, "system:shutdown", source=StopSource.SIGNAL
+            )
         tasks = list(self._continuing.values())
         if tasks:
             _, pending = await asyncio.wait(tasks, timeout=_CLOSE_S)
@@ -346,7 +353,7 @@ class Resumes:
         (nothing is decided then), and (the run left to be decided later) if the database
         cannot say."""
         try:
-            record = await decide(
+            record = await settle_resume(
                 self._store, record, self.policy, actor=self._worker_id, now=utcnow()
             )
         except StorageError:
@@ -384,13 +391,15 @@ class Resumes:
             lease_expires_at=None,
         )
         if won and (compaction := self._compactions.get(record.id)) is not None:
-            compaction.request_stop(StopReason.STOP, user, source="resume")
+            compaction.request_stop(StopReason.STOP, user, source=StopSource.RESUME)
         return won
 
     def stop_summary(self, thread_run_id: str, kind: StopReason, user: str) -> bool:
         """Stop the summary being written here to continue ``thread_run_id``, if any."""
         compaction = self._compactions.get(thread_run_id)
-        return compaction is not None and compaction.request_stop(kind, user, source="resume")
+        return compaction is not None and compaction.request_stop(
+            kind, user, source=StopSource.RESUME
+        )
 
     # -- the schedule ------------------------------------------------------------------
 
@@ -420,7 +429,7 @@ class Resumes:
                 if undecided_until > now:
                     next_at = min(next_at, undecided_until)
                     continue
-                record = await decide(
+                record = await settle_resume(
                     self._store, record, self.policy, actor=self._worker_id, now=now
                 )
                 await self._show(record)
@@ -440,13 +449,13 @@ class Resumes:
                 ResumeState.DECLINED,
                 expected=_AHEAD,
                 due_by=now,
-                resume_reason=_MOVED_ON,
+                resume_reason=messages.RESUME_MOVED_ON,
                 resume_at=None,
             ):
-                log.info("resume.declined", run_id=record.id, reason=_MOVED_ON)
+                log.info("resume.declined", run_id=record.id, reason=messages.RESUME_MOVED_ON)
                 await self._show_stored(record.id)
             return
-        if ended_because(record) is EndedBecause.CONTEXT_EXHAUSTED:
+        if stored_ended_because(record) is EndedBecause.CONTEXT_EXHAUSTED:
             await self._claim_and_continue(record, now)
             return
         if await resume_in_place(
@@ -541,7 +550,7 @@ class Resumes:
                 or (held.owner != self._worker_id)
             ):
                 who = held.resume_by if held is not None and held.resume_by else "system:claim"
-                compaction.request_stop(StopReason.STOP, who, source="resume")
+                compaction.request_stop(StopReason.STOP, who, source=StopSource.RESUME)
 
     async def _after_summary(
         self, record: RunRecord, run_id: str, outcome: CompactionOutcome | None
@@ -554,9 +563,9 @@ class Resumes:
             case CompactionStopped():
                 log.info("resume.summary_stopped", run_id=record.id)
             case CompactionFailed(error=error):
-                await self._release(record, f"The summary to continue from failed ({error})")
+                await self._release(record, messages.resume_summary_failed(error))
             case None:
-                await self._release(record, "Nothing was checkpointed to continue from")
+                await self._release(record, messages.RESUME_NOTHING_CHECKPOINTED)
 
     async def _start_continuation(
         self, record: RunRecord, run_id: str, compacted: Compacted
@@ -565,7 +574,7 @@ class Resumes:
             await self._give_back(record)
             return
         if self._busy(record) or await thread_moved_on(self._store, record):
-            await self._release(record, _MOVED_ON)
+            await self._release(record, messages.RESUME_MOVED_ON)
             return
         if not await self._store.set_resume(
             record.id,

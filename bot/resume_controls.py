@@ -28,7 +28,15 @@ import structlog
 from agent_core import AuditEvent, RunState, StorageError
 from agent_core.ports import ResumeState
 from bot import messages
-from bot.policy import RunHome, RunView, Verdict, comes_from, decide, may_stop, needs_participants
+from bot.policy import (
+    RunHome,
+    RunView,
+    Verdict,
+    comes_from,
+    may_stop,
+    read_participants,
+    verdict_for,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -156,13 +164,11 @@ class ResumeControls:
             requester=record.requester,
             record=record,
         )
-        view = RunView(record.requester, _home(record), finished=False, pending=None)
-        verdict = decide(ask, view, self._settings)
-        if verdict is Verdict.NOT_ALLOWED and needs_participants(
-            ask.user, record.requester, self._settings
-        ):
-            people = frozenset(await self._store.participants(record.thread))
-            verdict = decide(ask, replace(view, participants=people), self._settings)
+        people = await read_participants(
+            self._store, ask.user, record.requester, record.thread, self._settings
+        )
+        view = RunView(record.requester, _home(record), False, None, participants=people)
+        verdict = verdict_for(ask, view, self._settings)
         kind = verdict.requests
         if kind is None:
             return replace(base, verdict=verdict)
@@ -200,9 +206,9 @@ class ResumeControls:
 
     async def _may(self, user: str, record: RunRecord) -> bool:
         settings = self._settings
-        people: frozenset[str] = frozenset()
-        if needs_participants(user, record.requester, settings):
-            people = frozenset(await self._store.participants(record.thread))
+        people = await read_participants(
+            self._store, user, record.requester, record.thread, settings
+        )
         return may_stop(
             user,
             policy=settings.STOP_POLICY,

@@ -36,16 +36,14 @@ from typing import TYPE_CHECKING
 import structlog
 
 from agent_core import (
-    ExitCode,
-    Handoff,
-    Outcome,
     RunRecord,
     RunResult,
     RunState,
     StopReason,
     StorageError,
     Timings,
-    Usage,
+    ended_by_person,
+    strongest,
 )
 from agent_core.ports import Checkpoint
 from agent_core.recording import record_ending
@@ -53,7 +51,7 @@ from agent_core.stop import utcnow
 from bot import messages
 from bot.errors import BudgetNotRunning, SlackError
 from bot.queue_places import QueuePlaces, queued_snapshot
-from bot.resume import decide
+from bot.resume import settle_resume
 from bot.thread_history import read_thread
 from bot.views.status import render_status
 
@@ -104,20 +102,13 @@ def history_of(checkpoint: Checkpoint | None, task: str) -> list[ChatMessage]:
 
 def queued_result(record: RunRecord, kind: StopReason, stopped_by: str, now: datetime) -> RunResult:
     """The ending of a run stopped (or aborted) while it waited: it never started."""
-    handoff = Handoff(
-        Outcome.USERINTERLUDE,
+    return ended_by_person(
+        record.id,
+        kind,
+        stopped_by,
         evidence=messages.QUEUED_NEVER_STARTED,
         next_step=messages.QUEUED_NEXT_STEP,
-        stopped_by=stopped_by,
-    )
-    return RunResult(
-        run_id=record.id,
-        outcome=Outcome.USERINTERLUDE,
-        exit_code=ExitCode.USER_ABORT if kind is StopReason.ABORT else ExitCode.USER_STOP,
-        handoff=handoff,
-        stop_reason=kind,
         turns=0,
-        usage=Usage(),
         timings=Timings(record.created_at, now, now, now),
     )
 
@@ -318,7 +309,9 @@ class RunQueue:
         await self._watcher.run_ended(record.id)  # its requests handled, guidance undelivered
         fresh = await self._store.get_run(record.id)
         if fresh is not None:
-            fresh = await decide(self._store, fresh, self._policy, actor=self._worker_id, now=now)
+            fresh = await settle_resume(
+                self._store, fresh, self._policy, actor=self._worker_id, now=now
+            )
             await self._reconciler.post_final(fresh, now, answer=answer)
         return True
 
@@ -327,10 +320,9 @@ class RunQueue:
         written (the worker that took the click went away first)."""
         for record in await self._store.stopped_in_queue():
             pending = await self._store.pending_stop_requests([record.id])
-            person = [r for r in pending if r.kind is not StopReason.SHUTDOWN]
-            if person:
-                strongest = max(person, key=lambda r: (r.kind.rank, r.requested_at))
-                await self.end_queued(record, strongest)
+            in_force = strongest(r for r in pending if r.kind.by_person)
+            if in_force is not None:
+                await self.end_queued(record, in_force)
 
     # -- the tick ----------------------------------------------------------------------
 

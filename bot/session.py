@@ -48,6 +48,7 @@ from agent_core import (
     StepRestarted,
     StopReason,
     StopRequested,
+    StopSource,
     TextDelta,
     ToolFinished,
     ToolProgress,
@@ -261,8 +262,8 @@ class RunSession:
     def _on_event(self, event: RunEvent) -> None:
         """Follow the run's events: the status message shows its progress."""
         match event:
-            case StopRequested(reason=reason, requested_by=who):
-                self._stop_requested(reason, who)
+            case StopRequested(reason=reason, requested_by=who, source=source):
+                self._stop_requested(reason, who, source)
                 return
             case GuidanceDelivered(turn=turn, guidance=guidance):
                 self._guidance.delivered(guidance, turn)
@@ -352,11 +353,10 @@ class RunSession:
                 return replace(s, activity=messages.ACTIVITY_WAITING_FOR_MODEL)
         return None
 
-    def _stop_requested(self, reason: StopReason, who: str) -> None:
+    def _stop_requested(self, reason: StopReason, who: str, source: StopSource) -> None:
         """The buttons must change now: Stop disappears, Abort stays."""
         s = self._snapshot
-        request = self.run.control.request
-        timed_out = request is not None and request.source == "timer"
+        timed_out = source is StopSource.TIMER
         self._snapshot = replace(
             s,
             phase="stopping",

@@ -8,11 +8,13 @@ writes ahead of all progress, and retried), and which failure may be sent again:
 means Slack did nothing, a 5xx or a timeout means nobody knows, so only calls that are
 harmless twice are resent after those. A post is the exception made safe: one tagged with
 message metadata is looked for in its thread after such a failure, and posted again only
-if it is not there. What a message says belongs in ``bot/views``; when to send it, to the
-run supervisor.
+if it is not there. What a message says belongs in ``bot/views``; when to send it, to
+its callers (a run's session, the reconciler, the handlers).
 
-Each worker process keeps its own budget; the shared 429 pause is what keeps several of
-them honest together.
+Each worker process keeps its own budget, and nothing is shared between them: several
+workers may together send more than one budget allows, and what keeps them within
+Slack's limit is Slack's own 429, which pauses that method's bucket for its Retry-After
+in whichever worker got it.
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from agent_core import ExitCode, GuidanceStatus, StorageError
+from agent_core import ExitCode, GuidanceStatus, StopSource, StorageError
 from agent_core.ports import QUEUE_WAKEUP, StopWakeups
 from agent_core.stop import utcnow
 from bot.guidance import QUEUED, UNDELIVERED, react, settle
@@ -188,7 +188,7 @@ class StopWatcher:
         if live is None or request.id in self._delivered:
             return False
         self._delivered.add(request.id)
-        changed = live.run.request_stop(request.kind, request.requested_by, source="store")
+        changed = live.run.request_stop(request.kind, request.requested_by, source=StopSource.STORE)
         log.info(
             "stop.delivered",
             run_id=request.run_id,

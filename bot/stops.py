@@ -1,9 +1,9 @@
 """The one stop service: every way of asking a run to end goes through here.
 
 The Stop and Abort buttons, Slack's native stop (``agent_session_stopped``), a reply
-that is only a stop word, and later App Home and ``/threadpilot`` each turn what they
-received into a :class:`StopAsk` and call, in this order (docs/architecture.md, "The
-path of a click")::
+that is only a stop word, App Home's buttons and ``/threadpilot``'s each turn what they
+received into a :class:`StopAsk` (its ``source`` an :class:`agent_core.StopSource`) and
+call, in this order (docs/architecture.md, "The path of a click")::
 
     decision = await stops.request(ask)   # before the click or event is acknowledged
     ...ack...
@@ -13,10 +13,11 @@ path of a click")::
 its database work within :data:`ACK_BUDGET_S` of Slack's 3 seconds:
 
 1. find the run: this worker's own (memory), or the database's;
-2. decide, by the pure :func:`bot.policy.decide`; who wrote in the thread (for
-   ``STOP_POLICY=participants``) and the asker's own earlier Stops (for a double press)
-   are read from the database only when the answer depends on them, and the database
-   is what every worker reads, so every worker decides alike;
+2. read what the policy needs besides the run, only where it can change the answer:
+   who wrote in the thread (for ``STOP_POLICY=participants``) and the asker's own
+   earlier Stops (for a double press), from the database, which every worker reads;
+   then decide once, by the pure :func:`bot.policy.verdict_for`, so every worker
+   decides alike;
 3. for an ask that changes the run, commit the stop request, durable before the ack,
    in one transaction with its delivery's key: Slack re-delivers a click or an event,
    maybe to another worker, and a delivery some worker took already commits nothing
@@ -51,7 +52,6 @@ from __future__ import annotations
 import asyncio
 import uuid
 from dataclasses import dataclass, replace
-from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -63,7 +63,9 @@ from agent_core import (
     RunState,
     StopReason,
     StopRequestRecord,
+    StopSource,
     StorageError,
+    strongest,
 )
 from agent_core.ports import answering, is_waiting
 from agent_core.stop import utcnow
@@ -74,8 +76,9 @@ from bot.policy import (
     RunHome,
     RunView,
     Verdict,
-    decide,
-    needs_participants,
+    needs_own_stops,
+    read_participants,
+    verdict_for,
 )
 from bot.resume_controls import ResumeControls, ResumeDecided
 from bot.settings import StopPolicy
@@ -97,43 +100,12 @@ if TYPE_CHECKING:
     from bot.trust import TrustGate
     from bot.worker import Worker
 
-__all__ = ["ACK_BUDGET_S", "Source", "StopAsk", "StopDecision", "StopService", "reply_text"]
+__all__ = ["ACK_BUDGET_S", "StopAsk", "StopDecision", "StopService", "stop_answer"]
 
 log = structlog.get_logger("bot.stops")
 
 ACK_BUDGET_S = 2.0
 """Database work before an ack gets this long; Slack wants the ack within 3 s."""
-
-
-class Source(StrEnum):
-    """Where a request to end a run came from."""
-
-    BUTTON = "button"
-    """Stop or Abort on the run's status message."""
-    NATIVE = "native"
-    """Slack's own stop button (the ``agent_session_stopped`` event)."""
-    HOME = "home"
-    """A button on App Home."""
-    COMMAND = "command"
-    """``/threadpilot``."""
-    STOP_WORD = "stop_word"
-    """A reply in the run's thread that is only a stop word."""
-
-    @property
-    def pressed(self) -> bool:
-        """A control that can be pressed twice before it re-renders (a double press):
-        the command's answer is a list of buttons too."""
-        return self in (Source.BUTTON, Source.NATIVE, Source.HOME, Source.COMMAND)
-
-    @property
-    def typed(self) -> bool:
-        """Written in the thread (a stop word), so its answer says "write it again"."""
-        return self is Source.STOP_WORD
-
-    @property
-    def on_status_message(self) -> bool:
-        """It counts only on the run's own status message (team, channel, message)."""
-        return self is Source.BUTTON
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,7 +115,7 @@ class StopAsk:
     user: str
     kind: StopReason
     """``stop`` or ``abort``."""
-    source: Source
+    source: StopSource
     run_id: str | None = None
     """The run asked about (a button's ``value``; App Home, the command)."""
     thread: ThreadKey | None = None
@@ -157,7 +129,7 @@ class StopAsk:
     """The asker's own team, when the payload names it (:class:`bot.trust.Person`)."""
 
     def __post_init__(self) -> None:
-        if self.kind not in (StopReason.STOP, StopReason.ABORT):
+        if not self.kind.by_person:
             raise ValueError(f"a person asks for stop or abort, not {self.kind.value}")
         if self.run_id is None and self.thread is None:
             raise ValueError("a StopAsk needs the run id or the run's thread")
@@ -263,7 +235,7 @@ class StopService:
             return StopDecision(ask, None, failure=_not_recorded(ask, busy=False))
         if live is not None and decided.request is not None:
             kind = decided.request.kind
-            live.run.request_stop(kind, ask.user, source=ask.source.value)
+            live.run.request_stop(kind, ask.user, source=ask.source)
         return decided
 
     async def request_many(
@@ -313,7 +285,7 @@ class StopService:
             elif request.id in added:
                 decisions[i] = replace(decision, request=request, audited=True)
                 if (live := local.get(i)) is not None:
-                    source = decision.ask.source.value
+                    source = decision.ask.source
                     live.run.request_stop(request.kind, request.requested_by, source=source)
                 continue
             if i in local:
@@ -346,7 +318,7 @@ class StopService:
             view, base = _stored_view(ask, record, [])
         else:
             return StopDecision(ask, Verdict.NOT_FOUND)
-        verdict = decide(ask, view, self._settings, double_press_s=self.double_press_s)
+        verdict = verdict_for(ask, view, self._settings, double_press_s=self.double_press_s)
         return replace(base, verdict=verdict)
 
     async def _request(self, ask: StopAsk, live: LiveRun | None) -> StopDecision:
@@ -374,6 +346,7 @@ class StopService:
         return None if live is None or live.lost else live
 
     async def _decide(self, ask: StopAsk, live: LiveRun | None) -> StopDecision:
+        """Read the run, then what the policy needs beyond it, then decide once."""
         requests: list[StopRequestRecord] | None = None
         if live is not None:
             view, base = _live_view(ask, live)
@@ -387,19 +360,18 @@ class StopService:
                 requests = await self._store.pending_stop_requests([record.id])
             view, base = _stored_view(ask, record, requests or [])
         assert base.run_id is not None and base.thread is not None
-        verdict = decide(ask, view, self._settings, double_press_s=self.double_press_s)
-        # What the decision may depend on, read only when it could change the answer.
-        if verdict is Verdict.NOT_ALLOWED and needs_participants(
-            ask.user, view.requester, self._settings
-        ):
-            participants = await self._store.participants(base.thread)
-            view = replace(view, participants=frozenset(participants))
-            verdict = decide(ask, view, self._settings, double_press_s=self.double_press_s)
-        if verdict is Verdict.ESCALATE and ask.source.pressed:
+        if not view.finished:
+            view = replace(
+                view,
+                participants=await read_participants(
+                    self._store, ask.user, view.requester, base.thread, self._settings
+                ),
+            )
+        if needs_own_stops(ask, view):
             if requests is None:
                 requests = await self._store.pending_stop_requests([base.run_id])
             view = replace(view, since_users_stop_s=_since_own_stop(requests, ask.user))
-            verdict = decide(ask, view, self._settings, double_press_s=self.double_press_s)
+        verdict = verdict_for(ask, view, self._settings, double_press_s=self.double_press_s)
         return replace(base, verdict=verdict)
 
     async def _stored_run(
@@ -482,7 +454,7 @@ class StopService:
                 await self._worker.reconciler.end_orphan(record)
             except StorageError:
                 log.exception("stop.orphan_not_ended", run_id=record.id)
-        reply = _reply(decision, self._settings)
+        reply = stop_answer(decision, self._settings)
         if reply is not None:
             await self._ephemeral(ask, reply)
 
@@ -632,15 +604,16 @@ def _stored_view(
     ask: StopAsk, record: RunRecord, pending: Sequence[StopRequestRecord]
 ) -> tuple[RunView, StopDecision]:
     """A run another worker owns (or nobody does), as the database has it."""
-    reasons = [r.kind for r in pending]
-    if record.state is RunState.STOPPING:
-        reasons.append(StopReason.STOP)
+    in_force = strongest(pending)
+    reason = in_force.kind if in_force is not None else None
+    if reason is None and record.state is RunState.STOPPING:
+        reason = StopReason.STOP  # honoured already: its request is handled
     thread = record.thread
     view = RunView(
         requester=record.requester,
         home=RunHome(thread.team, thread.channel, thread.thread_ts, record.status_ts),
         finished=record.state.is_terminal,
-        pending=max(reasons, key=lambda r: r.rank, default=None),
+        pending=reason,
     )
     base = StopDecision(
         ask,
@@ -668,14 +641,10 @@ def _not_recorded(ask: StopAsk, *, busy: bool) -> str:
     return messages.stop_not_recorded(busy=busy, typed=ask.source.typed)
 
 
-def reply_text(decision: StopDecision, settings: Settings) -> str | None:
-    """What to tell the person, for surfaces that answer in their own way (App Home,
-    ``/threadpilot``); None when the run's own messages say it all."""
-    return _reply(decision, settings)
-
-
-def _reply(decision: StopDecision, settings: Settings) -> str | None:
-    """What to tell the person; None when the status message says it all."""
+def stop_answer(decision: StopDecision, settings: Settings) -> str | None:
+    """What to tell the person who asked (here, as an ephemeral reply; App Home and
+    ``/threadpilot`` answer in their own way); None when the run's own messages say it
+    all."""
     if decision.verdict is None:
         return decision.failure
     match decision.verdict:

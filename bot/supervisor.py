@@ -43,12 +43,13 @@ from agent_core import (
     RunRecord,
     RunState,
     StopReason,
+    StopSource,
     StorageError,
     continue_from,
 )
 from agent_core.recording import abandon_run, record_delivery, register_run, until_landed
 from bot.guidance import to_guidance
-from bot.resume import ended_because
+from bot.resume import stored_ended_because
 from bot.session import RunSession
 
 if TYPE_CHECKING:
@@ -312,7 +313,9 @@ class Supervisor:
         surface = await self._workspaces.get(record.thread.team)
         if not self._room_in(record.thread):
             return None
-        run = self._stored_run(record, restore=checkpoint, resumed_because=ended_because(record))
+        run = self._stored_run(
+            record, restore=checkpoint, resumed_because=stored_ended_because(record)
+        )
         session = RunSession(
             run, surface, store=self._store, status_ts=record.status_ts, resumed=True
         )
@@ -456,7 +459,9 @@ class Supervisor:
             ):
                 live.lost = True
                 log.error("run.lease_lost", run_id=live.run.id, worker=self._worker_id)
-                live.run.request_stop(StopReason.ABORT, "system:lease-lost", source="lease")
+                live.run.request_stop(
+                    StopReason.ABORT, "system:lease-lost", source=StopSource.LEASE
+                )
 
     async def _stored(self, run_id: str) -> RunRecord | None:
         """The run's row after it ended here; None if it cannot be read right now."""
@@ -540,7 +545,9 @@ class Supervisor:
         log.info("supervisor.shutting_down", live_runs=len(live))
         for entry in live:
             if entry.run.result is None:  # else it only has its Slack message left to write
-                entry.run.request_stop(StopReason.SHUTDOWN, "system:shutdown", source="signal")
+                entry.run.request_stop(
+                    StopReason.SHUTDOWN, "system:shutdown", source=StopSource.SIGNAL
+                )
         tasks = [e.task for e in live if e.task is not None]
         if not tasks:
             return

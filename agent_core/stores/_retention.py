@@ -55,6 +55,8 @@ _NO_RESUME_AHEAD = (
     "NOT (COALESCE(resume, '') IN ('scheduled', 'claimed') "
     "OR (state = 'blocked' AND resume IS NULL))"
 )
+"""Its negation; the COALESCE because ``NOT (NULL IN (...))`` is NULL, not true, and an
+undecided run that is not ``blocked`` has no resume ahead."""
 _NEEDED = (
     f"SELECT id, parent_id, continued_from FROM runs WHERE {_in('state', LIVE_STATES)} "
     f"UNION ALL SELECT id, parent_id, continued_from FROM runs WHERE {_RESUME_AHEAD}"

@@ -561,9 +561,8 @@ class MemoryStore:
         return sorted(found, key=lambda r: (r.resume_at or r.updated_at, r.id))[: _limit(limit)]
 
     async def last_user_stop(self, thread: ThreadKey) -> datetime | None:
-        people = (StopReason.STOP, StopReason.ABORT)
         times = [
-            r.requested_at for r in self._stops.values() if r.thread == thread and r.kind in people
+            r.requested_at for r in self._stops.values() if r.thread == thread and r.kind.by_person
         ]
         return max(times, default=None)
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from agent_core import StopReason
+from agent_core import StopReason, StopSource
 from bot import messages
 from bot.click_answer import click_answer
 from bot.dedupe import click_key
@@ -27,7 +27,7 @@ from bot.errors import SlackError
 from bot.handlers.acking import control
 from bot.policy import Origin
 from bot.resume_controls import ResumeAction, ResumeAsk, ResumeDecided
-from bot.stops import ACK_BUDGET_S, Source, StopAsk, StopDecision
+from bot.stops import ACK_BUDGET_S, StopAsk, StopDecision
 from bot.trust import person_of
 from bot.views.status import ACTION_ABORT, ACTION_DONT_RESUME, ACTION_RESUME_NOW, ACTION_STOP
 
@@ -169,7 +169,7 @@ def _ask(body: dict[str, Any], action: StopReason) -> StopAsk | None:
     return StopAsk(
         user=user,
         kind=action,
-        source=Source.BUTTON,
+        source=StopSource.BUTTON,
         run_id=str(_field(pressed, "value") or ""),
         delivery=click_key(action_ts, user),
         message=_origin(body),

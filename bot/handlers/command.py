@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from agent_core import StorageError
+from agent_core import StopSource, StorageError
 from bot import messages
 from bot.handlers.home import respond_with_list
-from bot.stops import ACK_BUDGET_S, Source
+from bot.stops import ACK_BUDGET_S
 from bot.views.home import render_list_message
 
 if TYPE_CHECKING:
@@ -76,7 +76,7 @@ async def _stop_all(
 ) -> None:
     trigger = command.get("trigger_id")
     delivery = f"command:{trigger}:{user}" if isinstance(trigger, str) and trigger else None
-    result = await dashboard.stop_all(team, user, Source.COMMAND, delivery=delivery)
+    result = await dashboard.stop_all(team, user, StopSource.COMMAND, delivery=delivery)
     await ack(response_type="ephemeral", text=result.answer)
     await dashboard.after_stop_all(result)
     log.info("command.stop_all", refused=result.refusal is not None)

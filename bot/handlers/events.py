@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from agent_core import StopReason, ThreadKey
+from agent_core import StopReason, StopSource, ThreadKey
 from bot.dedupe import event_key
-from bot.stops import Source, StopAsk, StopDecision
+from bot.stops import StopAsk, StopDecision
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -73,7 +73,7 @@ def _native_stop(body: dict[str, Any]) -> StopAsk | None:
     return StopAsk(
         user=str(user),
         kind=StopReason.STOP,
-        source=Source.NATIVE,
+        source=StopSource.NATIVE,
         thread=ThreadKey(str(team), str(channel), str(thread_ts)),
         delivery=event_key(str(event_id)) if isinstance(event_id, str) and event_id else None,
     )

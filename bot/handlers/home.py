@@ -22,12 +22,12 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 import structlog
 
-from agent_core import StopReason, StorageError
+from agent_core import StopReason, StopSource, StorageError
 from bot import messages
 from bot.dedupe import click_key
 from bot.handlers.acking import control
 from bot.policy import Verdict
-from bot.stops import Source, StopAsk, StopDecision, reply_text
+from bot.stops import StopAsk, StopDecision, stop_answer
 from bot.trust import person_of
 from bot.views.home import (
     ACTION_HOME_ABORT,
@@ -99,7 +99,7 @@ class Click:
     action_ts: str
     value: str
     """The run id (Stop, Abort), or ``all``."""
-    source: Source
+    source: StopSource
     user_team: str | None = None
     """The presser's own team (``user.team_id``)."""
 
@@ -120,7 +120,7 @@ class Click:
             return None
         # Pressed in the Home tab (a view), or in the /threadpilot list (a message).
         in_view = _field(body.get("container"), "type") == "view"
-        source = Source.HOME if in_view else Source.COMMAND
+        source = StopSource.HOME if in_view else StopSource.COMMAND
         value = str(_field(pressed, "value") or "")
         person = person_of(body)
         return cls(user, team, action_ts, value, source, person.team if person else None)
@@ -190,7 +190,7 @@ def _notice(decision: StopDecision, settings: Settings) -> str | None:
             return messages.ABORT_ACCEPTED
         case Verdict.REDELIVERED:
             return None
-    return reply_text(decision, settings)
+    return stop_answer(decision, settings)
 
 
 async def _answer(
@@ -200,7 +200,7 @@ async def _answer(
     respond: AsyncRespond,
     notice: str | None,
 ) -> None:
-    if click.source is Source.HOME:
+    if click.source is StopSource.HOME:
         refresher.show(click.team, click.user, notice=notice)
         return
     await respond_with_list(dashboard, respond, click.team, click.user, notice, replace=True)

@@ -40,14 +40,21 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from agent_core import LIVE_STATES, AuditEvent, GuidanceRecord, StorageError, ThreadKey
+from agent_core import (
+    LIVE_STATES,
+    AuditEvent,
+    GuidanceRecord,
+    StopSource,
+    StorageError,
+    ThreadKey,
+)
 from agent_core.ports import is_accepted, is_waiting
 from agent_core.stop import utcnow
 from bot import messages
 from bot.errors import BudgetNotRunning, SlackError
 from bot.guidance import guidance_id, reply_text, stop_word
-from bot.policy import may_stop, needs_participants
-from bot.stops import ACK_BUDGET_S, Source, StopAsk
+from bot.policy import may_stop, needs_participants, read_participants
+from bot.stops import ACK_BUDGET_S, StopAsk
 from bot.trust import Person, person_of
 
 if TYPE_CHECKING:
@@ -244,10 +251,11 @@ class Steering:
         """``STOP_POLICY`` decides who may steer, as it decides who may stop. Under
         ``participants`` the reply makes its author one (they wrote in the thread)."""
         settings = self._ctx.settings
-        participants: frozenset[str] = frozenset()
         if needs_participants(reply.user, target.requester, settings):
             await self._ctx.stops.note_participant(reply.thread, reply.user)
-            participants = frozenset(await self._ctx.store.participants(reply.thread))
+        participants = await read_participants(
+            self._ctx.store, reply.user, target.requester, reply.thread, settings
+        )
         return may_stop(
             reply.user,
             policy=settings.STOP_POLICY,
@@ -263,7 +271,7 @@ class Steering:
         ask = StopAsk(
             reply.user,
             kind,
-            Source.STOP_WORD,
+            StopSource.STOP_WORD,
             thread=reply.thread,
             delivery=reply.delivery,
             user_team=reply.user_team,

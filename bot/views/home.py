@@ -266,7 +266,7 @@ def latest_votes(feedback: Iterable[AuditEvent]) -> dict[str, bool]:
 def _ending(record: RunRecord) -> tuple[str, str]:
     """(outcome label, why it ended) of a terminal run, from its stored result if any."""
     outcome = record.outcome or _outcome_of(record.state)
-    label = m.outcome_label(
+    label = m.slack_outcome_label(
         outcome,
         stop_reason=record.stop_reason,
         exit_code=record.exit_code,
@@ -274,7 +274,7 @@ def _ending(record: RunRecord) -> tuple[str, str]:
     )
     reason = _ended_because(record)
     if reason:
-        return label, m.ended_because(reason)
+        return label, m.ended_because_words(reason)
     return label, m.exit_note(record.exit_code) if record.exit_code else ""
 
 

@@ -12,9 +12,11 @@ running      "Working: turn n", activity, elapsed, tokens   Stop, Abort
 stopping     level 1: "Stopping: finishing this step, then  Abort only
              a summary. Stop again or Abort to cut it off."
              level 2: "Aborting..." (and why, when it was   none
-             stopping or FINAL_TURN_TIMEOUT ran out);
-             a restart notice
-done         Outcome, Evidence, Artifacts, Handoff          none
+             stopping or FINAL_TURN_TIMEOUT ran out)
+             a shutdown: "Pausing for a restart..."         none
+done         Outcome, Evidence, Artifacts, Handoff; why it  feedback; Resume
+             ended and whether it resumes                   now / Don't resume
+                                                            while one is ahead
 =========== ============================================== ===================
 
 The stopping phase shows where the run is on the stop ladder (docs/stopping.md,
@@ -146,7 +148,9 @@ class ChildTask:
 
 @dataclass(frozen=True, slots=True)
 class StatusSnapshot:
-    """What the status message should show now; built by the supervisor from run events."""
+    """What the status message should show now: built by the run's session
+    (:mod:`bot.session`) from its events, or from the stored run (the queue, the
+    reconciler)."""
 
     run_id: str
     requester: str

@@ -11,7 +11,7 @@ from llmock.scenarios import Reply, StreamFault, ToolCall
 from agent_core.events import RunEvent, TextDelta
 from agent_core.loop import Run, current_run
 from agent_core.outcomes import ExitCode, Outcome
-from agent_core.stop import StopReason
+from agent_core.stop import StopReason, StopSource
 from agent_core.tools import Tool, tool
 from tests.agent_core.helpers import offered_tools
 
@@ -68,7 +68,7 @@ async def test_stop_reaches_the_child_and_both_report(
     task = asyncio.create_task(parent.run())
     async with asyncio.timeout(10):
         await streaming.wait()
-    parent.request_stop(StopReason.STOP, "U1", source="button")
+    parent.request_stop(StopReason.STOP, "U1", source=StopSource.BUTTON)
     result = await task
 
     (child,) = children

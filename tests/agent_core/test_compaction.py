@@ -24,7 +24,7 @@ from agent_core.ended import EndedBecause
 from agent_core.model_api import ModelAPI
 from agent_core.outcomes import ExitCode, Outcome
 from agent_core.prompts import SUMMARY_INSTRUCTION, continuation_note
-from agent_core.stop import StopReason
+from agent_core.stop import StopReason, StopSource
 from agent_core.stores.memory import MemoryStore
 from agent_core.tools import tool
 from tests.agent_core.helpers import WAIT_S, system_messages
@@ -144,7 +144,7 @@ async def test_a_stop_ends_the_summary_at_once_and_closes_its_stream(
     task = asyncio.create_task(compaction.run())
     async with asyncio.timeout(WAIT_S):
         await streaming.wait()
-    assert compaction.request_stop(StopReason.STOP, "U1", source="button")
+    assert compaction.request_stop(StopReason.STOP, "U1", source=StopSource.BUTTON)
     outcome = await task
 
     assert isinstance(outcome, CompactionStopped)

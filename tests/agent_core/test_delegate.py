@@ -29,7 +29,7 @@ from agent_core.events import (
 )
 from agent_core.outcomes import ExitCode, Outcome
 from agent_core.states import RunState
-from agent_core.stop import StopReason
+from agent_core.stop import StopReason, StopSource
 from agent_core.stores.memory import MemoryStore
 from agent_core.tools import tool
 from tests.agent_core.helpers import EventLog, offered_tools, system_messages
@@ -216,7 +216,7 @@ async def test_stop_reaches_every_child_and_the_parent_reports_with_their_handof
         await gate.all_in.wait()  # both children are in the middle of a step
 
     # As the owner applies a stop committed on another worker: on the parent run only.
-    assert parent.request_stop(StopReason.STOP, "U1", source="store")
+    assert parent.request_stop(StopReason.STOP, "U1", source=StopSource.STORE)
     for child in children.runs:
         assert child.control.reason is StopReason.STOP
         assert child.control.history[0].source == "parent"

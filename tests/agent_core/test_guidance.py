@@ -18,7 +18,7 @@ from llmock.scenarios import Reply, StreamFault, ToolCall
 from agent_core.events import GuidanceDelivered, TextDelta, ToolStarted
 from agent_core.guidance import Guidance, GuidanceInbox
 from agent_core.outcomes import Outcome, RunResult
-from agent_core.stop import StopReason
+from agent_core.stop import StopReason, StopSource
 from agent_core.tools import tool
 from tests.agent_core.helpers import EventLog
 from tests.agent_core.test_stop import on_first
@@ -141,7 +141,7 @@ async def test_a_pending_stop_wins_and_the_guidance_is_handed_back_undelivered(
 
     def steer_then_stop() -> None:
         run.add_guidance(reply("Also run the tests."))
-        run.request_stop(StopReason.STOP, "U1", source="button")
+        run.request_stop(StopReason.STOP, "U1", source=StopSource.BUTTON)
         release.set()
 
     on_first(run, ToolStarted, steer_then_stop)
@@ -171,7 +171,7 @@ async def test_abort_leaves_queued_guidance_undelivered(
 
     def steer_then_abort() -> None:
         run.add_guidance(reply("Hurry up."))
-        run.request_stop(StopReason.ABORT, "U1", source="button")
+        run.request_stop(StopReason.ABORT, "U1", source=StopSource.BUTTON)
 
     on_first(run, TextDelta, steer_then_abort)
     result = await run.run()

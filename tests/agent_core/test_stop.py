@@ -24,7 +24,7 @@ from agent_core.events import (
 )
 from agent_core.model_api import ModelAPI
 from agent_core.outcomes import ExitCode, Outcome
-from agent_core.stop import StopReason
+from agent_core.stop import StopReason, StopSource
 from agent_core.tools import tool
 from tests.agent_core.helpers import (
     FIRST_TEXT_CHUNK,
@@ -96,7 +96,9 @@ async def test_stop_during_streaming_finishes_the_stream_then_takes_one_final_tu
         },
     )
     run = make_agent([lookup]).new_run("Weather in Oslo?")
-    on_first(run, TextDelta, lambda: run.request_stop(StopReason.STOP, "U1", source="button"))
+    on_first(
+        run, TextDelta, lambda: run.request_stop(StopReason.STOP, "U1", source=StopSource.BUTTON)
+    )
     result = await run.run()
 
     first, final = llm.requests
@@ -205,7 +207,9 @@ async def test_abort_during_streaming_closes_the_connection(
 ) -> None:
     llm.add(Reply(text=LONG_TEXT), stall_after(model_api, 2))
     run = make_agent().new_run("write an essay")
-    on_first(run, TextDelta, lambda: run.request_stop(StopReason.ABORT, "U2", source="button"))
+    on_first(
+        run, TextDelta, lambda: run.request_stop(StopReason.ABORT, "U2", source=StopSource.BUTTON)
+    )
     result = await run.run()
 
     # The server notices the hang-up on its own thread, a moment after the client closed,
@@ -328,7 +332,7 @@ async def test_shutdown_cancels_and_leaves_a_resumable_checkpoint(
     on_first(
         run,
         TextDelta,
-        lambda: run.request_stop(StopReason.SHUTDOWN, "system:sigterm", source="signal"),
+        lambda: run.request_stop(StopReason.SHUTDOWN, "system:sigterm", source=StopSource.SIGNAL),
     )
     result = await run.run()
 
@@ -343,3 +347,18 @@ async def test_shutdown_cancels_and_leaves_a_resumable_checkpoint(
     assert stored is not None and stored.state is RunState.BLOCKED
     kinds = [e.kind for e in await store.events_for(run.id)]
     assert kinds == ["shutdown.received", "run.finished"]
+
+
+async def test_the_stop_event_carries_the_typed_source_of_its_request(
+    make_agent: AgentFactory,
+) -> None:
+    """What shows a stop (the status message) learns from the event itself where it came
+    from: the final turn's timer words its Abort differently from a person's."""
+    run = make_agent().new_run("anything")
+    events = EventLog(run)
+    assert run.request_stop(StopReason.STOP, "U1", source=StopSource.NATIVE)
+    assert run.request_stop(StopReason.ABORT, "system:final-turn-timeout", source=StopSource.TIMER)
+    assert [(e.reason, e.requested_by, e.source) for e in events.of(StopRequested)] == [
+        (StopReason.STOP, "U1", StopSource.NATIVE),
+        (StopReason.ABORT, "system:final-turn-timeout", StopSource.TIMER),
+    ]

@@ -4,7 +4,7 @@ docs/stopping.md: every click is acknowledged; clicks on finished runs, duplicat
 clicks and clicks by people the stop policy does not allow get an ephemeral reply and
 change nothing. Section 4: a second deliberate Stop on a stopping run escalates to Abort
 (level 2); the same person's double press (``DOUBLE_PRESS_S``) and a re-delivery of the
-same click do not. The decision itself (:func:`bot.policy.decide`) is tested case by
+same click do not. The decision itself (:func:`bot.policy.verdict_for`) is tested case by
 case at the end.
 
 End-to-end tests press buttons on status messages the app really rendered (the fake
@@ -18,11 +18,21 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from agent_core import StopReason
+from agent_core import StopReason, StopSource, ThreadKey
+from agent_core.stores.memory import MemoryStore
 from bot import messages
-from bot.policy import DOUBLE_PRESS_S, Origin, RunHome, RunView, Verdict, decide
+from bot.policy import (
+    DOUBLE_PRESS_S,
+    Origin,
+    RunHome,
+    RunView,
+    Verdict,
+    needs_own_stops,
+    read_participants,
+    verdict_for,
+)
 from bot.settings import Settings, StopPolicy
-from bot.stops import Source, StopAsk
+from bot.stops import StopAsk
 from tests.agent_core.helpers import offered_tools
 from tests.bot.harness import (
     ACTION_ABORT,
@@ -218,7 +228,7 @@ async def test_an_unknown_button_gets_an_ephemeral_and_a_200(bot: Bot) -> None:
     assert bot.slack.calls("chat.update") == []
 
 
-# -- decide(): every verdict -------------------------------------------------------------
+# -- verdict_for(): every verdict -------------------------------------------------------------
 
 REQUESTER = "U0TPREQ0001"
 PARTICIPANT = "U0TPPART001"
@@ -263,7 +273,7 @@ def ask(
     kind: StopReason = StopReason.STOP,
     user: str = REQUESTER,
     *,
-    source: Source = Source.BUTTON,
+    source: StopSource = StopSource.BUTTON,
     origin: Origin | None = ON_STATUS,
 ) -> StopAsk:
     return StopAsk(user=user, kind=kind, source=source, run_id=RUN, message=origin)
@@ -272,18 +282,20 @@ def ask(
 @pytest.mark.parametrize("kind", [StopReason.STOP, StopReason.ABORT])
 def test_decide_the_first_press_does_what_it_says(kind: StopReason) -> None:
     expected = Verdict.STOP if kind is StopReason.STOP else Verdict.ABORT
-    assert decide(ask(kind), view(), settings()) is expected
+    assert verdict_for(ask(kind), view(), settings()) is expected
     assert expected.changes_state
     assert expected.level == (1 if kind is StopReason.STOP else 2)
 
 
-@pytest.mark.parametrize("source", [Source.BUTTON, Source.NATIVE, Source.HOME, Source.COMMAND])
+@pytest.mark.parametrize(
+    "source", [StopSource.BUTTON, StopSource.NATIVE, StopSource.HOME, StopSource.COMMAND]
+)
 def test_decide_the_same_persons_second_press_inside_the_window_is_a_duplicate(
-    source: Source,
+    source: StopSource,
 ) -> None:
     stopping = view(StopReason.STOP, since_users_stop_s=DOUBLE_PRESS_S - 0.01)
 
-    verdict = decide(ask(source=source), stopping, settings())
+    verdict = verdict_for(ask(source=source), stopping, settings())
 
     assert verdict is Verdict.DUPLICATE
     assert not verdict.changes_state
@@ -292,7 +304,7 @@ def test_decide_the_same_persons_second_press_inside_the_window_is_a_duplicate(
 def test_decide_a_second_stop_after_the_window_escalates() -> None:
     stopping = view(StopReason.STOP, since_users_stop_s=DOUBLE_PRESS_S)
 
-    verdict = decide(ask(), stopping, settings())
+    verdict = verdict_for(ask(), stopping, settings())
 
     assert verdict is Verdict.ESCALATE
     assert verdict.changes_state and verdict.requests is StopReason.ABORT
@@ -302,7 +314,7 @@ def test_decide_a_second_stop_after_the_window_escalates() -> None:
 def test_decide_stop_on_a_stopping_run_by_someone_else_escalates() -> None:
     # The window is per person: an admin's Stop on a run its requester stopped a moment
     # ago is no double press of theirs (they have no Stop of their own on it).
-    assert decide(ask(user=ADMIN), view(StopReason.STOP), settings()) is Verdict.ESCALATE
+    assert verdict_for(ask(user=ADMIN), view(StopReason.STOP), settings()) is Verdict.ESCALATE
 
 
 def test_decide_a_typed_stop_while_stopping_escalates_at_once() -> None:
@@ -310,7 +322,7 @@ def test_decide_a_typed_stop_while_stopping_escalates_at_once() -> None:
     # list answers with buttons, so its presses are pressed, not typed.)
     stopping = view(StopReason.STOP, since_users_stop_s=0.1)
 
-    assert decide(ask(source=Source.STOP_WORD, origin=None), stopping, settings()) is (
+    assert verdict_for(ask(source=StopSource.STOP_WORD, origin=None), stopping, settings()) is (
         Verdict.ESCALATE
     )
 
@@ -318,7 +330,7 @@ def test_decide_a_typed_stop_while_stopping_escalates_at_once() -> None:
 def test_decide_abort_on_a_stopping_run_aborts() -> None:
     stopping = view(StopReason.STOP, since_users_stop_s=0.1)
 
-    assert decide(ask(StopReason.ABORT), stopping, settings()) is Verdict.ABORT
+    assert verdict_for(ask(StopReason.ABORT), stopping, settings()) is Verdict.ABORT
 
 
 @pytest.mark.parametrize("pending", [StopReason.ABORT, StopReason.SHUTDOWN])
@@ -326,7 +338,7 @@ def test_decide_abort_on_a_stopping_run_aborts() -> None:
 def test_decide_anything_on_an_aborting_run_is_already_aborting(
     pending: StopReason, kind: StopReason
 ) -> None:
-    verdict = decide(ask(kind), view(pending), settings())
+    verdict = verdict_for(ask(kind), view(pending), settings())
 
     assert verdict is Verdict.ALREADY_ABORTING
     assert not verdict.changes_state
@@ -344,28 +356,28 @@ def test_decide_anything_on_an_aborting_run_is_already_aborting(
     ],
 )
 def test_decide_follows_the_stop_policy(policy: StopPolicy, user: str, expected: Verdict) -> None:
-    verdict = decide(ask(user=user), view(), settings(policy))
+    verdict = verdict_for(ask(user=user), view(), settings(policy))
 
     assert verdict is expected
 
 
 def test_decide_not_allowed_comes_before_the_run_state() -> None:
     # Someone who may not stop learns that, not whether the run is already stopping.
-    verdict = decide(ask(user=OTHER), view(StopReason.ABORT), settings())
+    verdict = verdict_for(ask(user=OTHER), view(StopReason.ABORT), settings())
 
     assert verdict is Verdict.NOT_ALLOWED
     assert not verdict.changes_state
 
 
 def test_decide_a_run_that_has_ended_is_finished() -> None:
-    verdict = decide(ask(), view(finished=True), settings())
+    verdict = verdict_for(ask(), view(finished=True), settings())
 
     assert verdict is Verdict.FINISHED
     assert not verdict.changes_state
 
 
 def test_decide_an_unknown_run_is_not_found() -> None:
-    verdict = decide(ask(StopReason.ABORT), None, settings())
+    verdict = verdict_for(ask(StopReason.ABORT), None, settings())
 
     assert verdict is Verdict.NOT_FOUND
     assert not verdict.changes_state
@@ -373,12 +385,12 @@ def test_decide_an_unknown_run_is_not_found() -> None:
 
 def test_an_ask_is_a_stop_or_an_abort_of_a_run_or_a_thread() -> None:
     with pytest.raises(ValueError, match="stop or abort"):
-        StopAsk(user=REQUESTER, kind=StopReason.SHUTDOWN, source=Source.BUTTON, run_id=RUN)
+        StopAsk(user=REQUESTER, kind=StopReason.SHUTDOWN, source=StopSource.BUTTON, run_id=RUN)
     with pytest.raises(ValueError, match="run id or the run's thread"):
-        StopAsk(user=REQUESTER, kind=StopReason.STOP, source=Source.NATIVE)
+        StopAsk(user=REQUESTER, kind=StopReason.STOP, source=StopSource.NATIVE)
 
 
-# -- decide(): a button counts only on its run's own status message ----------------------
+# -- verdict_for(): a button counts only on its run's own status message ----------------------
 
 
 @pytest.mark.parametrize(
@@ -396,7 +408,7 @@ def test_an_ask_is_a_stop_or_an_abort_of_a_run_or_a_thread() -> None:
 def test_decide_a_click_from_anywhere_but_the_status_message_is_refused(
     origin: Origin | None, kind: StopReason
 ) -> None:
-    verdict = decide(ask(kind, user=ADMIN, origin=origin), view(), settings())
+    verdict = verdict_for(ask(kind, user=ADMIN, origin=origin), view(), settings())
 
     assert verdict is Verdict.NOT_THIS_RUN
     assert not verdict.changes_state
@@ -405,16 +417,16 @@ def test_decide_a_click_from_anywhere_but_the_status_message_is_refused(
 def test_decide_a_foreign_click_learns_nothing_about_the_run() -> None:
     elsewhere = Origin("T1", "C1", "9.0")
 
-    verdict = decide(ask(origin=elsewhere), view(finished=True), settings())
+    verdict = verdict_for(ask(origin=elsewhere), view(finished=True), settings())
 
     assert verdict is Verdict.NOT_THIS_RUN  # not "finished"
 
 
-@pytest.mark.parametrize("source", [Source.NATIVE, Source.STOP_WORD])
-def test_decide_what_is_not_a_button_is_bound_by_its_thread_alone(source: Source) -> None:
+@pytest.mark.parametrize("source", [StopSource.NATIVE, StopSource.STOP_WORD])
+def test_decide_what_is_not_a_button_is_bound_by_its_thread_alone(source: StopSource) -> None:
     # Slack's native stop and a stop word name the run's thread, not a message: the
     # service found the run by that thread already.
-    assert decide(ask(source=source, origin=None), view(), settings()) is Verdict.STOP
+    assert verdict_for(ask(source=source, origin=None), view(), settings()) is Verdict.STOP
 
 
 def test_decide_before_the_status_message_is_known_the_thread_is_the_bound() -> None:
@@ -423,7 +435,31 @@ def test_decide_before_the_status_message_is_known_the_thread_is_the_bound() -> 
     posting = view(status_ts=None)
     in_thread = Origin("T1", "C1", "1.7", "1.0")
 
-    assert decide(ask(origin=in_thread), posting, settings()) is Verdict.STOP
-    assert decide(ask(origin=Origin("T1", "C1", "1.0")), posting, settings()) is Verdict.STOP
+    assert verdict_for(ask(origin=in_thread), posting, settings()) is Verdict.STOP
+    assert verdict_for(ask(origin=Origin("T1", "C1", "1.0")), posting, settings()) is Verdict.STOP
     for elsewhere in (Origin("T1", "C1", "9.1", "9.0"), Origin("T1", "C2", "1.7", "1.0")):
-        assert decide(ask(origin=elsewhere), posting, settings()) is Verdict.NOT_THIS_RUN
+        assert verdict_for(ask(origin=elsewhere), posting, settings()) is Verdict.NOT_THIS_RUN
+
+
+# -- what the policy needs, read before it decides -----------------------------------
+
+
+def test_only_a_stop_pressed_on_a_stopping_run_needs_the_askers_own_stops() -> None:
+    stopping = view(StopReason.STOP)
+    assert needs_own_stops(ask(), stopping)
+    assert not needs_own_stops(ask(source=StopSource.STOP_WORD, origin=None), stopping)
+    assert not needs_own_stops(ask(StopReason.ABORT), stopping)
+    assert not needs_own_stops(ask(), view())
+    assert not needs_own_stops(ask(), view(StopReason.STOP, finished=True))
+
+
+async def test_who_wrote_in_the_thread_is_read_only_where_the_policy_needs_it() -> None:
+    store = MemoryStore()
+    thread = ThreadKey("T1", "C1", "1.0")
+    await store.add_participant(thread, OTHER)
+    policy = settings(StopPolicy.PARTICIPANTS)
+    assert await read_participants(store, OTHER, REQUESTER, thread, policy) == {OTHER}
+    # The requester and admins may anyway; other policies do not look at the thread.
+    assert await read_participants(store, REQUESTER, REQUESTER, thread, policy) == frozenset()
+    assert await read_participants(store, ADMIN, REQUESTER, thread, policy) == frozenset()
+    assert await read_participants(store, OTHER, REQUESTER, thread, settings()) == frozenset()

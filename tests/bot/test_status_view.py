@@ -378,7 +378,7 @@ def test_outcome_label(
     by: str | None,
     expected: str,
 ) -> None:
-    label = m.outcome_label(outcome, stop_reason=reason, exit_code=code, stopped_by=by)
+    label = m.slack_outcome_label(outcome, stop_reason=reason, exit_code=code, stopped_by=by)
     assert label == expected
 
 

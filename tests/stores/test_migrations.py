@@ -13,12 +13,15 @@ from typing import TYPE_CHECKING, Any
 import aiosqlite
 import asyncpg  # type: ignore[import-untyped]
 import pytest
+from filelock import AsyncFileLock
 
+from agent_core.errors import StorageError
 from agent_core.outcomes import ExitCode, Outcome
 from agent_core.ports import ResumeState, RunRecord, ThreadKey
 from agent_core.states import TERMINAL_STATES, RunState
 from agent_core.stores.factory import open_store
 from agent_core.stores.migrations import (
+    _PG_LOCK_KEY,
     VERSION_TABLE,
     head_revision,
     upgrade_postgres,
@@ -375,3 +378,70 @@ async def test_postgres_migrates_a_long_history_while_an_old_worker_answers_clic
             assert invalid == 0  # every index built concurrently is whole
         finally:
             await old_worker.close()
+
+
+async def test_a_migration_cut_short_is_finished_by_the_next_start(tmp_path: Path) -> None:
+    """A worker killed halfway through r0007's batches (here: its start-up cancelled)
+    leaves what it committed; the next worker to start finishes the job."""
+    path = str(tmp_path / "history.db")
+    await upgrade_sqlite(
+        lambda: aiosqlite.connect(path, isolation_level=None), where=path, to="r0006"
+    )
+    async with aiosqlite.connect(path) as conn:
+        await conn.execute("PRAGMA journal_mode = WAL")
+        await conn.execute(_history_sql(sqlite=True))
+        await conn.commit()
+    watcher = await asyncio.to_thread(
+        sqlite3.connect, path, timeout=CLICK_WAIT_S, isolation_level=None, check_same_thread=False
+    )
+    try:
+        first = asyncio.ensure_future(SqliteStore.open(path))
+        declined = 0
+        while not 0 < declined < MIGRATED[0]:
+            assert not first.done(), "the migration ended before it could be cut short"
+            declined = await asyncio.to_thread(_sqlite_click, watcher, declined)
+        first.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await first
+    finally:
+        await asyncio.to_thread(watcher.close)
+    versions, _, _ = await asyncio.to_thread(_inspect_sqlite, tmp_path / "history.db")
+    assert versions == ["r0006"]  # r0007 is not done
+
+    store = await SqliteStore.open(path)
+    await store.close()
+
+    async with aiosqlite.connect(path) as conn:
+        counts = await conn.execute_fetchall(_MIGRATED)
+    assert tuple(next(iter(counts))) == MIGRATED
+    versions, _, _ = await asyncio.to_thread(_inspect_sqlite, tmp_path / "history.db")
+    assert versions == [await head_revision()]
+
+
+async def test_waiting_past_the_migration_timeout_is_a_clear_error(tmp_path: Path) -> None:
+    """Another worker holds the migration lock (it migrates a long history): past
+    MIGRATION_TIMEOUT this one gives up, saying which setting to raise."""
+    path = str(tmp_path / "threadpilot.db")
+    async with AsyncFileLock(f"{path}.migrate-lock"):
+        # A task of its own, as another worker's start-up would be.
+        starting = asyncio.ensure_future(SqliteStore.open(path, migration_timeout_s=0.5))
+        with pytest.raises(StorageError, match="raise MIGRATION_TIMEOUT"):
+            await starting
+    store = await SqliteStore.open(path)  # once it is free, the file is migrated
+    await store.close()
+
+
+@pytest.mark.postgres
+async def test_postgres_waiting_past_the_migration_timeout_is_a_clear_error(
+    pg_url: str,
+) -> None:
+    async with _fresh_postgres() as url:
+        other = await asyncpg.connect(url)  # a worker migrating
+        try:
+            await other.execute(f"SELECT pg_advisory_lock({_PG_LOCK_KEY})")
+            with pytest.raises(StorageError, match="raise MIGRATION_TIMEOUT"):
+                await PostgresStore.open(url, migration_timeout_s=0.5)
+        finally:
+            await other.close()
+        store = await PostgresStore.open(url)
+        await store.close()

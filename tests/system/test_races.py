@@ -31,7 +31,7 @@ from llmock.scenarios import Reply, StreamFault
 from agent_core import TERMINAL_STATES
 from bot import slack_limits
 from bot.app import ThreadpilotApp
-from bot.messages import outcome_label
+from bot.messages import slack_outcome_label
 from bot.settings import Settings
 from tests.bot.harness import ACTION_ABORT, ACTION_STOP, SECRET, Bot, run_id_of, stalled_answer
 from tests.system.blocks import final_revisions, revision_text
@@ -140,7 +140,7 @@ async def check_one_ending(store: Store, slack: FakeSlack, ran: Ran) -> str:
     finals = final_revisions(message)
     assert len(finals) == 1, [revision_text(r) for r in finals]
     assert finals[0] == message.history[-1]  # nothing was written over it
-    label = outcome_label(
+    label = slack_outcome_label(
         record.outcome,
         stop_reason=record.stop_reason,
         exit_code=record.exit_code,

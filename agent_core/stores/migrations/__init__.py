@@ -162,7 +162,7 @@ async def _upgrade(
             engine.connect() as conn,
             lock(conn),
         ):
-            await conn.run_sync(_upgrade_to, script, to)
+            await _run(conn, script, to)
     except TimeoutError as exc:
         raise StorageError(
             f"the schema of {where} was not migrated within {timeout_s:g} s (waiting for "
@@ -182,23 +182,40 @@ async def _upgrade(
         await engine.dispose()
 
 
+async def _run(conn: AsyncConnection, script: ScriptDirectory, to: str) -> None:
+    """The upgrade, on ``conn``; cancelled, it raises the cancellation, not what
+    alembic's clean-up of the cut transaction raised on top of it (PendingRollbackError)."""
+    try:
+        await conn.run_sync(_upgrade_to, script, to)
+    except SQLAlchemyError as exc:
+        cancelled = _cancellation(exc)
+        if cancelled is None:
+            raise
+        raise cancelled from exc
+
+
+def _cancellation(exc: BaseException) -> asyncio.CancelledError | None:
+    """The cancellation ``exc`` was raised while handling, if any."""
+    seen: BaseException | None = exc.__context__
+    while seen is not None:
+        if isinstance(seen, asyncio.CancelledError):
+            return seen
+        seen = seen.__context__
+    return None
+
+
 @contextlib.asynccontextmanager
 async def _advisory_lock(conn: AsyncConnection) -> AsyncIterator[None]:
-    """PostgreSQL's session advisory lock, tried until had (module docstring); no
-    transaction is left open either side."""
+    """PostgreSQL's session advisory lock, tried until had (module docstring), with no
+    transaction left open. It lasts as long as the upgrade's connection, which is closed
+    at its end (never pooled), however the upgrade ends: a dead or cancelled session
+    cannot be asked to unlock."""
     try_lock = text("SELECT pg_try_advisory_lock(:key)")
     while not await conn.scalar(try_lock, {"key": _PG_LOCK_KEY}):
         await conn.commit()
         await asyncio.sleep(LOCK_POLL_S)
     await conn.commit()
-    try:
-        yield
-    finally:
-        # Closing the connection releases it too: only a live session needs this.
-        if not conn.closed and not conn.invalidated:
-            await conn.rollback()
-            await conn.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": _PG_LOCK_KEY})
-            await conn.commit()
+    yield
 
 
 def _loop_lock() -> asyncio.Lock:
