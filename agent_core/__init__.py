@@ -1,12 +1,15 @@
 """threadpilot's agent core: a framework-free LLM agent loop with Stop, Abort and Shutdown.
 
-The Slack app imports the core only through the names below. Adapters for the ports
-(``agent_core.stores.*``; the model APIs' adapters, built by :func:`build_model` from
-``MODEL_API``) are imported from their modules.
+The names below are the core's API, each documented. Ports, records and adapters
+(``agent_core.ports``, ``agent_core.records``, ``agent_core.stores.*``; the model APIs'
+adapters, built by :func:`build_model` from ``MODEL_API``) are imported from their
+modules; no module whose name starts with an underscore is imported from outside the
+core (tests/agent_core/test_public_api.py holds both to it).
 """
 
 from agent_core.agent import Agent, AgentConfig
 from agent_core.builtin_tools import BUILTIN_TOOLS
+from agent_core.chat import ChatMessage, Usage
 from agent_core.compaction import (
     Compacted,
     Compaction,
@@ -26,8 +29,6 @@ from agent_core.errors import (
     ModelError,
     RateLimited,
     RetryableModelError,
-    RunNotFound,
-    StopNotAllowed,
     StorageError,
     ThreadpilotError,
     UnknownOutcome,
@@ -62,24 +63,20 @@ from agent_core.outcomes import (
     Outcome,
     RunResult,
     Timings,
-    Usage,
     ended_by_person,
     exit_code_of,
     normalize_outcome,
     outcome_label,
     strip_softeners,
 )
-from agent_core.ports import (
+from agent_core.ports import ChatModel, RunStore, StopRequestStore
+from agent_core.records import (
     AuditEvent,
-    ChatMessage,
-    ChatModel,
     Checkpoint,
     GuidanceRecord,
     GuidanceStatus,
     RunRecord,
-    RunStore,
     StopRequestRecord,
-    StopRequestStore,
     ThreadKey,
 )
 from agent_core.resume_policy import (
@@ -149,14 +146,12 @@ __all__ = [
     "RunControl",
     "RunEvent",
     "RunFinished",
-    "RunNotFound",
     "RunRecord",
     "RunResult",
     "RunState",
     "RunStore",
     "StepRestarted",
     "StopHonoured",
-    "StopNotAllowed",
     "StopReason",
     "StopRequest",
     "StopRequestRecord",

@@ -11,15 +11,17 @@ from typing import TYPE_CHECKING
 from agent_core.delegation import CHILD_HOW_TO_CONTINUE, DELEGATE
 from agent_core.ended import EndedBecause
 from agent_core.loop import Run
-from agent_core.ports import ThreadKey
 from agent_core.prompts import SYSTEM_PROMPT
+from agent_core.records import ThreadKey
 from agent_core.retry import RetryPolicy
 from agent_core.tools import DEFAULT_TOOL_TIMEOUT_S
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from agent_core.ports import ChatMessage, ChatModel, Checkpoint, RunStore
+    from agent_core.chat import ChatMessage
+    from agent_core.ports import ChatModel, RunStore
+    from agent_core.records import Checkpoint
     from agent_core.tools import Tool
 
 __all__ = ["Agent", "AgentConfig"]
@@ -27,6 +29,8 @@ __all__ = ["Agent", "AgentConfig"]
 
 @dataclass(frozen=True, slots=True)
 class AgentConfig:
+    """How an agent runs: its system prompt, limits, retries and timeouts."""
+
     system_prompt: str = SYSTEM_PROMPT
     max_turns: int = 20
     """Model turns before a forced final turn (the final turn is extra)."""

@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from agent_core.chat import ModelRequest
 from agent_core.errors import ModelError
-from agent_core.ports import ModelRequest
 from agent_core.prompts import SUMMARY_INSTRUCTION, continuation_note
 from agent_core.stop import RunControl, StopReason, StopSource
 
@@ -40,9 +40,10 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from agent_core.agent import Agent
+    from agent_core.chat import ChatMessage, Usage
     from agent_core.loop import Run
-    from agent_core.outcomes import Usage
-    from agent_core.ports import ChatMessage, ChatModel, TextSink, ThreadKey
+    from agent_core.ports import ChatModel, TextSink
+    from agent_core.records import ThreadKey
     from agent_core.stop import StopRequest
 
 __all__ = [

@@ -3,8 +3,6 @@
     ThreadpilotError
     ├── ConfigError            a setting is missing or malformed (names the setting)
     ├── IllegalTransition      a run state change the transition table forbids
-    ├── RunNotFound            no run with that id in this process or store
-    ├── StopNotAllowed         the stop policy refuses this requester
     ├── UnknownOutcome         a stored outcome word that no table knows
     ├── StorageError           a store adapter failed (wraps the driver's error)
     └── ModelError             the chat model endpoint failed
@@ -33,8 +31,6 @@ __all__ = [
     "ModelError",
     "RateLimited",
     "RetryableModelError",
-    "RunNotFound",
-    "StopNotAllowed",
     "StorageError",
     "ThreadpilotError",
     "UnknownOutcome",
@@ -56,14 +52,6 @@ class ConfigError(ThreadpilotError):
 
 class IllegalTransition(ThreadpilotError):
     """A run state change that the transition table does not allow."""
-
-
-class RunNotFound(ThreadpilotError):
-    """No run with this id is known here."""
-
-
-class StopNotAllowed(ThreadpilotError):
-    """The stop policy does not let this user stop or abort this run."""
 
 
 class UnknownOutcome(ThreadpilotError):

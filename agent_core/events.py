@@ -17,8 +17,9 @@ import structlog
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
 
+    from agent_core.chat import Usage
     from agent_core.guidance import Guidance
-    from agent_core.outcomes import RunResult, Usage
+    from agent_core.outcomes import RunResult
     from agent_core.stop import StopReason, StopSource
 
 __all__ = [
@@ -45,6 +46,8 @@ log = structlog.get_logger("agent_core.events")
 
 @dataclass(frozen=True, slots=True)
 class TurnStarted:
+    """A model turn began."""
+
     run_id: str
     turn: int
     final: bool = False
@@ -54,6 +57,8 @@ class TurnStarted:
 
 @dataclass(frozen=True, slots=True)
 class TextDelta:
+    """Text the model streamed in the current turn."""
+
     run_id: str
     text: str
 
@@ -68,6 +73,8 @@ class StepRestarted:
 
 @dataclass(frozen=True, slots=True)
 class TurnFinished:
+    """A model turn ended."""
+
     run_id: str
     turn: int
     usage: Usage
@@ -79,6 +86,8 @@ class TurnFinished:
 
 @dataclass(frozen=True, slots=True)
 class ToolStarted:
+    """The model called a tool; it is running."""
+
     run_id: str
     call_id: str
     name: str
@@ -103,6 +112,8 @@ class ToolProgress:
 
 @dataclass(frozen=True, slots=True)
 class ToolFinished:
+    """A tool call ended (``ok`` False: it failed)."""
+
     run_id: str
     call_id: str
     name: str
@@ -112,6 +123,8 @@ class ToolFinished:
 
 @dataclass(frozen=True, slots=True)
 class Retrying:
+    """A failed model call waits ``delay_s`` before its attempt number ``attempt``."""
+
     run_id: str
     attempt: int
     delay_s: float
@@ -131,6 +144,8 @@ class StopRequested:
 
 @dataclass(frozen=True, slots=True)
 class StopHonoured:
+    """The run acted on its stop request (requested is not taken effect)."""
+
     run_id: str
     reason: StopReason
 
@@ -173,6 +188,8 @@ class ChildFinished:
 
 @dataclass(frozen=True, slots=True)
 class RunFinished:
+    """The run ended with ``result``."""
+
     run_id: str
     result: RunResult
 

@@ -53,6 +53,8 @@ _SHARED: list[structlog.typing.Processor] = [
 def configure_logging(
     fmt: LogFormat = "console", level: str = "INFO", stream: TextIO | None = None
 ) -> None:
+    """Send structlog's and the standard library's logs at ``level`` and above to
+    ``stream`` (default: stderr), as readable lines or JSON (``fmt``)."""
     numeric = logging.getLevelNamesMapping().get(level.upper())
     if numeric is None:
         raise ValueError(f"unknown log level {level!r}")

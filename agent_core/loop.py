@@ -29,6 +29,8 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from agent_core.chat import ModelRequest
+from agent_core.clock import utcnow
 from agent_core.delegation import MAX_DEPTH, SUB_AGENT_NOTE, Delegation
 from agent_core.ended import EndedBecause, classify
 from agent_core.errors import (
@@ -55,9 +57,9 @@ from agent_core.events import (
 )
 from agent_core.guidance import Guidance, GuidanceInbox
 from agent_core.outcomes import ExitCode, Handoff, Outcome, RunResult, Timings
-from agent_core.ports import ModelRequest, ThreadKey
 from agent_core.prompts import FinalTurnReason, final_turn_instruction, resumed_note
 from agent_core.recording import RunRecorder
+from agent_core.records import ThreadKey
 from agent_core.steps import (
     AskedUser,
     Continue,
@@ -79,7 +81,7 @@ from agent_core.steps import (
     stopped_before_work,
     tool_result,
 )
-from agent_core.stop import RunControl, StopReason, StopSource, utcnow
+from agent_core.stop import RunControl, StopReason, StopSource
 from agent_core.tally import RunTally
 from agent_core.tools import ASK_USER, FINAL_REPORT, Tool, Toolbox, ToolOutcome, gather_tools
 
@@ -88,7 +90,8 @@ if TYPE_CHECKING:
     from datetime import datetime
 
     from agent_core.agent import Agent
-    from agent_core.ports import ChatMessage, Checkpoint, ModelResponse, ThreadKey, ToolCall
+    from agent_core.chat import ChatMessage, ModelResponse, ToolCall
+    from agent_core.records import Checkpoint, ThreadKey
     from agent_core.stop import StopRequest
 
 __all__ = ["Run", "current_run"]

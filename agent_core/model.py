@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from agent_core.chat import ModelRequest, ModelResponse, ToolCall, Usage
 from agent_core.errors import RetryableModelError
 from agent_core.model_http import (
     DEFAULT_REPLY_TIMEOUT_S,
@@ -39,11 +40,10 @@ from agent_core.model_http import (
     ModelEndpoint,
     arguments_too_long,
 )
-from agent_core.outcomes import Usage
-from agent_core.ports import ModelRequest, ModelResponse, TextSink, ToolCall
 
 if TYPE_CHECKING:
-    from agent_core.ports import ChatMessage
+    from agent_core.chat import ChatMessage
+    from agent_core.ports import TextSink
     from agent_core.sse import ServerSentEvent
 
 __all__ = ["READS_PER_S", "OpenAIChatModel"]

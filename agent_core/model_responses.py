@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from agent_core.chat import ModelRequest, ModelResponse, Reasoning, ToolCall, Usage
 from agent_core.errors import (
     ContextOverflow,
     FatalModelError,
@@ -47,13 +48,12 @@ from agent_core.model_http import (
     ModelEndpoint,
     arguments_too_long,
 )
-from agent_core.outcomes import Usage
-from agent_core.ports import ModelRequest, ModelResponse, Reasoning, TextSink, ToolCall
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from agent_core.ports import ChatMessage, ToolSpec
+    from agent_core.chat import ChatMessage, ToolSpec
+    from agent_core.ports import TextSink
     from agent_core.sse import ServerSentEvent
 
 __all__ = ["OpenAIResponsesModel"]

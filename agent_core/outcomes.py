@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
+from agent_core.chat import Usage
 from agent_core.ended import Clues, EndedBecause, classify
 from agent_core.errors import UnknownOutcome
 from agent_core.guidance import Guidance
@@ -29,7 +30,6 @@ __all__ = [
     "Outcome",
     "RunResult",
     "Timings",
-    "Usage",
     "ended_because_of",
     "ended_by_person",
     "exit_code_of",
@@ -201,22 +201,6 @@ def strip_softeners(text: str) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class Usage:
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-
-    @property
-    def total_tokens(self) -> int:
-        return self.prompt_tokens + self.completion_tokens
-
-    def __add__(self, other: Usage) -> Usage:
-        return Usage(
-            self.prompt_tokens + other.prompt_tokens,
-            self.completion_tokens + other.completion_tokens,
-        )
-
-
-@dataclass(frozen=True, slots=True)
 class Handoff:
     """The four-part terminal report."""
 
@@ -254,6 +238,8 @@ class Handoff:
 
 @dataclass(frozen=True, slots=True)
 class Timings:
+    """When a run started and ended, and when a stop was asked for and honoured."""
+
     started_at: datetime
     ended_at: datetime
     stop_requested_at: datetime | None = None

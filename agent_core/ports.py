@@ -1,4 +1,5 @@
-"""The interfaces the core depends on, and the records that cross them.
+"""The interfaces the core depends on. The records that cross them are in
+:mod:`agent_core.chat` (the chat model's) and :mod:`agent_core.records` (the stores').
 
 Adapters live beside each other in :mod:`agent_core.stores` (``memory`` here; ``sqlite``
 and ``postgres`` for durable, multi-worker state) and one contract test suite runs against
@@ -29,142 +30,53 @@ all of them. The core never imports an adapter.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from contextvars import ContextVar
-from dataclasses import dataclass, field
-from enum import StrEnum
-from typing import TYPE_CHECKING, Any, Protocol, overload, runtime_checkable
-
-from agent_core.states import RunState
-from agent_core.stop import StopReason, utcnow
+from collections.abc import Awaitable, Callable, Collection, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from contextlib import AbstractAsyncContextManager
     from datetime import datetime
 
-    from agent_core.ended import EndedBecause
-    from agent_core.outcomes import ExitCode, Outcome, Usage
+    from agent_core.chat import ModelRequest, ModelResponse
+    from agent_core.outcomes import ExitCode
+    from agent_core.records import (
+        AuditEvent,
+        Checkpoint,
+        Forgotten,
+        GuidanceRecord,
+        GuidanceStatus,
+        ResumeState,
+        RunRecord,
+        StopRequestRecord,
+        ThreadKey,
+        Wakeup,
+    )
+    from agent_core.states import RunState
+    from agent_core.stop import StopReason
 
 __all__ = [
-    "ANSWERING",
-    "QUEUE_WAKEUP",
-    "AuditEvent",
-    "ChatMessage",
     "ChatModel",
-    "Checkpoint",
     "DashboardQueries",
     "DeliveryLog",
-    "Forgotten",
-    "GuidanceRecord",
-    "GuidanceStatus",
     "GuidanceStore",
     "LeaseStore",
-    "ModelRequest",
-    "ModelResponse",
     "ParticipantStore",
     "QueueStore",
-    "Reasoning",
     "Reconnected",
-    "ResumeState",
     "ResumeStore",
     "RetentionStore",
     "RunQueries",
-    "RunRecord",
     "RunStore",
     "StopListener",
-    "StopRequestRecord",
     "StopRequestStore",
     "StopWakeup",
     "StopWakeups",
     "Store",
     "TextSink",
-    "ThreadKey",
-    "ToolCall",
-    "ToolSpec",
-    "answering",
-    "is_accepted",
-    "is_waiting",
 ]
-
-ChatMessage = dict[str, Any]
-"""One message in OpenAI chat format; plain JSON so checkpoints can store it as is."""
 
 
 # -- the chat model -------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class ToolSpec:
-    """A tool as the model sees it."""
-
-    name: str
-    description: str
-    parameters: Mapping[str, Any]
-
-    def to_openai(self) -> dict[str, Any]:
-        return {
-            "type": "function",
-            "function": {
-                "name": self.name,
-                "description": self.description,
-                "parameters": dict(self.parameters),
-            },
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class ToolCall:
-    """A tool call as the model emitted it; ``arguments`` is the raw JSON text."""
-
-    id: str
-    name: str
-    arguments: str
-
-
-@dataclass(frozen=True, slots=True)
-class ModelRequest:
-    messages: Sequence[ChatMessage]
-    tools: Sequence[ToolSpec] = ()
-    tool_choice: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Reasoning:
-    """What a reply carries that only the API it came from can read back: the Responses
-    API's reasoning items, Anthropic's thinking blocks. The conversation keeps it with
-    the reply's assistant message (its ``reasoning`` key, :meth:`to_message`), and the
-    adapter of that API sends it again with every later request, after a resume too;
-    another API's adapter leaves it out."""
-
-    api: str
-    """The ``MODEL_API`` whose adapter wrote it."""
-    items: tuple[Mapping[str, Any], ...]
-    """The items as that API sent them (plain JSON)."""
-
-    def to_message(self) -> dict[str, Any]:
-        return {"api": self.api, "items": [dict(i) for i in self.items]}
-
-    @staticmethod
-    def items_for(message: ChatMessage, api: str) -> list[Any]:
-        """The reasoning stored with ``message`` when ``api`` wrote it, else none."""
-        stored = message.get("reasoning")
-        if not isinstance(stored, dict) or stored.get("api") != api:
-            return []
-        items = stored.get("items")
-        return list(items) if isinstance(items, list) else []
-
-
-@dataclass(frozen=True, slots=True)
-class ModelResponse:
-    """One complete model turn, assembled from the stream."""
-
-    text: str
-    tool_calls: tuple[ToolCall, ...]
-    finish_reason: str
-    usage: Usage
-    """The tokens of this reply alone (its prompt and its answer)."""
-    reasoning: Reasoning | None = None
 
 
 TextSink = Callable[[str], None]
@@ -187,101 +99,9 @@ class ChatModel(Protocol):
 # -- runs, checkpoints, audit ---------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class ThreadKey:
-    """Where a run lives in Slack. The terminal runner uses ``("local", "cli", run_id)``."""
-
-    team: str
-    channel: str
-    thread_ts: str
-
-    def __str__(self) -> str:
-        return f"{self.team}/{self.channel}/{self.thread_ts}"
-
-
-class ResumeState(StrEnum):
-    """Where an ended run's automatic resume stands (the ``resume`` column of ``runs``).
-
-    A run that ends is *decided* once: ``scheduled`` (with ``resume_at``) or ``declined``.
-    A scheduled resume is then ``claimed`` by the worker preparing it (a summary to
-    continue from; its ``owner`` and ``lease_expires_at`` hold the claim), and
-    ``started``, or ``cancelled`` by a person. A resume in place makes the run live again
-    with no decision (it is decided afresh when it ends). ``started``, ``declined`` and
-    ``cancelled`` never change again.
-    """
-
-    SCHEDULED = "scheduled"
-    CLAIMED = "claimed"
-    STARTED = "started"
-    DECLINED = "declined"
-    CANCELLED = "cancelled"
-
-
-@dataclass(frozen=True, slots=True)
-class RunRecord:
-    """A run as stored (the ``runs`` table)."""
-
-    id: str
-    thread: ThreadKey
-    requester: str
-    task: str
-    state: RunState = RunState.QUEUED
-    parent_id: str | None = None
-    owner: str | None = None
-    """The worker id that holds the lease."""
-    lease_expires_at: datetime | None = None
-    status_ts: str | None = None
-    """The ``ts`` of the run's status message in Slack."""
-    outcome: Outcome | None = None
-    stop_reason: StopReason | None = None
-    exit_code: ExitCode | None = None
-    stopped_by: str | None = None
-    result: Mapping[str, Any] | None = None
-    """The stored :meth:`agent_core.outcomes.RunResult.to_dict`, once terminal."""
-    created_at: datetime = field(default_factory=utcnow)
-    updated_at: datetime = field(default_factory=utcnow)
-    final_posted_at: datetime | None = None
-    """When Slack accepted the run's terminal message; None until then (or never posted)."""
-    ended_because: EndedBecause | None = None
-    """Why it ended (docs/stopping.md), once terminal. Stores write it with ``result``, from it:
-    writing a result writes its ``ended_because``, writing none clears it."""
-    continued_from: str | None = None
-    """The run whose context filled up and whose summary this run starts from."""
-    auto_resumes: int = 0
-    """Automatic resumes in this run's thread since a person last started a run there,
-    counting this run's own start: 0 for a person's run, one more for each resume in
-    place or continuation after it (``MAX_AUTO_RESUMES`` caps it)."""
-    resume: ResumeState | None = None
-    """Its resume decision once ended; None while live, or ended and not yet decided."""
-    resume_at: datetime | None = None
-    """When a ``scheduled`` resume is due (any worker starts it then)."""
-    resume_reason: str | None = None
-    """Why the decision was made, for logs and the status message."""
-    resume_by: str | None = None
-    """Who cancelled or hurried a resume (a Slack user id); None for the policy."""
-
-
-@dataclass(frozen=True, slots=True)
-class Checkpoint:
-    run_id: str
-    turn: int
-    messages: tuple[ChatMessage, ...]
-    created_at: datetime = field(default_factory=utcnow)
-
-
-@dataclass(frozen=True, slots=True)
-class AuditEvent:
-    """Who did what to which run, when (the ``events`` table)."""
-
-    run_id: str
-    kind: str
-    """``stop.requested``, ``abort.requested``, ``stop.escalated``, ``run.takeover``..."""
-    actor: str
-    at: datetime = field(default_factory=utcnow)
-    detail: Mapping[str, Any] = field(default_factory=dict)
-
-
 class RunStore(Protocol):
+    """Runs, their checkpoint (the conversation after each turn) and their audit trail."""
+
     async def create_run(self, run: RunRecord) -> None: ...
 
     async def get_run(self, run_id: str) -> RunRecord | None: ...
@@ -297,7 +117,10 @@ class RunStore(Protocol):
         """Compare-and-set: move to ``new`` only if the current state is in ``expected``.
 
         ``changes`` names other :class:`RunRecord` fields to write in the same statement.
-        Returns False (and writes nothing) when another writer got there first.
+        Returns False (and writes nothing) when another writer got there first. Raises
+        :class:`~agent_core.errors.IllegalTransition`, before the store is touched, when
+        a move from one of ``expected`` to ``new`` is not in the table of legal moves
+        (:func:`agent_core.states.check_moves`; staying in a state is no move).
         """
         ...
 
@@ -313,45 +136,8 @@ class RunStore(Protocol):
 # -- stop requests --------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class StopRequestRecord:
-    """A stop request as stored (a row of the ``stop_requests`` table)."""
-
-    id: str
-    run_id: str
-    thread: ThreadKey
-    kind: StopReason
-    requested_by: str
-    status: str = "requested"
-    """``requested`` until the owner honours it, then ``handled``."""
-    requested_at: datetime = field(default_factory=utcnow)
-    handled_at: datetime | None = None
-
-
 class StopRequestStore(Protocol):
-    @overload
-    async def add_stop_request(
-        self,
-        run_id: str,
-        thread: ThreadKey,
-        kind: StopReason,
-        requested_by: str,
-        *,
-        request_id: str | None = None,
-        delivery: None = None,
-    ) -> StopRequestRecord: ...
-
-    @overload
-    async def add_stop_request(
-        self,
-        run_id: str,
-        thread: ThreadKey,
-        kind: StopReason,
-        requested_by: str,
-        *,
-        request_id: str | None = None,
-        delivery: str,
-    ) -> StopRequestRecord | None: ...
+    """Stop requests, durable before the click is acknowledged, for the run's owner to apply."""
 
     async def add_stop_request(
         self,
@@ -361,20 +147,33 @@ class StopRequestStore(Protocol):
         requested_by: str,
         *,
         request_id: str | None = None,
-        delivery: str | None = None,
-    ) -> StopRequestRecord | None:
+    ) -> StopRequestRecord:
         """Commit a request. It is durable when this returns (before the click's ack).
 
         ``request_id`` (default: a new one) lets the caller know the id before the
         commit: the worker that applies its own request tells its stop watcher first, so
         the watcher never applies it again. It must be new.
+        """
+        ...
 
-        ``delivery`` is the key of the Slack delivery that asks (as for
-        :meth:`DeliveryLog.first_delivery`, seen at the request's ``requested_at``). The
-        key is recorded and the request added in one transaction: None, and nothing
-        written, when some worker had already taken the key; the request, when this
-        call took it. A store that retried after losing its connection still returns
-        the request if its first attempt landed.
+    async def add_stop_request_once(
+        self,
+        run_id: str,
+        thread: ThreadKey,
+        kind: StopReason,
+        requested_by: str,
+        *,
+        delivery: str,
+        request_id: str | None = None,
+    ) -> StopRequestRecord | None:
+        """Commit a request as :meth:`add_stop_request` does, once for ``delivery``, the
+        key of the Slack delivery that asks (as for :meth:`DeliveryLog.first_delivery`,
+        seen at the request's ``requested_at``).
+
+        The key is recorded and the request added in one transaction: None, and nothing
+        written, when some worker had already taken the key; the request, when this call
+        took it. A store that retried after losing its connection still returns the
+        request if its first attempt landed.
         """
         ...
 
@@ -393,7 +192,7 @@ class StopRequestStore(Protocol):
         an escalation). ``events`` are the audit events of the requests, written for the
         runs whose request was added, in the same transaction. A store with
         :class:`StopWakeups` wakes each added run's owner with the commit. ``delivery``
-        is taken as for :meth:`add_stop_request`: None, and nothing written, when some
+        is taken as for :meth:`add_stop_request_once`: None, and nothing written, when some
         worker had taken it. Returns the requests added, in the order given; ValueError
         if two name the same run or one is not a new ``requested`` one.
         """
@@ -460,16 +259,6 @@ class LeaseStore(Protocol):
         ...
 
 
-@dataclass(frozen=True, slots=True)
-class Forgotten:
-    """What :meth:`RetentionStore.forget_requester` did."""
-
-    runs: int
-    """The person's runs deleted, with every row that hangs off them."""
-    kept: int
-    """The person's runs kept: live, with a resume ahead, or needed by a run that is."""
-
-
 class RetentionStore(Protocol):
     """Deletes what is no longer needed (docs/operations.md, Retention and backups).
 
@@ -508,7 +297,7 @@ class DeliveryLog(Protocol):
     worker) and may send a click twice; the worker that receives one asks here first
     and acts only on a first delivery. A delivery that asks a run to stop records its
     key in the same transaction as its stop request instead
-    (:meth:`StopRequestStore.add_stop_request`, ``delivery``): one key, one table.
+    (:meth:`StopRequestStore.add_stop_request_once`): one key, one table.
     """
 
     async def first_delivery(self, key: str, *, now: datetime | None = None) -> bool:
@@ -524,36 +313,6 @@ class DeliveryLog(Protocol):
 
 
 # -- guidance (docs/stopping.md, Guidance) ---------------------------------------------
-
-
-class GuidanceStatus(StrEnum):
-    """Where a reply to a live run is. ``queued`` moves once, and only to ``delivered``
-    (it went out with a model request) or ``undelivered`` (the run ended first: a Stop
-    or Abort won); a settled status never changes again."""
-
-    QUEUED = "queued"
-    DELIVERED = "delivered"
-    UNDELIVERED = "undelivered"
-
-
-@dataclass(frozen=True, slots=True)
-class GuidanceRecord:
-    """A reply written to a live run, as stored (the ``guidance`` table)."""
-
-    id: str
-    """Unique; the Slack layer derives it from the reply's message, so a re-delivered
-    event is the same guidance."""
-    run_id: str
-    thread: ThreadKey
-    author: str
-    """Who wrote it (a Slack user id)."""
-    text: str
-    message_ts: str | None = None
-    """The reply's Slack message (in ``thread.channel``), where its reaction goes."""
-    status: GuidanceStatus = GuidanceStatus.QUEUED
-    queued_at: datetime = field(default_factory=utcnow)
-    settled_at: datetime | None = None
-    """When it became ``delivered`` or ``undelivered``."""
 
 
 class GuidanceStore(Protocol):
@@ -614,9 +373,9 @@ class ParticipantStore(Protocol):
         ...
 
 
-StopWakeup = Callable[[str], Awaitable[None]]
-"""Called with the run id of a newly committed stop request or guidance; read the tables
-to act."""
+StopWakeup = Callable[["Wakeup"], Awaitable[None]]
+"""Called with each :class:`~agent_core.records.Wakeup`: a newly committed stop request
+or guidance, or a run queued; read the tables to act."""
 
 Reconnected = Callable[[], Awaitable[None]]
 """Called after a wake-up channel came back: anything sent meanwhile was lost, re-scan."""
@@ -755,7 +514,8 @@ class ResumeStore(Protocol):
         due by then, ``scheduled`` with ``resume_at`` at or before it, or ``claimed``
         with its claim (``lease_expires_at``) run out by then. ``claimed_by``: only a
         resume that worker holds (``owner``). ``state``: move the run's state too (a
-        resume in place makes it live again). ``changes``: other :class:`RunRecord`
+        resume in place makes it live again), only for a run in an ended state from which
+        that move is legal. ``changes``: other :class:`RunRecord`
         fields, checked as :meth:`RunStore.set_state` checks them. False, writing
         nothing, when another writer got there first; exactly one of racing writers wins.
         """
@@ -776,65 +536,14 @@ class ResumeStore(Protocol):
 # -- the run queue (docs/operations.md, Queue and MAX_LIVE_RUNS) ------------------------
 
 
-def is_waiting(record: RunRecord) -> bool:
-    """True if ``record`` waits in the run queue: ``queued``, nobody's, and top-level.
-
-    A resume in place passes through ``queued`` with its owner already set, and a
-    sub-agent's row is ``queued`` (with a ``parent_id``) until its parent's worker starts
-    it: neither is waiting for a worker.
-    """
-    return record.state is RunState.QUEUED and record.owner is None and record.parent_id is None
-
-
-def is_accepted(record: RunRecord) -> bool:
-    """True if ``record`` is a person's new run that a worker accepted and has not shown
-    yet: ``queued``, held by that worker, top-level, with no status message, and neither
-    a resume nor a continuation (those have run before, and have a checkpoint to go on
-    from). Slack was told "accepted" when it was written; if its worker goes away now,
-    nothing ran and nothing was shown, so it goes back in the queue
-    (the reconciler of any worker), not to an ending.
-    """
-    return (
-        record.state is RunState.QUEUED
-        and record.owner is not None
-        and record.parent_id is None
-        and record.status_ts is None
-        and record.auto_resumes == 0
-        and record.continued_from is None
-    )
-
-
-ANSWERING: ContextVar[bool] = ContextVar("threadpilot_answering", default=False)
-"""True in the calls a person is waiting on: a click, between its receipt and its
-acknowledgement (:func:`answering`). A store may serve them ahead of its background work;
-PostgreSQL gives them connections of their own, so they never queue for the pool behind
-the runs' writes."""
-
-
-@contextmanager
-def answering() -> Iterator[None]:
-    """The store calls made inside (and in tasks started inside) answer a person now."""
-    token = ANSWERING.set(True)
-    try:
-        yield
-    finally:
-        ANSWERING.reset(token)
-
-
-QUEUE_WAKEUP = "queue"
-"""The wake-up payload (:class:`StopWakeups`, the stop channel) that says a run was
-queued: not a run id (those are hex), so a stop watcher that sees it only wakes the
-queue's taker."""
-
-
 class QueueStore(Protocol):
-    """Runs waiting for a worker with room (:func:`is_waiting`), oldest ``created_at``
-    first (ties by id): the durable queue every worker shares."""
+    """Runs waiting for a worker with room (:func:`~agent_core.records.is_waiting`),
+    oldest ``created_at`` first (ties by id): the durable queue every worker shares."""
 
     async def enqueue_run(self, run: RunRecord) -> None:
         """Store ``run`` as waiting; ValueError unless it is ``queued`` with no owner,
         lease or parent, or if the id exists. A store with :class:`StopWakeups` wakes
-        the other workers (payload :data:`QUEUE_WAKEUP`) with the commit."""
+        the other workers (a queued :class:`~agent_core.records.Wakeup`) with the commit."""
         ...
 
     async def claim_queued(

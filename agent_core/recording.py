@@ -31,17 +31,19 @@ from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar
 
 import structlog
 
+from agent_core.clock import utcnow
 from agent_core.errors import StorageError
 from agent_core.outcomes import Outcome
-from agent_core.ports import AuditEvent, Checkpoint, RunQueries, RunRecord, RunStore
+from agent_core.ports import RunQueries, RunStore
+from agent_core.records import AuditEvent, Checkpoint, RunRecord
 from agent_core.states import LIVE_STATES, RunState, state_for_outcome
-from agent_core.stop import utcnow
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Collection, Sequence
 
+    from agent_core.chat import ChatMessage
     from agent_core.outcomes import RunResult
-    from agent_core.ports import ChatMessage, ThreadKey
+    from agent_core.records import ThreadKey
     from agent_core.stop import StopRequest
 
 __all__ = [

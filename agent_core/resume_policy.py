@@ -84,6 +84,8 @@ class ResumeAt:
 
 @dataclass(frozen=True, slots=True)
 class ResumeNow:
+    """Resume as soon as a worker can."""
+
     reason: str
 
     def to_dict(self) -> dict[str, Any]:
@@ -92,6 +94,8 @@ class ResumeNow:
 
 @dataclass(frozen=True, slots=True)
 class DontResume:
+    """Do not resume; ``reason`` says why."""
+
     reason: str
 
     def to_dict(self) -> dict[str, Any]:

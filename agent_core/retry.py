@@ -14,6 +14,8 @@ __all__ = ["RetryPolicy"]
 
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
+    """How a failed model call is retried: how often, and how long to wait between."""
+
     max_attempts: int = 4
     """Attempts per model call, the first included."""
     base_delay_s: float = 0.5

@@ -24,8 +24,8 @@ from agent_core.stop import StopReason
 from agent_core.tools import AskUser, FinalReport
 
 if TYPE_CHECKING:
+    from agent_core.chat import ChatMessage, ModelResponse, ToolCall
     from agent_core.errors import ModelError
-    from agent_core.ports import ChatMessage, ModelResponse, ToolCall
     from agent_core.tally import RunTally
 
 __all__ = [

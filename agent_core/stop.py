@@ -29,14 +29,16 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import structlog
 
+from agent_core.clock import utcnow
+
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
+    from datetime import datetime
 
 __all__ = [
     "PendingStop",
@@ -45,14 +47,9 @@ __all__ = [
     "StopRequest",
     "StopSource",
     "strongest",
-    "utcnow",
 ]
 
 log = structlog.get_logger("agent_core.stop")
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 class StopReason(StrEnum):

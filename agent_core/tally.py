@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from agent_core.chat import Usage
 from agent_core.counting import count
-from agent_core.outcomes import Usage
 
 if TYPE_CHECKING:
     from agent_core.errors import ModelError

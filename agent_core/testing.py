@@ -16,13 +16,14 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from agent_core.chat import ModelRequest, ModelResponse, ToolCall, Usage
 from agent_core.errors import RetryableModelError
-from agent_core.outcomes import Usage
-from agent_core.ports import ModelRequest, ModelResponse, TextSink, ToolCall
 from agent_core.stores.memory import MemoryStore
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
+
+    from agent_core.ports import TextSink
 
 __all__ = ["MemoryStore", "ScriptedChatModel", "ScriptedTurn"]
 

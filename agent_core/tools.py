@@ -59,8 +59,8 @@ from typing import Any, Literal, overload
 import pydantic
 import structlog
 
+from agent_core.chat import ToolCall, ToolSpec
 from agent_core.errors import ThreadpilotError
-from agent_core.ports import ToolCall, ToolSpec
 from agent_core.tool_progress import OnProgress, reporting_progress
 from agent_core.tool_threads import SHARED_TOOL_THREADS, ToolThreads
 

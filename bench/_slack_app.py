@@ -42,7 +42,8 @@ from tests.fakes.waiting import Changes
 
 if TYPE_CHECKING:
     from agent_core import Run
-    from agent_core.ports import ModelRequest, ModelResponse, TextSink
+    from agent_core.chat import ModelRequest, ModelResponse
+    from agent_core.ports import TextSink
     from bot.context import BotContext
     from bot.supervisor import LiveRun
 

@@ -33,8 +33,8 @@ import aiohttp
 from aiohttp import web
 
 from agent_core import OpenAIChatModel
+from agent_core.chat import ModelRequest
 from agent_core.model import READS_PER_S, _chunk, _Turn
-from agent_core.ports import ModelRequest
 from agent_core.sse import SSEDecoder
 
 REQUEST = ModelRequest(messages=({"role": "user", "content": "go"},))

@@ -31,7 +31,6 @@ from agent_core import ConfigError, ModelAPI
 from agent_core.mcp import McpManager
 from agent_core.model_anthropic import DEFAULT_BASE_URL as ANTHROPIC_API_URL
 from agent_core.model_anthropic import VERSION as ANTHROPIC_VERSION
-from agent_core.stores._pg import describe_dsn
 from agent_core.stores.factory import parse_database_url
 from agent_core.stores.migrations import VERSION_TABLE, head_revision
 from bot.settings import load_settings
@@ -112,18 +111,16 @@ async def _database(settings: Settings) -> Check:
     try:
         async with asyncio.timeout(CHECK_TIMEOUT_S):
             if target.kind == "sqlite":
-                where, version = (
-                    target.location,
-                    await asyncio.to_thread(_sqlite_version, target.location),
-                )
+                version = await asyncio.to_thread(_sqlite_version, target.location)
             else:
-                where, version = describe_dsn(target.location), await _pg_version(target.location)
+                version = await _pg_version(target.location)
     except _Missing as exc:
         return Check(name, True, f"{exc}; it is created at start-up")
     except (OSError, sqlite3.Error, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
         return Check(name, False, f"cannot read it: {exc}")
     except TimeoutError:
         return Check(name, False, f"no answer within {CHECK_TIMEOUT_S:g} s")
+    where = target.where
     if version == head:
         return Check(name, True, f"{where} is at the current schema ({head})")
     if version is None:

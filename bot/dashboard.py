@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from agent_core import RunState, StopReason, StopSource, StorageError, strongest
-from agent_core.stop import utcnow
+from agent_core.clock import utcnow
 from bot import messages
 from bot.channels import ChannelPrivacy
 from bot.errors import BudgetNotRunning, SlackError
@@ -38,9 +38,9 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from agent_core import StopRequestRecord
-    from agent_core.ports import Store
     from bot.settings import Settings
     from bot.stops import StopService
+    from bot.store_needs import DashboardStore
     from bot.surface import Workspaces
     from bot.trust import TrustGate
 
@@ -86,7 +86,7 @@ class StopAll:
 class Dashboard:
     def __init__(
         self,
-        store: Store,
+        store: DashboardStore,
         settings: Settings,
         workspaces: Workspaces,
         stops: StopService,

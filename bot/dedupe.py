@@ -115,7 +115,7 @@ class Deliveries:
 
         For a delivery whose work is durable with its key: ``commit`` records ``key`` and
         does the work in one transaction, and returns None when some worker had taken
-        the key (:meth:`agent_core.ports.StopRequestStore.add_stop_request`). This
+        the key (:meth:`agent_core.ports.StopRequestStore.add_stop_request_once`). This
         process's own repeats are answered from memory, as by :meth:`first`; a commit
         that raises leaves the key untaken, for the delivery's retry.
         """

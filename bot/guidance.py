@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from agent_core import AuditEvent, Guidance, GuidanceStatus, StopReason, StorageError
-from agent_core.stop import utcnow
+from agent_core.clock import utcnow
 from bot import messages
 from bot.errors import BotError, SlackError
 
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from datetime import datetime
 
     from agent_core import GuidanceRecord, ThreadKey
-    from agent_core.ports import Store
+    from bot.store_needs import GuidanceMarksStore
     from bot.surface import SlackSurface
 
 __all__ = [
@@ -138,7 +138,7 @@ class GuidanceMarks:
     (bounded), :meth:`cancel` drops them.
     """
 
-    def __init__(self, run_id: str, store: Store, surface: SlackSurface) -> None:
+    def __init__(self, run_id: str, store: GuidanceMarksStore, surface: SlackSurface) -> None:
         self._run_id = run_id
         self._store = store
         self._surface = surface
@@ -252,7 +252,7 @@ class _Jobs:
 
 
 async def settle(
-    store: Store,
+    store: GuidanceMarksStore,
     records: Sequence[GuidanceRecord],
     status: GuidanceStatus,
     at: datetime,

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from agent_core import StorageError
-from agent_core.ports import is_waiting
+from agent_core.records import is_waiting
 from bot.errors import BudgetNotRunning
 from bot.views.status import StatusSnapshot, render_status
 
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from agent_core import RunRecord, ThreadKey
-    from agent_core.ports import Store
+    from bot.store_needs import QueueOrderStore
     from bot.surface import Workspaces
 
 __all__ = ["QueuePlaces", "queued_snapshot", "worth_refreshing"]
@@ -76,7 +76,7 @@ class QueuePlaces:
 
     def __init__(
         self,
-        store: Store,
+        store: QueueOrderStore,
         workspaces: Workspaces,
         *,
         post_final: Callable[[RunRecord], Awaitable[bool]],

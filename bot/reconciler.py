@@ -4,7 +4,7 @@ Runs on start-up and then periodically, in every worker (docs/operations.md, Lea
 
 1. **Orphans.** A live run whose lease expired lost its worker (``kill -9``, a crash, a
    lost host). One its worker had only accepted (its row written before Slack's event
-   was acknowledged, nothing run or shown yet: :func:`agent_core.ports.is_accepted`)
+   was acknowledged, nothing run or shown yet: :func:`agent_core.records.is_accepted`)
    goes back in the queue, for any worker to run. Any other is ended by
    compare-and-set, so exactly one worker does it:
    ``blocked`` ("interrupted: the worker running this stopped"), or ``userinterlude`` if
@@ -59,10 +59,10 @@ from agent_core import (
     ended_by_person,
     strongest,
 )
+from agent_core.clock import utcnow
 from agent_core.delegation import MAX_DEPTH
-from agent_core.ports import is_accepted
 from agent_core.recording import record_ending
-from agent_core.stop import utcnow
+from agent_core.records import is_accepted
 from bot import messages
 from bot.agent_session import SessionStatus, set_session_status
 from bot.errors import SlackError, SlackRefused
@@ -73,8 +73,9 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable
     from datetime import datetime
 
-    from agent_core.ports import Checkpoint, RunRecord, StopRequestRecord, Store
+    from agent_core.records import Checkpoint, RunRecord, StopRequestRecord
     from bot.click_answer import ClickAnswer
+    from bot.store_needs import ReconcilerStore
     from bot.surface import Workspaces
 
 __all__ = ["Reconciler", "orphan_result", "stored_result"]
@@ -118,7 +119,7 @@ class ReconcileReport:
 class Reconciler:
     def __init__(
         self,
-        store: Store,
+        store: ReconcilerStore,
         workspaces: Workspaces,
         *,
         worker_id: str,

@@ -63,9 +63,9 @@ from agent_core import (
     weighs_last_stop,
     window_from_error,
 )
+from agent_core.clock import utcnow
 from agent_core.compaction import DEFAULT_SUMMARY_WINDOW
-from agent_core.ports import ResumeState
-from agent_core.stop import utcnow
+from agent_core.records import ResumeState
 from bot import messages
 from bot.views.status import EndingView
 
@@ -82,7 +82,8 @@ if TYPE_CHECKING:
         Run,
         ThreadKey,
     )
-    from agent_core.ports import RunRecord, Store
+    from agent_core.records import RunRecord
+    from bot.store_needs import ResumeDecisions, ResumeSchedule
 
 __all__ = [
     "Resumes",
@@ -153,7 +154,7 @@ def due_at(record: RunRecord) -> datetime | None:
 
 
 async def settle_resume(
-    store: Store, record: RunRecord, policy: ResumeSettings, *, actor: str, now: datetime
+    store: ResumeDecisions, record: RunRecord, policy: ResumeSettings, *, actor: str, now: datetime
 ) -> RunRecord:
     """Decide, and store, whether and when the ended ``record`` resumes; the stored run
     after (as decided here, or by whoever decided first)."""
@@ -184,7 +185,11 @@ async def settle_resume(
 
 
 async def _decision(
-    store: Store, record: RunRecord, ended: EndedBecause, policy: ResumeSettings, now: datetime
+    store: ResumeDecisions,
+    record: RunRecord,
+    ended: EndedBecause,
+    policy: ResumeSettings,
+    now: datetime,
 ) -> ResumeDecision:
     if record.parent_id is not None:
         return DontResume(messages.RESUME_SUB_AGENT)
@@ -215,7 +220,7 @@ def _resume_after(record: RunRecord) -> datetime | None:
     return RunResult.from_dict(record.result).resume_after if record.result else None
 
 
-async def thread_moved_on(store: Store, record: RunRecord) -> bool:
+async def thread_moved_on(store: ResumeDecisions, record: RunRecord) -> bool:
     """True if a newer run started in the run's thread: the conversation went on without
     it, and resuming it would put an old task back over the newer one."""
     runs = await store.find_runs(thread=record.thread, top_level=True, limit=1000)
@@ -226,7 +231,7 @@ async def thread_moved_on(store: Store, record: RunRecord) -> bool:
 
 
 async def resume_in_place(
-    store: Store, record: RunRecord, *, worker_id: str, lease_ttl_s: float, now: datetime
+    store: ResumeDecisions, record: RunRecord, *, worker_id: str, lease_ttl_s: float, now: datetime
 ) -> bool:
     """Make the due, scheduled ``record`` live again under ``worker_id`` (the caller then
     runs it from its checkpoint). False if another worker (or a person) got there first."""
@@ -293,7 +298,7 @@ class Resumes:
 
     def __init__(
         self,
-        store: Store,
+        store: ResumeSchedule,
         supervisor: RunsHere,
         policy: ResumeSettings,
         *,

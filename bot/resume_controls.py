@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from agent_core import AuditEvent, RunState, StorageError
-from agent_core.ports import ResumeState
+from agent_core.records import ResumeState
 from bot import messages
 from bot.policy import (
     RunHome,
@@ -42,12 +42,12 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from agent_core import RunRecord
-    from agent_core.ports import Store
     from bot.click_answer import ClickAnswer
     from bot.dedupe import Deliveries
     from bot.policy import Origin
     from bot.settings import Settings
     from bot.stops import StopAsk, StopDecision
+    from bot.store_needs import StopIntakeStore
     from bot.worker import Worker
 
 __all__ = ["ResumeAction", "ResumeAsk", "ResumeControls", "ResumeDecided", "ResumeVerdict"]
@@ -99,7 +99,7 @@ class ResumeDecided:
 class ResumeControls:
     def __init__(
         self,
-        store: Store,
+        store: StopIntakeStore,
         worker: Worker,
         settings: Settings,
         deliveries: Deliveries,

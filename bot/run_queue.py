@@ -45,9 +45,9 @@ from agent_core import (
     ended_by_person,
     strongest,
 )
-from agent_core.ports import Checkpoint
+from agent_core.clock import utcnow
 from agent_core.recording import record_ending
-from agent_core.stop import utcnow
+from agent_core.records import Checkpoint
 from bot import messages
 from bot.errors import BudgetNotRunning, SlackError
 from bot.queue_places import QueuePlaces, queued_snapshot
@@ -60,12 +60,13 @@ if TYPE_CHECKING:
     from datetime import datetime
 
     from agent_core import ChatMessage, ResumeSettings, ThreadKey
-    from agent_core.ports import StopRequestRecord, Store
+    from agent_core.records import StopRequestRecord
     from bot.click_answer import ClickAnswer
     from bot.identity import AppIdentity
     from bot.metrics import Metrics
     from bot.reconciler import Reconciler
     from bot.stop_watch import StopWatcher
+    from bot.store_needs import RunQueueStore
     from bot.supervisor import Supervisor
     from bot.surface import SlackSurface, Workspaces
 
@@ -118,7 +119,7 @@ class RunQueue:
 
     def __init__(
         self,
-        store: Store,
+        store: RunQueueStore,
         supervisor: Supervisor,
         workspaces: Workspaces,
         *,

@@ -66,8 +66,8 @@ from bot.views.status import ChildTask, StatusSnapshot, render_status
 
 if TYPE_CHECKING:
     from agent_core import GuidanceRecord, Run, RunResult
-    from agent_core.ports import Store
     from bot.click_answer import ClickAnswer
+    from bot.store_needs import SessionStore
     from bot.surface import SlackSurface
     from bot.views.status import EndingView
 
@@ -92,7 +92,7 @@ class RunSession:
         run: Run,
         surface: SlackSurface,
         *,
-        store: Store,
+        store: SessionStore,
         status_ts: str | None = None,
         resumed: bool = False,
     ) -> None:

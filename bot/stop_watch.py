@@ -35,14 +35,15 @@ from typing import TYPE_CHECKING
 import structlog
 
 from agent_core import ExitCode, GuidanceStatus, StopSource, StorageError
-from agent_core.ports import QUEUE_WAKEUP, StopWakeups
-from agent_core.stop import utcnow
+from agent_core.clock import utcnow
+from agent_core.ports import StopWakeups
 from bot.guidance import QUEUED, UNDELIVERED, react, settle
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from agent_core.ports import GuidanceRecord, StopRequestRecord, Store
+    from agent_core.records import GuidanceRecord, StopRequestRecord, Wakeup
+    from bot.store_needs import StopWatchStore
     from bot.supervisor import Supervisor
     from bot.surface import Workspaces
 
@@ -60,7 +61,7 @@ click's ack budget, the longest a click that saw the run live can take to commit
 class StopWatcher:
     def __init__(
         self,
-        store: Store,
+        store: StopWatchStore,
         supervisor: Supervisor,
         workspaces: Workspaces,
         *,
@@ -78,7 +79,7 @@ class StopWatcher:
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         self._on_queued = on_queued
-        """Called when the wake-up says a run was queued (:data:`QUEUE_WAKEUP`): the
+        """Called when the wake-up says a run was queued (:attr:`Wakeup.queued`): the
         same channel carries it, so one listener serves both."""
 
     async def start(self) -> None:
@@ -199,8 +200,9 @@ class StopWatcher:
         )
         return True
 
-    async def _on_wakeup(self, run_id: str) -> None:
-        if run_id == QUEUE_WAKEUP:
+    async def _on_wakeup(self, wakeup: Wakeup) -> None:
+        run_id = wakeup.run_id
+        if run_id is None:  # a run was queued
             if self._on_queued is not None:
                 self._on_queued()
             return

@@ -67,8 +67,9 @@ from agent_core import (
     StorageError,
     strongest,
 )
-from agent_core.ports import answering, is_waiting
-from agent_core.stop import utcnow
+from agent_core.answering import answering
+from agent_core.clock import utcnow
+from agent_core.records import is_waiting
 from bot import messages
 from bot.errors import BudgetNotRunning, SlackError
 from bot.policy import (
@@ -88,13 +89,13 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
     from agent_core import RunRecord, ThreadKey
-    from agent_core.ports import Store
     from bot.click_answer import ClickAnswer
     from bot.dedupe import Deliveries
     from bot.metrics import Metrics
     from bot.policy import Origin
     from bot.resume_controls import ResumeAsk
     from bot.settings import Settings
+    from bot.store_needs import StopIntakeStore
     from bot.supervisor import LiveRun, Supervisor
     from bot.surface import Workspaces
     from bot.trust import TrustGate
@@ -171,7 +172,7 @@ class StopDecision:
 class StopService:
     def __init__(
         self,
-        store: Store,
+        store: StopIntakeStore,
         supervisor: Supervisor,
         worker: Worker,
         workspaces: Workspaces,
@@ -216,7 +217,7 @@ class StopService:
 
         Never raises for a database fault: the decision then has no verdict, and its
         ``failure`` is the answer :meth:`after` gives. Its store calls are made as
-        :func:`~agent_core.ports.answering` ones: a person waits for their answer.
+        :func:`~agent_core.answering.answering` ones: a person waits for their answer.
         Whoever may not act at all (:mod:`bot.trust`) is refused first, and nothing about
         the run is read.
         """
@@ -413,7 +414,7 @@ class StopService:
                 )
             request = await self._deliveries.take(
                 _delivery_key(delivery),
-                lambda key: self._store.add_stop_request(
+                lambda key: self._store.add_stop_request_once(
                     run_id, thread, kind, user, request_id=request_id, delivery=key
                 ),
             )

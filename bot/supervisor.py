@@ -65,9 +65,9 @@ if TYPE_CHECKING:
         RunResult,
         ThreadKey,
     )
-    from agent_core.ports import Store
     from bot.loop_load import LoopLoad
     from bot.metrics import Metrics
+    from bot.store_needs import SupervisorStore
     from bot.surface import Workspaces
     from bot.views.status import EndingView
 
@@ -127,7 +127,7 @@ class Supervisor:
     def __init__(
         self,
         agent: Agent,
-        store: Store,
+        store: SupervisorStore,
         workspaces: Workspaces,
         lifecycle: RunLifecycle,
         *,

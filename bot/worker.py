@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from agent_core.stop import utcnow
+from agent_core.clock import utcnow
 from bot.loop_load import LoopLoad
 from bot.reconciler import Reconciler
 from bot.resume import Resumes
@@ -33,7 +33,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from agent_core import Agent
-    from agent_core.ports import Checkpoint, RunRecord, Store
+    from agent_core.ports import Store
+    from agent_core.records import Checkpoint, RunRecord
     from bot.identity import AppIdentity
     from bot.metrics import Metrics
     from bot.settings import Settings

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from agent_core.ended import EndedBecause
 from agent_core.outcomes import ExitCode, normalize_outcome
-from agent_core.ports import (
+from agent_core.records import (
     AuditEvent,
     Checkpoint,
     GuidanceRecord,
@@ -32,7 +33,7 @@ from agent_core.ports import (
     StopRequestRecord,
     ThreadKey,
 )
-from agent_core.states import LIVE_STATES, RunState
+from agent_core.states import LIVE_STATES, TERMINAL_STATES, RunState, check_moves, sources
 from agent_core.stop import StopReason
 
 if TYPE_CHECKING:
@@ -237,6 +238,32 @@ def run_changes(changes: Mapping[str, Any], *, caller: str = "set_state()") -> d
     return columns
 
 
+@dataclass(frozen=True, slots=True)
+class StateChange:
+    """``set_state``'s arguments, checked and encoded; each adapter writes its own SQL."""
+
+    new: RunState
+    expected: tuple[str, ...]
+    """The states that may be replaced (sorted); none: the write matches nothing."""
+    fields: dict[str, Any]
+    """The other :class:`RunRecord` fields written, by name (``ended_because`` added)."""
+    columns: dict[str, Any]
+    """Column -> new value: ``state`` and the other fields, encoded."""
+
+
+def state_change(
+    new: RunState, *, expected: Collection[RunState], changes: Mapping[str, Any]
+) -> StateChange:
+    """Check ``set_state``'s arguments and encode them: TypeError for a field it cannot
+    change, :class:`~agent_core.errors.IllegalTransition` for a move from one of
+    ``expected`` to ``new`` that the table of legal moves forbids, raised before the
+    store is touched."""
+    columns = run_changes(changes) | {"state": str(new)}
+    check_moves(expected, new)
+    wanted = tuple(sorted({str(s) for s in expected}))
+    return StateChange(new, wanted, with_ended_because(changes), columns)
+
+
 def run_updates(changes: Mapping[str, Any]) -> dict[str, Any]:
     """Columns for ``update_run``: :func:`run_changes`, with a pointed word for ``state``."""
     if "state" in changes:
@@ -354,6 +381,9 @@ class ResumeChange:
     """NULL (not decided yet) may be replaced too."""
     due_by: datetime | None
     claimed_by: str | None
+    states: tuple[str, ...]
+    """The ended states the run may be in (sorted): those from which ``state``, when it
+    moves, is a legal move."""
 
     @property
     def matches_nothing(self) -> bool:
@@ -369,11 +399,18 @@ def resume_change(
     state: RunState | None,
     changes: Mapping[str, Any],
 ) -> ResumeChange:
-    """Check ``set_resume``'s arguments (TypeError as ``set_state``'s) and encode them."""
+    """Check ``set_resume``'s arguments (TypeError as ``set_state``'s) and encode them.
+
+    A ``state`` move matches only the ended runs that may make it (a ``finished`` run
+    never moves); :class:`~agent_core.errors.IllegalTransition` if none may.
+    """
     columns = run_changes(changes, caller="set_resume()")
     columns["resume"] = _opt_str(new)
+    states = TERMINAL_STATES
     if state is not None:
         columns["state"] = str(state)
+        states = sources(state, TERMINAL_STATES)
+        check_moves(states or TERMINAL_STATES, state)
     wanted = tuple(sorted({str(e) for e in expected if e is not None}))
     return ResumeChange(
         columns,
@@ -381,10 +418,25 @@ def resume_change(
         None in expected,
         None if due_by is None else to_utc(due_by),
         claimed_by,
+        tuple(sorted(str(s) for s in states)),
     )
 
 
 # -- stop requests, checkpoints, events -------------------------------------------------
+
+
+def new_stop_request(
+    run_id: str, thread: ThreadKey, kind: StopReason, requested_by: str, request_id: str | None
+) -> StopRequestRecord:
+    """The record ``add_stop_request`` and ``add_stop_request_once`` commit: ``requested``
+    now, with ``request_id`` or a new id."""
+    return StopRequestRecord(
+        id=request_id or uuid.uuid4().hex,
+        run_id=run_id,
+        thread=thread,
+        kind=kind,
+        requested_by=requested_by,
+    )
 
 
 def stop_values(record: StopRequestRecord) -> dict[str, Any]:

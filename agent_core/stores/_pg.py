@@ -1,18 +1,20 @@
 """What the PostgreSQL store and its stop listener share: which errors are the driver's
-and which of those mean the connection is gone, the NOTIFY channel, and a password-free
-way to name a database in messages."""
+and which of those mean the connection is gone, and the NOTIFY channel."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import asyncpg  # type: ignore[import-untyped]
 
-__all__ = ["DRIVER_ERRORS", "STOP_CHANNEL", "connection_lost", "describe_dsn", "is_driver_error"]
+__all__ = ["DRIVER_ERRORS", "QUEUE_WAKEUP", "STOP_CHANNEL", "connection_lost", "is_driver_error"]
 
 STOP_CHANNEL = "threadpilot_stop"
 """``NOTIFY threadpilot_stop, '<run id>'`` goes out with every committed stop request."""
+
+QUEUE_WAKEUP = "queue"
+"""The payload on :data:`STOP_CHANNEL` that says a run was queued: not a run id (those
+are hex), so the listener hands a queued :class:`~agent_core.records.Wakeup` on."""
 
 # What asyncpg raises for a failed query or connection. TimeoutError is an OSError.
 # InternalClientError is neither a PostgresError nor an InterfaceError: asyncpg raises it
@@ -67,9 +69,3 @@ def _raised_in_asyncpg(exc: BaseException) -> bool:
     filename = tb.tb_frame.f_code.co_filename
     # Compiled (Cython) frames are named relative to the package: asyncpg/protocol/...
     return filename.startswith((_ASYNCPG_DIR, "asyncpg/"))
-
-
-def describe_dsn(dsn: str) -> str:
-    """``host:port/db`` for messages: never the user's password."""
-    parts = urlsplit(dsn)
-    return parts.netloc.rpartition("@")[2] + parts.path

@@ -9,15 +9,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from agent_core.ports import is_waiting
+from agent_core.records import is_waiting
 
 if TYPE_CHECKING:
-    from agent_core.ports import RunRecord
+    from agent_core.records import RunRecord
 
 __all__ = ["STOP_PENDING_SQL", "WAITING_SQL", "check_waiting"]
 
 WAITING_SQL = "state = 'queued' AND owner IS NULL AND parent_id IS NULL"
-"""A waiting run, as :func:`agent_core.ports.is_waiting` (and the partial index
+"""A waiting run, as :func:`agent_core.records.is_waiting` (and the partial index
 ``ix_runs_queue`` of r0008) define it."""
 
 STOP_PENDING_SQL = (

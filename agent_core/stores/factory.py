@@ -22,6 +22,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from agent_core.errors import ConfigError
 from agent_core.stores.defaults import MIGRATION_TIMEOUT_S, POOL_SIZE
+from agent_core.stores.dsn import describe_dsn
 
 if TYPE_CHECKING:
     from agent_core.ports import Store
@@ -42,6 +43,12 @@ class DatabaseTarget:
     kind: Literal["sqlite", "postgresql"]
     location: str
     """The SQLite file path, or the DSN to hand to asyncpg."""
+
+    @property
+    def where(self) -> str:
+        """Where the database is, for messages: the file, or ``host:port/db`` (never a
+        password)."""
+        return self.location if self.kind == "sqlite" else describe_dsn(self.location)
 
 
 async def open_store(

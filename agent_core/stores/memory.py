@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import uuid
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any
 
-from agent_core.ports import (
+from agent_core.clock import utcnow
+from agent_core.records import (
     AuditEvent,
     Checkpoint,
     Forgotten,
@@ -27,7 +27,6 @@ from agent_core.ports import (
     is_waiting,
 )
 from agent_core.states import LIVE_STATES, TERMINAL_STATES, RunState
-from agent_core.stop import StopReason, utcnow
 from agent_core.stores import _codec as codec
 from agent_core.stores._queue import check_waiting
 from agent_core.stores._retention import BATCH_SIZE, check_batch_size
@@ -37,6 +36,7 @@ if TYPE_CHECKING:
     from datetime import datetime
 
     from agent_core.outcomes import ExitCode
+    from agent_core.stop import StopReason
 
 __all__ = ["MemoryStore"]
 
@@ -75,13 +75,14 @@ class MemoryStore:
         expected: Collection[RunState],
         **changes: Any,
     ) -> bool:
-        codec.run_changes(changes)  # the SQL stores' checks, so every store refuses alike
+        change = codec.state_change(new, expected=expected, changes=changes)
         async with self._lock:
             run = self._runs.get(run_id)
-            if run is None or run.state not in expected:
+            if run is None or run.state not in change.expected:
                 return False
-            fields = codec.with_ended_because(changes)
-            self._runs[run_id] = dataclasses.replace(run, state=new, updated_at=utcnow(), **fields)
+            self._runs[run_id] = dataclasses.replace(
+                run, state=new, updated_at=utcnow(), **change.fields
+            )
             return True
 
     async def save_checkpoint(self, checkpoint: Checkpoint) -> None:
@@ -202,7 +203,6 @@ class MemoryStore:
 
     # -- StopRequestStore --------------------------------------------------------------
 
-    @overload
     async def add_stop_request(
         self,
         run_id: str,
@@ -211,43 +211,26 @@ class MemoryStore:
         requested_by: str,
         *,
         request_id: str | None = None,
-        delivery: None = None,
-    ) -> StopRequestRecord: ...
+    ) -> StopRequestRecord:
+        record = codec.new_stop_request(run_id, thread, kind, requested_by, request_id)
+        self._stops[record.id] = record
+        return record
 
-    @overload
-    async def add_stop_request(
+    async def add_stop_request_once(
         self,
         run_id: str,
         thread: ThreadKey,
         kind: StopReason,
         requested_by: str,
         *,
-        request_id: str | None = None,
         delivery: str,
-    ) -> StopRequestRecord | None: ...
-
-    async def add_stop_request(
-        self,
-        run_id: str,
-        thread: ThreadKey,
-        kind: StopReason,
-        requested_by: str,
-        *,
         request_id: str | None = None,
-        delivery: str | None = None,
     ) -> StopRequestRecord | None:
-        record = StopRequestRecord(
-            id=request_id or uuid.uuid4().hex,
-            run_id=run_id,
-            thread=thread,
-            kind=kind,
-            requested_by=requested_by,
-        )
+        record = codec.new_stop_request(run_id, thread, kind, requested_by, request_id)
         # No await from the check to the writes: one step, as one transaction.
-        if delivery is not None:
-            if delivery in self._deliveries:
-                return None
-            self._deliveries[delivery] = record.requested_at
+        if delivery in self._deliveries:
+            return None
+        self._deliveries[delivery] = record.requested_at
         self._stops[record.id] = record
         return record
 
@@ -523,7 +506,7 @@ class MemoryStore:
         state: RunState | None = None,
         **changes: Any,
     ) -> bool:
-        codec.resume_change(  # the SQL stores' checks
+        change = codec.resume_change(  # the SQL stores' checks
             new,
             expected=expected,
             due_by=due_by,
@@ -535,7 +518,7 @@ class MemoryStore:
             run = self._runs.get(run_id)
             if (
                 run is None
-                or run.state not in TERMINAL_STATES
+                or run.state not in change.states
                 or run.resume not in set(expected)
                 or (due_by is not None and not _resume_due(run, codec.to_utc(due_by)))
                 or (claimed_by is not None and run.owner != claimed_by)

@@ -20,14 +20,15 @@ import asyncio
 import contextlib
 import uuid
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 import asyncpg  # type: ignore[import-untyped]
 
+from agent_core.answering import ANSWERING
+from agent_core.clock import utcnow
 from agent_core.errors import StorageError
-from agent_core.ports import ANSWERING, Forgotten, StopRequestRecord
-from agent_core.states import LIVE_STATES, TERMINAL_STATES, RunState
-from agent_core.stop import utcnow
+from agent_core.records import Forgotten, StopRequestRecord
+from agent_core.states import LIVE_STATES, RunState
 from agent_core.stores import _codec as codec
 from agent_core.stores import _retention as retention
 from agent_core.stores._cleanup import Cleanups
@@ -35,10 +36,10 @@ from agent_core.stores._pg import (
     DRIVER_ERRORS,
     STOP_CHANNEL,
     connection_lost,
-    describe_dsn,
     is_driver_error,
 )
 from agent_core.stores.defaults import ANSWERING_POOL_SIZE, POOL_SIZE
+from agent_core.stores.dsn import describe_dsn
 from agent_core.stores.migrations import TIMEOUT_S as MIGRATION_TIMEOUT_S
 from agent_core.stores.migrations import upgrade_postgres
 from agent_core.stores.postgres_listener import PostgresStopListener
@@ -49,15 +50,14 @@ if TYPE_CHECKING:
     from datetime import datetime
 
     from agent_core.outcomes import ExitCode
-    from agent_core.ports import (
+    from agent_core.ports import Reconnected, StopWakeup
+    from agent_core.records import (
         AuditEvent,
         Checkpoint,
         GuidanceRecord,
         GuidanceStatus,
-        Reconnected,
         ResumeState,
         RunRecord,
-        StopWakeup,
         ThreadKey,
     )
     from agent_core.stop import StopReason
@@ -106,7 +106,6 @@ async def _keep_session(_conn: Any) -> None:
 
 
 _LIVE = sorted(LIVE_STATES)
-_TERMINAL = sorted(TERMINAL_STATES)
 
 
 def _insert_sql(table: str, values: Mapping[str, Any]) -> str:
@@ -158,7 +157,7 @@ class PostgresStore(PostgresQueue):
 
     def __init__(self, pool: Any, dsn: str, *, answering_pool: Any = None) -> None:
         """Use :meth:`open`; this only wraps the pools it has created. Calls made while
-        :data:`~agent_core.ports.ANSWERING` is set use ``answering_pool`` (the one pool
+        :data:`~agent_core.answering.ANSWERING` is set use ``answering_pool`` (the one pool
         if there is none)."""
         self._pool = pool
         self._answering_pool = answering_pool if answering_pool is not None else pool
@@ -359,8 +358,8 @@ class PostgresStore(PostgresQueue):
         expected: Collection[RunState],
         **changes: Any,
     ) -> bool:
-        columns = codec.run_changes(changes)
-        columns |= {"state": str(new), "updated_at": utcnow()}
+        change = codec.state_change(new, expected=expected, changes=changes)
+        columns = change.columns | {"updated_at": utcnow()}
         marks = {c: f"${i}" for i, c in enumerate(columns, start=3)}
         assignments = ", ".join(f"{c} = {mark}" for c, mark in marks.items())
         update = f"UPDATE runs SET {assignments} WHERE id = $1 AND"
@@ -371,7 +370,7 @@ class PostgresStore(PostgresQueue):
         # state and our ``updated_at``, a timestamp taken once for this call. (Only on a
         # retry: two writers could, in principle, stamp the same microsecond.)
         ours = f"state = {marks['state']} AND updated_at = {marks['updated_at']}"
-        params = [run_id, [str(s) for s in expected], *columns.values()]
+        params = [run_id, list(change.expected), *columns.values()]
 
         async def work(conn: Any, retrying: bool) -> bool:
             condition = f"({cas} OR ({ours}))" if retrying else cas
@@ -512,7 +511,6 @@ class PostgresStore(PostgresQueue):
 
     # -- StopRequestStore --------------------------------------------------------------
 
-    @overload
     async def add_stop_request(
         self,
         run_id: str,
@@ -521,56 +519,38 @@ class PostgresStore(PostgresQueue):
         requested_by: str,
         *,
         request_id: str | None = None,
-        delivery: None = None,
-    ) -> StopRequestRecord: ...
-
-    @overload
-    async def add_stop_request(
-        self,
-        run_id: str,
-        thread: ThreadKey,
-        kind: StopReason,
-        requested_by: str,
-        *,
-        request_id: str | None = None,
-        delivery: str,
-    ) -> StopRequestRecord | None: ...
-
-    async def add_stop_request(
-        self,
-        run_id: str,
-        thread: ThreadKey,
-        kind: StopReason,
-        requested_by: str,
-        *,
-        request_id: str | None = None,
-        delivery: str | None = None,
-    ) -> StopRequestRecord | None:
-        record = StopRequestRecord(
-            id=request_id or uuid.uuid4().hex,
-            run_id=run_id,
-            thread=thread,
-            kind=kind,
-            requested_by=requested_by,
-        )
+    ) -> StopRequestRecord:
+        record = codec.new_stop_request(run_id, thread, kind, requested_by, request_id)
         values = codec.stop_values(record)
         assert list(values)[1] == "run_id"  # $2 below
-        if delivery is None:
-            # One statement is one transaction: the row and its NOTIFY commit together (a
-            # NOTIFY is only delivered at commit), in one round trip before the click's
-            # ack. It is idempotent by the request's id, generated here: a retry after an
-            # unknown outcome inserts nothing if the first attempt landed, and notifies
-            # again anyway (the WITH's insert runs whether or not the SELECT reads it): a
-            # wake-up is a hint, a second one costs a table read, a missing one a poll
-            # interval.
-            sql = (
-                f"WITH added AS ({_insert_sql('stop_requests', values)} "
-                f"ON CONFLICT (id) DO NOTHING) SELECT pg_notify('{STOP_CHANNEL}', $2)"
-            )
-            await self._execute("commit a stop request", sql, *values.values(), idempotent=True)
-            return record
-        # The same, with the delivery's key taken in that one statement: the request is
-        # inserted, and notified, only if the key's insert made a row.
+        # One statement is one transaction: the row and its NOTIFY commit together (a
+        # NOTIFY is only delivered at commit), in one round trip before the click's
+        # ack. It is idempotent by the request's id, generated here: a retry after an
+        # unknown outcome inserts nothing if the first attempt landed, and notifies
+        # again anyway (the WITH's insert runs whether or not the SELECT reads it): a
+        # wake-up is a hint, a second one costs a table read, a missing one a poll
+        # interval.
+        sql = (
+            f"WITH added AS ({_insert_sql('stop_requests', values)} "
+            f"ON CONFLICT (id) DO NOTHING) SELECT pg_notify('{STOP_CHANNEL}', $2)"
+        )
+        await self._execute("commit a stop request", sql, *values.values(), idempotent=True)
+        return record
+
+    async def add_stop_request_once(
+        self,
+        run_id: str,
+        thread: ThreadKey,
+        kind: StopReason,
+        requested_by: str,
+        *,
+        delivery: str,
+        request_id: str | None = None,
+    ) -> StopRequestRecord | None:
+        record = codec.new_stop_request(run_id, thread, kind, requested_by, request_id)
+        values = codec.stop_values(record)
+        # As add_stop_request, with the delivery's key taken in that one statement: the
+        # request is inserted, and notified, only if the key's insert made a row.
         n = len(values)
         take = (
             f"INSERT INTO deliveries (key, token, seen_at) VALUES (${n + 1}, ${n + 2}, ${n + 3}) "
@@ -1006,7 +986,7 @@ def _resume_filter(change: codec.ResumeChange, params: list[Any]) -> str:
         which.append(f"resume = ANY({mark(list(change.expected))}::text[])")
     if change.undecided:
         which.append("resume IS NULL")
-    where = [f"state = ANY({mark(_TERMINAL)}::text[])", f"({' OR '.join(which)})"]
+    where = [f"state = ANY({mark(list(change.states))}::text[])", f"({' OR '.join(which)})"]
     if change.due_by is not None:
         due = mark(change.due_by)
         where.append(

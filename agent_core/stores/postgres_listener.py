@@ -3,7 +3,8 @@
 :class:`PostgresStopListener` holds one dedicated connection (not from the query pool)
 that listens on ``threadpilot_stop``, and one task it owns that:
 
-- delivers each notification's run id to ``on_stop``, one at a time, in arrival order;
+- delivers each notification to ``on_stop`` as a :class:`~agent_core.records.Wakeup`,
+  one at a time, in arrival order;
 - notices a lost connection (asyncpg's termination callback, or a failed periodic ping
   for a silently dead TCP link) and reconnects with capped, jittered backoff;
 - after every reconnect calls ``on_reconnect``, because notifications sent while the
@@ -24,7 +25,9 @@ import asyncpg  # type: ignore[import-untyped]
 import structlog
 
 from agent_core.errors import StorageError
-from agent_core.stores._pg import DRIVER_ERRORS, STOP_CHANNEL, describe_dsn
+from agent_core.records import Wakeup
+from agent_core.stores._pg import DRIVER_ERRORS, QUEUE_WAKEUP, STOP_CHANNEL
+from agent_core.stores.dsn import describe_dsn
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable
@@ -42,7 +45,7 @@ LISTENER_APPLICATION_NAME = "threadpilot-stop-listener"
 
 @dataclass(frozen=True, slots=True)
 class _Notified:
-    run_id: str
+    payload: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,7 +135,8 @@ class PostgresStopListener:
                 if item.conn is conn:  # not a late report about a connection we replaced
                     return
                 continue
-            await self._call("on_stop", self._on_stop(item.run_id), run_id=item.run_id)
+            wakeup = Wakeup(None if item.payload == QUEUE_WAKEUP else item.payload)
+            await self._call("on_stop", self._on_stop(wakeup), run_id=wakeup.run_id)
 
     async def _alive(self, conn: Any) -> bool:
         try:

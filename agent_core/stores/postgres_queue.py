@@ -18,17 +18,16 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from agent_core.ports import QUEUE_WAKEUP
-from agent_core.stop import utcnow
+from agent_core.clock import utcnow
 from agent_core.stores import _codec as codec
-from agent_core.stores._pg import STOP_CHANNEL
+from agent_core.stores._pg import QUEUE_WAKEUP, STOP_CHANNEL
 from agent_core.stores._queue import STOP_PENDING_SQL, WAITING_SQL, check_waiting
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
     from datetime import datetime
 
-    from agent_core.ports import RunRecord
+    from agent_core.records import RunRecord
 
 __all__ = ["PostgresQueue"]
 

@@ -42,14 +42,14 @@ import time
 import uuid
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import aiosqlite
 
+from agent_core.clock import utcnow
 from agent_core.errors import StorageError
-from agent_core.ports import Forgotten, StopRequestRecord
-from agent_core.states import LIVE_STATES, TERMINAL_STATES, RunState
-from agent_core.stop import utcnow
+from agent_core.records import Forgotten, StopRequestRecord
+from agent_core.states import LIVE_STATES, RunState
 from agent_core.stores import _codec as codec
 from agent_core.stores import _retention as retention
 from agent_core.stores._sqlite_thread import SqliteThread, Work
@@ -61,7 +61,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 
     from agent_core.outcomes import ExitCode
-    from agent_core.ports import (
+    from agent_core.records import (
         AuditEvent,
         Checkpoint,
         GuidanceRecord,
@@ -85,7 +85,6 @@ does for some) must not make the store spin."""
 T = TypeVar("T")
 
 _LIVE = tuple(sorted(LIVE_STATES))
-_TERMINAL = tuple(sorted(TERMINAL_STATES))
 
 
 def _param(value: Any) -> Any:
@@ -256,11 +255,11 @@ class SqliteStore(SqliteQueue):
         expected: Collection[RunState],
         **changes: Any,
     ) -> bool:
-        columns = codec.run_changes(changes)
-        states = [str(s) for s in expected]
+        change = codec.state_change(new, expected=expected, changes=changes)
+        states = change.expected
         if not states:
             return False
-        columns |= {"state": str(new), "updated_at": utcnow()}
+        columns = change.columns | {"updated_at": utcnow()}
         assignments = ", ".join(f"{c} = ?" for c in columns)
         sql = f"UPDATE runs SET {assignments} WHERE id = ? AND state IN ({_marks(len(states))})"
         params = [*columns.values(), run_id, *states]
@@ -398,7 +397,6 @@ class SqliteStore(SqliteQueue):
 
     # -- StopRequestStore --------------------------------------------------------------
 
-    @overload
     async def add_stop_request(
         self,
         run_id: str,
@@ -407,42 +405,23 @@ class SqliteStore(SqliteQueue):
         requested_by: str,
         *,
         request_id: str | None = None,
-        delivery: None = None,
-    ) -> StopRequestRecord: ...
+    ) -> StopRequestRecord:
+        record = codec.new_stop_request(run_id, thread, kind, requested_by, request_id)
+        await self._insert("commit a stop request", "stop_requests", codec.stop_values(record))
+        return record
 
-    @overload
-    async def add_stop_request(
+    async def add_stop_request_once(
         self,
         run_id: str,
         thread: ThreadKey,
         kind: StopReason,
         requested_by: str,
         *,
-        request_id: str | None = None,
         delivery: str,
-    ) -> StopRequestRecord | None: ...
-
-    async def add_stop_request(
-        self,
-        run_id: str,
-        thread: ThreadKey,
-        kind: StopReason,
-        requested_by: str,
-        *,
         request_id: str | None = None,
-        delivery: str | None = None,
     ) -> StopRequestRecord | None:
-        record = StopRequestRecord(
-            id=request_id or uuid.uuid4().hex,
-            run_id=run_id,
-            thread=thread,
-            kind=kind,
-            requested_by=requested_by,
-        )
+        record = codec.new_stop_request(run_id, thread, kind, requested_by, request_id)
         values = codec.stop_values(record)
-        if delivery is None:
-            await self._insert("commit a stop request", "stop_requests", values)
-            return record
         # The delivery's key and the request in one transaction, one hop to the writer.
         take = _TAKE_DELIVERY, _params([delivery, uuid.uuid4().hex, record.requested_at])
         insert = _insert_sql("stop_requests", values), _params(list(values.values()))
@@ -745,13 +724,13 @@ _PENDING_RESUMES = "(resume IN ('scheduled', 'claimed') OR (state = 'blocked' AN
 def _resume_filter(change: codec.ResumeChange) -> tuple[str, list[Any]]:
     """The WHERE clause (after ``id = ?``) of ``set_resume``'s compare-and-set."""
     which: list[str] = []
-    params: list[Any] = [*_TERMINAL]
+    params: list[Any] = [*change.states]
     if change.expected:
         which.append(f"resume IN ({_marks(len(change.expected))})")
         params += change.expected
     if change.undecided:
         which.append("resume IS NULL")
-    where = [f"state IN ({_marks(len(_TERMINAL))})", f"({' OR '.join(which)})"]
+    where = [f"state IN ({_marks(len(change.states))})", f"({' OR '.join(which)})"]
     if change.due_by is not None:
         where.append(
             "((resume = 'scheduled' AND resume_at <= ?) "

@@ -13,7 +13,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from agent_core.stop import utcnow
+from agent_core.clock import utcnow
 from agent_core.stores import _codec as codec
 from agent_core.stores._queue import STOP_PENDING_SQL, WAITING_SQL, check_waiting
 
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from datetime import datetime
 
-    from agent_core.ports import RunRecord
+    from agent_core.records import RunRecord
 
 __all__ = ["SqliteQueue"]
 

@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from agent_core import LIVE_STATES, StorageError, ThreadKey
-from agent_core.ports import is_accepted, is_waiting
-from agent_core.stop import utcnow
+from agent_core.clock import utcnow
+from agent_core.records import is_accepted, is_waiting
 from bot import messages
 from bot.errors import BudgetNotRunning, SlackError
 from bot.handlers.steering import STEERED, Steering

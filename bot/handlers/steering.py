@@ -48,8 +48,8 @@ from agent_core import (
     StorageError,
     ThreadKey,
 )
-from agent_core.ports import is_accepted, is_waiting
-from agent_core.stop import utcnow
+from agent_core.clock import utcnow
+from agent_core.records import is_accepted, is_waiting
 from bot import messages
 from bot.errors import BudgetNotRunning, SlackError
 from bot.guidance import guidance_id, reply_text, stop_word

@@ -33,7 +33,7 @@ from tests.agent_core.test_stop import LONG_TEXT, stall_after
 if TYPE_CHECKING:
     from llmock.pytest_plugin import LLMock
 
-    from agent_core.ports import ChatMessage
+    from agent_core.chat import ChatMessage
     from tests.agent_core.helpers import AgentFactory
 
 WINDOW = 1_300

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
     from agent_core.loop import Run
     from agent_core.outcomes import RunResult
-    from agent_core.ports import RunRecord
+    from agent_core.records import RunRecord
     from tests.agent_core.helpers import AgentFactory
 
 LONG_TEXT = " ".join(f"token{i}" for i in range(40))

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from agent_core.chat import Usage
 from agent_core.ended import PRIORITY, Clues, EndedBecause, classify
 from agent_core.errors import (
     ContextOverflow,
@@ -19,7 +20,7 @@ from agent_core.errors import (
     RetryableModelError,
     StorageError,
 )
-from agent_core.outcomes import ExitCode, Handoff, Outcome, RunResult, Timings, Usage
+from agent_core.outcomes import ExitCode, Handoff, Outcome, RunResult, Timings
 from agent_core.stop import StopReason
 
 R = EndedBecause

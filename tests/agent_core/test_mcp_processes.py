@@ -12,9 +12,9 @@ import signal
 import sys
 from typing import TYPE_CHECKING, Any
 
+from agent_core.chat import ToolCall
 from agent_core.mcp import McpManager, StdioServer
 from agent_core.outcomes import ExitCode
-from agent_core.ports import ToolCall
 from agent_core.tools import Toolbox
 from tests.agent_core.mcp_helpers import (
     ROOT,

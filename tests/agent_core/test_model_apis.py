@@ -16,10 +16,10 @@ import pytest
 from aiohttp import web
 
 from agent_core.agent import Agent
+from agent_core.chat import ModelRequest, ToolSpec
 from agent_core.ended import EndedBecause
 from agent_core.errors import ContextOverflow, FatalModelError, RateLimited, RetryableModelError
 from agent_core.model_api import HTTPChatModel, ModelAPI, build_model
-from agent_core.ports import ModelRequest, ToolSpec
 from agent_core.states import RunState
 from agent_core.steps import assistant_message
 from agent_core.stores.memory import MemoryStore
@@ -29,7 +29,7 @@ from tests.agent_core.test_stop import noop
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
 
-    from agent_core.ports import ChatMessage
+    from agent_core.chat import ChatMessage
 
 Refusal = tuple[int, bytes, dict[str, str]]
 

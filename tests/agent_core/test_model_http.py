@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from aiohttp import web
 
+from agent_core.chat import ModelRequest
 from agent_core.errors import ContextOverflow, FatalModelError, RateLimited, RetryableModelError
 from agent_core.model import OpenAIChatModel
 from agent_core.model_http import ReadPacer
-from agent_core.ports import ModelRequest
 from tests.fakes.waiting import Changes
 
 if TYPE_CHECKING:

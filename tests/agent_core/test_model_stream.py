@@ -17,9 +17,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from llmock.scenarios import Reply, ToolCall
 
+from agent_core.chat import ModelRequest
 from agent_core.errors import ContextOverflow, FatalModelError, RateLimited, RetryableModelError
 from agent_core.model_api import HTTPChatModel, ModelAPI, build_model
-from agent_core.ports import ModelRequest
 from agent_core.sse import SSEDecoder
 from tests.agent_core.helpers import base_url_for
 
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
     from llmock.pytest_plugin import LLMock
 
-    from agent_core.ports import ModelResponse
+    from agent_core.chat import ModelResponse
 
 REQUEST = ModelRequest(messages=({"role": "user", "content": "go"},))
 

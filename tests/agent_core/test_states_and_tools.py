@@ -6,9 +6,9 @@ from typing import Literal
 
 import pytest
 
+from agent_core.chat import ToolCall
 from agent_core.errors import IllegalTransition
 from agent_core.outcomes import Outcome
-from agent_core.ports import ToolCall
 from agent_core.states import LIVE_STATES, TERMINAL_STATES, RunState, state_for_outcome, transition
 from agent_core.stop import RunControl, StopReason
 from agent_core.tools import Toolbox, tool
@@ -19,11 +19,19 @@ def test_terminal_states_are_exactly_the_canonical_outcomes() -> None:
     assert all(state_for_outcome(o).is_terminal for o in Outcome)
 
 
-@pytest.mark.parametrize("terminal", sorted(TERMINAL_STATES - {RunState.BLOCKED}))
-def test_a_finished_run_never_moves_again(terminal: RunState) -> None:
+def test_a_finished_run_never_moves_again() -> None:
     for target in RunState:
         with pytest.raises(IllegalTransition):
-            transition(terminal, target)
+            transition(RunState.FINISHED, target)
+
+
+@pytest.mark.parametrize("ended", sorted(TERMINAL_STATES - {RunState.FINISHED}))
+def test_an_ended_run_moves_only_back_to_the_queue(ended: RunState) -> None:
+    # AUTO_RESUME may list error and user_exit too: those runs resume in place as well.
+    assert transition(ended, RunState.QUEUED) is RunState.QUEUED
+    for target in set(RunState) - {RunState.QUEUED}:
+        with pytest.raises(IllegalTransition):
+            transition(ended, target)
 
 
 def test_live_runs_move_forward_and_blocked_runs_can_resume() -> None:

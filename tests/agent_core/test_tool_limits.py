@@ -31,8 +31,8 @@ from hypothesis import strategies as st
 
 from agent_core.agent import AgentConfig
 from agent_core.builtin_tools import MAX_EXPRESSION_CHARS, MAX_RESULT_BITS, calculate
+from agent_core.chat import ToolCall
 from agent_core.outcomes import ExitCode
-from agent_core.ports import ToolCall
 from agent_core.stop import StopReason
 from agent_core.tool_threads import ToolThreads
 from agent_core.tools import Toolbox, tool

@@ -58,7 +58,7 @@ if TYPE_CHECKING:
 
     from llmock.pytest_plugin import LLMock
 
-    from agent_core.ports import StopRequestRecord
+    from agent_core.records import StopRequestRecord
     from tests.bot.conftest import BotFactory
     from tests.bot.harness import Bot
     from tests.fakes.slack_messages import Message
@@ -189,7 +189,7 @@ async def test_a_stop_slower_than_slacks_3_seconds_is_never_taken_for_an_unknown
             raise
         raise AssertionError("the click's budget ends first")
 
-    monkeypatch.setattr(store, "add_stop_request", stubborn)
+    monkeypatch.setattr(store, "add_stop_request_once", stubborn)
 
     await bot.click(running, ACTION_STOP)  # Slack gave up on it after 3 s
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from agent_core.ports import Checkpoint, ResumeState, RunRecord, ThreadKey
+from agent_core.records import Checkpoint, ResumeState, RunRecord, ThreadKey
 from agent_core.states import RunState
 from agent_core.stores.sqlite import SqliteStore
 from tests.bot.harness import SECRET

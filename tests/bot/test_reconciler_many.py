@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from agent_core import RunRecord, RunState, ThreadKey
-from agent_core.stop import utcnow
+from agent_core.clock import utcnow
 from bot.reconciler import Reconciler
 from tests.fakes.slack_workspace import DEFAULT_USER
 

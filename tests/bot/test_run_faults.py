@@ -32,7 +32,7 @@ from agent_core import (
     ThreadKey,
 )
 from agent_core import recording as recording_module
-from agent_core.stop import utcnow
+from agent_core.clock import utcnow
 from agent_core.stores.factory import open_store
 from bot import app as app_module
 from bot import messages

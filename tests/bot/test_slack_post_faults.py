@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from agent_core import RunState, ThreadKey
-from agent_core.stop import utcnow
+from agent_core.clock import utcnow
 from bot import messages, slack_budget
 from bot.reconciler import ABANDONED_LOOKUP_S, FINAL_GRACE_S
 from bot.views.answer import answer_metadata

@@ -47,7 +47,8 @@ if TYPE_CHECKING:
     from llmock.journal import RequestRecord
     from llmock.pytest_plugin import LLMock
 
-    from agent_core.ports import AuditEvent, Store
+    from agent_core.ports import Store
+    from agent_core.records import AuditEvent
     from tests.bot.conftest import BotFactory
     from tests.bot.harness import Bot
     from tests.fakes.slack_api import ApiCall, FakeSlack

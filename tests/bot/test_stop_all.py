@@ -15,8 +15,8 @@ import asyncpg  # type: ignore[import-untyped]
 import pytest
 
 from agent_core import RunRecord, RunState, ThreadKey
+from agent_core.clock import utcnow
 from agent_core.ports import StopWakeups
-from agent_core.stop import utcnow
 from agent_core.stores.factory import open_store
 from bot import messages
 from bot.views.status import ACTION_STOP
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from llmock.pytest_plugin import LLMock
 
     from agent_core.ports import Store
+    from agent_core.records import Wakeup
     from tests.bot.conftest import BotFactory
 
 ELSEWHERE = "worker-elsewhere"
@@ -79,8 +80,9 @@ async def test_stop_all_commits_hundreds_of_stops_as_one_batch_before_the_ack(
     woken: set[str] = set()
     all_woken = asyncio.Event()
 
-    async def wake(run_id: str) -> None:
-        woken.add(run_id)
+    async def wake(wakeup: Wakeup) -> None:
+        if wakeup.run_id is not None:
+            woken.add(wakeup.run_id)
         if woken >= set(elsewhere):
             all_woken.set()
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from agent_core.ports import AuditEvent, Checkpoint, RunRecord, ThreadKey
+from agent_core.records import AuditEvent, Checkpoint, RunRecord, ThreadKey
 from agent_core.states import RunState
 
 if TYPE_CHECKING:

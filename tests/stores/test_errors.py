@@ -11,7 +11,7 @@ import asyncpg  # type: ignore[import-untyped]
 import pytest
 
 from agent_core.errors import StorageError
-from agent_core.ports import RunRecord, ThreadKey
+from agent_core.records import RunRecord, ThreadKey
 from agent_core.stores.factory import open_store
 from agent_core.stores.migrations import VERSION_TABLE
 from agent_core.stores.postgres import PostgresStore

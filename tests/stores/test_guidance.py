@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from agent_core.ports import GuidanceRecord, GuidanceStatus, ThreadKey
-from agent_core.stop import utcnow
+from agent_core.clock import utcnow
+from agent_core.records import GuidanceRecord, GuidanceStatus, ThreadKey, Wakeup
 from agent_core.stores.postgres import PostgresStore
 
 if TYPE_CHECKING:
@@ -166,12 +166,12 @@ async def test_purge_drops_settled_guidance_and_keeps_queued(backend: Backend) -
 async def test_committed_guidance_wakes_the_owner_on_postgres(pg_url: str) -> None:
     owner = await PostgresStore.open(pg_url, migrate=False)
     receiver = await PostgresStore.open(pg_url, migrate=False)
-    woken: asyncio.Queue[str] = asyncio.Queue()
+    woken: asyncio.Queue[Wakeup] = asyncio.Queue()
     try:
         async with owner.listen_stops(woken.put):
             assert await receiver.add_guidance(reply("g1", "run-7"))
             async with asyncio.timeout(10):
-                assert await woken.get() == "run-7"
+                assert await woken.get() == Wakeup("run-7")
     finally:
         await receiver.close()
         await owner.close()

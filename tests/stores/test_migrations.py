@@ -17,7 +17,7 @@ from filelock import AsyncFileLock
 
 from agent_core.errors import StorageError
 from agent_core.outcomes import ExitCode, Outcome
-from agent_core.ports import ResumeState, RunRecord, ThreadKey
+from agent_core.records import ResumeState, RunRecord, ThreadKey
 from agent_core.states import TERMINAL_STATES, RunState
 from agent_core.stores.factory import open_store
 from agent_core.stores.migrations import (

@@ -18,7 +18,7 @@ import asyncpg  # type: ignore[import-untyped]
 import pytest
 
 from agent_core.errors import StorageError
-from agent_core.ports import (
+from agent_core.records import (
     Checkpoint,
     GuidanceRecord,
     GuidanceStatus,
@@ -137,7 +137,8 @@ async def _check_requested_once(store: PostgresStore, answer: Any, heard: Heard)
     await _check_requested(store, answer, heard)
     assert not await store.first_delivery(CLICK)
     assert (
-        await store.add_stop_request("run-1", THREAD, StopReason.STOP, "U1", delivery=CLICK) is None
+        await store.add_stop_request_once("run-1", THREAD, StopReason.STOP, "U1", delivery=CLICK)
+        is None
     )
 
 
@@ -214,10 +215,10 @@ OPS = [
         _check_requested,
     ),
     Op(
-        "add_stop_request_with_delivery",
+        "add_stop_request_once",
         "INSERT INTO deliveries",
         _nothing,
-        lambda s: s.add_stop_request("run-1", THREAD, StopReason.STOP, "U1", delivery=CLICK),
+        lambda s: s.add_stop_request_once("run-1", THREAD, StopReason.STOP, "U1", delivery=CLICK),
         _check_requested_once,
     ),
     Op(
@@ -430,7 +431,9 @@ class Tally:
         answers = await asyncio.gather(
             *(
                 self.call(
-                    store.add_stop_request(run_id, THREAD, StopReason.ABORT, "U2", delivery=key)
+                    store.add_stop_request_once(
+                        run_id, THREAD, StopReason.ABORT, "U2", delivery=key
+                    )
                 )
                 for store in (a, b)
             )

@@ -11,7 +11,8 @@ import asyncpg  # type: ignore[import-untyped]
 import pytest
 
 from agent_core.errors import StorageError
-from agent_core.ports import StopWakeups, ThreadKey
+from agent_core.ports import StopWakeups
+from agent_core.records import RunRecord, ThreadKey, Wakeup
 from agent_core.stop import StopReason
 from agent_core.stores.memory import MemoryStore
 from agent_core.stores.postgres import PostgresStore
@@ -33,8 +34,9 @@ class Heard:
         self.run_ids: list[str] = []
         self._changed = asyncio.Event()
 
-    async def __call__(self, run_id: str) -> None:
-        self.run_ids.append(run_id)
+    async def __call__(self, wakeup: Wakeup) -> None:
+        assert wakeup.run_id is not None
+        self.run_ids.append(wakeup.run_id)
         self._changed.set()
 
     async def until(self, count: int) -> list[str]:
@@ -112,9 +114,9 @@ async def test_a_failing_callback_does_not_stop_the_listener(
     worker, clicker = stores
     heard = Heard()
 
-    async def flaky(run_id: str) -> None:
-        await heard(run_id)
-        if run_id == "run-bad":
+    async def flaky(wakeup: Wakeup) -> None:
+        await heard(wakeup)
+        if wakeup.run_id == "run-bad":
             raise RuntimeError("callback bug")
 
     async with worker.listen_stops(flaky):
@@ -124,10 +126,24 @@ async def test_a_failing_callback_does_not_stop_the_listener(
 
 
 async def test_listening_to_an_unreachable_server_fails_on_entry() -> None:
-    async def ignore(_run_id: str) -> None:
+    async def ignore(_wakeup: Wakeup) -> None:
         return None
 
     listener = PostgresStopListener("postgresql://u:pw@127.0.0.1:1/db", ignore)
     with pytest.raises(StorageError, match=r"127\.0\.0\.1:1/db"):
         async with listener:
             pass
+
+
+async def test_a_queued_run_wakes_another_worker_with_no_run_named(
+    stores: tuple[PostgresStore, PostgresStore],
+) -> None:
+    worker, clicker = stores
+    woken: asyncio.Queue[Wakeup] = asyncio.Queue()
+    async with worker.listen_stops(woken.put):
+        await clicker.enqueue_run(RunRecord("run-q", THREAD, "U1", "task"))
+        async with asyncio.timeout(DEADLINE_S):
+            wakeup = await woken.get()
+    # Only the queue's taker need wake: no run's stop watcher reads tables for it.
+    assert wakeup.queued
+    assert wakeup.run_id is None

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from agent_core.outcomes import ExitCode
-from agent_core.ports import RunRecord, ThreadKey
+from agent_core.records import RunRecord, ThreadKey
 from agent_core.states import LIVE_STATES, TERMINAL_STATES, RunState
 from agent_core.stop import StopReason
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from agent_core.ports import RunRecord, ThreadKey
+from agent_core.records import RunRecord, ThreadKey
 from agent_core.states import RunState
 from agent_core.stop import StopReason
 

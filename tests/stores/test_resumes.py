@@ -18,10 +18,11 @@ import aiosqlite
 import asyncpg  # type: ignore[import-untyped]
 import pytest
 
+from agent_core.clock import utcnow
 from agent_core.ended import EndedBecause
-from agent_core.ports import ResumeState, RunRecord, ThreadKey
+from agent_core.records import ResumeState, RunRecord, ThreadKey
 from agent_core.states import RunState
-from agent_core.stop import StopReason, utcnow
+from agent_core.stop import StopReason
 from agent_core.stores.migrations import upgrade_postgres, upgrade_sqlite
 from agent_core.stores.postgres import PostgresStore
 from agent_core.stores.sqlite import SqliteStore
@@ -361,3 +362,22 @@ async def _fresh_postgres() -> AsyncIterator[str]:
         yield database_url(name)
     finally:
         await admin_execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+async def test_a_resume_in_place_queues_a_run_that_may_move_and_never_a_finished_one(
+    store: Store,
+) -> None:
+    # AUTO_RESUME may list error: a failed run is resumed in place like a blocked one.
+    for run_id, state in [("failed", RunState.FAILED), ("finished", RunState.FINISHED)]:
+        await store.create_run(
+            RunRecord(id=run_id, thread=THREAD, requester="U1", task="t", state=state)
+        )
+        assert await schedule(store, run_id, T0)
+
+    assert await claim_in_place(store, "failed", "w-a", T0)
+    assert not await claim_in_place(store, "finished", "w-a", T0)
+
+    failed, finished = await store.get_run("failed"), await store.get_run("finished")
+    assert failed is not None and finished is not None
+    assert (failed.state, failed.owner) == (RunState.QUEUED, "w-a")
+    assert (finished.state, finished.resume) == (RunState.FINISHED, ResumeState.SCHEDULED)

@@ -11,7 +11,8 @@ import sqlite3
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from agent_core.ports import (
+from agent_core.clock import utcnow
+from agent_core.records import (
     AuditEvent,
     Checkpoint,
     GuidanceRecord,
@@ -21,7 +22,7 @@ from agent_core.ports import (
     ThreadKey,
 )
 from agent_core.states import RunState
-from agent_core.stop import StopReason, utcnow
+from agent_core.stop import StopReason
 from agent_core.stores._codec import sqlite_time
 from agent_core.stores.sqlite import SqliteStore
 

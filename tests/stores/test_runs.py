@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from agent_core.errors import IllegalTransition
 from agent_core.outcomes import ExitCode, Outcome
-from agent_core.ports import AuditEvent, Checkpoint, RunRecord, ThreadKey
+from agent_core.records import AuditEvent, Checkpoint, RunRecord, ThreadKey
 from agent_core.states import LIVE_STATES, TERMINAL_STATES, RunState
 from agent_core.stop import StopReason
 
@@ -207,3 +208,46 @@ async def test_audit_events_round_trip_in_order(backend: Backend) -> None:
     assert await other.events_for("run-1") == [events[0], events[1], events[3]]
     assert await other.events_for("run-2") == [events[2]]
     assert await other.events_for("run-3") == []
+
+
+# -- the table of legal moves (agent_core.states) ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("current", "new"),
+    [
+        (RunState.STOPPING, RunState.RUNNING),
+        (RunState.QUEUED, RunState.STOPPING),
+        (RunState.FINISHED, RunState.QUEUED),
+        (RunState.FAILED, RunState.RUNNING),
+    ],
+)
+async def test_a_move_the_table_forbids_is_refused_before_the_store_is_touched(
+    store: Store, current: RunState, new: RunState
+) -> None:
+    await store.create_run(a_run(state=current))
+
+    with pytest.raises(IllegalTransition, match=f"from {current.value} to {new.value}"):
+        await store.set_state("run-1", new, expected=[current])
+    # One forbidden move among the expected states is enough to refuse the write.
+    with pytest.raises(IllegalTransition):
+        await store.set_state("run-1", new, expected=[RunState.QUEUED, current])
+
+    got = await store.get_run("run-1")
+    assert got is not None
+    assert got.state is current
+
+
+async def test_the_moves_the_writers_make_are_legal(store: Store) -> None:
+    # A queued run is handed back to the queue (staying queued), a claimed one starts
+    # (staying running): staying is no move, its compare-and-set guards other fields.
+    await store.create_run(a_run(owner="w-a"))
+    assert await store.set_state("run-1", RunState.QUEUED, expected=[RunState.QUEUED], owner=None)
+    assert await store.set_state("run-1", RunState.RUNNING, expected=[RunState.QUEUED])
+    assert await store.set_state(
+        "run-1", RunState.RUNNING, expected=[RunState.QUEUED, RunState.RUNNING]
+    )
+    assert await store.set_state("run-1", RunState.FAILED, expected=LIVE_STATES)
+    got = await store.get_run("run-1")
+    assert got is not None
+    assert (got.state, got.owner) == (RunState.FAILED, None)

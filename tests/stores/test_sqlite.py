@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import aiosqlite
 import pytest
 
-from agent_core.ports import ThreadKey
+from agent_core.records import ThreadKey
 from agent_core.stop import StopReason
 from agent_core.stores.sqlite import SqliteStore
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from agent_core.errors import StorageError
-from agent_core.ports import RunRecord, ThreadKey
+from agent_core.records import RunRecord, ThreadKey
 from agent_core.stop import StopReason
 from agent_core.stores.sqlite import SqliteStore
 

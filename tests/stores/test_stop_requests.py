@@ -13,7 +13,7 @@ import asyncpg  # type: ignore[import-untyped]
 import pytest
 
 from agent_core.errors import StorageError
-from agent_core.ports import AuditEvent, RunRecord, StopRequestRecord, ThreadKey
+from agent_core.records import AuditEvent, RunRecord, StopRequestRecord, ThreadKey, Wakeup
 from agent_core.states import RunState
 from agent_core.stop import StopReason
 from agent_core.stores.postgres import PostgresStore
@@ -83,13 +83,13 @@ async def test_a_delivery_adds_one_request_whichever_worker_gets_it(backend: Bac
     clicker = await backend.open()
     other_worker = await backend.open()  # Slack delivered the same click there too
 
-    added = await clicker.add_stop_request(
+    added = await clicker.add_stop_request_once(
         "run-1", THREAD, StopReason.ABORT, "U1", request_id="r1", delivery=CLICK
     )
-    again = await other_worker.add_stop_request(
+    again = await other_worker.add_stop_request_once(
         "run-1", THREAD, StopReason.ABORT, "U1", delivery=CLICK
     )
-    here_again = await clicker.add_stop_request(
+    here_again = await clicker.add_stop_request_once(
         "run-1", THREAD, StopReason.ABORT, "U1", delivery=CLICK
     )
 
@@ -107,7 +107,7 @@ async def test_workers_racing_with_one_delivery_add_exactly_one_request(backend:
         key = f"{CLICK}:{i}"
         answers = await asyncio.gather(
             *(
-                w.add_stop_request(f"run-{i}", THREAD, StopReason.STOP, "U1", delivery=key)
+                w.add_stop_request_once(f"run-{i}", THREAD, StopReason.STOP, "U1", delivery=key)
                 for w in workers
             )
         )
@@ -120,7 +120,8 @@ async def test_a_delivery_taken_before_adds_no_request(store: Store) -> None:
     assert await store.first_delivery(CLICK)
 
     assert (
-        await store.add_stop_request("run-1", THREAD, StopReason.STOP, "U1", delivery=CLICK) is None
+        await store.add_stop_request_once("run-1", THREAD, StopReason.STOP, "U1", delivery=CLICK)
+        is None
     )
 
     assert await store.pending_stop_requests() == []
@@ -136,11 +137,15 @@ async def test_a_request_that_cannot_be_stored_leaves_its_delivery_untaken(
 
     async with stop_requests_refused(backend.name, backend_url):
         with pytest.raises(StorageError):
-            await store.add_stop_request("run-1", THREAD, StopReason.STOP, "U1", delivery=CLICK)
+            await store.add_stop_request_once(
+                "run-1", THREAD, StopReason.STOP, "U1", delivery=CLICK
+            )
     assert await store.stop_requests_for("run-1") == []
 
     # Slack's repeat of that delivery finds it free, and is the one that commits.
-    added = await store.add_stop_request("run-1", THREAD, StopReason.STOP, "U1", delivery=CLICK)
+    added = await store.add_stop_request_once(
+        "run-1", THREAD, StopReason.STOP, "U1", delivery=CLICK
+    )
     assert added is not None
     assert await store.pending_stop_requests() == [added]
 
@@ -238,8 +243,9 @@ async def test_a_batch_wakes_the_owner_of_each_run_it_asked(pg_url: str) -> None
     woken: list[str] = []
     all_woken = asyncio.Event()
 
-    async def wake(run_id: str) -> None:
-        woken.append(run_id)
+    async def wake(wakeup: Wakeup) -> None:
+        assert wakeup.run_id is not None
+        woken.append(wakeup.run_id)
         if set(run_ids) <= set(woken):
             all_woken.set()
 

@@ -36,7 +36,8 @@ if TYPE_CHECKING:
     from llmock.journal import Journal, RequestRecord
     from llmock.pytest_plugin import LLMock
 
-    from agent_core.ports import GuidanceRecord, Store
+    from agent_core.ports import Store
+    from agent_core.records import GuidanceRecord
     from tests.fakes.slack_messages import Message
     from tests.fakes.slack_workspace import Json
     from tests.system.workers import Cluster, WorkerProcess

@@ -25,7 +25,8 @@ if TYPE_CHECKING:
     from llmock.journal import Journal, RequestRecord
     from llmock.pytest_plugin import LLMock
 
-    from agent_core.ports import RunRecord, Store
+    from agent_core.ports import Store
+    from agent_core.records import RunRecord
     from tests.fakes.slack_messages import Message
     from tests.system.workers import Cluster, WorkerProcess
 

@@ -28,7 +28,8 @@ if TYPE_CHECKING:
     from llmock.journal import Journal
     from llmock.pytest_plugin import LLMock
 
-    from agent_core.ports import AuditEvent, Store
+    from agent_core.ports import Store
+    from agent_core.records import AuditEvent
     from tests.fakes.slack_messages import Message
     from tests.system.workers import Cluster, WorkerProcess
 

@@ -24,7 +24,8 @@ if TYPE_CHECKING:
     from llmock.journal import Journal
     from llmock.pytest_plugin import LLMock
 
-    from agent_core.ports import RunRecord, Store
+    from agent_core.ports import Store
+    from agent_core.records import RunRecord
     from tests.system.workers import Cluster
 
 pytestmark = pytest.mark.slow

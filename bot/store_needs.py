@@ -1,0 +1,88 @@
+"""What each part of the Slack app needs of the store: the core's narrow ports
+(:mod:`agent_core.ports`), joined only where one part uses several.
+
+Each part takes its own protocol here, or a single port, never the whole
+:class:`agent_core.ports.Store`: only what opens the store and wires the parts (the app,
+the worker, the handlers' context) holds all of it.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from agent_core.ports import (
+    DashboardQueries,
+    GuidanceStore,
+    LeaseStore,
+    ParticipantStore,
+    QueueStore,
+    ResumeStore,
+    RunQueries,
+    RunStore,
+    StopRequestStore,
+)
+
+__all__ = [
+    "DashboardStore",
+    "GuidanceMarksStore",
+    "QueueOrderStore",
+    "ReconcilerStore",
+    "ResumeDecisions",
+    "ResumeSchedule",
+    "RunQueueStore",
+    "SessionStore",
+    "StopIntakeStore",
+    "StopWatchStore",
+    "SupervisorStore",
+]
+
+
+class GuidanceMarksStore(GuidanceStore, RunStore, Protocol):
+    """Settling guidance, with its audit events (:mod:`bot.guidance`)."""
+
+
+class SessionStore(GuidanceStore, RunStore, Protocol):
+    """A run's Slack session: its run's records and its guidance (:mod:`bot.session`)."""
+
+
+class DashboardStore(DashboardQueries, StopRequestStore, Protocol):
+    """App Home and ``/threadpilot``: the listings and the pending stops
+    (:mod:`bot.dashboard`)."""
+
+
+class StopIntakeStore(RunStore, RunQueries, StopRequestStore, ParticipantStore, Protocol):
+    """Taking a person's stop, abort or resume decision: the run, who wrote in its
+    thread, the request and its audit event (:mod:`bot.stops`, :mod:`bot.resume_controls`)."""
+
+
+class QueueOrderStore(QueueStore, RunStore, Protocol):
+    """Places in the queue (:mod:`bot.queue_places`)."""
+
+
+class ResumeDecisions(ResumeStore, RunQueries, RunStore, Protocol):
+    """Deciding a run's resume, and starting one in place (:func:`bot.resume.decide`,
+    :func:`bot.resume.resume_in_place`)."""
+
+
+class ResumeSchedule(ResumeDecisions, SessionStore, Protocol):
+    """Deciding and starting resumes, each in a session of its own (:mod:`bot.resume`)."""
+
+
+class RunQueueStore(QueueStore, StopRequestStore, ResumeSchedule, Protocol):
+    """Taking runs from the queue to a session, and ending the ones stopped while
+    waiting, with their resume decision (:mod:`bot.run_queue`)."""
+
+
+class StopWatchStore(GuidanceStore, RunStore, StopRequestStore, Protocol):
+    """What a worker's stop watcher scans: pending requests and guidance
+    (:mod:`bot.stop_watch`)."""
+
+
+class ReconcilerStore(
+    LeaseStore, QueueStore, ResumeStore, RunQueries, RunStore, StopRequestStore, Protocol
+):
+    """Ending the runs whose worker went away (:mod:`bot.reconciler`)."""
+
+
+class SupervisorStore(LeaseStore, QueueStore, RunQueries, SessionStore, Protocol):
+    """The runs this worker drives (:mod:`bot.supervisor`)."""
