@@ -12,6 +12,12 @@ a run whose ending is not stored stays "live" in the database, a ghost that bloc
 thread and that a reconciler would later resume over its answer. So it is retried
 through an outage (:func:`until_landed`) before the run reports its end, and a run
 that still cannot be recorded is logged as critical.
+
+The run's other durable writes live here too, one home each: its registration
+(:func:`register_run`, a row that is never without an owner), its ending
+(:func:`record_ending`, whoever writes it: the run, its worker, a reconciler, the
+queue), what its final message's delivery leaves to write (:func:`record_delivery`) and
+the ending of a row whose run never started (:func:`abandon_run`).
 """
 
 from __future__ import annotations
@@ -19,24 +25,36 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
+from dataclasses import replace
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar
 
 import structlog
 
+from agent_core.clock import utcnow
 from agent_core.errors import StorageError
+from agent_core.outcomes import Outcome
+from agent_core.ports import RunQueries, RunStore
 from agent_core.records import AuditEvent, Checkpoint, RunRecord
 from agent_core.states import LIVE_STATES, RunState, state_for_outcome
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Sequence
+    from collections.abc import Awaitable, Callable, Collection, Sequence
 
     from agent_core.chat import ChatMessage
     from agent_core.outcomes import RunResult
-    from agent_core.ports import RunStore
     from agent_core.records import ThreadKey
     from agent_core.stop import StopRequest
 
-__all__ = ["TERMINAL_WRITE_DEADLINE_S", "RunRecorder", "record_ending", "until_landed"]
+__all__ = [
+    "TERMINAL_WRITE_DEADLINE_S",
+    "RunRecorder",
+    "abandon_run",
+    "record_delivery",
+    "record_ending",
+    "register_run",
+    "until_landed",
+]
 
 log = structlog.get_logger("agent_core.recording")
 
@@ -48,6 +66,10 @@ TERMINAL_WRITE_DEADLINE_S = 60.0
 last seconds to tens of seconds) before the run is given up as unrecorded."""
 _FIRST_RETRY_S = 0.05
 _MAX_RETRY_S = 5.0
+
+
+class _DeliveryStore(RunStore, RunQueries, Protocol):
+    """What :func:`record_delivery` writes to: the ending, or only ``final_posted_at``."""
 
 
 class _RunView(Protocol):
@@ -105,13 +127,30 @@ async def until_landed(write: Callable[[], Awaitable[T]], *, step: str, run_id: 
         attempt += 1
 
 
-async def record_ending(store: RunStore, run_id: str, result: RunResult, **changes: Any) -> bool:
-    """Write the run's terminal state from ``result`` by compare-and-set (with other
-    :class:`RunRecord` fields in ``changes``). False if the run had already ended."""
+async def register_run(
+    store: RunStore, record: RunRecord, *, owner: str, lease_ttl_s: float
+) -> None:
+    """Store the new run ``record`` already leased to ``owner`` for ``lease_ttl_s``: it is
+    never without an owner, so no reconciler takes it for an orphan."""
+    expires = utcnow() + timedelta(seconds=lease_ttl_s)
+    await store.create_run(replace(record, owner=owner, lease_expires_at=expires))
+
+
+async def record_ending(
+    store: RunStore,
+    run_id: str,
+    result: RunResult,
+    *,
+    expected: Collection[RunState] = LIVE_STATES,
+    **changes: Any,
+) -> bool:
+    """Write the run's terminal state from ``result`` by compare-and-set from one of the
+    ``expected`` states (with other :class:`RunRecord` fields in ``changes``). False if
+    the run had already ended (or was not in one of them)."""
     return await store.set_state(
         run_id,
         state_for_outcome(result.outcome),
-        expected=LIVE_STATES,
+        expected=expected,
         outcome=result.outcome,
         stop_reason=result.stop_reason,
         exit_code=result.exit_code,
@@ -119,6 +158,57 @@ async def record_ending(store: RunStore, run_id: str, result: RunResult, **chang
         result=result.to_dict(),
         **changes,
     )
+
+
+async def record_delivery(
+    store: _DeliveryStore, run_id: str, result: RunResult, *, recorded: bool, delivered: bool
+) -> None:
+    """After the run's final message: make the database agree with what Slack now shows,
+    retried through an outage (see the module). Never raises a storage error.
+
+    Normally the run recorded its ending before its final message went out (``recorded``)
+    and only ``final_posted_at`` is left to write, if the message was ``delivered``. If
+    the run gave up on its terminal write (the database was down longer than it waited),
+    the ending is written here too, by the same compare-and-set: a row left live would
+    block the thread and be resumed over the answer the person already has.
+    """
+    posted: dict[str, Any] = {"final_posted_at": utcnow()} if delivered else {}
+
+    async def write() -> None:
+        if not recorded and await record_ending(store, run_id, result, **posted):
+            log.warning("run.terminal_recorded_late", outcome=result.outcome.value)
+        elif posted:
+            await store.update_run(run_id, **posted)
+
+    if recorded and not posted:
+        return
+    try:
+        await until_landed(write, step="record_ending", run_id=run_id)
+    except StorageError:
+        log.critical(
+            "run.terminal_unrecorded",
+            outcome=result.outcome.value,
+            final_delivered=delivered,
+            exc_info=True,
+        )
+
+
+async def abandon_run(store: RunStore, run_id: str) -> bool:
+    """End the row of a run that never starts (``failed``), if it was written at all: a
+    row left live would be queued and run. Retried through an outage (see the module);
+    False if there was no live row to end."""
+
+    async def write() -> bool:
+        return await store.set_state(
+            run_id,
+            RunState.FAILED,
+            expected=LIVE_STATES,
+            outcome=Outcome.FAILED,
+            owner=None,
+            lease_expires_at=None,
+        )
+
+    return await until_landed(write, step="abandon", run_id=run_id)
 
 
 class RunRecorder:

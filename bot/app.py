@@ -68,12 +68,9 @@ from bot.handlers import actions, command, events, feedback, home, mentions
 from bot.home_refresh import HomeRefresher
 from bot.http_guard import Refusal, SlackRequestGuard, on_bolt_error
 from bot.identity import AppIdentity
-from bot.loop_load import LoopLoad
 from bot.metrics import CONTENT_TYPE, Metrics
-from bot.session import RunSession
 from bot.slack_silence import SILENCE_S, SlackSilence
 from bot.stops import ACK_BUDGET_S, StopService
-from bot.supervisor import Supervisor
 from bot.surface import Workspaces
 from bot.tools import SLACK_READ_THREAD, slack_read_thread
 from bot.trust import TrustGate
@@ -85,8 +82,9 @@ if TYPE_CHECKING:
     from slack_sdk.socket_mode.async_client import AsyncBaseSocketModeClient
     from slack_sdk.socket_mode.request import SocketModeRequest
 
-    from agent_core import ChatModel, Checkpoint, Run, RunRecord
+    from agent_core import ChatModel
     from agent_core.ports import Store
+    from bot.loop_load import LoopLoad
     from bot.settings import Settings
 
 __all__ = ["SHUTDOWN_BUDGET_S", "ThreadpilotApp"]
@@ -130,7 +128,6 @@ class ThreadpilotApp:
         self._socket: AsyncSocketModeHandler | None = None
         self._owned_model: HTTPChatModel | None = None
         self._store: Store | None = None
-        self._worker: Worker | None = None
         self._dashboard: Dashboard | None = None
         self._home: HomeRefresher | None = None
         self._load: LoopLoad | None = None
@@ -165,16 +162,7 @@ class ThreadpilotApp:
         client = AsyncWebClient(
             token=settings.SLACK_BOT_TOKEN, base_url=settings.SLACK_API_URL, session=self._session
         )
-        unreachable = _slack_fault(settings)
-        at = settings.SLACK_API_URL
-        me = await _step(unreachable, f"Slack at {at} (auth.test)", _who_am_i(client, unreachable))
-        socket_url = None
-        if settings.SLACK_APP_TOKEN is not None:
-            socket_url = await _step(
-                unreachable,
-                f"Slack at {at} (apps.connections.open)",
-                _socket_url(client, settings.SLACK_APP_TOKEN, unreachable),
-            )
+        me, socket_url = await self._ask_slack(client)
         self._store = await _step(
             partial(ConfigError, "DATABASE_URL"),
             "the database",
@@ -182,95 +170,20 @@ class ThreadpilotApp:
                 settings.DATABASE_URL, settings.DATABASE_POOL_SIZE, settings.MIGRATION_TIMEOUT
             ),
         )
-        worker_id = settings.WORKER_ID or default_worker_id()
         # A server that does not start is logged once and left out; the others serve.
         await self.mcp.start()
         self.metrics.mcp_tools({t: s.name for s in self.mcp.status() for t in s.tools})
-        workspaces = Workspaces(client, metrics=self.metrics)
-        trust = TrustGate(settings, workspaces, me.team_id)
-        agent = Agent(
-            self._model or self._own_model(),
-            [*BUILTIN_TOOLS, slack_read_thread(workspaces, me), *self.mcp.tools],
-            config=AgentConfig(
-                max_turns=settings.MAX_TURNS,
-                final_turn_timeout_s=settings.FINAL_TURN_TIMEOUT,
-                tool_timeout_s=settings.TOOL_TIMEOUT,
-                how_to_continue=messages.HOW_TO_CONTINUE,
-                retry=RetryPolicy(max_retry_after_s=settings.MAX_RETRY_AFTER),
-                budget=settings.run_limits.budget,
-                max_tool_calls_per_step=settings.run_limits.max_tool_calls_per_step,
-                max_children_per_run=settings.run_limits.max_children_per_run,
-                context_window=settings.run_limits.context_window,
-            ),
-            store=self._store,
-        )
-        if settings.BUSY_LOOP_LAG_MS:
-            self._load = LoopLoad(
-                busy_lag_s=settings.BUSY_LOOP_LAG_MS / 1000, on_lag=self.metrics.loop_lag.set
-            )
-        supervisor = Supervisor(
-            agent,
-            self._store,
-            worker_id=worker_id,
-            lease_ttl_s=settings.LEASE_TTL,
-            metrics=self.metrics,
-            max_live=settings.MAX_LIVE_RUNS,
-            load=self._load,
-        )
-        self._worker = Worker(
-            self._store,
-            supervisor,
-            workspaces,
-            settings,
-            resume=self._resume,
-            worker_id=worker_id,
-            me=me,
-            metrics=self.metrics,
-        )
-        supervisor.stop_scan = self._worker.watcher.scan
-        supervisor.run_ended = self._worker.watcher.run_ended
-        deliveries = Deliveries(self._store)
-        stops = StopService(
-            self._store,
-            supervisor,
-            self._worker,
-            workspaces,
-            settings,
-            deliveries,
-            trust,
-            metrics=self.metrics,
-        )
-        self.ctx = BotContext(
-            settings,
-            supervisor,
-            workspaces,
-            me,
-            self._store,
-            self._worker,
-            stops,
-            deliveries,
-            trust,
-        )
-        self._dashboard = Dashboard(self._store, settings, workspaces, stops, trust)
-        self._home = HomeRefresher(self._dashboard, self._store, workspaces)
+        ctx = self.ctx = self._assemble(client, me, self._store)
         # Leases, the stop watcher and the reconciler run before we take any work: a run
         # started here must be heartbeated, and a click landing elsewhere must reach it.
-        await self._worker.start()
+        await ctx.worker.start()
+        assert self._home is not None
         await self._home.start()
         if self._load is not None:
             self._load.start()
-        bolt = self.bolt = self._bolt(client, self.ctx)
-        if settings.SLACK_APP_TOKEN is not None:
-            self._socket = _TimedSocketMode(
-                bolt, settings.SLACK_APP_TOKEN, web_client=client, metrics=self.metrics
-            )
-            # The URL start-up already got: its token is known to work.
-            self._socket.client.wss_uri = socket_url
-            await _step(
-                partial(ConfigError, "SLACK_APP_TOKEN"),
-                "the Socket Mode connection",
-                self._socket.connect_async(),  # type: ignore[no-untyped-call]
-            )
+        bolt = self.bolt = self._bolt(client, ctx)
+        if socket_url is not None:
+            await self._connect_socket(bolt, client, socket_url)
         self._ready = self._started = True
         if not settings.socket_mode:
             self.silence.start()
@@ -284,25 +197,86 @@ class ThreadpilotApp:
             mcp_tools=len(self.mcp.tools),
         )
 
-    async def _resume(self, record: RunRecord, checkpoint: Checkpoint | None) -> None:
-        """Continue an interrupted run here, in its existing status message."""
-        assert self.ctx is not None
-        surface = await self.ctx.workspaces.get(record.thread.team)
-        store = self.ctx.store
+    async def _ask_slack(self, client: AsyncWebClient) -> tuple[AppIdentity, str | None]:
+        """Who this app is (``auth.test``) and, in Socket Mode, a connection URL: each
+        proves its token works."""
+        settings = self.settings
+        unreachable = _slack_fault(settings)
+        at = settings.SLACK_API_URL
+        me = await _step(unreachable, f"Slack at {at} (auth.test)", _who_am_i(client, unreachable))
+        if settings.SLACK_APP_TOKEN is None:
+            return me, None
+        socket_url = await _step(
+            unreachable,
+            f"Slack at {at} (apps.connections.open)",
+            _socket_url(client, settings.SLACK_APP_TOKEN, unreachable),
+        )
+        return me, socket_url
 
-        def make_session(run: Run) -> RunSession:
-            return RunSession(
-                run,
-                surface,
-                store=store,
-                channel=record.thread.channel,
-                thread_ts=record.thread.thread_ts,
-                requester=record.requester,
-                team_id=record.thread.team,
-                status_ts=record.status_ts,
-            )
+    def _assemble(self, client: AsyncWebClient, me: AppIdentity, store: Store) -> BotContext:
+        """Build the parts that take work, each wired when it is built: the worker (and its
+        supervisor), the stop service, the App Home."""
+        settings = self.settings
+        workspaces = Workspaces(client, metrics=self.metrics)
+        trust = TrustGate(settings, workspaces, me.team_id)
+        worker = Worker(
+            store,
+            self._agent(workspaces, me, store),
+            workspaces,
+            settings,
+            worker_id=settings.WORKER_ID or default_worker_id(),
+            me=me,
+            metrics=self.metrics,
+        )
+        self._load = worker.load
+        deliveries = Deliveries(store)
+        stops = StopService(
+            store,
+            worker.supervisor,
+            worker,
+            workspaces,
+            settings,
+            deliveries,
+            trust,
+            metrics=self.metrics,
+        )
+        self._dashboard = Dashboard(store, settings, workspaces, stops, trust)
+        self._home = HomeRefresher(self._dashboard, store, workspaces)
+        return BotContext(
+            settings, worker.supervisor, workspaces, me, store, worker, stops, deliveries, trust
+        )
 
-        self.ctx.supervisor.resume(record, checkpoint, make_session)
+    def _agent(self, workspaces: Workspaces, me: AppIdentity, store: Store) -> Agent:
+        settings = self.settings
+        return Agent(
+            self._model or self._own_model(),
+            [*BUILTIN_TOOLS, slack_read_thread(workspaces, me), *self.mcp.tools],
+            config=AgentConfig(
+                max_turns=settings.MAX_TURNS,
+                final_turn_timeout_s=settings.FINAL_TURN_TIMEOUT,
+                tool_timeout_s=settings.TOOL_TIMEOUT,
+                how_to_continue=messages.HOW_TO_CONTINUE,
+                retry=RetryPolicy(max_retry_after_s=settings.MAX_RETRY_AFTER),
+                budget=settings.run_limits.budget,
+                max_tool_calls_per_step=settings.run_limits.max_tool_calls_per_step,
+                max_children_per_run=settings.run_limits.max_children_per_run,
+                context_window=settings.run_limits.context_window,
+            ),
+            store=store,
+        )
+
+    async def _connect_socket(self, bolt: AsyncApp, client: AsyncWebClient, url: str) -> None:
+        """Open the Socket Mode connection, at the URL start-up already got (its token is
+        known to work)."""
+        token = self.settings.SLACK_APP_TOKEN
+        assert token is not None
+        self._socket = _TimedSocketMode(bolt, token, web_client=client, metrics=self.metrics)
+        self._socket.client.wss_uri = url
+        await _step(
+            partial(ConfigError, "SLACK_APP_TOKEN"),
+            "the Socket Mode connection",
+            self._socket.connect_async(),  # type: ignore[no-untyped-call]
+        )
 
     def _own_model(self) -> HTTPChatModel:
         """The adapter of ``MODEL_API``, closed by :meth:`shutdown`."""

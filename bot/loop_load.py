@@ -49,12 +49,13 @@ class LoopLoad:
         *,
         busy_lag_s: float = BUSY_LAG_S,
         on_lag: Callable[[float], None] | None = None,
+        on_calm: Callable[[], None] | None = None,
     ) -> None:
         self.busy_lag_s = busy_lag_s
         self.lag_s = 0.0
         """The smoothed lag, in seconds (each sample counted up to twice the limit)."""
         self.busy = False
-        self.on_calm: Callable[[], None] | None = None
+        self._on_calm = on_calm
         self._on_lag = on_lag
         self._timer: asyncio.TimerHandle | None = None
         self._due = 0.0
@@ -87,5 +88,5 @@ class LoopLoad:
         elif self.busy and self.lag_s < self.busy_lag_s / 2:
             self.busy = False
             log.debug("worker.calm", lag_ms=round(self.lag_s * 1000, 1))
-            if self.on_calm is not None:
-                self.on_calm()
+            if self._on_calm is not None:
+                self._on_calm()

@@ -53,7 +53,6 @@ from agent_core import (
     Outcome,
     ResumeSettings,
     RunResult,
-    RunState,
     StopReason,
     Timings,
     Usage,
@@ -62,6 +61,7 @@ from agent_core import (
 )
 from agent_core.clock import utcnow
 from agent_core.delegation import MAX_DEPTH
+from agent_core.recording import record_ending
 from agent_core.records import is_accepted
 from bot import messages
 from bot.agent_session import SessionStatus, set_session_status
@@ -127,6 +127,7 @@ class Reconciler:
         resume: Callable[[RunRecord, Checkpoint | None], Awaitable[None]],
         is_local: Callable[[str], bool],
         policy: ResumeSettings | None = None,
+        on_requeued: Callable[[], None] | None = None,
     ) -> None:
         self._store = store
         self._workspaces = workspaces
@@ -136,9 +137,9 @@ class Reconciler:
         self._is_local = is_local
         self.policy = policy or ResumeSettings()
         """The resume policy's settings (``Settings.resume_settings``)."""
-        self.on_requeued: Callable[[], None] | None = None
-        """Told each time a run goes back in the queue (set by the worker: its taker looks
-        at once, not once this pass's Slack writes, which wait on rate limits, are done)."""
+        self._on_requeued = on_requeued
+        """Told each time a run goes back in the queue (by the worker: its taker looks at
+        once, not once this pass's Slack writes, which wait on rate limits, are done)."""
 
     async def run_once(
         self, now: datetime | None = None, *, starting: bool = False
@@ -209,8 +210,8 @@ class Reconciler:
         if not await self._store.requeue_run(record.id, record.owner):
             return False
         log.warning("run.requeued", run_id=record.id, previous_owner=record.owner)
-        if self.on_requeued is not None:
-            self.on_requeued()
+        if self._on_requeued is not None:
+            self._on_requeued()
         return True
 
     async def _end_in_store(self, record: RunRecord, now: datetime) -> _Ending | None:
@@ -222,18 +223,7 @@ class Reconciler:
         # lost: its answer stands, and it is neither rewritten nor resumed.
         answered = record.final_posted_at is not None
         result = orphan_result(record, stops, checkpoint, now, answered=answered)
-        won = await self._store.set_state(
-            record.id,
-            RunState(result.outcome.value),
-            expected=LIVE_STATES,
-            outcome=result.outcome,
-            stop_reason=result.stop_reason,
-            exit_code=result.exit_code,
-            stopped_by=result.handoff.stopped_by,
-            result=result.to_dict(),
-            owner=None,
-            lease_expires_at=None,
-        )
+        won = await record_ending(self._store, record.id, result, owner=None, lease_expires_at=None)
         # Read again after the compare-and-set, whoever won it: a click that saw the run
         # live may have committed a request since, and then calls this to end it.
         await self._settle_if_ended(record.id)
@@ -298,16 +288,7 @@ class Reconciler:
                 result.handoff, next_step=f"Its parent run {record.id} answers for it."
             )
             result = replace(result, handoff=handoff)
-            if await self._store.set_state(
-                child.id,
-                RunState(result.outcome.value),
-                expected=LIVE_STATES,
-                outcome=result.outcome,
-                stop_reason=result.stop_reason,
-                exit_code=result.exit_code,
-                stopped_by=result.handoff.stopped_by,
-                result=result.to_dict(),
-            ):
+            if await record_ending(self._store, child.id, result):
                 log.warning("run.sub_agent_ended", run_id=child.id, parent=record.id)
 
     async def _end_stray_sub_agents(self, now: datetime) -> None:
@@ -502,7 +483,9 @@ def orphan_result(
     """
     turns = checkpoint.turn if checkpoint else 0
     person = strongest(r for r in stops if r.kind.by_person)
-    if person is not None and not answered:
+    if answered:
+        return _ending_unrecorded(record, now, turns, person)
+    if person is not None:
         return ended_by_person(
             record.id,
             person.kind,
@@ -512,32 +495,47 @@ def orphan_result(
             turns=turns,
             timings=Timings(record.created_at, now, person.requested_at, None),
         )
-    reason: StopReason | None
-    if answered:
-        handoff = Handoff(
-            Outcome.FAILED,
-            evidence=messages.ENDING_NOT_RECORDED,
-            next_step=messages.ENDING_NOT_RECORDED_NEXT_STEP,
-        )
-        code, reason = ExitCode.ERROR, None
-    else:
-        handoff = Handoff(
-            Outcome.BLOCKED,
-            evidence=messages.worker_lost_checkpointed(turns),
-            next_step=messages.WORKER_LOST_NEXT_STEP,
-        )
-        code, reason = ExitCode.SHUTDOWN, StopReason.SHUTDOWN
+    return _worker_lost(record, now, turns)
+
+
+def _ending_unrecorded(
+    record: RunRecord, now: datetime, turns: int, person: StopRequestRecord | None
+) -> RunResult:
+    """A run whose final message reached Slack and only its terminal write was lost."""
+    handoff = Handoff(
+        Outcome.FAILED,
+        evidence=messages.ENDING_NOT_RECORDED,
+        next_step=messages.ENDING_NOT_RECORDED_NEXT_STEP,
+    )
     return RunResult(
         run_id=record.id,
         outcome=handoff.outcome,
-        exit_code=code,
+        exit_code=ExitCode.ERROR,
         handoff=handoff,
-        stop_reason=reason,
+        stop_reason=None,
         turns=turns,
         usage=Usage(),
         timings=Timings(record.created_at, now, person.requested_at if person else None, None),
+        ended_because=EndedBecause.UNKNOWN,
+    )
+
+
+def _worker_lost(record: RunRecord, now: datetime, turns: int) -> RunResult:
+    """A run blocked by its lost worker, checkpointed up to ``turns``."""
+    handoff = Handoff(
+        Outcome.BLOCKED,
+        evidence=messages.worker_lost_checkpointed(turns),
+        next_step=messages.WORKER_LOST_NEXT_STEP,
+    )
+    return RunResult(
+        run_id=record.id,
+        outcome=handoff.outcome,
+        exit_code=ExitCode.SHUTDOWN,
+        handoff=handoff,
+        stop_reason=StopReason.SHUTDOWN,
+        turns=turns,
+        usage=Usage(),
+        timings=Timings(record.created_at, now, None, None),
         # Blocked by its lost worker (not a shutdown, which is what the stop reason says).
-        ended_because=(
-            EndedBecause.WORKER_LOST if code is ExitCode.SHUTDOWN else EndedBecause.UNKNOWN
-        ),
+        ended_because=EndedBecause.WORKER_LOST,
     )

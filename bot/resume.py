@@ -41,7 +41,7 @@ import asyncio
 import contextlib
 import uuid
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 
@@ -67,18 +67,23 @@ from agent_core.clock import utcnow
 from agent_core.compaction import DEFAULT_SUMMARY_WINDOW
 from agent_core.records import ResumeState
 from bot import messages
-from bot.session import RunSession
 from bot.views.status import EndingView
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
     from datetime import datetime
 
-    from agent_core import Checkpoint, CompactionOutcome, ResumeDecision, ResumeSettings, Run
+    from agent_core import (
+        Agent,
+        Checkpoint,
+        CompactionOutcome,
+        ResumeDecision,
+        ResumeSettings,
+        Run,
+        ThreadKey,
+    )
     from agent_core.records import RunRecord
     from bot.store_needs import ResumeDecisions, ResumeSchedule
-    from bot.supervisor import Supervisor
-    from bot.surface import Workspaces
 
 __all__ = [
     "Resumes",
@@ -264,6 +269,29 @@ async def resume_in_place(
     return True
 
 
+class _LiveHere(Protocol):
+    @property
+    def run(self) -> Run: ...
+
+
+class RunsHere(Protocol):
+    """What the schedule asks of this process's runs (its :class:`bot.supervisor.Supervisor`)."""
+
+    @property
+    def agent(self) -> Agent: ...
+
+    @property
+    def accepting(self) -> bool: ...
+
+    def get(self, run_id: str) -> _LiveHere | None: ...
+
+    def live_in_thread(self, thread: ThreadKey) -> _LiveHere | None: ...
+
+    async def continue_run(
+        self, previous: RunRecord, compacted: Compacted, run_id: str
+    ) -> _LiveHere | None: ...
+
+
 class Resumes:
     """This worker's side of the schedule: decides runs as they end here, starts due
     resumes (any worker's decision), and writes summaries to continue from."""
@@ -271,8 +299,7 @@ class Resumes:
     def __init__(
         self,
         store: ResumeSchedule,
-        supervisor: Supervisor,
-        workspaces: Workspaces,
+        supervisor: RunsHere,
         policy: ResumeSettings,
         *,
         worker_id: str,
@@ -283,7 +310,6 @@ class Resumes:
     ) -> None:
         self._store = store
         self._supervisor = supervisor
-        self._workspaces = workspaces
         self.policy = policy
         self._worker_id = worker_id
         self._ttl = lease_ttl_s
@@ -565,22 +591,7 @@ class Resumes:
         ):
             log.info("resume.summary_discarded", run_id=record.id)  # cancelled meanwhile
             return
-        surface = await self._workspaces.get(record.thread.team)
-        store = self._store
-
-        def make_session(run: Run) -> RunSession:
-            thread = record.thread
-            return RunSession(
-                run,
-                surface,
-                store=store,
-                channel=thread.channel,
-                thread_ts=thread.thread_ts,
-                requester=record.requester,
-                team_id=thread.team,
-            )
-
-        live = self._supervisor.continue_run(record, compacted, run_id, make_session)
+        live = await self._supervisor.continue_run(record, compacted, run_id)
         if live is None:  # the thread was taken, or we began shutting down, just now
             await self._store.set_resume(
                 record.id,

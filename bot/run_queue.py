@@ -46,12 +46,12 @@ from agent_core import (
     strongest,
 )
 from agent_core.clock import utcnow
+from agent_core.recording import record_ending
 from agent_core.records import Checkpoint
 from bot import messages
 from bot.errors import BudgetNotRunning, SlackError
 from bot.queue_places import QueuePlaces, queued_snapshot
 from bot.resume import settle_resume
-from bot.session import RunSession
 from bot.thread_history import read_thread
 from bot.views.status import render_status
 
@@ -59,7 +59,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from datetime import datetime
 
-    from agent_core import ChatMessage, ResumeSettings, Run, ThreadKey
+    from agent_core import ChatMessage, ResumeSettings, ThreadKey
     from agent_core.records import StopRequestRecord
     from bot.click_answer import ClickAnswer
     from bot.identity import AppIdentity
@@ -146,7 +146,6 @@ class RunQueue:
         self._ticked = False
         """The worker ticked since the taker last ended the runs stopped in the queue."""
         self._task: asyncio.Task[None] | None = None
-        supervisor.room_freed = self.wake
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -257,23 +256,8 @@ class RunQueue:
         self.places.left(record.id)
         surface = await self._workspaces.get(record.thread.team)
         history = await self._history(record, surface)
-        store = self._store
-
-        def make_session(run: Run) -> RunSession:
-            session = RunSession(
-                run,
-                surface,
-                store=store,
-                channel=record.thread.channel,
-                thread_ts=record.thread.thread_ts,
-                requester=record.requester,
-                team_id=record.thread.team,
-            )
-            # It continues in its queued status message, starting (not resuming).
-            session.status_ts = record.status_ts
-            return session
-
-        live = self._supervisor.start_queued(record, history, make_session)
+        # It continues in its queued status message, starting (not resuming).
+        live = await self._supervisor.start_queued(record, history)
         if live is None:
             if await self._store.unclaim_run(record.id, self._worker_id):
                 log.info("queue.given_back", run_id=record.id)
@@ -318,16 +302,7 @@ class RunQueue:
         """
         now = now or utcnow()
         result = queued_result(record, request.kind, request.requested_by, now)
-        won = await self._store.set_state(
-            record.id,
-            RunState.USERINTERLUDE,
-            expected=[RunState.QUEUED],
-            outcome=result.outcome,
-            stop_reason=result.stop_reason,
-            exit_code=result.exit_code,
-            stopped_by=request.requested_by,
-            result=result.to_dict(),
-        )
+        won = await record_ending(self._store, record.id, result, expected=[RunState.QUEUED])
         self.places.left(record.id)
         if not won:
             return False

@@ -60,7 +60,7 @@ from agent_core.delegation import DELEGATE
 from bot import messages
 from bot.agent_session import SessionStatus, set_session_status
 from bot.answer_stream import AnswerStream, TaskStatus
-from bot.errors import SlackError
+from bot.errors import BudgetNotRunning, SlackError
 from bot.guidance import GuidanceMarks
 from bot.views.status import ChildTask, StatusSnapshot, render_status
 
@@ -80,42 +80,48 @@ RENDER_EVERY_S = 0.25
 
 
 class RunSession:
+    """The run's Slack side, in its thread (``run.thread``): its status message, its
+    streamed answer and its agent session.
+
+    ``status_ts``: the status message it continues in (one queued for it, or its own when
+    it resumes); ``resumed``: it resumes there, and says so while it starts.
+    """
+
     def __init__(
         self,
         run: Run,
         surface: SlackSurface,
         *,
         store: SessionStore,
-        channel: str,
-        thread_ts: str,
-        requester: str,
-        team_id: str,
         status_ts: str | None = None,
+        resumed: bool = False,
     ) -> None:
+        thread = run.thread
         self.run = run
         self.surface = surface
-        self.channel = channel
-        self.thread_ts = thread_ts
+        self.channel = thread.channel
+        self.thread_ts = thread.thread_ts
         self.status_ts = status_ts
-        """Set when resuming: the run keeps the status message it already has."""
+        """Set when it continues in a message it already has (queued, or resuming)."""
         self._started = time.monotonic()
         self._last_render = -RENDER_EVERY_S
         self._render_timer: asyncio.TimerHandle | None = None
+        resuming = resumed and status_ts is not None
         self._snapshot = StatusSnapshot(
             run_id=run.id,
-            requester=requester,
+            requester=run.requester,
             phase="starting",
-            activity=messages.STATUS_RESUMING if status_ts else messages.STATUS_STARTING,
+            activity=messages.STATUS_RESUMING if resuming else messages.STATUS_STARTING,
         )
         self._answer: list[str] = []
         self._step_start = 0
         """Where the current step's text begins in ``_answer`` (void if the step fails)."""
         self._stream = AnswerStream(
             surface,
-            channel,
-            thread_ts,
-            requester,
-            team_id,
+            thread.channel,
+            thread.thread_ts,
+            run.requester,
+            thread.team,
             run_id=run.id,
             plan_title=run.task,
             answer=lambda: "".join(self._answer),
@@ -205,6 +211,18 @@ class RunSession:
         await self._guidance.drain()
         return delivered
 
+    async def not_recorded(self) -> None:
+        """Tell the thread the run was not started: the database did not answer when it
+        was to be recorded (logged, if Slack will not take it either)."""
+        try:
+            await self.surface.budget.post_message(
+                self.channel, text=messages.RUN_NOT_RECORDED, thread_ts=self.thread_ts
+            )
+        except SlackError as exc:
+            log.error("reply.failed", error=exc.error)
+        except BudgetNotRunning:
+            log.error("reply.failed", error="shutting down")
+
     async def abandon(self) -> None:
         """Leave the Slack message (and the guidance) to the run's new owner: only close
         our stream. The agent session is the new owner's to move."""
@@ -242,6 +260,28 @@ class RunSession:
     # -- progress ----------------------------------------------------------------------
 
     def _on_event(self, event: RunEvent) -> None:
+        """Follow the run's events: the status message shows its progress."""
+        match event:
+            case StopRequested(reason=reason, requested_by=who, source=source):
+                self._stop_requested(reason, who, source)
+                return
+            case GuidanceDelivered(turn=turn, guidance=guidance):
+                self._guidance.delivered(guidance, turn)
+                return
+            case TextDelta(text=text):
+                shown = self._text(text)
+            case StepRestarted():
+                shown = self._step_restarted()
+            case ToolStarted() | ToolProgress() | ToolFinished() | ChildStarted() | ChildFinished():
+                shown = self._tool_event(event)
+            case _:
+                shown = self._turn_event(event)
+        if shown is None:
+            return  # nothing visible changed in the status
+        self._snapshot = shown
+        self._push_progress()
+
+    def _turn_event(self, event: RunEvent) -> StatusSnapshot | None:
         s = self._snapshot
         match event:
             case TurnStarted(turn=turn, final=final):
@@ -249,85 +289,86 @@ class RunSession:
                     messages.ACTIVITY_FINAL_REPORT if final else messages.ACTIVITY_WAITING_FOR_MODEL
                 )
                 self._step_start = len(self._answer)
-                s = replace(
+                return replace(
                     s,
                     phase="stopping" if s.phase == "stopping" else "running",
                     turn=turn,
                     activity=activity,
                 )
-            case TextDelta(text=text):
-                self._answer.append(text)
-                self._stream.push(text)
-                if s.activity == messages.ACTIVITY_WRITING_ANSWER:
-                    if self._stream.active:
-                        # The answer goes to its own message (even while chat.startStream
-                        # waits for its budget): nothing visible changed in the status.
-                        return
-                    self._push_progress()  # the status message shows the answer
-                    return
-                s = replace(s, activity=messages.ACTIVITY_WRITING_ANSWER)
-            case StepRestarted():
-                if len(self._answer) == self._step_start:
-                    return  # the failed attempt had written nothing
-                del self._answer[self._step_start :]
-                self._stream.void("\n\n" + messages.STREAM_RETRYING + "\n\n")
+            case Retrying(delay_s=delay, error=error):
+                return replace(s, activity=messages.activity_retry(delay, error))
+            case TurnFinished(usage=usage):
+                return replace(s, tokens=usage.total_tokens)
+        return None
+
+    def _text(self, text: str) -> StatusSnapshot | None:
+        self._answer.append(text)
+        self._stream.push(text)
+        s = self._snapshot
+        if s.activity != messages.ACTIVITY_WRITING_ANSWER:
+            return replace(s, activity=messages.ACTIVITY_WRITING_ANSWER)
+        if not self._stream.active:
+            self._push_progress()  # the status message shows the answer
+        # Else the answer goes to its own message (even while chat.startStream waits for
+        # its budget): nothing visible changed in the status.
+        return None
+
+    def _step_restarted(self) -> StatusSnapshot | None:
+        if len(self._answer) == self._step_start:
+            return None  # the failed attempt had written nothing
+        del self._answer[self._step_start :]
+        self._stream.void("\n\n" + messages.STREAM_RETRYING + "\n\n")
+        return self._snapshot
+
+    def _tool_event(self, event: RunEvent) -> StatusSnapshot | None:
+        s = self._snapshot
+        match event:
             case ToolStarted(name=name, call_id=call_id):
                 waiting = name == DELEGATE  # the sub-agents show their own progress
                 activity = messages.ACTIVITY_SUB_AGENTS if waiting else messages.activity_tool(name)
                 if not waiting:
                     self._stream.task(call_id, TaskStatus.IN_PROGRESS, title=name)
-                s = replace(s, activity=activity)
+                return replace(s, activity=activity)
             case ToolProgress(name=name) if name == DELEGATE:
-                return  # a sub-agent's turns: shown on its own line (_watch_child)
+                return None  # a sub-agent's turns: shown on its own line (_watch_child)
             case ToolProgress(
                 name=name, call_id=call_id, progress=progress, total=total, message=message
             ):
                 activity = messages.activity_tool_progress(name, progress, total, message)
                 self._stream.task(call_id, TaskStatus.IN_PROGRESS, details=activity)
-                s = replace(s, activity=activity)
+                return replace(s, activity=activity)
             case ChildStarted(child_id=child_id, task=task):
                 self._watch_child(child_id)
                 self._stream.task(child_id, TaskStatus.IN_PROGRESS, title=task)
-                s = replace(s, children=(*s.children, ChildTask(child_id, task)))
+                return replace(s, children=(*s.children, ChildTask(child_id, task)))
             case ChildFinished(child_id=child_id, result=result):
                 finished = result.outcome is Outcome.FINISHED
                 status = TaskStatus.COMPLETE if finished else TaskStatus.ERROR
                 self._stream.task(child_id, status, details=messages.result_label(result))
-                s = replace(s, children=_updated(s.children, child_id, result=result))
+                return replace(s, children=_updated(s.children, child_id, result=result))
             case ToolFinished(name=name, call_id=call_id, ok=ok):
                 if name != DELEGATE:
                     status = TaskStatus.COMPLETE if ok else TaskStatus.ERROR
                     self._stream.task(call_id, status)
-                s = replace(s, activity=messages.ACTIVITY_WAITING_FOR_MODEL)
-            case Retrying(delay_s=delay, error=error):
-                s = replace(s, activity=messages.activity_retry(delay, error))
-            case TurnFinished(usage=usage):
-                s = replace(s, tokens=usage.total_tokens)
-            case GuidanceDelivered(turn=turn, guidance=guidance):
-                self._guidance.delivered(guidance, turn)
-                return
-            case StopRequested(reason=reason, requested_by=who, source=source):
-                # The buttons must change now: Stop disappears, Abort stays.
-                timed_out = source is StopSource.TIMER
-                self._snapshot = replace(
-                    s,
-                    phase="stopping",
-                    stop_reason=reason,
-                    stop_requested_by=who,
-                    escalated_from=(
-                        s.stop_requested_by if s.stop_reason is StopReason.STOP else None
-                    ),
-                    # The run's only timer: FINAL_TURN_TIMEOUT (agent_core/loop.py).
-                    final_turn_timeout_s=(
-                        self.run.agent.config.final_turn_timeout_s if timed_out else None
-                    ),
-                )
-                self._push_progress(urgent=True)
-                return
-            case _:
-                return
-        self._snapshot = s
-        self._push_progress()
+                return replace(s, activity=messages.ACTIVITY_WAITING_FOR_MODEL)
+        return None
+
+    def _stop_requested(self, reason: StopReason, who: str, source: StopSource) -> None:
+        """The buttons must change now: Stop disappears, Abort stays."""
+        s = self._snapshot
+        timed_out = source is StopSource.TIMER
+        self._snapshot = replace(
+            s,
+            phase="stopping",
+            stop_reason=reason,
+            stop_requested_by=who,
+            escalated_from=s.stop_requested_by if s.stop_reason is StopReason.STOP else None,
+            # The run's only timer: FINAL_TURN_TIMEOUT (agent_core/loop.py).
+            final_turn_timeout_s=(
+                self.run.agent.config.final_turn_timeout_s if timed_out else None
+            ),
+        )
+        self._push_progress(urgent=True)
 
     def _watch_child(self, child_id: str) -> None:
         """Follow a sub-agent's own events (they stay on its hub) for its task line."""

@@ -66,6 +66,7 @@ class StopWatcher:
         workspaces: Workspaces,
         *,
         poll_s: float = 0.25,
+        on_queued: Callable[[], None] | None = None,
     ) -> None:
         self._store = store
         self._supervisor = supervisor
@@ -77,7 +78,7 @@ class StopWatcher:
         self._listening = contextlib.AsyncExitStack()
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
-        self.on_queued: Callable[[], None] | None = None
+        self._on_queued = on_queued
         """Called when the wake-up says a run was queued (:attr:`Wakeup.queued`): the
         same channel carries it, so one listener serves both."""
 
@@ -202,8 +203,8 @@ class StopWatcher:
     async def _on_wakeup(self, wakeup: Wakeup) -> None:
         run_id = wakeup.run_id
         if run_id is None:  # a run was queued
-            if self.on_queued is not None:
-                self.on_queued()
+            if self._on_queued is not None:
+                self._on_queued()
             return
         if self._supervisor.get(run_id) is not None:
             await self.scan([run_id])

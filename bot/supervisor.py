@@ -19,6 +19,11 @@ keeps its lease (:meth:`Supervisor.held_runs`) and no reconciler takes it for an
 A run that cannot even be registered never starts: the thread is told, and nothing is
 left behind in the database.
 
+What the supervisor tells this process's durable side as a run starts and ends is one
+small protocol, :class:`RunLifecycle`, handed to it when it is built (the worker
+implements it, :mod:`bot.worker`). The supervisor makes each run's Slack session itself,
+from the run.
+
 When a run has ended here, its resume is decided (:mod:`bot.resume`) before its final
 message is written, so the message says why it ended and when it resumes. A run resumed
 in place continues in its own status message; a continuation (its context filled up) is
@@ -29,15 +34,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass, replace
-from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 
 from agent_core import (
-    LIVE_STATES,
-    Outcome,
     RunRecord,
     RunState,
     StopReason,
@@ -45,15 +47,13 @@ from agent_core import (
     StorageError,
     continue_from,
 )
-from agent_core.clock import utcnow
-from agent_core.recording import record_ending, until_landed
-from bot import messages
-from bot.errors import BudgetNotRunning, SlackError
+from agent_core.recording import abandon_run, record_delivery, register_run, until_landed
 from bot.guidance import to_guidance
 from bot.resume import stored_ended_because
+from bot.session import RunSession
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Collection, Sequence
+    from collections.abc import Awaitable, Collection, Sequence
 
     from agent_core import (
         Agent,
@@ -67,12 +67,11 @@ if TYPE_CHECKING:
     )
     from bot.loop_load import LoopLoad
     from bot.metrics import Metrics
-    from bot.resume import Resumes
-    from bot.session import RunSession
     from bot.store_needs import SupervisorStore
+    from bot.surface import Workspaces
     from bot.views.status import EndingView
 
-__all__ = ["LiveRun", "Supervisor"]
+__all__ = ["LiveRun", "RunLifecycle", "Supervisor"]
 
 log = structlog.get_logger("bot.supervisor")
 
@@ -84,6 +83,30 @@ class _Accepted:
     thread: ThreadKey
     requester: str
     task: str
+
+
+class RunLifecycle(Protocol):
+    """What the supervisor tells this process's durable side as a run starts and ends,
+    in this order (implemented by :class:`bot.worker.Worker`)."""
+
+    async def run_started(self, run_id: str) -> None:
+        """The run is registered and shown: deliver what was committed for it before it
+        started (stop requests, guidance)."""
+
+    def room_freed(self) -> None:
+        """A run here stopped working (its loop ended, or it left): look for queued work."""
+
+    async def run_ending(self, record: RunRecord) -> EndingView | None:
+        """Decide the resume of the run that just ended here (``record``: its row, read
+        since); what its final message says of it."""
+
+    async def run_ended(self, run_id: str) -> None:
+        """The run's final message is written (or given up): its stop requests are
+        handled."""
+
+    def run_left(self) -> None:
+        """The run is gone from this process: a resume it scheduled may be due, and its
+        room is free."""
 
 
 @dataclass(eq=False)
@@ -105,6 +128,8 @@ class Supervisor:
         self,
         agent: Agent,
         store: SupervisorStore,
+        workspaces: Workspaces,
+        lifecycle: RunLifecycle,
         *,
         worker_id: str,
         lease_ttl_s: float,
@@ -113,24 +138,16 @@ class Supervisor:
         load: LoopLoad | None = None,
     ) -> None:
         self.agent = agent
-        self.max_live = max_live
+        self._max_live = max_live
         """``MAX_LIVE_RUNS``: runs beyond it wait in the queue (:mod:`bot.run_queue`)."""
         self._load = load
         """While this process's event loop is busy, no new run starts here."""
-        if load is not None:
-            load.on_calm = self._calm
         self._metrics = metrics
-        self.store = store
-        self.worker_id = worker_id
-        self.lease_ttl_s = lease_ttl_s
-        self.stop_scan: Callable[[list[str]], Awaitable[int]] | None = None
-        """Delivers stop requests committed before the run started (set by the worker)."""
-        self.run_ended: Callable[[str], Awaitable[None]] | None = None
-        """Marks a finished run's stop requests handled (set by the worker)."""
-        self.resumes: Resumes | None = None
-        """Decides an ended run's resume, and starts due ones (set by the worker)."""
-        self.room_freed: Callable[[], None] | None = None
-        """Told whenever a run leaves this process: the queue's taker looks for work."""
+        self._store = store
+        self._workspaces = workspaces
+        self._lifecycle = lifecycle
+        self._worker_id = worker_id
+        self._lease_ttl_s = lease_ttl_s
         self._live: dict[str, LiveRun] = {}
         self._by_thread: dict[ThreadKey, str] = {}
         """The run holding each thread here: live, or accepted and not started yet."""
@@ -182,7 +199,7 @@ class Supervisor:
         worker, or before a restart.
         """
         try:
-            return bool(await self.store.find_runs(thread=thread, limit=1))
+            return bool(await self._store.find_runs(thread=thread, limit=1))
         except StorageError:
             log.exception("store.read_failed", step="had_run")
             return False
@@ -208,14 +225,10 @@ class Supervisor:
             return False
         if self._load is not None and self._load.busy:
             return False
-        if self.max_live is None:
+        if self._max_live is None:
             return True
         working = sum(1 for live in self._live.values() if live.run.result is None)
-        return working < self.max_live
-
-    def _calm(self) -> None:
-        if self.room_freed is not None:
-            self.room_freed()
+        return working < self._max_live
 
     # -- starting and ending -----------------------------------------------------------
 
@@ -233,15 +246,14 @@ class Supervisor:
             return None
         record = RunRecord(id=run_id, thread=thread, requester=requester, task=task)
         if not self._accepting:
-            await self.store.enqueue_run(record)
+            await self._store.enqueue_run(record)
             log.info("run.accepted_into_queue", run_id=run_id, reason="shutting down")
             return run_id
         self._by_thread[thread] = run_id
         self._accepted[run_id] = _Accepted(thread, requester, task)
-        expires = utcnow() + timedelta(seconds=self.lease_ttl_s)
         try:
-            await self.store.create_run(
-                replace(record, owner=self.worker_id, lease_expires_at=expires)
+            await register_run(
+                self._store, record, owner=self._worker_id, lease_ttl_s=self._lease_ttl_s
             )
         except BaseException:
             self.hand_over(run_id)
@@ -264,15 +276,13 @@ class Supervisor:
         self._queuing.add(run_id)
         return True
 
-    def start(
-        self,
-        run_id: str,
-        *,
-        history: Sequence[ChatMessage],
-        make_session: Callable[[Run], RunSession],
-    ) -> LiveRun | None:
+    async def start(self, run_id: str, *, history: Sequence[ChatMessage]) -> LiveRun | None:
         """Start the accepted run ``run_id``; None if it is not held here any more (this
         worker began shutting down and put it back in the queue)."""
+        held = self._accepted.get(run_id)
+        if held is None:
+            return None
+        surface = await self._workspaces.get(held.thread.team)
         accepted = self._accepted.pop(run_id, None)
         if accepted is None or not self._accepting:
             return None
@@ -283,57 +293,42 @@ class Supervisor:
             thread=accepted.thread,
             history=history,
         )
-        return self._launch(run, accepted.requester, make_session, registered=True, accepted=True)
+        return self._launch(run, RunSession(run, surface, store=self._store), accepted=True)
 
-    def start_queued(
-        self,
-        record: RunRecord,
-        history: Sequence[ChatMessage],
-        make_session: Callable[[Run], RunSession],
+    async def start_queued(
+        self, record: RunRecord, history: Sequence[ChatMessage]
     ) -> LiveRun | None:
         """Start a run this worker took from the queue (already ``running`` and leased
-        here, in its queued status message); None if we are closing or the thread is
-        busy here, when the caller puts it back."""
-        if not self._accepting or record.thread in self._by_thread:
+        here) in its queued status message, starting (not resuming); None if we are
+        closing or the thread is busy here, when the caller puts it back."""
+        surface = await self._workspaces.get(record.thread.team)
+        if not self._room_in(record.thread):
             return None
-        run = self.agent.new_run(
-            record.task,
-            run_id=record.id,
-            requester=record.requester,
-            thread=record.thread,
-            history=history,
-        )
-        return self._launch(run, record.requester, make_session, registered=True)
+        run = self._stored_run(record, history=history)
+        session = RunSession(run, surface, store=self._store, status_ts=record.status_ts)
+        return self._launch(run, session)
 
-    def resume(
-        self,
-        record: RunRecord,
-        checkpoint: Checkpoint | None,
-        make_session: Callable[[Run], RunSession],
-    ) -> LiveRun | None:
+    async def resume(self, record: RunRecord, checkpoint: Checkpoint | None) -> LiveRun | None:
         """Continue a stored run from its checkpoint, in its existing status message."""
-        if not self._accepting or record.thread in self._by_thread:
+        surface = await self._workspaces.get(record.thread.team)
+        if not self._room_in(record.thread):
             return None
-        run = self.agent.new_run(
-            record.task,
-            run_id=record.id,
-            requester=record.requester,
-            thread=record.thread,
-            restore=checkpoint,
-            resumed_because=stored_ended_because(record),
+        run = self._stored_run(
+            record, restore=checkpoint, resumed_because=stored_ended_because(record)
         )
-        return self._launch(run, record.requester, make_session, registered=True)
+        session = RunSession(
+            run, surface, store=self._store, status_ts=record.status_ts, resumed=True
+        )
+        return self._launch(run, session)
 
-    def continue_run(
-        self,
-        previous: RunRecord,
-        compacted: Compacted,
-        run_id: str,
-        make_session: Callable[[Run], RunSession],
+    async def continue_run(
+        self, previous: RunRecord, compacted: Compacted, run_id: str
     ) -> LiveRun | None:
         """Start ``run_id`` in ``previous``'s thread from the summary of its conversation
-        (its context filled up); None if the thread has a live run or we are closing."""
-        if not self._accepting or previous.thread in self._by_thread:
+        (its context filled up), in a status message of its own; None if the thread has a
+        live run or we are closing."""
+        surface = await self._workspaces.get(previous.thread.team)
+        if not self._room_in(previous.thread):
             return None
         run = continue_from(
             self.agent,
@@ -344,21 +339,30 @@ class Supervisor:
             requester=previous.requester,
             thread=previous.thread,
         )
-        return self._launch(
-            run,
-            previous.requester,
-            make_session,
-            registered=False,
-            auto_resumes=previous.auto_resumes + 1,
+        session = RunSession(run, surface, store=self._store)
+        return self._launch(run, session, registered=False, auto_resumes=previous.auto_resumes + 1)
+
+    def _room_in(self, thread: ThreadKey) -> bool:
+        """True if a stored run may start in ``thread`` here: we are not closing, and no
+        run holds the thread here."""
+        return self._accepting and thread not in self._by_thread
+
+    def _stored_run(self, record: RunRecord, **more: Any) -> Run:
+        """A run in memory for the stored ``record`` (``more``: how it starts)."""
+        return self.agent.new_run(
+            record.task,
+            run_id=record.id,
+            requester=record.requester,
+            thread=record.thread,
+            **more,
         )
 
     def _launch(
         self,
         run: Run,
-        requester: str,
-        make_session: Callable[[Run], RunSession],
+        session: RunSession,
         *,
-        registered: bool,
+        registered: bool = True,
         accepted: bool = False,
         auto_resumes: int = 0,
     ) -> LiveRun:
@@ -366,7 +370,7 @@ class Supervisor:
         leased here (else it is written first); ``accepted``: stored and leased here before
         a person's message was acknowledged, and started only if the lease is still ours
         (:meth:`_still_ours`)."""
-        live = LiveRun(run, make_session(run), requester, auto_resumes=auto_resumes)
+        live = LiveRun(run, session, run.requester, auto_resumes=auto_resumes)
         self._live[run.id] = live
         self._by_thread[run.thread] = run.id
         if self._metrics is not None:
@@ -376,6 +380,7 @@ class Supervisor:
         return live
 
     async def _drive(self, live: LiveRun, registered: bool, accepted: bool) -> None:
+        """The run's life here: opened, run, ended in Slack and in the database, gone."""
         run = live.run
         bound = structlog.contextvars.bound_contextvars(
             run_id=run.id,
@@ -386,47 +391,57 @@ class Supervisor:
         )
         with bound:
             try:
-                if accepted and not await self._still_ours(run.id):
-                    return  # the queue has it, or another worker: nothing was shown here
-                live.registered = registered or await self._register(live)
-                if not live.registered:
-                    await self._not_recorded(live)
-                    return
-                if not await live.session.open():
-                    await self._abandon(run)
-                    return
-                await self._record(run.id, status_ts=live.session.status_ts)
-                if self.stop_scan is not None:
-                    await self.stop_scan([run.id])  # a stop that came before we started
-                result = await run.run()
-                # The thread is free as soon as the run has ended: a reply that arrives
-                # while the last Slack writes are in flight starts the next run. So is
-                # its slot: the queue need not wait for Slack either.
-                self._release_thread(run)
-                if self.room_freed is not None:
-                    self.room_freed()
-                stored = await self._stored(run.id)
-                if live.lost or (stored is not None and stored.owner != self.worker_id):
-                    # Its new owner writes the Slack message; ours would contradict it.
-                    log.warning("run.ownership_lost", outcome=result.outcome.value)
-                    await live.session.abandon()
-                else:
-                    recorded = stored is not None and stored.state.is_terminal
-                    ending = await self._ending(stored) if stored is not None else None
-                    delivered = await live.session.close(result, ending=ending)
-                    await self._record_ending(run.id, result, recorded, delivered)
+                if await self._opened(live, registered=registered, accepted=accepted):
+                    await self._finish(live, await run.run())
             except Exception:
                 log.exception("session.failed")
             finally:
-                await live.session.discard()
-                if self.run_ended is not None:
-                    await _quietly(self.run_ended(run.id), "run_ended")
-                self._live.pop(run.id, None)
-                self._release_thread(run)
-                if self.resumes is not None:
-                    self.resumes.wake()  # a resume it scheduled may be due once it is gone
-                if self.room_freed is not None:
-                    self.room_freed()
+                await self._gone(live)
+
+    async def _opened(self, live: LiveRun, *, registered: bool, accepted: bool) -> bool:
+        """Make the run ready to start: still ours, registered, its status message shown,
+        and what was committed for it before now delivered. False if it never starts."""
+        run = live.run
+        if accepted and not await self._still_ours(run.id):
+            return False  # the queue has it, or another worker: nothing was shown here
+        live.registered = registered or await self._register(live)
+        if not live.registered:
+            await self._not_recorded(live)
+            return False
+        if not await live.session.open():
+            await self._abandon(run)
+            return False
+        await self._record(run.id, status_ts=live.session.status_ts)
+        await self._lifecycle.run_started(run.id)  # a stop that came before we started
+        return True
+
+    async def _finish(self, live: LiveRun, result: RunResult) -> None:
+        """The run's loop has ended: its final message, its resume and its ending."""
+        run = live.run
+        # The thread is free as soon as the run has ended: a reply that arrives while the
+        # last Slack writes are in flight starts the next run. So is its slot: the queue
+        # need not wait for Slack either.
+        self._release_thread(run)
+        self._lifecycle.room_freed()
+        stored = await self._stored(run.id)
+        if live.lost or (stored is not None and stored.owner != self._worker_id):
+            # Its new owner writes the Slack message; ours would contradict it.
+            log.warning("run.ownership_lost", outcome=result.outcome.value)
+            await live.session.abandon()
+            return
+        recorded = stored is not None and stored.state.is_terminal
+        ending = await self._lifecycle.run_ending(stored) if stored is not None else None
+        delivered = await live.session.close(result, ending=ending)
+        await record_delivery(self._store, run.id, result, recorded=recorded, delivered=delivered)
+
+    async def _gone(self, live: LiveRun) -> None:
+        """Whatever happened: the run leaves this process, and its durable side is told."""
+        run = live.run
+        await live.session.discard()
+        await _quietly(self._lifecycle.run_ended(run.id), "run_ended")
+        self._live.pop(run.id, None)
+        self._release_thread(run)
+        self._lifecycle.run_left()
 
     def lost_ownership(self, owned: set[str], *, among: Collection[str] | None = None) -> None:
         """Abort, quietly, every registered run the database no longer says we own.
@@ -443,75 +458,28 @@ class Supervisor:
                 and live.run.result is None
             ):
                 live.lost = True
-                log.error("run.lease_lost", run_id=live.run.id, worker=self.worker_id)
+                log.error("run.lease_lost", run_id=live.run.id, worker=self._worker_id)
                 live.run.request_stop(
                     StopReason.ABORT, "system:lease-lost", source=StopSource.LEASE
                 )
 
-    async def _ending(self, record: RunRecord) -> EndingView | None:
-        """Decide whether and when the run (its row, read as it ended) resumes; what its
-        final message says of it (None unless the row is terminal)."""
-        if self.resumes is None:
-            return None
-        return await self.resumes.on_run_end(record)
-
     async def _stored(self, run_id: str) -> RunRecord | None:
         """The run's row after it ended here; None if it cannot be read right now."""
         try:
-            return await self.store.get_run(run_id)
+            return await self._store.get_run(run_id)
         except StorageError:
             # Cannot tell whether it is still ours: the usual path, a correct final, is
             # the safer bet, and the terminal write below will not move a run that ended.
             log.exception("store.read_failed", step="still_ours")
             return None
 
-    async def _record_ending(
-        self, run_id: str, result: RunResult, recorded: bool, delivered: bool
-    ) -> None:
-        """Make the database agree with what Slack now shows, retried through an outage.
-
-        Normally the run recorded its ending before its final message went out and only
-        ``final_posted_at`` is left to write. If the run gave up on its terminal write
-        (the database was down longer than it waited), the ending is written here too,
-        by the same compare-and-set: a row left live would block the thread and be
-        resumed over the answer the person already has.
-        """
-        posted = {"final_posted_at": utcnow()} if delivered else {}
-
-        async def write() -> None:
-            if not recorded and await record_ending(self.store, run_id, result, **posted):
-                log.warning("run.terminal_recorded_late", outcome=result.outcome.value)
-            elif posted:
-                await self.store.update_run(run_id, **posted)
-
-        if recorded and not posted:
-            return
-        try:
-            await until_landed(write, step="record_ending", run_id=run_id)
-        except StorageError:
-            log.critical(
-                "run.terminal_unrecorded",
-                outcome=result.outcome.value,
-                final_delivered=delivered,
-                exc_info=True,
-            )
-
     async def _not_recorded(self, live: LiveRun) -> None:
         """The run could not be registered (the database did not answer): it does not
         start, since nothing could stop it or end it cleanly. The thread is told so,
         and a row whose insert landed unseen is ended rather than left for a resume."""
-        run = live.run
-        session = live.session
         log.error("run.not_recorded")
-        try:
-            await session.surface.budget.post_message(
-                session.channel, text=messages.RUN_NOT_RECORDED, thread_ts=session.thread_ts
-            )
-        except SlackError as exc:
-            log.error("reply.failed", error=exc.error)
-        except BudgetNotRunning:
-            log.error("reply.failed", error="shutting down")
-        await self._abandon(run)
+        await live.session.not_recorded()
+        await self._abandon(live.run)
 
     async def _still_ours(self, run_id: str) -> bool:
         """True if the accepted run's lease is still this worker's (renewed now); before
@@ -522,7 +490,7 @@ class Supervisor:
         in time, the run is left to the queue (its lease runs out and it is queued)."""
 
         async def renew() -> bool:
-            ours = await self.store.heartbeat(self.worker_id, [run_id], self.lease_ttl_s)
+            ours = await self._store.heartbeat(self._worker_id, [run_id], self._lease_ttl_s)
             return run_id in ours
 
         try:
@@ -542,15 +510,16 @@ class Supervisor:
             thread=run.thread,
             requester=live.requester,
             task=run.task,
-            owner=self.worker_id,
-            lease_expires_at=utcnow() + timedelta(seconds=self.lease_ttl_s),
             continued_from=run.continued_from,
             auto_resumes=live.auto_resumes,
         )
-        return await _quietly(self.store.create_run(record), "create_run")
+        registered = register_run(
+            self._store, record, owner=self._worker_id, lease_ttl_s=self._lease_ttl_s
+        )
+        return await _quietly(registered, "create_run")
 
     async def _record(self, run_id: str, **fields: Any) -> None:
-        await _quietly(self.store.update_run(run_id, **fields), "update_run")
+        await _quietly(self._store.update_run(run_id, **fields), "update_run")
 
     async def _abandon(self, run: Run) -> None:
         """The run never starts: its thread is free at once, and its row (if any) is
@@ -559,21 +528,9 @@ class Supervisor:
         await self.abandon_row(run.id)
 
     async def abandon_row(self, run_id: str) -> None:
-        """End the row of a run that never starts (``failed``), if it was written at all:
-        the thread was told so, and a row left live would be queued and run. Retried
-        through an outage."""
-
-        async def write() -> bool:
-            return await self.store.set_state(
-                run_id,
-                RunState.FAILED,
-                expected=LIVE_STATES,
-                outcome=Outcome.FAILED,
-                owner=None,
-                lease_expires_at=None,
-            )
-
-        await _quietly(until_landed(write, step="abandon", run_id=run_id), "abandon")
+        """End the row of a run that never starts, if it was written at all (the thread
+        was told so): :func:`agent_core.recording.abandon_run`."""
+        await _quietly(abandon_run(self._store, run_id), "abandon")
 
     def _release_thread(self, run: Run) -> None:
         if self._by_thread.get(run.thread) == run.id:
@@ -613,7 +570,7 @@ class Supervisor:
         for run_id in [r for r in self._accepted if r not in self._queuing]:
             self.hand_over(run_id)
             try:
-                await self.store.set_state(
+                await self._store.set_state(
                     run_id,
                     RunState.QUEUED,
                     expected=[RunState.QUEUED],

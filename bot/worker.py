@@ -2,6 +2,12 @@
 reconciler, the resume schedule, the run queue and the purge (docs/operations.md). One
 :class:`Worker` per process, owned by the app; every background task it starts is its own
 and ends in :meth:`Worker.close`.
+
+The worker builds this process's :class:`~bot.supervisor.Supervisor` and is what the
+supervisor tells as a run starts and ends (:class:`~bot.supervisor.RunLifecycle`): the
+durable side is wired to it when it is built, and its own parts, which need the
+supervisor, are built after it. The parts tell each other through the worker's methods
+(a run queued elsewhere, or requeued, or the loop calm again: the queue looks for work).
 """
 
 from __future__ import annotations
@@ -16,21 +22,24 @@ from typing import TYPE_CHECKING
 import structlog
 
 from agent_core.clock import utcnow
+from bot.loop_load import LoopLoad
 from bot.reconciler import Reconciler
 from bot.resume import Resumes
 from bot.run_queue import RunQueue
 from bot.stop_watch import StopWatcher
+from bot.supervisor import Supervisor
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import Callable
 
+    from agent_core import Agent
     from agent_core.ports import Store
     from agent_core.records import Checkpoint, RunRecord
     from bot.identity import AppIdentity
     from bot.metrics import Metrics
     from bot.settings import Settings
-    from bot.supervisor import Supervisor
     from bot.surface import Workspaces
+    from bot.views.status import EndingView
 
 __all__ = ["Worker", "default_worker_id"]
 
@@ -51,60 +60,110 @@ class Worker:
     def __init__(
         self,
         store: Store,
-        supervisor: Supervisor,
+        agent: Agent,
         workspaces: Workspaces,
         settings: Settings,
         *,
-        resume: Callable[[RunRecord, Checkpoint | None], Awaitable[None]],
         worker_id: str,
         me: AppIdentity,
         metrics: Metrics | None = None,
     ) -> None:
         self.id = worker_id
         self.store = store
-        self._supervisor = supervisor
         self._settings = settings
-        self.watcher = StopWatcher(
-            store, supervisor, workspaces, poll_s=settings.STOP_POLL_INTERVAL
-        )
-        self.reconciler = Reconciler(
+        self.load = _loop_load(settings, metrics, on_calm=self._look_for_work)
+        """How busy the event loop is (``BUSY_LOOP_LAG_MS``; None without it)."""
+        self.supervisor = Supervisor(
+            agent,
             store,
             workspaces,
+            self,
             worker_id=worker_id,
             lease_ttl_s=settings.LEASE_TTL,
-            resume=resume,
-            is_local=supervisor.holds,
-            policy=settings.resume_settings,
-        )
-        self.resumes = Resumes(
-            store,
-            supervisor,
-            workspaces,
-            settings.resume_settings,
-            worker_id=worker_id,
-            lease_ttl_s=settings.LEASE_TTL,
-            resume=resume,
-            show=self.reconciler.post_final,
-            poll_s=min(RESUME_POLL_S, settings.LEASE_TTL / 3),
-        )
-        supervisor.resumes = self.resumes
-        self.queue = RunQueue(
-            store,
-            supervisor,
-            workspaces,
-            worker_id=worker_id,
-            me=me,
-            lease_ttl_s=settings.LEASE_TTL,
-            reconciler=self.reconciler,
-            watcher=self.watcher,
-            policy=settings.resume_settings,
             metrics=metrics,
+            max_live=settings.MAX_LIVE_RUNS,
+            load=self.load,
         )
-        self.watcher.on_queued = self.queue.wake
-        self.reconciler.on_requeued = self.queue.wake
+        self.watcher = StopWatcher(
+            store,
+            self.supervisor,
+            workspaces,
+            poll_s=settings.STOP_POLL_INTERVAL,
+            on_queued=self._look_for_work,
+        )
+        self.reconciler = self._reconciler(workspaces)
+        self.resumes = self._resumes()
+        self.queue = self._queue(workspaces, me, metrics)
         self._task: asyncio.Task[None] | None = None
         self._reconciling: asyncio.Task[None] | None = None
         self._purging: asyncio.Task[None] | None = None
+
+    def _reconciler(self, workspaces: Workspaces) -> Reconciler:
+        return Reconciler(
+            self.store,
+            workspaces,
+            worker_id=self.id,
+            lease_ttl_s=self._settings.LEASE_TTL,
+            resume=self._resume,
+            is_local=self.supervisor.holds,
+            policy=self._settings.resume_settings,
+            on_requeued=self._look_for_work,
+        )
+
+    def _resumes(self) -> Resumes:
+        ttl = self._settings.LEASE_TTL
+        return Resumes(
+            self.store,
+            self.supervisor,
+            self._settings.resume_settings,
+            worker_id=self.id,
+            lease_ttl_s=ttl,
+            resume=self._resume,
+            show=self.reconciler.post_final,
+            poll_s=min(RESUME_POLL_S, ttl / 3),
+        )
+
+    def _queue(self, workspaces: Workspaces, me: AppIdentity, metrics: Metrics | None) -> RunQueue:
+        return RunQueue(
+            self.store,
+            self.supervisor,
+            workspaces,
+            worker_id=self.id,
+            me=me,
+            lease_ttl_s=self._settings.LEASE_TTL,
+            reconciler=self.reconciler,
+            watcher=self.watcher,
+            policy=self._settings.resume_settings,
+            metrics=metrics,
+        )
+
+    # -- what the supervisor tells it (RunLifecycle) -----------------------------------
+
+    async def run_started(self, run_id: str) -> None:
+        await self.watcher.scan([run_id])
+
+    def room_freed(self) -> None:
+        self._look_for_work()
+
+    async def run_ending(self, record: RunRecord) -> EndingView | None:
+        return await self.resumes.on_run_end(record)
+
+    async def run_ended(self, run_id: str) -> None:
+        await self.watcher.run_ended(run_id)
+
+    def run_left(self) -> None:
+        self.resumes.wake()  # a resume it scheduled may be due once it is gone
+        self._look_for_work()
+
+    def _look_for_work(self) -> None:
+        """There may be room here, or a run waiting: the queue's taker looks."""
+        self.queue.wake()
+
+    async def _resume(self, record: RunRecord, checkpoint: Checkpoint | None) -> None:
+        """Continue an interrupted run here, in its existing status message."""
+        await self.supervisor.resume(record, checkpoint)
+
+    # -- lifecycle ---------------------------------------------------------------------
 
     async def start(self) -> None:
         await self.watcher.start()
@@ -134,9 +193,9 @@ class Worker:
             try:
                 # Only the runs this process really holds: a live row naming us that we
                 # no longer hold (its ending was never stored) must expire, not live on.
-                held = self._supervisor.held_runs()
+                held = self.supervisor.held_runs()
                 renewed = await self.store.heartbeat(self.id, held, self._settings.LEASE_TTL)
-                self._supervisor.lost_ownership(renewed, among=held)
+                self.supervisor.lost_ownership(renewed, among=held)
                 await self.queue.tick()
                 if since_reconcile >= min(RECONCILE_EVERY_S, self._settings.LEASE_TTL):
                     since_reconcile = 0.0
@@ -170,3 +229,16 @@ class Worker:
             await self.reconciler.run_once(starting=starting)
         except Exception:
             log.exception("worker.reconcile_failed")
+
+
+def _loop_load(
+    settings: Settings, metrics: Metrics | None, *, on_calm: Callable[[], None]
+) -> LoopLoad | None:
+    """The event loop's load, when ``BUSY_LOOP_LAG_MS`` is set (its lag a metric)."""
+    if not settings.BUSY_LOOP_LAG_MS:
+        return None
+    return LoopLoad(
+        busy_lag_s=settings.BUSY_LOOP_LAG_MS / 1000,
+        on_lag=metrics.loop_lag.set if metrics is not None else None,
+        on_calm=on_calm,
+    )

@@ -34,7 +34,6 @@ from agent_core.records import is_accepted, is_waiting
 from bot import messages
 from bot.errors import BudgetNotRunning, SlackError
 from bot.handlers.steering import STEERED, Steering
-from bot.session import RunSession
 from bot.stops import ACK_BUDGET_S
 from bot.thread_history import read_thread, task_of
 from bot.trust import Person, person_of
@@ -46,7 +45,7 @@ if TYPE_CHECKING:
     from slack_bolt.async_app import AsyncApp
     from slack_bolt.context.async_context import AsyncBoltContext
 
-    from agent_core import ChatMessage, Run, RunRecord
+    from agent_core import ChatMessage, RunRecord
     from bot.context import BotContext
     from bot.surface import SlackSurface
 
@@ -241,17 +240,6 @@ class Mentions:
             for person in sorted(read.people - {asked.user}):
                 await ctx.stops.note_participant(thread, person)
 
-        def make_session(run: Run) -> RunSession:
-            return RunSession(
-                run,
-                surface,
-                store=ctx.store,
-                channel=thread.channel,
-                thread_ts=thread.thread_ts,
-                requester=asked.user,
-                team_id=thread.team,
-            )
-
         if not ctx.supervisor.has_room():
             await ctx.worker.queue.enqueue(
                 run_id,
@@ -262,7 +250,7 @@ class Mentions:
                 surface=surface,
             )
             return
-        if ctx.supervisor.start(run_id, history=history, make_session=make_session) is None:
+        if await ctx.supervisor.start(run_id, history=history) is None:
             log.info(
                 "run.not_started", run_id=run_id, reason="shutting down: it waits in the queue"
             )

@@ -37,8 +37,7 @@ def test_one_long_pause_is_not_busy_a_late_loop_is() -> None:
 
 def test_calm_again_only_well_under_the_limit_and_said_once() -> None:
     calmed: list[float] = []
-    load = LoopLoad(busy_lag_s=0.01)
-    load.on_calm = lambda: calmed.append(load.lag_s)
+    load = LoopLoad(busy_lag_s=0.01, on_calm=lambda: calmed.append(load.lag_s))
     for _ in range(4 * SMOOTHING):
         load.sample(0.03)
     assert busy(load)

@@ -32,6 +32,7 @@ def reconciler(
     store: Store,
     workspaces: Workspaces,
     resume: Callable[[RunRecord, Checkpoint | None], Awaitable[None]] = no_resume,
+    on_requeued: Callable[[], None] | None = None,
 ) -> Reconciler:
     return Reconciler(
         store,
@@ -40,6 +41,7 @@ def reconciler(
         lease_ttl_s=3.0,
         resume=resume,
         is_local=lambda _: False,
+        on_requeued=on_requeued,
     )
 
 
@@ -109,8 +111,7 @@ async def test_the_queue_is_told_at_once_not_after_the_orphans_slack_messages(
     async def resume(record: RunRecord, checkpoint: Checkpoint | None) -> None:
         resumed.append(record.id)
 
-    passing = reconciler(store, workspaces, resume)
-    passing.on_requeued = told.set
+    passing = reconciler(store, workspaces, resume, on_requeued=told.set)
 
     reconciling = asyncio.create_task(passing.run_once())
     await asyncio.wait_for(told.wait(), 5)
