@@ -31,7 +31,7 @@ from bot import messages
 from bot.dashboard.channels import ChannelPrivacy
 from bot.errors import BudgetNotRunning, SlackError
 from bot.inbound.trust import Person
-from bot.stopping.stops import StopAsk, StopDecision
+from bot.stopping.policy import StopAsk
 from bot.views.home import FEEDBACK_KIND, ListedRun, Listing
 
 if TYPE_CHECKING:
@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from bot.inbound.trust import TrustGate
     from bot.process.settings import Settings
     from bot.slack_api.surface import Workspaces
+    from bot.stopping.decisions import StopDecision
     from bot.stopping.stops import StopService
     from bot.store_needs import DashboardStore
 

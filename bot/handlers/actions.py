@@ -26,9 +26,9 @@ from bot.handlers.acking import control
 from bot.inbound.dedupe import click_key
 from bot.inbound.trust import person_of
 from bot.slack_api.click_answer import click_answer
-from bot.stopping.policy import Origin
+from bot.stopping.policy import Origin, StopAsk
 from bot.stopping.resume_controls import ResumeAction, ResumeAsk, ResumeDecided
-from bot.stopping.stops import ACK_BUDGET_S, StopAsk, StopDecision
+from bot.stopping.stops import ACK_BUDGET_S
 from bot.views.status import ACTION_ABORT, ACTION_DONT_RESUME, ACTION_RESUME_NOW, ACTION_STOP
 
 if TYPE_CHECKING:
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
     from bot.process.context import BotContext
     from bot.slack_api.click_answer import ClickAnswer
+    from bot.stopping.decisions import StopDecision
 
 __all__ = ["ACK_BUDGET_S", "register"]
 

@@ -15,7 +15,8 @@ import structlog
 
 from agent_core import StopReason, StopSource, ThreadKey
 from bot.inbound.dedupe import event_key
-from bot.stopping.stops import StopAsk, StopDecision
+from bot.stopping.decisions import StopDecision
+from bot.stopping.policy import StopAsk
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable

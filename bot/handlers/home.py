@@ -27,8 +27,8 @@ from bot import messages
 from bot.handlers.acking import control
 from bot.inbound.dedupe import click_key
 from bot.inbound.trust import person_of
-from bot.stopping.policy import Verdict
-from bot.stopping.stops import StopAsk, StopDecision, stop_answer
+from bot.stopping.policy import StopAsk, Verdict
+from bot.stopping.stops import stop_answer
 from bot.views.home import (
     ACTION_HOME_ABORT,
     ACTION_HOME_STOP,
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from bot.dashboard.refresh import HomeRefresher
     from bot.process.context import BotContext
     from bot.process.settings import Settings
+    from bot.stopping.decisions import StopDecision
 
 __all__ = ["Click", "register", "respond_with_list"]
 

@@ -54,8 +54,8 @@ from bot import messages
 from bot.errors import BudgetNotRunning, SlackError
 from bot.inbound.trust import Person, person_of
 from bot.stopping.guidance import guidance_id, reply_text, stop_word
-from bot.stopping.policy import may_stop, needs_participants, read_participants
-from bot.stopping.stops import ACK_BUDGET_S, StopAsk
+from bot.stopping.policy import StopAsk, may_stop, needs_participants, read_participants
+from bot.stopping.stops import ACK_BUDGET_S
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -64,7 +64,7 @@ if TYPE_CHECKING:
 
     from agent_core import StopReason
     from bot.process.context import BotContext
-    from bot.stopping.stops import StopDecision
+    from bot.stopping.decisions import StopDecision
 
 __all__ = ["STEERED", "Reply", "Steered", "Steering"]
 

@@ -46,8 +46,7 @@ from bot.views.status import ACTION_ABORT, ACTION_DONT_RESUME, ACTION_RESUME_NOW
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-    from agent_core import Run, RunEvent
-    from bot.stopping.stops import StopDecision
+    from agent_core import Run, RunEvent, StopReason, StopSource
 
 __all__ = ["ACK_BUCKETS_S", "CONTENT_TYPE", "Metrics", "control_of"]
 
@@ -200,12 +199,11 @@ class Metrics:
 
     # -- hooks -------------------------------------------------------------------------
 
-    def stop_asked(self, decision: StopDecision) -> None:
-        ask, verdict = decision.ask, decision.verdict
+    def stop_asked(self, kind: StopReason, source: StopSource, verdict: str | None) -> None:
+        """A request to end a run was decided: ``verdict`` is the policy's (None: it could
+        not be recorded)."""
         self.stop_requests.labels(
-            kind=ask.kind.value,
-            source=ask.source.value,
-            verdict=verdict.value if verdict is not None else "not_recorded",
+            kind=kind.value, source=source.value, verdict=verdict or "not_recorded"
         ).inc()
 
     def acked(self, body: Mapping[str, Any], received: float) -> None:

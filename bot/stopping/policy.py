@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol
 
-from agent_core import StopReason
+from agent_core import StopReason, StopSource
 from bot.process.settings import StopPolicy
 
 if TYPE_CHECKING:
@@ -47,13 +47,13 @@ if TYPE_CHECKING:
 
     from agent_core import ThreadKey
     from bot.process.settings import Settings
-    from bot.stopping.stops import StopAsk
 
 __all__ = [
     "DOUBLE_PRESS_S",
     "Origin",
     "RunHome",
     "RunView",
+    "StopAsk",
     "Verdict",
     "comes_from",
     "may_stop",
@@ -62,6 +62,34 @@ __all__ = [
     "read_participants",
     "verdict_for",
 ]
+
+
+@dataclass(frozen=True, slots=True)
+class StopAsk:
+    """Someone asks a run to end."""
+
+    user: str
+    kind: StopReason
+    """``stop`` or ``abort``."""
+    source: StopSource
+    run_id: str | None = None
+    """The run asked about (a button's ``value``; App Home, the command)."""
+    thread: ThreadKey | None = None
+    """Without ``run_id``: the run live in this thread (native stop, stop words)."""
+    delivery: str | None = None
+    """The Slack delivery's key (``click:<action_ts>:<user>``, ``event:<event_id>``): the
+    same delivery again changes nothing and is answered once."""
+    message: Origin | None = None
+    """Where a button was pressed: it must be the run's status message."""
+    user_team: str | None = None
+    """The asker's own team, when the payload names it (:class:`bot.inbound.trust.Person`)."""
+
+    def __post_init__(self) -> None:
+        if not self.kind.by_person:
+            raise ValueError(f"a person asks for stop or abort, not {self.kind.value}")
+        if self.run_id is None and self.thread is None:
+            raise ValueError("a StopAsk needs the run id or the run's thread")
+
 
 DOUBLE_PRESS_S = 3.0
 """A second Stop pressed by the same person this soon after theirs is a double click:

@@ -45,8 +45,8 @@ if TYPE_CHECKING:
     from bot.inbound.dedupe import Deliveries
     from bot.process.settings import Settings
     from bot.slack_api.click_answer import ClickAnswer
-    from bot.stopping.policy import Origin
-    from bot.stopping.stops import StopAsk, StopDecision
+    from bot.stopping.decisions import StopDecision
+    from bot.stopping.policy import Origin, StopAsk
     from bot.store_needs import StopIntakeStore
     from bot.workers.worker import Worker
 

@@ -2,8 +2,9 @@
 
 The Stop and Abort buttons, Slack's native stop (``agent_session_stopped``), a reply
 that is only a stop word, App Home's buttons and ``/threadpilot``'s each turn what they
-received into a :class:`StopAsk` (its ``source`` an :class:`agent_core.StopSource`) and
-call, in this order (docs/architecture.md, "The path of a click")::
+received into a :class:`~bot.stopping.policy.StopAsk` (its ``source`` an
+:class:`agent_core.StopSource`) and call, in this order (docs/architecture.md, "The path
+of a click")::
 
     decision = await stops.request(ask)   # before the click or event is acknowledged
     ...ack...
@@ -51,7 +52,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -63,7 +64,6 @@ from agent_core import (
     RunState,
     StopReason,
     StopRequestRecord,
-    StopSource,
     StorageError,
     strongest,
 )
@@ -74,10 +74,12 @@ from bot import messages
 from bot.errors import BudgetNotRunning, SlackError
 from bot.inbound.trust import Person
 from bot.process.settings import StopPolicy
+from bot.stopping.decisions import StopDecision
 from bot.stopping.policy import (
     DOUBLE_PRESS_S,
     RunHome,
     RunView,
+    StopAsk,
     Verdict,
     needs_own_stops,
     read_participants,
@@ -101,72 +103,12 @@ if TYPE_CHECKING:
     from bot.store_needs import StopIntakeStore
     from bot.workers.worker import Worker
 
-__all__ = ["ACK_BUDGET_S", "StopAsk", "StopDecision", "StopService", "stop_answer"]
+__all__ = ["ACK_BUDGET_S", "StopService", "stop_answer"]
 
 log = structlog.get_logger("bot.stopping.stops")
 
 ACK_BUDGET_S = 2.0
 """Database work before an ack gets this long; Slack wants the ack within 3 s."""
-
-
-@dataclass(frozen=True, slots=True)
-class StopAsk:
-    """Someone asks a run to end."""
-
-    user: str
-    kind: StopReason
-    """``stop`` or ``abort``."""
-    source: StopSource
-    run_id: str | None = None
-    """The run asked about (a button's ``value``; App Home, the command)."""
-    thread: ThreadKey | None = None
-    """Without ``run_id``: the run live in this thread (native stop, stop words)."""
-    delivery: str | None = None
-    """The Slack delivery's key (``click:<action_ts>:<user>``, ``event:<event_id>``): the
-    same delivery again changes nothing and is answered once."""
-    message: Origin | None = None
-    """Where a button was pressed: it must be the run's status message."""
-    user_team: str | None = None
-    """The asker's own team, when the payload names it (:class:`bot.inbound.trust.Person`)."""
-
-    def __post_init__(self) -> None:
-        if not self.kind.by_person:
-            raise ValueError(f"a person asks for stop or abort, not {self.kind.value}")
-        if self.run_id is None and self.thread is None:
-            raise ValueError("a StopAsk needs the run id or the run's thread")
-
-
-@dataclass(frozen=True, slots=True)
-class StopDecision:
-    """What became of a :class:`StopAsk` before the ack; :meth:`StopService.after` ends it."""
-
-    ask: StopAsk
-    verdict: Verdict | None
-    """None when it could not be decided or made durable (``failure`` says so)."""
-    run_id: str | None = None
-    thread: ThreadKey | None = None
-    requester: str = ""
-    result: RunResult | None = None
-    """How the run ended, if it has."""
-    record: RunRecord | None = None
-    """The stored run, when decided from the database (another worker owns it)."""
-    request: StopRequestRecord | None = None
-    """The committed stop request, if this ask made one."""
-    failure: str | None = None
-    """The answer saying nothing was recorded, and why (also the refusal of an
-    ``UNTRUSTED`` asker)."""
-    local: bool = False
-    """This worker owns the run, and applied the request already."""
-    resume_cancelled: bool = False
-    """No run was live: the ask cancelled the run's scheduled resume instead."""
-    audited: bool = False
-    """Its audit event was committed with its request (a batch): :meth:`StopService.after`
-    writes none."""
-
-    @property
-    def changed(self) -> bool:
-        """True if this ask committed a request (and, on the owner, applied it)."""
-        return self.request is not None
 
 
 class StopService:
@@ -435,7 +377,8 @@ class StopService:
         an ending written here (a queued run, a cancelled resume): it shows first."""
         ask = decision.ask
         if self._metrics is not None:
-            self._metrics.stop_asked(decision)
+            verdict = decision.verdict.value if decision.verdict is not None else None
+            self._metrics.stop_asked(decision.ask.kind, decision.ask.source, verdict)
         if decision.request is not None and not decision.audited:
             await self._audit(decision, decision.request)
         decision = await self._answer_once(decision)

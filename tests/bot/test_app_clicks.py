@@ -27,12 +27,12 @@ from bot.stopping.policy import (
     Origin,
     RunHome,
     RunView,
+    StopAsk,
     Verdict,
     needs_own_stops,
     read_participants,
     verdict_for,
 )
-from bot.stopping.stops import StopAsk
 from tests.agent_core.helpers import offered_tools
 from tests.bot.harness import (
     ACTION_ABORT,
