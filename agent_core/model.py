@@ -29,8 +29,6 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import orjson
-
 from agent_core.chat import ModelRequest, ModelResponse, ToolCall, Usage
 from agent_core.errors import RetryableModelError
 from agent_core.model_http import (
@@ -39,6 +37,7 @@ from agent_core.model_http import (
     READS_PER_S,
     ModelEndpoint,
     arguments_too_long,
+    event_object,
 )
 
 if TYPE_CHECKING:
@@ -126,15 +125,7 @@ def _tool_choice(choice: str) -> str | dict[str, Any]:
 
 def _chunk(data: bytes) -> dict[str, Any]:
     """One event's JSON, or the ModelError it stands for."""
-    try:
-        chunk = orjson.loads(data)
-    except orjson.JSONDecodeError as exc:  # invalid UTF-8 included
-        # A chunk that is not JSON: the stream is corrupt, the answer unusable.
-        raise RetryableModelError(f"the model stream sent a malformed chunk: {exc}") from exc
-    if not isinstance(chunk, dict):
-        raise RetryableModelError(
-            f"the model stream sent a malformed chunk: {type(chunk).__name__}, not an object"
-        )
+    chunk = event_object(data)
     error = chunk.get("error")
     if error:
         # The provider gave up mid-stream (it can no longer change the HTTP status).

@@ -45,6 +45,7 @@ from agent_core.model_http import (
     READS_PER_S,
     ModelEndpoint,
     arguments_too_long,
+    event_object,
     refused,
 )
 
@@ -236,7 +237,7 @@ class _Turn:
     ended: bool = False
 
     def take(self, event: ServerSentEvent) -> bool:
-        data = _event(event.data)
+        data = event_object(event.data)
         kind = data.get("type")
         if kind == "content_block_delta":
             self._delta(data.get("index") or 0, data.get("delta") or {})
@@ -322,18 +323,6 @@ def _prompt_tokens(usage: Mapping[str, Any]) -> int:
         usage.get(k) or 0
         for k in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
     )
-
-
-def _event(data: bytes) -> dict[str, Any]:
-    try:
-        parsed = orjson.loads(data)
-    except orjson.JSONDecodeError as exc:  # invalid UTF-8 included
-        raise RetryableModelError(f"the model stream sent a malformed chunk: {exc}") from exc
-    if not isinstance(parsed, dict):
-        raise RetryableModelError(
-            f"the model stream sent a malformed chunk: {type(parsed).__name__}, not an object"
-        )
-    return parsed
 
 
 def _stream_error(error: Mapping[str, Any]) -> ModelError:

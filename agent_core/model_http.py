@@ -56,6 +56,7 @@ import time
 from typing import TYPE_CHECKING, Any, Protocol
 
 import aiohttp
+import orjson
 from aiohttp.helpers import get_env_proxy_for_url
 from yarl import URL
 
@@ -85,6 +86,7 @@ __all__ = [
     "ReadPacer",
     "StreamedTurn",
     "arguments_too_long",
+    "event_object",
     "refused",
     "retry_after_s",
 ]
@@ -453,3 +455,17 @@ def retry_after_s(headers: Mapping[str, str]) -> float | None:
     except (TypeError, ValueError):
         return None
     return max(0.0, parsed.timestamp() - time.time())
+
+
+def event_object(data: bytes) -> dict[str, Any]:
+    """One streamed event's JSON object, or the error a malformed one stands for: a chunk
+    that is not a JSON object means the stream is corrupt and the reply unusable (retried)."""
+    try:
+        parsed = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:  # invalid UTF-8 included
+        raise RetryableModelError(f"the model stream sent a malformed chunk: {exc}") from exc
+    if not isinstance(parsed, dict):
+        raise RetryableModelError(
+            f"the model stream sent a malformed chunk: {type(parsed).__name__}, not an object"
+        )
+    return parsed

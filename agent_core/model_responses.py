@@ -31,8 +31,6 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import orjson
-
 from agent_core.chat import ModelRequest, ModelResponse, Reasoning, ToolCall, Usage
 from agent_core.errors import (
     ContextOverflow,
@@ -47,6 +45,7 @@ from agent_core.model_http import (
     READS_PER_S,
     ModelEndpoint,
     arguments_too_long,
+    event_object,
 )
 
 if TYPE_CHECKING:
@@ -215,7 +214,7 @@ class _Turn:
     usage: Usage = field(default_factory=Usage)
 
     def take(self, event: ServerSentEvent) -> bool:
-        data = _event(event.data)
+        data = event_object(event.data)
         kind = data.get("type")
         if kind in ("response.output_text.delta", "response.refusal.delta"):
             delta = data.get("delta")
@@ -295,19 +294,6 @@ class _Turn:
         )
         reasoning = Reasoning(API, tuple(self.reasoning)) if self.reasoning else None
         return ModelResponse("".join(self.text), calls, self.finish_reason, self.usage, reasoning)
-
-
-def _event(data: bytes) -> dict[str, Any]:
-    """One event's JSON object, or the ModelError a malformed one stands for."""
-    try:
-        parsed = orjson.loads(data)
-    except orjson.JSONDecodeError as exc:  # invalid UTF-8 included
-        raise RetryableModelError(f"the model stream sent a malformed chunk: {exc}") from exc
-    if not isinstance(parsed, dict):
-        raise RetryableModelError(
-            f"the model stream sent a malformed chunk: {type(parsed).__name__}, not an object"
-        )
-    return parsed
 
 
 def _failure(error: dict[str, Any]) -> ModelError:

@@ -31,8 +31,8 @@ from agent_core.logs import configure_logging
 from bench._llmock import serving_process
 from bench._slack_app import app_settings
 from bench.chunk_cpu import _mention
-from bot.app import ThreadpilotApp
-from bot.heap import freeze_start_up_heap
+from bot.process.app import ThreadpilotApp
+from bot.process.heap import freeze_start_up_heap
 from tests.fakes.waiting import Changes
 
 if TYPE_CHECKING:

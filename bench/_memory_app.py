@@ -23,7 +23,7 @@ from agent_core import ExitCode, RunFinished, StopReason
 from bench._llmock import llmock_process, openai_model, serving_process
 from bench._probes import rss_kb
 from bench._slack_app import SECRET, StreamWatch, app_settings, mention_envelope
-from bot.app import ThreadpilotApp
+from bot.process.app import ThreadpilotApp
 from tests.fakes import slack_requests
 
 if TYPE_CHECKING:

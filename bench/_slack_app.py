@@ -31,9 +31,9 @@ import aiohttp
 
 from agent_core import HTTPChatModel, StopReason, ThreadKey, current_run
 from bench._llmock import openai_model
-from bot.app import ThreadpilotApp
-from bot.heap import freeze_start_up_heap
-from bot.settings import Settings
+from bot.process.app import ThreadpilotApp
+from bot.process.heap import freeze_start_up_heap
+from bot.process.settings import Settings
 from bot.views.status import ACTION_ABORT, ACTION_STOP
 from tests.fakes import slack_requests
 from tests.fakes.slack_api import FakeSlack
@@ -44,8 +44,8 @@ if TYPE_CHECKING:
     from agent_core import Run
     from agent_core.chat import ModelRequest, ModelResponse
     from agent_core.ports import TextSink
-    from bot.context import BotContext
-    from bot.supervisor import LiveRun
+    from bot.process.context import BotContext
+    from bot.runs.supervisor import LiveRun
 
 __all__ = [
     "ACTION_ABORT",

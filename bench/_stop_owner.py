@@ -1,4 +1,5 @@
-"""The owning worker in ``bench.stop_propagation``: a real :class:`bot.stop_watch.StopWatcher`
+"""The owning worker in ``bench.stop_propagation``: a real
+:class:`bot.workers.stop_watch.StopWatcher`
 over the shared database, holding ``--runs`` stand-in live runs. For every stop request it
 delivers it prints ``<run id> <time.monotonic()>`` (CLOCK_MONOTONIC is one clock for every
 process on the machine, so the parent can subtract its own commit times)."""
@@ -13,7 +14,7 @@ from dataclasses import dataclass, field
 
 from agent_core import StopReason, configure_logging
 from agent_core.stores.factory import open_store
-from bot.stop_watch import StopWatcher
+from bot.workers.stop_watch import StopWatcher
 
 
 @dataclass

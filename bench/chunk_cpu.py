@@ -47,8 +47,8 @@ from bench._probes import LoopLag
 from bench._setup import bench_main, parser
 from bench._slack_app import SECRET, StreamWatch, app_settings, mention_envelope
 from bench._stats import Figure, machine_line, percentile, print_figures, revision_line
-from bot.app import ThreadpilotApp
-from bot.heap import freeze_start_up_heap
+from bot.process.app import ThreadpilotApp
+from bot.process.heap import freeze_start_up_heap
 from tests.fakes import slack_requests
 
 TARGET_US = 40.0

@@ -3,7 +3,7 @@
 Targets: PostgreSQL p99 < 100 ms (LISTEN/NOTIFY wake-up), SQLite p99 < 350 ms (250 ms
 poll). This process commits stop requests with the real store (``add_stop_request``
 returns once the row is committed); a second process, ``bench._stop_owner``, runs the
-real :class:`bot.stop_watch.StopWatcher` and prints when each request reached its run.
+real :class:`bot.workers.stop_watch.StopWatcher` and prints when each request reached its run.
 Latency = observed - committed, on the machine-wide monotonic clock. Trials are spaced
 by a random 0-300 ms so they land at every phase of the SQLite poll.
 

@@ -3,8 +3,8 @@
 Exit status: 0 after a signal (at any moment, start-up included), 2 when start-up fails.
 A start-up failure is one line on stderr per problem naming what to fix (every bad setting
 at once), and nothing else: no traceback, no shutdown chatter. ``--check`` checks the
-installation and starts nothing (:mod:`bot.check`); ``--forget-user UXXXX`` deletes one
-person's ended runs and starts nothing (:mod:`bot.forget`); ``--help`` prints the usage.
+installation and starts nothing (:mod:`bot.process.check`); ``--forget-user UXXXX`` deletes one
+person's ended runs and starts nothing (:mod:`bot.process.forget`); ``--help`` prints the usage.
 
 First thing, the process makes itself not dumpable, so the tool servers it starts cannot
 read its secrets through ``/proc``; once started as root, it warns that they could
@@ -26,11 +26,11 @@ import structlog
 
 from agent_core import ConfigError, configure_logging, make_undumpable, warn_if_root
 from bot.errors import SlackUnreachable
-from bot.settings import Settings, load_settings
-from bot.unknown_settings import UnknownSetting, unknown_settings
+from bot.process.settings import Settings, load_settings
+from bot.process.unknown_settings import UnknownSetting, unknown_settings
 
 if TYPE_CHECKING:
-    from bot.app import ThreadpilotApp
+    from bot.process.app import ThreadpilotApp
 
 log = structlog.get_logger("bot")
 
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         # Each check reports what it found in its own line: log lines would only repeat it.
         configure_logging("console", "CRITICAL")
-        from bot.check import run_checks  # only this mode needs it (and its imports)
+        from bot.process.check import run_checks  # only this mode needs it (and its imports)
 
         return asyncio.run(run_checks())
     unknown = unknown_settings()
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         return _failed("\n".join([*map(str, unknown), str(exc)]))
     configure_logging(settings.LOG_FORMAT, settings.LOG_LEVEL)
     if args.forget_user is not None:
-        from bot.forget import forget_user
+        from bot.process.forget import forget_user
 
         return asyncio.run(forget_user(settings, args.forget_user))
     _warn_unknown(unknown)
@@ -104,9 +104,9 @@ def _warn_unknown(unknown: list[UnknownSetting]) -> None:
 
 async def serve(settings: Settings) -> int:
     # The app, its SDKs and drivers: imported once the settings are known to be good.
-    from bot.app import ThreadpilotApp
-    from bot.heap import freeze_start_up_heap
-    from bot.http_guard import raised_at
+    from bot.process.app import ThreadpilotApp
+    from bot.process.heap import freeze_start_up_heap
+    from bot.process.http_guard import raised_at
 
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -9,7 +9,7 @@
         └── SlackUnavailable     5xx, timeout or lost connection: Slack may or may not have acted
 
 slack_sdk and aiohttp errors are translated where the app talks to Slack
-(``bot/slack_budget.py``) with ``raise ... from exc``, so callers only catch these.
+(``bot/slack_api/budget.py``) with ``raise ... from exc``, so callers only catch these.
 """
 
 from __future__ import annotations

@@ -38,51 +38,52 @@ __all__ = [
 
 
 class GuidanceMarksStore(GuidanceStore, RunStore, Protocol):
-    """Settling guidance, with its audit events (:mod:`bot.guidance`)."""
+    """Settling guidance, with its audit events (:mod:`bot.stopping.guidance`)."""
 
 
 class SessionStore(GuidanceStore, RunStore, Protocol):
-    """A run's Slack session: its run's records and its guidance (:mod:`bot.session`)."""
+    """A run's Slack session: its run's records and its guidance (:mod:`bot.runs.session`)."""
 
 
 class DashboardStore(DashboardQueries, StopRequestStore, Protocol):
     """App Home and ``/threadpilot``: the listings and the pending stops
-    (:mod:`bot.dashboard`)."""
+    (:mod:`bot.dashboard.listing`)."""
 
 
 class StopIntakeStore(RunStore, RunQueries, StopRequestStore, ParticipantStore, Protocol):
     """Taking a person's stop, abort or resume decision: the run, who wrote in its
-    thread, the request and its audit event (:mod:`bot.stops`, :mod:`bot.resume_controls`)."""
+    thread, the request and its audit event (:mod:`bot.stopping.stops`,
+    :mod:`bot.stopping.resume_controls`)."""
 
 
 class QueueOrderStore(QueueStore, RunStore, Protocol):
-    """Places in the queue (:mod:`bot.queue_places`)."""
+    """Places in the queue (:mod:`bot.runs.queue_places`)."""
 
 
 class ResumeDecisions(ResumeStore, RunQueries, RunStore, Protocol):
-    """Deciding a run's resume, and starting one in place (:func:`bot.resume.decide`,
-    :func:`bot.resume.resume_in_place`)."""
+    """Deciding a run's resume, and starting one in place (:func:`bot.workers.resume.decide`,
+    :func:`bot.workers.resume.resume_in_place`)."""
 
 
 class ResumeSchedule(ResumeDecisions, SessionStore, Protocol):
-    """Deciding and starting resumes, each in a session of its own (:mod:`bot.resume`)."""
+    """Deciding and starting resumes, each in a session of its own (:mod:`bot.workers.resume`)."""
 
 
 class RunQueueStore(QueueStore, StopRequestStore, ResumeSchedule, Protocol):
     """Taking runs from the queue to a session, and ending the ones stopped while
-    waiting, with their resume decision (:mod:`bot.run_queue`)."""
+    waiting, with their resume decision (:mod:`bot.runs.run_queue`)."""
 
 
 class StopWatchStore(GuidanceStore, RunStore, StopRequestStore, Protocol):
     """What a worker's stop watcher scans: pending requests and guidance
-    (:mod:`bot.stop_watch`)."""
+    (:mod:`bot.workers.stop_watch`)."""
 
 
 class ReconcilerStore(
     LeaseStore, QueueStore, ResumeStore, RunQueries, RunStore, StopRequestStore, Protocol
 ):
-    """Ending the runs whose worker went away (:mod:`bot.reconciler`)."""
+    """Ending the runs whose worker went away (:mod:`bot.workers.reconciler`)."""
 
 
 class SupervisorStore(LeaseStore, QueueStore, RunQueries, SessionStore, Protocol):
-    """The runs this worker drives (:mod:`bot.supervisor`)."""
+    """The runs this worker drives (:mod:`bot.runs.supervisor`)."""

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from bot.settings import Settings
+from bot.process.settings import Settings
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

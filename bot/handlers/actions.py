@@ -1,9 +1,9 @@
 """Stop, Abort, Resume now and Don't resume clicks, and any button this app does not know.
 
-A click is read into a :class:`~bot.stops.StopAsk` and handed to the stop service
-(:mod:`bot.stops`): decided, checked against Slack's re-deliveries, committed and, if
+A click is read into a :class:`~bot.stopping.stops.StopAsk` and handed to the stop service
+(:mod:`bot.stopping.stops`): decided, checked against Slack's re-deliveries, committed and, if
 this worker owns the run, applied, all before ``ack()`` (in the listener's middleware,
-:mod:`bot.handlers.acking`) and within :data:`~bot.stops.ACK_BUDGET_S` of Slack's 3
+:mod:`bot.handlers.acking`) and within :data:`~bot.stopping.stops.ACK_BUDGET_S` of Slack's 3
 seconds; then, in the listener, the click's effect on the status message (through the
 click's ``response_url``, ahead of all progress, when this worker runs it), and the slow
 part (audit event, ephemeral answer). The run emits ``StopRequested`` and the run's
@@ -21,21 +21,22 @@ import structlog
 
 from agent_core import StopReason, StopSource
 from bot import messages
-from bot.click_answer import click_answer
-from bot.dedupe import click_key
 from bot.errors import SlackError
 from bot.handlers.acking import control
-from bot.policy import Origin
-from bot.resume_controls import ResumeAction, ResumeAsk, ResumeDecided
-from bot.stops import ACK_BUDGET_S, StopAsk, StopDecision
-from bot.trust import person_of
+from bot.inbound.dedupe import click_key
+from bot.inbound.trust import person_of
+from bot.slack_api.click_answer import click_answer
+from bot.stopping.policy import Origin, StopAsk
+from bot.stopping.resume_controls import ResumeAction, ResumeAsk, ResumeDecided
+from bot.stopping.stops import ACK_BUDGET_S
 from bot.views.status import ACTION_ABORT, ACTION_DONT_RESUME, ACTION_RESUME_NOW, ACTION_STOP
 
 if TYPE_CHECKING:
     from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncRespond
 
-    from bot.click_answer import ClickAnswer
-    from bot.context import BotContext
+    from bot.process.context import BotContext
+    from bot.slack_api.click_answer import ClickAnswer
+    from bot.stopping.decisions import StopDecision
 
 __all__ = ["ACK_BUDGET_S", "register"]
 
@@ -96,7 +97,7 @@ async def _request(
 async def _show_effect(ctx: BotContext, decision: StopDecision, answer: ClickAnswer) -> None:
     """First after the ack: a click that changed this worker's run shows its effect on
     the status message at once, through the click's own ``response_url``
-    (:meth:`bot.session.RunSession.answer_click`), ahead of every run's progress. A run
+    (:meth:`bot.runs.session.RunSession.answer_click`), ahead of every run's progress. A run
     that ends here after the click (a queued one) answers with its final message."""
     if not (decision.changed and decision.local and decision.run_id):
         return
@@ -178,7 +179,7 @@ def _ask(body: dict[str, Any], action: StopReason) -> StopAsk | None:
 
 
 def _team_of(body: dict[str, Any]) -> str | None:
-    """The presser's own team (:func:`bot.trust.person_of`)."""
+    """The presser's own team (:func:`bot.inbound.trust.person_of`)."""
     person = person_of(body)
     return person.team if person is not None else None
 

@@ -22,13 +22,13 @@ import structlog
 from agent_core import StopSource, StorageError
 from bot import messages
 from bot.handlers.home import respond_with_list
-from bot.stops import ACK_BUDGET_S
+from bot.stopping.stops import ACK_BUDGET_S
 from bot.views.home import render_list_message
 
 if TYPE_CHECKING:
     from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncRespond
 
-    from bot.dashboard import Dashboard
+    from bot.dashboard.listing import Dashboard
 
 __all__ = ["COMMAND", "register"]
 

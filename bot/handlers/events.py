@@ -1,7 +1,7 @@
 """Slack's own lifecycle events: the native agent-session stop button.
 
 Slack's native stop is a Stop (docs/stopping.md) like any other: it goes through the
-stop service (:mod:`bot.stops`), with the same policy, double-press and escalation rules
+stop service (:mod:`bot.stopping.stops`), with the same policy, double-press and escalation rules
 as the buttons, wherever it lands. Bolt acknowledges an event before its listener runs,
 so the part that must come before the ack (decide, commit, apply) runs in a listener
 middleware, which Bolt awaits before acknowledging; the listener does the rest.
@@ -14,15 +14,16 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from agent_core import StopReason, StopSource, ThreadKey
-from bot.dedupe import event_key
-from bot.stops import StopAsk, StopDecision
+from bot.inbound.dedupe import event_key
+from bot.stopping.decisions import StopDecision
+from bot.stopping.policy import StopAsk
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from slack_bolt.async_app import AsyncApp, AsyncBoltContext
 
-    from bot.context import BotContext
+    from bot.process.context import BotContext
 
 __all__ = ["register"]
 

@@ -1,12 +1,12 @@
 """App Home: the Home tab opened, and its buttons (Stop, Abort, Stop all), which the
 ``/threadpilot`` list shows too (docs/slack-setup.md, Home tab and /threadpilot).
 
-Every button goes through the stop service (:mod:`bot.stops`): decided, checked against
+Every button goes through the stop service (:mod:`bot.stopping.stops`): decided, checked against
 re-deliveries and committed before ``ack()`` (in the listener's middleware,
 :mod:`bot.handlers.acking`), then the audit event after it. A run owned
 by another worker is stopped through the database, as from its status message. The
 answer goes where the button was: the Home tab is published again with the answer on
-top (:class:`~bot.home_refresh.HomeRefresher`); the ``/threadpilot`` list (an ephemeral
+top (:class:`~bot.dashboard.refresh.HomeRefresher`); the ``/threadpilot`` list (an ephemeral
 message) is replaced through its ``response_url``.
 
 ``Stop all`` is for admins (``ADMIN_USER_IDS``), and Slack asks for confirmation before
@@ -24,11 +24,11 @@ import structlog
 
 from agent_core import StopReason, StopSource, StorageError
 from bot import messages
-from bot.dedupe import click_key
 from bot.handlers.acking import control
-from bot.policy import Verdict
-from bot.stops import StopAsk, StopDecision, stop_answer
-from bot.trust import person_of
+from bot.inbound.dedupe import click_key
+from bot.inbound.trust import person_of
+from bot.stopping.policy import StopAsk, Verdict
+from bot.stopping.stops import stop_answer
 from bot.views.home import (
     ACTION_HOME_ABORT,
     ACTION_HOME_STOP,
@@ -39,10 +39,11 @@ from bot.views.home import (
 if TYPE_CHECKING:
     from slack_bolt.async_app import AsyncApp, AsyncRespond
 
-    from bot.context import BotContext
-    from bot.dashboard import Dashboard, StopAll
-    from bot.home_refresh import HomeRefresher
-    from bot.settings import Settings
+    from bot.dashboard.listing import Dashboard, StopAll
+    from bot.dashboard.refresh import HomeRefresher
+    from bot.process.context import BotContext
+    from bot.process.settings import Settings
+    from bot.stopping.decisions import StopDecision
 
 __all__ = ["Click", "register", "respond_with_list"]
 

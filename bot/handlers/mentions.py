@@ -3,15 +3,15 @@ thread (docs/architecture.md, The path of a mention). A thread never gets a seco
 run, and is never blocked by a row nobody runs: a live run whose lease has run out is
 ended (as the reconciler would) instead of refusing the mention. Other apps' messages
 start nothing: two agents mentioning each other would talk forever; nor do people the
-trust boundary refuses (another organisation, guests: :mod:`bot.trust`), who are told why.
+trust boundary refuses (another organisation, guests: :mod:`bot.inbound.trust`), who are told why.
 
 The run is *accepted* before Slack's event is acknowledged (:meth:`Mentions.before_ack`,
-a listener middleware, within :data:`bot.stops.ACK_BUDGET_S`): its row is written, held
-by this worker (:meth:`bot.supervisor.Supervisor.accept`). Slack is told "received" only
+a listener middleware, within :data:`bot.stopping.stops.ACK_BUDGET_S`): its row is written, held
+by this worker (:meth:`bot.runs.supervisor.Supervisor.accept`). Slack is told "received" only
 once the run cannot be lost: if this process dies before it starts the run, the row goes
 back in the queue and another worker runs it. After the ack, the listener reads the
 thread's history, and starts the run, or queues it when this worker already drives
-``MAX_LIVE_RUNS`` runs (:mod:`bot.run_queue`).
+``MAX_LIVE_RUNS`` runs (:mod:`bot.runs.run_queue`).
 
 A reply (or a mention) in a thread whose run is still live (or queued) starts nothing: it
 is guidance for that run, or a stop word (:mod:`bot.handlers.steering`, whose middleware
@@ -34,9 +34,9 @@ from agent_core.records import is_accepted, is_waiting
 from bot import messages
 from bot.errors import BudgetNotRunning, SlackError
 from bot.handlers.steering import STEERED, Steering
-from bot.stops import ACK_BUDGET_S
-from bot.thread_history import read_thread, task_of
-from bot.trust import Person, person_of
+from bot.inbound.thread_history import read_thread, task_of
+from bot.inbound.trust import Person, person_of
+from bot.stopping.stops import ACK_BUDGET_S
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -46,8 +46,8 @@ if TYPE_CHECKING:
     from slack_bolt.context.async_context import AsyncBoltContext
 
     from agent_core import ChatMessage, RunRecord
-    from bot.context import BotContext
-    from bot.surface import SlackSurface
+    from bot.process.context import BotContext
+    from bot.slack_api.surface import SlackSurface
 
 __all__ = ["Asked", "Mentions", "register"]
 
@@ -76,7 +76,7 @@ class Asked:
     orphans: tuple[RunRecord, ...] = ()
     """Live rows of the thread whose worker is gone: ended after the ack."""
     refusal: str | None = None
-    """The person may not use the app (:mod:`bot.trust`): nothing was accepted, and
+    """The person may not use the app (:mod:`bot.inbound.trust`): nothing was accepted, and
     this is their answer."""
 
 

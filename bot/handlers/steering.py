@@ -10,17 +10,17 @@ listener runner acks: :meth:`Steering.before_ack` is that middleware, attached t
 ``app_mention`` and ``message`` listeners of :mod:`bot.handlers.mentions`. In Socket Mode
 the envelope is acknowledged once the dispatch returns, so the order is the same.
 
-Before the ack, every database call within :data:`bot.stops.ACK_BUDGET_S`:
+Before the ack, every database call within :data:`bot.stopping.stops.ACK_BUDGET_S`:
 
 1. Only a stop word: the stop service finds the thread's live run, decides and commits
-   (:meth:`bot.stops.StopService.request`); with no live run it does nothing (a bare
+   (:meth:`bot.stopping.stops.StopService.request`); with no live run it does nothing (a bare
    stop word never starts a run).
 2. Is the reply in a thread with a live run: this worker's, one another worker holds
    a live lease on, or one not started yet (accepted by a worker, or waiting in the
    queue: its guidance is delivered when it starts)? If not (or the database cannot
    say), nothing happens here and the listener carries on (a reply in a finished run's
    thread continues it, as before).
-3. By someone who may not use the app at all (:mod:`bot.trust`), longer than
+3. By someone who may not use the app at all (:mod:`bot.inbound.trust`), longer than
    ``GUIDANCE_MAX_CHARS``, or by someone ``STOP_POLICY`` does not allow (the policy that
    decides who may stop the run; under ``participants`` whoever writes in the thread is
    one): refused, nothing is queued.
@@ -52,10 +52,10 @@ from agent_core.clock import utcnow
 from agent_core.records import is_accepted, is_waiting
 from bot import messages
 from bot.errors import BudgetNotRunning, SlackError
-from bot.guidance import guidance_id, reply_text, stop_word
-from bot.policy import may_stop, needs_participants, read_participants
-from bot.stops import ACK_BUDGET_S, StopAsk
-from bot.trust import Person, person_of
+from bot.inbound.trust import Person, person_of
+from bot.stopping.guidance import guidance_id, reply_text, stop_word
+from bot.stopping.policy import StopAsk, may_stop, needs_participants, read_participants
+from bot.stopping.stops import ACK_BUDGET_S
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -63,8 +63,8 @@ if TYPE_CHECKING:
     from slack_bolt.context.async_context import AsyncBoltContext
 
     from agent_core import StopReason
-    from bot.context import BotContext
-    from bot.stops import StopDecision
+    from bot.process.context import BotContext
+    from bot.stopping.decisions import StopDecision
 
 __all__ = ["STEERED", "Reply", "Steered", "Steering"]
 

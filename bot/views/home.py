@@ -116,7 +116,7 @@ class Listing:
     live_not_listed: int = 0
     """Live runs that were not even read (more than the listing's limit)."""
     public_channels: frozenset[str] = frozenset()
-    """Channels known to be public (:mod:`bot.channels`). A run elsewhere (a DM, a group
+    """Channels known to be public (:mod:`bot.dashboard.channels`). A run elsewhere (a DM, a group
     DM, a private channel, or one Slack did not describe) shows its request only to
     whoever asked for it."""
     refused: bool = False

@@ -149,7 +149,7 @@ class ChildTask:
 @dataclass(frozen=True, slots=True)
 class StatusSnapshot:
     """What the status message should show now: built by the run's session
-    (:mod:`bot.session`) from its events, or from the stored run (the queue, the
+    (:mod:`bot.runs.session`) from its events, or from the stored run (the queue, the
     reconciler)."""
 
     run_id: str

@@ -20,8 +20,8 @@ from tests.fakes.slack_workspace import DEFAULT_CHANNEL, DEFAULT_USER
 if TYPE_CHECKING:
     import aiohttp
 
-    from bot.app import ThreadpilotApp
-    from bot.supervisor import LiveRun
+    from bot.process.app import ThreadpilotApp
+    from bot.runs.supervisor import LiveRun
     from tests.fakes.slack_api import FakeSlack
     from tests.fakes.slack_messages import Message
     from tests.fakes.slack_workspace import Json

@@ -16,7 +16,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agent_core import ResumeSettings
-from bot.reconciler import Reconciler
+from bot.workers.reconciler import Reconciler
 from tests.bot.harness import (
     ACTION_ABORT,
     LONG_TEXT,

@@ -4,7 +4,7 @@ docs/stopping.md: every click is acknowledged; clicks on finished runs, duplicat
 clicks and clicks by people the stop policy does not allow get an ephemeral reply and
 change nothing. Section 4: a second deliberate Stop on a stopping run escalates to Abort
 (level 2); the same person's double press (``DOUBLE_PRESS_S``) and a re-delivery of the
-same click do not. The decision itself (:func:`bot.policy.verdict_for`) is tested case by
+same click do not. The decision itself (:func:`bot.stopping.policy.verdict_for`) is tested case by
 case at the end.
 
 End-to-end tests press buttons on status messages the app really rendered (the fake
@@ -21,18 +21,18 @@ import pytest
 from agent_core import StopReason, StopSource, ThreadKey
 from agent_core.stores.memory import MemoryStore
 from bot import messages
-from bot.policy import (
+from bot.process.settings import Settings, StopPolicy
+from bot.stopping.policy import (
     DOUBLE_PRESS_S,
     Origin,
     RunHome,
     RunView,
+    StopAsk,
     Verdict,
     needs_own_stops,
     read_participants,
     verdict_for,
 )
-from bot.settings import Settings, StopPolicy
-from bot.stops import StopAsk
 from tests.agent_core.helpers import offered_tools
 from tests.bot.harness import (
     ACTION_ABORT,

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from agent_core import ResumeSettings, RunState
 from bot import messages
-from bot.reconciler import Reconciler
+from bot.workers.reconciler import Reconciler
 from tests.bot.harness import block_text, run_id_of, stalled_answer
 
 if TYPE_CHECKING:

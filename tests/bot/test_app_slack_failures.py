@@ -18,8 +18,8 @@ from structlog.testing import capture_logs
 from agent_core import ThreadKey
 from bot import messages
 from bot.errors import SlackRefused
-from bot.session import AnswerStream
-from bot.surface import SlackSurface
+from bot.runs.session import AnswerStream
+from bot.slack_api.surface import SlackSurface
 from bot.views.status import ACTION_ABORT, ACTION_STOP
 from tests.bot.harness import (
     LONG_TEXT,
@@ -36,7 +36,7 @@ from tests.fakes.slack_workspace import DEFAULT_CHANNEL
 if TYPE_CHECKING:
     from llmock.pytest_plugin import LLMock
 
-    from bot.slack_budget import SlackBudget
+    from bot.slack_api.budget import SlackBudget
     from tests.bot.harness import Bot
     from tests.fakes.slack_api import ApiCall, FakeSlack
     from tests.fakes.slack_messages import Message

@@ -1,7 +1,7 @@
 """What Slack answered once is not asked again and again: ``auth.test`` (start-up asks
 it, and its answer authorizes every request after), and a workspace's refusal of an
 optional method (``chat.startStream``, ``agents.sessions.setStatus``), remembered for
-:data:`bot.surface.RECHECK_AFTER_S` and learnt once by runs that start together.
+:data:`bot.slack_api.surface.RECHECK_AFTER_S` and learnt once by runs that start together.
 """
 
 from __future__ import annotations
@@ -9,13 +9,13 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from bot.surface import RECHECK_AFTER_S, Feature, SlackSurface
+from bot.slack_api.surface import RECHECK_AFTER_S, Feature, SlackSurface
 from tests.fakes import slack_requests
 
 if TYPE_CHECKING:
     from llmock.pytest_plugin import LLMock
 
-    from bot.surface import Workspaces
+    from bot.slack_api.surface import Workspaces
     from tests.bot.harness import Bot
     from tests.fakes.slack_api import FakeSlack
 

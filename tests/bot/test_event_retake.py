@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from agent_core import RunRecord, RunState, ThreadKey
 from agent_core.clock import utcnow
-from bot.dedupe import event_key
+from bot.inbound.dedupe import event_key
 from tests.bot.harness import is_final
 from tests.fakes import slack_requests
 from tests.fakes.slack_workspace import DEFAULT_CHANNEL, DEFAULT_USER, DEFAULT_WORKSPACE

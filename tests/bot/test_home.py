@@ -24,7 +24,7 @@ import pytest
 from agent_core import AuditEvent, ExitCode, Outcome, RunRecord, RunState, ThreadKey
 from agent_core.clock import utcnow
 from bot import messages
-from bot.channels import ChannelPrivacy
+from bot.dashboard.channels import ChannelPrivacy
 from bot.views.home import ACTION_HOME_ABORT, ACTION_HOME_STOP, ACTION_STOP_ALL
 from tests.bot.harness import (
     SECRET,
@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from llmock.pytest_plugin import LLMock
 
     from agent_core.ports import Store
-    from bot.surface import Workspaces
+    from bot.slack_api.surface import Workspaces
     from tests.bot.conftest import BotFactory
     from tests.bot.harness import Bot
     from tests.fakes.slack_workspace import Json

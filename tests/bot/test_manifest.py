@@ -17,7 +17,7 @@ import pytest
 
 from agent_core import ConfigError
 from bot.handlers.command import COMMAND
-from bot.settings import Settings, load_settings
+from bot.process.settings import Settings, load_settings
 
 MANIFEST = Path(__file__).resolve().parents[2] / "manifest.yml"
 

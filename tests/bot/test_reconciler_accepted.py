@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from agent_core import RunRecord, RunState, ThreadKey
 from agent_core.clock import utcnow
-from bot.reconciler import Reconciler
+from bot.workers.reconciler import Reconciler
 from tests.fakes.slack_workspace import DEFAULT_USER
 
 if TYPE_CHECKING:
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
     from agent_core import Checkpoint
     from agent_core.ports import Store
-    from bot.surface import Workspaces
+    from bot.slack_api.surface import Workspaces
     from tests.fakes.slack_api import FakeSlack
 
 

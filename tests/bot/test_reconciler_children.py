@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 from agent_core import LIVE_STATES, Outcome, RunRecord, RunState, StopReason, ThreadKey
 from agent_core.clock import utcnow
-from bot.reconciler import FINAL_GRACE_S, Reconciler
+from bot.workers.reconciler import FINAL_GRACE_S, Reconciler
 from tests.fakes.slack_workspace import DEFAULT_CHANNEL, DEFAULT_USER
 
 if TYPE_CHECKING:
     from agent_core import Checkpoint
     from agent_core.ports import Store
-    from bot.surface import Workspaces
+    from bot.slack_api.surface import Workspaces
     from tests.fakes.slack_api import FakeSlack
 
 THREAD_TS = "1700000000.000100"

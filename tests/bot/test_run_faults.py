@@ -34,8 +34,8 @@ from agent_core import (
 from agent_core import recording as recording_module
 from agent_core.clock import utcnow
 from agent_core.stores.factory import open_store
-from bot import app as app_module
 from bot import messages
+from bot.process import app as app_module
 from tests.bot.harness import WAIT_S, block_text, buttons, is_final
 from tests.fakes import slack_requests
 from tests.fakes.slack_workspace import DEFAULT_CHANNEL, DEFAULT_USER
@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from llmock.pytest_plugin import LLMock
 
     from agent_core.ports import Store
-    from bot.supervisor import Supervisor
+    from bot.runs.supervisor import Supervisor
     from tests.bot.conftest import BotFactory
     from tests.bot.harness import Bot
     from tests.fakes.slack_api import FakeSlack

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 from agent_core import RunState
 from agent_core.records import is_waiting
 from bot import messages
-from bot.queue_places import worth_refreshing
-from bot.run_queue import history_of, starting_conversation
+from bot.runs.queue_places import worth_refreshing
+from bot.runs.run_queue import history_of, starting_conversation
 from tests.bot.harness import (
     ACTION_ABORT,
     ACTION_STOP,

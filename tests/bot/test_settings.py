@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from agent_core import ConfigError, RunLimits
-from bot.settings import Settings, StopPolicy, load_settings
-from bot.unknown_settings import unknown_settings
+from bot.process.settings import Settings, StopPolicy, load_settings
+from bot.process.unknown_settings import unknown_settings
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

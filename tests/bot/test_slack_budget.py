@@ -24,7 +24,6 @@ from slack_sdk.http_retry.builtin_async_handlers import (
 from slack_sdk.web.async_client import AsyncWebClient
 from structlog.testing import capture_logs
 
-from bot import slack_budget
 from bot.errors import (
     BudgetNotRunning,
     SlackError,
@@ -32,7 +31,8 @@ from bot.errors import (
     SlackRefused,
     SlackUnavailable,
 )
-from bot.slack_budget import LIMITS_PER_MINUTE, WINDOW_SHARE, SlackBudget, TokenBucket
+from bot.slack_api import budget as slack_budget
+from bot.slack_api.budget import LIMITS_PER_MINUTE, WINDOW_SHARE, SlackBudget, TokenBucket
 from tests.fakes.slack_api import FakeSlack
 from tests.fakes.slack_workspace import DEFAULT_CHANNEL, DEFAULT_USER, DEFAULT_WORKSPACE
 

@@ -16,10 +16,11 @@ import pytest
 
 from agent_core import RunState, ThreadKey
 from agent_core.clock import utcnow
-from bot import messages, slack_budget
-from bot.reconciler import ABANDONED_LOOKUP_S, FINAL_GRACE_S
+from bot import messages
+from bot.slack_api import budget as slack_budget
 from bot.views.answer import answer_metadata
 from bot.views.status import run_metadata
+from bot.workers.reconciler import ABANDONED_LOOKUP_S, FINAL_GRACE_S
 from tests.bot.harness import WAIT_S, block_text, buttons, is_final
 from tests.fakes import slack_requests
 from tests.fakes.slack_workspace import DEFAULT_CHANNEL

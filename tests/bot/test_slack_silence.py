@@ -1,4 +1,4 @@
-"""HTTP mode that never hears from Slack says so once (bot/slack_silence.py).
+"""HTTP mode that never hears from Slack says so once (bot/process/slack_silence.py).
 
 The shipped manifest turns Socket Mode on; an app run in HTTP mode against it is ready
 and receives nothing. No API tells it so: the silence does. The real app, on the fake
@@ -14,7 +14,7 @@ import aiohttp
 import pytest
 from structlog.testing import capture_logs
 
-from bot.app import ThreadpilotApp
+from bot.process.app import ThreadpilotApp
 from tests.bot.conftest import bot_settings
 from tests.bot.harness import SECRET, WAIT_S
 from tests.bot.test_app_transports import SOCKET_MODE

@@ -23,7 +23,7 @@ import pytest
 
 from agent_core import ConfigError
 from agent_core.builtin_tools import calculate
-from bot.settings import load_settings
+from bot.process.settings import load_settings
 from tests.agent_core.stuck_tools import stuck_tools
 from tests.bot.harness import ACTION_ABORT, ACTION_STOP, WAIT_S, block_text
 
@@ -90,7 +90,7 @@ async def bot_with(
     make_bot: BotFactory, monkeypatch: pytest.MonkeyPatch, tools: tuple[Tool, ...], **settings: Any
 ) -> Bot:
     """The real app, with ``tools`` in place of the built-in ones."""
-    monkeypatch.setattr("bot.app.BUILTIN_TOOLS", tools)
+    monkeypatch.setattr("bot.process.app.BUILTIN_TOOLS", tools)
     return await make_bot(**settings)
 
 

@@ -18,7 +18,7 @@ import pytest
 
 from agent_core.records import ResumeState
 from bot import messages
-from bot.trust import CACHE_TTL_S, Person, TrustGate, person_of
+from bot.inbound.trust import CACHE_TTL_S, Person, TrustGate, person_of
 from bot.views.home import ACTION_HOME_STOP, ACTION_STOP_ALL
 from bot.views.status import ACTION_DONT_RESUME, ACTION_RESUME_NOW
 from tests.bot.conftest import bot_settings
@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from llmock.pytest_plugin import LLMock
 
     from agent_core.ports import Store
-    from bot.surface import Workspaces
+    from bot.slack_api.surface import Workspaces
     from tests.bot.conftest import BotFactory
     from tests.bot.harness import Bot
     from tests.fakes.slack_messages import Message

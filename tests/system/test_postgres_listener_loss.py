@@ -17,7 +17,7 @@ import asyncpg  # type: ignore[import-untyped]
 import pytest
 
 from agent_core.stores.postgres_listener import LISTENER_APPLICATION_NAME
-from bot.stop_watch import POLL_BACKSTOP_S
+from bot.workers.stop_watch import POLL_BACKSTOP_S
 from tests.bot.harness import ACTION_ABORT, ACTION_STOP, block_text, run_id_of, stalled_answer
 from tests.fakes.slack_workspace import DEFAULT_USER
 from tests.system.tcp_proxy import TcpProxy

@@ -1,0 +1,211 @@
+"""A Slack thread as the chat history a run starts from (docs/architecture.md, The path
+of a mention): this app's own posts as the assistant's turns, people's messages as user
+turns ("<@U…>: text"), other apps' and webhooks' posts as user turns labelled with the
+app's name ("[app: name]: text", never the agent's own words: only
+:meth:`bot.inbound.identity.AppIdentity.wrote` makes a post ours), at most ``HISTORY_MESSAGES``
+messages and ``HISTORY_CHARS`` characters, newest last.
+
+Slack gives a thread oldest first, a page at a time, so the newest messages are on its
+last page: :func:`read_replies` follows the cursor to the end (at most ``MAX_PAGES``
+pages) and keeps only the newest it was asked for. ``slack_read_thread``
+(:mod:`bot.runs.tools`) reads the thread the same way.
+
+The message that asked for the run is its task, not its history, and is left out: by its
+``ts`` when the caller has it (the mention being handled), else as the requester's latest
+message saying the task (a run taken from the queue after its accepting worker went
+away, which had not read the thread yet).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from bot.errors import SlackError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from agent_core import ChatMessage, ThreadKey
+    from bot.inbound.identity import AppIdentity
+    from bot.slack_api.budget import SlackBudget
+    from bot.slack_api.surface import SlackSurface
+
+__all__ = [
+    "HISTORY_CHARS",
+    "HISTORY_MESSAGES",
+    "MAX_PAGES",
+    "PAGE_SIZE",
+    "Replies",
+    "ThreadRead",
+    "history_from",
+    "read_replies",
+    "read_thread",
+    "task_of",
+]
+
+log = structlog.get_logger("bot.inbound.thread_history")
+
+HISTORY_MESSAGES = 50
+HISTORY_CHARS = 20_000
+PAGE_SIZE = 200
+"""Replies asked for per ``conversations.replies`` call (Slack recommends at most 200)."""
+MAX_PAGES = 10
+"""A thread is read up to this many pages (2,000 replies); a longer one is read that far
+and the reader is told (:attr:`Replies.complete`)."""
+_APP_NAME_CHARS = 80
+
+
+def task_of(text: str, bot_user_id: str) -> str:
+    """The task a message asks for: its text without its mentions of the app ("Hello"
+    when that leaves nothing)."""
+    return _without_mentions(text, bot_user_id) or "Hello"
+
+
+def _without_mentions(text: str, bot_user_id: str) -> str:
+    return re.sub(rf"<@{re.escape(bot_user_id)}(\|[^>]*)?>", "", text).strip()
+
+
+@dataclass(frozen=True, slots=True)
+class Replies:
+    """The newest messages of a thread, oldest first, as ``conversations.replies`` gives
+    them."""
+
+    newest: list[dict[str, Any]]
+    read: int
+    """How many messages (of those wanted) were read to find them."""
+    complete: bool
+    """The thread was read to its end (else it is longer than ``MAX_PAGES`` pages)."""
+
+
+async def read_replies(
+    budget: SlackBudget,
+    thread: ThreadKey,
+    *,
+    keep: int,
+    wanted: Callable[[dict[str, Any]], bool] = lambda message: True,
+    with_metadata: bool = False,
+) -> Replies:
+    """The newest ``keep`` messages of ``thread`` that are ``wanted``, read page by page
+    to the thread's end. Raises :class:`~bot.errors.SlackError` if Slack will not give
+    a page."""
+    newest: deque[dict[str, Any]] = deque(maxlen=keep)
+    last: tuple[int, str] | None = None
+    read, cursor = 0, ""
+    for _ in range(MAX_PAGES):
+        page = await budget.call(
+            "conversations.replies",
+            channel=thread.channel,
+            ts=thread.thread_ts,
+            limit=PAGE_SIZE,
+            **({"include_all_metadata": True} if with_metadata else {}),
+            **({"cursor": cursor} if cursor else {}),
+        )
+        for message in page.get("messages", []):
+            at = _ts_key(message.get("ts"))
+            if last is not None and at <= last:
+                continue  # the parent again: Slack may put it atop every page
+            last = at
+            if wanted(message):
+                read += 1
+                newest.append(message)
+        cursor = str((page.get("response_metadata") or {}).get("next_cursor") or "")
+        if not cursor:
+            return Replies(list(newest), read, complete=True)
+    log.warning("thread.read_in_part", thread=str(thread), pages=MAX_PAGES)
+    return Replies(list(newest), read, complete=False)
+
+
+def _ts_key(ts: object) -> tuple[int, str]:
+    """Slack timestamps compare as decimals ("<seconds>.<micros>"), not as strings."""
+    seconds, _, micros = str(ts).partition(".")
+    return (int(seconds) if seconds.isdigit() else 0, micros.ljust(6, "0"))
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadRead:
+    """A thread as a run starts from it."""
+
+    history: list[ChatMessage]
+    people: frozenset[str] = frozenset()
+    """Who wrote the messages read (people, not apps): the thread's participants."""
+
+
+async def read_thread(
+    surface: SlackSurface,
+    thread: ThreadKey,
+    me: AppIdentity,
+    *,
+    requester: str,
+    task: str,
+    asked_ts: str | None = None,
+) -> ThreadRead:
+    """The thread's history for a run asked for by ``requester`` with ``task`` (in the
+    message ``asked_ts``, if known). Empty if Slack cannot give it: the run goes on
+    without it."""
+    try:
+        replies = await read_replies(
+            surface.budget,
+            thread,
+            keep=HISTORY_MESSAGES + 1,  # and the asking message, left out below
+            wanted=lambda message: bool(message.get("text")),
+        )
+    except SlackError as exc:
+        log.warning("thread.history_unavailable", error=exc.error)
+        return ThreadRead([])
+    written = replies.newest
+    if asked_ts is None:
+        asked_ts = _asking_ts(written, me.user_id, requester, task)
+    people = {
+        str(m["user"])
+        for m in written
+        if m.get("user")
+        and not (me.wrote(m) or m.get("bot_id"))
+        and m.get("subtype") in (None, "thread_broadcast")
+    }
+    return ThreadRead(history_from(written, me, exclude_ts=asked_ts or ""), frozenset(people))
+
+
+def _asking_ts(
+    written: list[dict[str, Any]], bot_user_id: str, requester: str, task: str
+) -> str | None:
+    for message in reversed(written):
+        said = task_of(str(message.get("text") or ""), bot_user_id)
+        if message.get("user") == requester and said == task:
+            return str(message.get("ts"))
+    return None
+
+
+def history_from(
+    slack_messages: list[dict[str, Any]], me: AppIdentity, *, exclude_ts: str
+) -> list[ChatMessage]:
+    """The thread as a chat history: our posts as the assistant, everyone else's (people,
+    other apps) as users, each labelled with who wrote it."""
+    history: list[ChatMessage] = []
+    for message in slack_messages[-HISTORY_MESSAGES - 1 :]:
+        if message.get("ts") == exclude_ts or not message.get("text"):
+            continue
+        text = _without_mentions(str(message["text"]), me.user_id)
+        if me.wrote(message):
+            history.append({"role": "assistant", "content": text})
+        else:
+            history.append({"role": "user", "content": f"{_author(message)}: {text}"})
+    history = history[-HISTORY_MESSAGES:]
+    while sum(len(str(m["content"])) for m in history) > HISTORY_CHARS and len(history) > 1:
+        history.pop(0)
+    return history
+
+
+def _author(message: dict[str, Any]) -> str:
+    """Who wrote a message that is not ours: ``<@U…>`` for a person, ``[app: name]`` for
+    another app, a webhook or a workflow (by the name it posts under)."""
+    if not (message.get("bot_id") or message.get("subtype") == "bot_message"):
+        return f"<@{message.get('user')}>"
+    profile = message.get("bot_profile")
+    name = (profile.get("name") if isinstance(profile, dict) else None) or message.get("username")
+    shown = " ".join(str(name or message.get("bot_id") or "unnamed").split())
+    return f"[app: {shown[:_APP_NAME_CHARS]}]"

@@ -1,0 +1,560 @@
+"""Assembles the Slack app: Bolt, the transports, health endpoints, and orderly shutdown.
+
+Transports (docs/slack-setup.md): Socket Mode when ``SLACK_APP_TOKEN`` is set, otherwise
+HTTP on ``PORT`` at ``POST /slack/events`` (signature and shape checked by
+:mod:`bot.process.http_guard` before Bolt sees a byte, and the signature again by Bolt). Both
+serve ``GET /healthz`` (the process is up), ``GET /readyz`` (503 while starting,
+shutting down, or, in Socket Mode, disconnected) and ``GET /metrics`` (:mod:`bot.process.metrics`)
+on ``PORT``; with ``METRICS_PORT`` set, the three are served on ``METRICS_HOST`` and that
+port too, and ``/metrics`` no longer on ``PORT`` (docs/admin.md, What to expose).
+
+Start-up checks what the app depends on, quickest first, each step bounded in time:
+``PORT`` and ``METRICS_PORT`` (bound first, so ``/healthz`` answers during the rest), the
+bot token and ``SLACK_API_URL`` (``auth.test``), in Socket Mode the app-level token (the first
+``apps.connections.open``), then ``DATABASE_URL`` (connect and migrate). A step that
+fails raises :class:`ConfigError` naming the setting, before anything else is logged;
+Slack out of reach at its default address is :class:`~bot.errors.SlackUnreachable`
+instead, since no setting is at fault.
+
+Every Web API client this process makes uses ``SLACK_API_URL`` (Bolt's, the Socket Mode
+handler's, the budgets'): they are all the one :class:`AsyncWebClient` built here.
+``auth.test`` is asked once, at start-up: its answer (:class:`~bot.inbound.identity.AppIdentity`)
+also authorizes Bolt's requests, which would otherwise ask again, once for every request
+that arrives before its first answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import errno
+import time
+from functools import partial
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import aiohttp
+import structlog
+from aiohttp import web
+from slack_bolt.adapter.aiohttp import to_aiohttp_response
+from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
+from slack_bolt.adapter.socket_mode.async_internals import (
+    run_async_bolt_app,
+    send_async_response,
+)
+from slack_bolt.async_app import AsyncApp
+from slack_bolt.authorization import AuthorizeResult
+from slack_sdk.errors import SlackApiError, SlackClientError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from agent_core import (
+    BUILTIN_TOOLS,
+    Agent,
+    AgentConfig,
+    ConfigError,
+    HTTPChatModel,
+    RetryPolicy,
+    StorageError,
+    build_model,
+)
+from agent_core.delegation import DELEGATE
+from agent_core.mcp import McpManager
+from agent_core.stores.factory import open_store
+from bot import messages
+from bot.dashboard.listing import Dashboard
+from bot.dashboard.refresh import HomeRefresher
+from bot.errors import SlackUnreachable
+from bot.handlers import actions, command, events, feedback, home, mentions
+from bot.inbound.dedupe import Deliveries, EventDeduper
+from bot.inbound.identity import AppIdentity
+from bot.inbound.trust import TrustGate
+from bot.process.context import BotContext
+from bot.process.http_guard import Refusal, SlackRequestGuard, on_bolt_error
+from bot.process.metrics import CONTENT_TYPE, Metrics
+from bot.process.slack_silence import SILENCE_S, SlackSilence
+from bot.runs.tools import SLACK_READ_THREAD, slack_read_thread
+from bot.slack_api.surface import Workspaces
+from bot.stopping.stops import ACK_BUDGET_S, StopService
+from bot.workers.worker import Worker, default_worker_id
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from slack_sdk.socket_mode.async_client import AsyncBaseSocketModeClient
+    from slack_sdk.socket_mode.request import SocketModeRequest
+
+    from agent_core import ChatModel
+    from agent_core.ports import Store
+    from bot.process.loop_load import LoopLoad
+    from bot.process.settings import Settings
+
+__all__ = ["SHUTDOWN_BUDGET_S", "ThreadpilotApp"]
+
+log = structlog.get_logger("bot.process.app")
+
+SHUTDOWN_BUDGET_S = 15.0
+"""Everything after SIGTERM fits in this, well inside the 20 s target (docs/operations.md)."""
+
+_T = TypeVar("_T")
+
+MCP_CLOSE_S = 5.0
+"""Closing the MCP servers at shutdown: a stdio server that ignores its closed stdin is
+SIGTERMed after 2 s. One still running past this ends on its own when we exit (its stdin
+closes)."""
+
+STEP_TIMEOUT_S = 8.0
+"""Each start-up step that waits on something outside (Slack, the database, the Socket
+Mode connection) gets this long: a fault ends start-up well within 15 s."""
+
+
+class ThreadpilotApp:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        model: ChatModel | None = None,
+        listen_port: int | None = None,
+        listen_host: str = "0.0.0.0",
+        silence_after_s: float = SILENCE_S,
+    ) -> None:
+        self.settings = settings
+        self.silence = SlackSilence(silence_after_s)
+        """HTTP mode: one warning if Slack sends nothing at all
+        (:mod:`bot.process.slack_silence`)."""
+        self._model = model
+        self._listen = (listen_host, settings.PORT if listen_port is None else listen_port)
+        self._ready = False
+        self._session: aiohttp.ClientSession | None = None
+        self._runner: web.AppRunner | None = None
+        self._metrics_runner: web.AppRunner | None = None
+        self._socket: AsyncSocketModeHandler | None = None
+        self._owned_model: HTTPChatModel | None = None
+        self._store: Store | None = None
+        self._dashboard: Dashboard | None = None
+        self._home: HomeRefresher | None = None
+        self._load: LoopLoad | None = None
+        self._guard: SlackRequestGuard | None = None
+        self._started = False
+        self.metrics = Metrics(model_api=settings.MODEL_API.value)
+        """This app's series, served at ``GET /metrics``."""
+        self.mcp = McpManager(
+            settings.mcp_servers,
+            reserved=[*(t.name for t in BUILTIN_TOOLS), SLACK_READ_THREAD, DELEGATE],
+            on_cancel=self.metrics.mcp_cancelled,
+        )
+        """The MCP servers of ``MCP_CONFIG``: started by :meth:`start`, closed by
+        :meth:`shutdown` whatever happened in between."""
+        self.port: int | None = None
+        self.metrics_port: int | None = None
+        """Where ``METRICS_PORT``'s listener is bound (None without it)."""
+        self.ctx: BotContext | None = None
+        self.bolt: AsyncApp | None = None
+
+    # -- start -------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Check the settings that can only be checked by using them, then take work.
+
+        Raises :class:`ConfigError` naming the setting at fault; call :meth:`shutdown`
+        afterwards either way (it releases whatever was opened, quietly if start failed).
+        """
+        settings = self.settings
+        await self._listen_http()
+        self._session = aiohttp.ClientSession()
+        client = AsyncWebClient(
+            token=settings.SLACK_BOT_TOKEN, base_url=settings.SLACK_API_URL, session=self._session
+        )
+        me, socket_url = await self._ask_slack(client)
+        self._store = await _step(
+            partial(ConfigError, "DATABASE_URL"),
+            "the database",
+            _open_store(
+                settings.DATABASE_URL, settings.DATABASE_POOL_SIZE, settings.MIGRATION_TIMEOUT
+            ),
+        )
+        # A server that does not start is logged once and left out; the others serve.
+        await self.mcp.start()
+        self.metrics.mcp_tools({t: s.name for s in self.mcp.status() for t in s.tools})
+        ctx = self.ctx = self._assemble(client, me, self._store)
+        # Leases, the stop watcher and the reconciler run before we take any work: a run
+        # started here must be heartbeated, and a click landing elsewhere must reach it.
+        await ctx.worker.start()
+        assert self._home is not None
+        await self._home.start()
+        if self._load is not None:
+            self._load.start()
+        bolt = self.bolt = self._bolt(client, ctx)
+        if socket_url is not None:
+            await self._connect_socket(bolt, client, socket_url)
+        self._ready = self._started = True
+        if not settings.socket_mode:
+            self.silence.start()
+        log.info(
+            "app.ready",
+            transport="socket_mode" if settings.socket_mode else "http",
+            port=self.port,
+            metrics_port=self.metrics_port,
+            bot_user_id=me.user_id,
+            api_url=settings.SLACK_API_URL,
+            mcp_tools=len(self.mcp.tools),
+        )
+
+    async def _ask_slack(self, client: AsyncWebClient) -> tuple[AppIdentity, str | None]:
+        """Who this app is (``auth.test``) and, in Socket Mode, a connection URL: each
+        proves its token works."""
+        settings = self.settings
+        unreachable = _slack_fault(settings)
+        at = settings.SLACK_API_URL
+        me = await _step(unreachable, f"Slack at {at} (auth.test)", _who_am_i(client, unreachable))
+        if settings.SLACK_APP_TOKEN is None:
+            return me, None
+        socket_url = await _step(
+            unreachable,
+            f"Slack at {at} (apps.connections.open)",
+            _socket_url(client, settings.SLACK_APP_TOKEN, unreachable),
+        )
+        return me, socket_url
+
+    def _assemble(self, client: AsyncWebClient, me: AppIdentity, store: Store) -> BotContext:
+        """Build the parts that take work, each wired when it is built: the worker (and its
+        supervisor), the stop service, the App Home."""
+        settings = self.settings
+        workspaces = Workspaces(client, metrics=self.metrics)
+        trust = TrustGate(settings, workspaces, me.team_id)
+        worker = Worker(
+            store,
+            self._agent(workspaces, me, store),
+            workspaces,
+            settings,
+            worker_id=settings.WORKER_ID or default_worker_id(),
+            me=me,
+            metrics=self.metrics,
+        )
+        self._load = worker.load
+        deliveries = Deliveries(store)
+        stops = StopService(
+            store,
+            worker.supervisor,
+            worker,
+            workspaces,
+            settings,
+            deliveries,
+            trust,
+            metrics=self.metrics,
+        )
+        self._dashboard = Dashboard(store, settings, workspaces, stops, trust)
+        self._home = HomeRefresher(self._dashboard, store, workspaces)
+        return BotContext(
+            settings, worker.supervisor, workspaces, me, store, worker, stops, deliveries, trust
+        )
+
+    def _agent(self, workspaces: Workspaces, me: AppIdentity, store: Store) -> Agent:
+        settings = self.settings
+        return Agent(
+            self._model or self._own_model(),
+            [*BUILTIN_TOOLS, slack_read_thread(workspaces, me), *self.mcp.tools],
+            config=AgentConfig(
+                max_turns=settings.MAX_TURNS,
+                final_turn_timeout_s=settings.FINAL_TURN_TIMEOUT,
+                tool_timeout_s=settings.TOOL_TIMEOUT,
+                how_to_continue=messages.HOW_TO_CONTINUE,
+                retry=RetryPolicy(max_retry_after_s=settings.MAX_RETRY_AFTER),
+                budget=settings.run_limits.budget,
+                max_tool_calls_per_step=settings.run_limits.max_tool_calls_per_step,
+                max_children_per_run=settings.run_limits.max_children_per_run,
+                context_window=settings.run_limits.context_window,
+            ),
+            store=store,
+        )
+
+    async def _connect_socket(self, bolt: AsyncApp, client: AsyncWebClient, url: str) -> None:
+        """Open the Socket Mode connection, at the URL start-up already got (its token is
+        known to work)."""
+        token = self.settings.SLACK_APP_TOKEN
+        assert token is not None
+        self._socket = _TimedSocketMode(bolt, token, web_client=client, metrics=self.metrics)
+        self._socket.client.wss_uri = url
+        await _step(
+            partial(ConfigError, "SLACK_APP_TOKEN"),
+            "the Socket Mode connection",
+            self._socket.connect_async(),  # type: ignore[no-untyped-call]
+        )
+
+    def _own_model(self) -> HTTPChatModel:
+        """The adapter of ``MODEL_API``, closed by :meth:`shutdown`."""
+        endpoint = self.settings.model_endpoint
+        self._owned_model = build_model(
+            endpoint.api,
+            model=endpoint.model,
+            api_key=endpoint.api_key,
+            base_url=endpoint.base_url,
+            reply_timeout_s=self.settings.MODEL_REPLY_TIMEOUT,
+            max_output_tokens=self.settings.run_limits.max_output_tokens,
+        )
+        return self._owned_model
+
+    def _bolt(self, client: AsyncWebClient, ctx: BotContext) -> AsyncApp:
+        socket_mode = self.settings.socket_mode
+        # Bolt takes its token from the authorization: a client of its own without one
+        # (the token would be set aside, with a warning).
+        tokenless = copy.copy(client)
+        tokenless.token = None
+        bolt = AsyncApp(
+            client=tokenless,
+            authorize=_authorization(ctx.me, self.settings.SLACK_BOT_TOKEN),
+            # Socket Mode payloads are not signed (the xapp- token authenticates the socket).
+            signing_secret=self.settings.SLACK_SIGNING_SECRET or "unused-in-socket-mode",
+            request_verification_enabled=not socket_mode,
+            ignoring_self_events_enabled=True,
+            # Requests no listener takes go to on_bolt_error too: one line, not Bolt's
+            # multi-line suggestion of a listener to write.
+            raise_error_for_unhandled_request=True,
+        )
+        bolt.error(on_bolt_error)
+        # Durable and shared by every worker: a retry delivered elsewhere is dropped too.
+        deduper = EventDeduper(ctx.deliveries, ctx.store, ctx.me, budget_s=ACK_BUDGET_S)
+        bolt.middleware(deduper.middleware)
+        mentions.register(bolt, ctx)
+        # Before actions.register, whose last listener takes every button nobody took.
+        assert self._dashboard is not None and self._home is not None
+        home.register(bolt, ctx, self._dashboard, self._home)
+        command.register(bolt, self._dashboard)
+        feedback.register(bolt, ctx)
+        actions.register(bolt, ctx)
+        events.register(bolt, ctx)
+        return bolt
+
+    async def _listen_http(self) -> None:
+        """Bind ``PORT``: ``/healthz``, ``/readyz``, ``/metrics`` unless ``METRICS_PORT``
+        has it, and (HTTP mode) ``/slack/events``, which answers 503 until the app is
+        ready. Then ``METRICS_PORT``, if set, with the first three."""
+        settings = self.settings
+        public = self._health_app(metrics=settings.METRICS_PORT is None)
+        if not settings.socket_mode:
+            assert settings.SLACK_SIGNING_SECRET  # settings require it in HTTP mode
+            self._guard = SlackRequestGuard(settings.SLACK_SIGNING_SECRET)
+            public.router.add_post("/slack/events", self._slack_events)
+        self._runner, self.port = await _bind(public, *self._listen, setting="PORT")
+        if settings.METRICS_PORT is not None:
+            self._metrics_runner, self.metrics_port = await _bind(
+                self._health_app(metrics=True),
+                settings.METRICS_HOST,
+                settings.METRICS_PORT,
+                setting="METRICS_PORT",
+            )
+
+    def _health_app(self, *, metrics: bool) -> web.Application:
+        web_app = web.Application()
+        web_app.router.add_get("/healthz", self._healthz)
+        web_app.router.add_get("/readyz", self._readyz)
+        if metrics:
+            web_app.router.add_get("/metrics", self._serve_metrics)
+        return web_app
+
+    async def _slack_events(self, request: web.Request) -> web.Response:
+        received = time.perf_counter()
+        assert self._guard is not None
+        admitted = self._guard.admit(await request.read(), request.headers)
+        if isinstance(admitted, Refusal):
+            log.warning("slack_request.refused", status=admitted.status, reason=admitted.reason)
+            return web.json_response({"error": admitted.reason}, status=admitted.status)
+        self.silence.heard()
+        if not self._ready or self.bolt is None:
+            return web.json_response({"error": "not ready"}, status=503)
+        acked = await self.bolt.async_dispatch(admitted)
+        self.metrics.acked(admitted.body, received)
+        return await to_aiohttp_response(acked)
+
+    async def _healthz(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def _serve_metrics(self, request: web.Request) -> web.Response:
+        return web.Response(body=self.metrics.render(), headers={"Content-Type": CONTENT_TYPE})
+
+    async def _readyz(self, request: web.Request) -> web.Response:
+        ready = self._ready
+        if ready and self._socket is not None:
+            ready = await self._socket.client.is_connected()
+        status = 200 if ready else 503
+        return web.json_response({"ready": ready}, status=status)
+
+    # -- stop --------------------------------------------------------------------------
+
+    async def shutdown(self, timeout_s: float = SHUTDOWN_BUDGET_S) -> None:
+        """Stop taking work, end live runs with reason ``shutdown``, flush Slack, close.
+
+        After a failed :meth:`start` this only releases what start opened, and says
+        nothing: the start-up error is the one line the operator needs.
+        """
+        self._ready = False
+        self.silence.close()
+        say = log.info if self._started else log.debug
+        say("app.shutting_down")
+        if self._load is not None:
+            self._load.close()
+        try:
+            async with asyncio.timeout(timeout_s + 2):
+                if self._socket is not None:
+                    await _bounded(
+                        self._socket.close_async(),  # type: ignore[no-untyped-call]
+                        2.0,
+                        "socket_mode.close",
+                    )
+                if self.ctx is not None:
+                    await self.ctx.supervisor.shutdown(timeout_s * 0.6)
+                # The runs have ended (their MCP calls were cancelled with them).
+                await _bounded(self.mcp.close(), MCP_CLOSE_S, "mcp.close")
+                if self._home is not None:
+                    await self._home.close()
+                if self.ctx is not None:
+                    await self.ctx.worker.close()
+                    await _bounded(self.ctx.workspaces.close(), timeout_s * 0.25, "slack.flush")
+                if self._store is not None:
+                    await self._store.close()
+                if self._owned_model is not None:
+                    await self._owned_model.aclose()
+                if self._runner is not None:
+                    await self._runner.cleanup()
+                if self._metrics_runner is not None:
+                    await self._metrics_runner.cleanup()
+                if self._session is not None:
+                    await self._session.close()
+        finally:
+            # Whatever failed or ran out of time above: no stdio server outlives us.
+            # (A second close is quick: it finds every server ended.)
+            await _bounded(self.mcp.close(), MCP_CLOSE_S, "mcp.close")
+        say("app.stopped")
+
+
+class _TimedSocketMode(AsyncSocketModeHandler):
+    """Bolt's Socket Mode handler, timing each control from receipt to its ack."""
+
+    def __init__(self, app: AsyncApp, app_token: str, *, metrics: Metrics, **kwargs: Any) -> None:
+        super().__init__(app, app_token, **kwargs)
+        self._metrics = metrics
+
+    async def handle(self, client: AsyncBaseSocketModeClient, req: SocketModeRequest) -> None:
+        received, start = time.perf_counter(), time.time()
+        response = await run_async_bolt_app(self.app, req)
+        await send_async_response(client, req, response, start)
+        self._metrics.acked(req.payload, received)
+
+
+def _slack_fault(settings: Settings) -> Callable[[str], Exception]:
+    """The error for "Slack cannot be reached": it names ``SLACK_API_URL`` only when the
+    operator set it; at the default address the network is what to check."""
+
+    def fault(problem: str) -> Exception:
+        if "SLACK_API_URL" in settings.model_fields_set:
+            return ConfigError("SLACK_API_URL", problem)
+        return SlackUnreachable(problem)
+
+    return fault
+
+
+async def _who_am_i(client: AsyncWebClient, unreachable: Callable[[str], Exception]) -> AppIdentity:
+    """The app's ids, which also proves the token works: a clear start-up error if not."""
+    try:
+        auth = await client.auth_test()
+    except SlackApiError as exc:
+        raise ConfigError(
+            "SLACK_BOT_TOKEN", f"Slack refused it ({exc.response.get('error')})"
+        ) from exc
+    except (SlackClientError, aiohttp.ClientError, OSError) as exc:
+        raise unreachable(f"cannot reach Slack at {client.base_url} ({exc})") from exc
+    return AppIdentity.from_auth_test(auth.data if isinstance(auth.data, dict) else {})
+
+
+def _authorization(me: AppIdentity, token: str) -> Callable[[], Awaitable[AuthorizeResult]]:
+    """Bolt's ``authorize``: every request is this app's, as start-up's ``auth.test`` said."""
+    result = AuthorizeResult(
+        enterprise_id=me.enterprise_id,
+        team_id=me.team_id or None,
+        team=me.team or None,
+        url=me.url or None,
+        bot_user_id=me.user_id,
+        bot_id=me.bot_id or None,
+        bot_token=token,
+    )
+
+    async def authorize() -> AuthorizeResult:
+        return result
+
+    return authorize
+
+
+async def _socket_url(
+    client: AsyncWebClient, app_token: str, unreachable: Callable[[str], Exception]
+) -> str:
+    """A Socket Mode connection URL, which also proves the app-level token works."""
+    try:
+        response = await client.apps_connections_open(app_token=app_token)
+    except SlackApiError as exc:
+        raise ConfigError(
+            "SLACK_APP_TOKEN",
+            f"Slack refused it ({exc.response.get('error')}); it must be an app-level "
+            "token of this app with the connections:write scope",
+        ) from None
+    except (SlackClientError, aiohttp.ClientError, OSError) as exc:
+        raise unreachable(f"cannot reach Slack at {client.base_url} ({exc})") from None
+    url = response.get("url")
+    if not isinstance(url, str):
+        raise ConfigError("SLACK_APP_TOKEN", "Slack gave no Socket Mode URL for it")
+    return url
+
+
+async def _step(fault: Callable[[str], Exception], what: str, work: Awaitable[_T]) -> _T:
+    """``work``, or ``fault``'s error (one naming the setting) if it takes too long."""
+    try:
+        async with asyncio.timeout(STEP_TIMEOUT_S) as deadline:
+            return await work
+    except TimeoutError:
+        if not deadline.expired():
+            raise
+        # No advice here: the setting it names (or, for Slack at its default address, the
+        # network) is where to look.
+        raise fault(f"no answer from {what} within {STEP_TIMEOUT_S:g} s") from None
+
+
+async def _bind(
+    web_app: web.Application, host: str, port: int, *, setting: str
+) -> tuple[web.AppRunner, int]:
+    """Serve ``web_app`` on ``host:port``: its runner and the port bound (``port`` 0 picks
+    one); a :class:`ConfigError` naming ``setting`` if it cannot listen there."""
+    runner = web.AppRunner(web_app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    try:
+        await site.start()
+    except OSError as exc:
+        await runner.cleanup()
+        raise ConfigError(setting, _cannot_listen(host, port, exc, setting)) from None
+    sockets = getattr(site._server, "sockets", None) or []
+    return runner, sockets[0].getsockname()[1] if sockets else port
+
+
+def _cannot_listen(host: str, port: int, exc: OSError, setting: str) -> str:
+    if exc.errno == errno.EADDRINUSE:
+        return (
+            f"port {port} is already in use on {host}; stop what listens there or set "
+            f"{setting} to a free port"
+        )
+    return f"cannot listen on {host}:{port} ({exc.strerror or exc}); set {setting} to another port"
+
+
+async def _open_store(database_url: str, pool_size: int, migration_timeout_s: float) -> Store:
+    """The database, migrated; a start-up error naming DATABASE_URL if it cannot be used."""
+    try:
+        return await open_store(
+            database_url, pool_size=pool_size, migration_timeout_s=migration_timeout_s
+        )
+    except StorageError as exc:
+        raise ConfigError("DATABASE_URL", f"cannot open the database ({exc})") from exc
+
+
+async def _bounded(work: object, timeout_s: float, what: str) -> None:
+    assert asyncio.iscoroutine(work)
+    try:
+        async with asyncio.timeout(timeout_s):
+            await work
+    except TimeoutError:
+        log.error("shutdown.step_timed_out", step=what, timeout_s=timeout_s)

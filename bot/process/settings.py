@@ -1,0 +1,475 @@
+"""The Slack app's settings, from the environment or ``.env`` (docs/operations.md).
+
+Every setting is listed, with its meaning, in ``.env.example``. A missing or malformed
+one stops start-up with a single line that names it (:func:`load_settings`); a name that
+is not a setting is reported with the nearest one (:mod:`bot.process.unknown_settings`).
+
+Light on purpose: ``python -m bot`` reads the settings before it imports the rest of the
+app, so a settings mistake is reported at once. What only one check needs (the MCP
+config reader) is imported where it is used.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
+
+from pydantic import (
+    Field,
+    PrivateAttr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from agent_core import (
+    BUDGET_SETTINGS,
+    EndedBecause,
+    ResumeSettings,
+    RunLimits,
+    limits_from_settings,
+    parse_auto_resume,
+    parse_max_auto_resumes,
+    parse_user_exit_grace,
+)
+from agent_core.errors import ConfigError
+from agent_core.model_api import ModelAPI
+from agent_core.model_http import DEFAULT_REPLY_TIMEOUT_S
+from agent_core.stores.defaults import ANSWERING_POOL_SIZE, MIGRATION_TIMEOUT_S, POOL_SIZE
+from agent_core.stores.factory import parse_database_url
+from bot.process.loop_load import BUSY_LAG_S
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    # Only a private attribute's annotation, which pydantic does not resolve: importing
+    # it for real would load the MCP SDK before the settings are read.
+    from agent_core.mcp import ServerConfig  # noqa: TC004
+
+__all__ = [
+    "ENV_FILE",
+    "ModelEndpointSettings",
+    "Settings",
+    "SettingsInvalid",
+    "StopPolicy",
+    "load_settings",
+]
+
+ENV_FILE = ".env"
+"""The settings file, in the working directory; the environment wins over it."""
+
+_T = TypeVar("_T")
+
+
+class StopPolicy(StrEnum):
+    """Who may press Stop or Abort on a run (admins always may)."""
+
+    REQUESTER = "requester"
+    """Only the person who started the run."""
+    PARTICIPANTS = "participants"
+    """Anyone who has written in the run's thread."""
+    ANYONE = "anyone"
+
+
+@dataclass(frozen=True, slots=True)
+class ModelEndpointSettings:
+    """What the adapter of ``MODEL_API`` is built from."""
+
+    api: ModelAPI
+    api_key: str
+    model: str
+    base_url: str | None
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_file=ENV_FILE,
+        env_file_encoding="utf-8",
+        extra="ignore",
+        case_sensitive=True,
+        env_ignore_empty=True,  # an empty line in .env means "use the default"
+    )
+
+    SLACK_BOT_TOKEN: str = Field(description="Bot token, xoxb-...")
+    SLACK_SIGNING_SECRET: str | None = Field(
+        default=None, description="Verifies HTTP requests; not needed with Socket Mode."
+    )
+    SLACK_APP_TOKEN: str | None = Field(
+        default=None,
+        description="App-level token (xapp-...) with connections:write: turns Socket Mode on.",
+    )
+    SLACK_API_URL: str = "https://slack.com/api/"
+    # -- the model API (MODEL_API picks the adapter; its key and model are required) --
+    MODEL_API: ModelAPI = Field(
+        default=ModelAPI.OPENAI_CHAT,
+        description="openai-chat (Chat Completions), openai-responses or anthropic.",
+    )
+    ANTHROPIC_API_KEY: str | None = Field(default=None, validate_default=True)
+    ANTHROPIC_BASE_URL: str | None = None
+    ANTHROPIC_MODEL: str | None = Field(default=None, validate_default=True)
+    MODEL_REPLY_TIMEOUT: float = Field(
+        default=DEFAULT_REPLY_TIMEOUT_S,
+        gt=0,
+        description="Seconds one model reply may take, however its stream keeps busy.",
+    )
+    OPENAI_API_KEY: str | None = Field(default=None, validate_default=True)
+    OPENAI_BASE_URL: str | None = None
+    OPENAI_MODEL: str | None = Field(default=None, validate_default=True)
+    DATABASE_URL: str = "sqlite:///./threadpilot.db"
+    PORT: int = Field(default=3000, ge=1, le=65535)
+    METRICS_PORT: int | None = Field(
+        default=None,
+        ge=1,
+        le=65535,
+        description="A listener of its own for GET /metrics, /healthz and /readyz, on "
+        "METRICS_HOST; PORT then serves no /metrics. Empty: all on PORT.",
+    )
+    METRICS_HOST: str = Field(
+        default="127.0.0.1", description="The address METRICS_PORT listens on."
+    )
+    STOP_POLICY: StopPolicy = StopPolicy.REQUESTER
+    ADMIN_USER_IDS: Annotated[frozenset[str], NoDecode] = frozenset()
+    ALLOW_EXTERNAL_USERS: bool = Field(
+        default=False,
+        description="true: people from other organisations (Slack Connect) may use the app.",
+    )
+    ALLOW_GUESTS: bool = Field(
+        default=False, description="true: the workspace's guests may use the app."
+    )
+    LOG_FORMAT: Literal["console", "json"] = "console"
+    LOG_LEVEL: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    MAX_TURNS: int = Field(default=20, ge=1)
+    FINAL_TURN_TIMEOUT: float | None = Field(default=None, gt=0)
+    TOOL_TIMEOUT: float = Field(default=120.0, gt=0)
+    MAX_RETRY_AFTER: float = Field(
+        default=120.0,
+        ge=0,
+        description="The longest Retry-After a run waits out in place; a longer one ends it "
+        "blocked, to resume after it (AUTO_RESUME).",
+    )
+    MCP_CONFIG: str | None = Field(
+        default=None,
+        description='A JSON file listing MCP servers ({"mcpServers": {...}}): their tools.',
+    )
+    GUIDANCE_MAX_CHARS: int = Field(default=4000, ge=1)
+    AUTO_RESUME: Annotated[frozenset[EndedBecause], NoDecode] = Field(
+        default=ResumeSettings().auto_resume,
+        description="Why a run may have ended for it to resume on its own (docs/stopping.md).",
+    )
+    MAX_AUTO_RESUMES: int = Field(default=ResumeSettings().max_auto_resumes, ge=0)
+    USER_EXIT_GRACE: timedelta = ResumeSettings().user_exit_grace
+    AUTO_RESUME_ON_RESTART: bool = Field(
+        default=True,
+        description="Deprecated alias: false takes shutdown and worker_lost out of AUTO_RESUME.",
+    )
+    DATABASE_POOL_SIZE: int = Field(
+        default=POOL_SIZE,
+        ge=1,
+        le=100,
+        description="PostgreSQL connections one worker opens for its runs' work (clicks have "
+        f"{ANSWERING_POOL_SIZE} more of their own).",
+    )
+    RETENTION_DAYS: int = Field(default=30, ge=1)
+    MIGRATION_TIMEOUT: float = Field(default=MIGRATION_TIMEOUT_S, gt=0)
+    LEASE_TTL: float = Field(default=30.0, ge=3.0)
+    MAX_LIVE_RUNS: int = Field(
+        default=200,
+        ge=1,
+        description="Runs one worker process drives at once; more wait in the durable queue.",
+    )
+    BUSY_LOOP_LAG_MS: float = Field(
+        default=BUSY_LAG_S * 1000,
+        ge=0,
+        description="A worker whose event loop runs this late on average (ms) takes no new "
+        "runs until it is calm again; 0 turns this off.",
+    )
+    STOP_POLL_INTERVAL: float = Field(default=0.25, gt=0, le=10)
+    WORKER_ID: str | None = None
+    # -- budgets: the text as written, read by the core's one parser (budget_settings.py)
+    RUN_TOKEN_BUDGET: str | None = Field(default=None, description="Default 1000000; 0: off.")
+    RUN_TOOL_CALL_BUDGET: str | None = Field(default=None, description="Default 200; 0: off.")
+    RUN_TIME_BUDGET: str | None = Field(default=None, description="90s|10m|1h; default 30m.")
+    RUN_COST_BUDGET: str | None = Field(default=None, description="USD; needs both prices.")
+    MODEL_PRICE_INPUT: str | None = Field(default=None, description="USD per 1M prompt tokens.")
+    MODEL_PRICE_OUTPUT: str | None = Field(default=None, description="USD per 1M output tokens.")
+    MAX_TOOL_CALLS_PER_STEP: str | None = Field(default=None, description="Default 16.")
+    MAX_CHILDREN_PER_RUN: str | None = Field(default=None, description="Default 8.")
+    MODEL_MAX_OUTPUT_TOKENS: str | None = None
+    MODEL_CONTEXT_WINDOW: str | None = None
+
+    _mcp_servers: tuple[ServerConfig, ...] = PrivateAttr(default=())
+    _run_limits: RunLimits = PrivateAttr(default_factory=RunLimits)
+
+    @field_validator("SLACK_BOT_TOKEN")
+    @classmethod
+    def _bot_token(cls, value: str) -> str:
+        if not value.startswith("xoxb-"):
+            raise ValueError("must be a bot token starting with xoxb-")
+        if _placeholder(value, "xoxb-"):
+            raise ValueError("is a placeholder: paste the Bot User OAuth Token (xoxb-...)")
+        return value
+
+    @field_validator("OPENAI_API_KEY", "ANTHROPIC_API_KEY")
+    @classmethod
+    def _api_key(cls, value: str | None) -> str | None:
+        if value is not None and _placeholder(value, "sk-"):
+            raise ValueError("is a placeholder: set the model endpoint's API key")
+        return value
+
+    @field_validator("OPENAI_API_KEY", "OPENAI_MODEL", "ANTHROPIC_API_KEY", "ANTHROPIC_MODEL")
+    @classmethod
+    def _required_by_the_api(cls, value: str | None, info: ValidationInfo) -> str | None:
+        # Each API needs its own key and model; the other API's may stay unset. (MODEL_API
+        # is declared first, so it is read here; when it is invalid, it says so itself.)
+        api = info.data.get("MODEL_API")
+        if value is None and api is not None and info.field_name in _model_settings(api):
+            raise PydanticCustomError(
+                _MISSING_FOR_API, "required with MODEL_API={api}", {"api": api.value}
+            )
+        return value
+
+    @field_validator("SLACK_APP_TOKEN")
+    @classmethod
+    def _app_token(cls, value: str | None) -> str | None:
+        if value in (None, ""):
+            return None
+        if not value.startswith("xapp-"):
+            raise ValueError("must be an app-level token starting with xapp-")
+        if _placeholder(value, "xapp-"):
+            raise ValueError("is a placeholder: paste the App-Level Token (xapp-...)")
+        return value
+
+    @field_validator(
+        "SLACK_SIGNING_SECRET", "OPENAI_BASE_URL", "ANTHROPIC_BASE_URL", "MCP_CONFIG", mode="before"
+    )
+    @classmethod
+    def _empty_is_unset(cls, value: Any) -> Any:
+        return None if value == "" else value
+
+    @field_validator("SLACK_API_URL", "OPENAI_BASE_URL", "ANTHROPIC_BASE_URL")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("must be an http:// or https:// URL")
+        return value
+
+    @field_validator("SLACK_API_URL")
+    @classmethod
+    def _trailing_slash(cls, value: str) -> str:
+        # slack_sdk joins the method name straight onto the base URL.
+        return value if value.endswith("/") else value + "/"
+
+    @field_validator("ADMIN_USER_IDS", mode="before")
+    @classmethod
+    def _user_ids(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return frozenset(v.strip() for v in value.split(",") if v.strip())
+        return value
+
+    @field_validator("AUTO_RESUME", mode="before")
+    @classmethod
+    def _auto_resume(cls, value: Any) -> Any:
+        return _parsed(parse_auto_resume, value) if isinstance(value, str) else value
+
+    @field_validator("MAX_AUTO_RESUMES", mode="before")
+    @classmethod
+    def _max_auto_resumes(cls, value: Any) -> Any:
+        return _parsed(parse_max_auto_resumes, value) if isinstance(value, str) else value
+
+    @field_validator("USER_EXIT_GRACE", mode="before")
+    @classmethod
+    def _user_exit_grace(cls, value: Any) -> Any:
+        if isinstance(value, str | int | float) and not isinstance(value, bool):
+            return _parsed(parse_user_exit_grace, str(value))
+        return value
+
+    @field_validator("LOG_LEVEL", mode="before")
+    @classmethod
+    def _upper(cls, value: Any) -> Any:
+        return value.upper() if isinstance(value, str) else value
+
+    @field_validator("DATABASE_URL")
+    @classmethod
+    def _database_url(cls, value: str) -> str:
+        # The store factory's own parser: every form it opens is accepted here (including
+        # postgresql+asyncpg://), and what it refuses is refused with its message.
+        try:
+            parse_database_url(value)
+        except ConfigError as exc:
+            raise ValueError(exc.problem) from None
+        return value
+
+    @model_validator(mode="after")
+    def _transport(self) -> Settings:
+        if self.SLACK_APP_TOKEN is None and not self.SLACK_SIGNING_SECRET:
+            raise ValueError(
+                "SLACK_SIGNING_SECRET: required in HTTP mode (set it, or set "
+                "SLACK_APP_TOKEN to use Socket Mode)"
+            )
+        return self
+
+    @property
+    def model_endpoint(self) -> ModelEndpointSettings:
+        """The key, model and base URL of ``MODEL_API`` (None: the API's own default)."""
+        key_name, model_name = _model_settings(self.MODEL_API)
+        anthropic = self.MODEL_API is ModelAPI.ANTHROPIC
+        base = self.ANTHROPIC_BASE_URL if anthropic else self.OPENAI_BASE_URL
+        key, model = getattr(self, key_name), getattr(self, model_name)
+        assert isinstance(key, str) and isinstance(model, str)  # _required_by_the_api saw to it
+        return ModelEndpointSettings(self.MODEL_API, key, model, base)
+
+    @model_validator(mode="after")
+    def _metrics_port(self) -> Settings:
+        if self.METRICS_PORT == self.PORT:
+            raise ValueError(f"METRICS_PORT: must differ from PORT ({self.PORT})")
+        return self
+
+    @model_validator(mode="after")
+    def _mcp_config(self) -> Settings:
+        # Read and checked here, with the other settings: a bad file stops start-up with
+        # one line naming MCP_CONFIG and the file, before anything is started.
+        if self.MCP_CONFIG is not None:
+            from agent_core.mcp import load_mcp_config  # the MCP SDK comes with it
+
+            try:
+                self._mcp_servers = load_mcp_config(self.MCP_CONFIG)
+            except ConfigError as exc:
+                where = "" if self.MCP_CONFIG in exc.problem else f" (in {self.MCP_CONFIG})"
+                raise ValueError(f"{exc.setting}: {exc.problem}{where}") from None
+        return self
+
+    @field_validator(*BUDGET_SETTINGS, mode="before")
+    @classmethod
+    def _budget_text(cls, value: Any) -> Any:
+        # Given as a number (an override in code): the parser reads its text all the same.
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return str(value)
+        return value
+
+    @model_validator(mode="after")
+    def _budgets(self) -> Settings:
+        written = {n: v for n in BUDGET_SETTINGS if isinstance(v := getattr(self, n), str)}
+        try:
+            self._run_limits = limits_from_settings(written)
+        except ConfigError as exc:
+            raise ValueError(f"{exc.setting}: {exc.problem}") from None
+        return self
+
+    @property
+    def run_limits(self) -> RunLimits:
+        """The request budget and the per-step, per-run and per-reply caps."""
+        return self._run_limits
+
+    @property
+    def socket_mode(self) -> bool:
+        return self.SLACK_APP_TOKEN is not None
+
+    @property
+    def resume_settings(self) -> ResumeSettings:
+        """``AUTO_RESUME``, ``MAX_AUTO_RESUMES`` and ``USER_EXIT_GRACE`` for the policy.
+
+        ``AUTO_RESUME_ON_RESTART=false`` (the setting this one replaced, still read) takes
+        ``shutdown`` and ``worker_lost`` out of ``AUTO_RESUME``.
+        """
+        reasons = self.AUTO_RESUME
+        if not self.AUTO_RESUME_ON_RESTART:
+            reasons -= {EndedBecause.SHUTDOWN, EndedBecause.WORKER_LOST}
+        return ResumeSettings(reasons, self.MAX_AUTO_RESUMES, self.USER_EXIT_GRACE)
+
+    @property
+    def mcp_servers(self) -> tuple[ServerConfig, ...]:
+        """The MCP servers ``MCP_CONFIG`` lists (none without it)."""
+        return self._mcp_servers
+
+
+def _model_settings(api: ModelAPI) -> tuple[str, str]:
+    """The settings that name the key and the model of ``api``."""
+    if api is ModelAPI.ANTHROPIC:
+        return "ANTHROPIC_API_KEY", "ANTHROPIC_MODEL"
+    return "OPENAI_API_KEY", "OPENAI_MODEL"
+
+
+def _parsed(parse: Callable[[str], _T], raw: str) -> _T:
+    """A setting read by the core's own parser, its ConfigError made pydantic's error."""
+    try:
+        return parse(raw)
+    except ConfigError as exc:
+        raise ValueError(exc.problem) from None
+
+
+class SettingsInvalid(ConfigError):
+    """Several settings are wrong: ``str()`` is one line per setting, all of them."""
+
+    def __init__(self, problems: list[ConfigError]) -> None:
+        super().__init__(problems[0].setting, problems[0].problem)
+        self.problems = problems
+        self.args = ("\n".join(str(p) for p in problems),)
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Read and validate the settings; raise :class:`ConfigError` naming every bad one
+    (one line each in its message; :class:`SettingsInvalid` when there are several).
+
+    ``_env_file`` (pydantic-settings' own override) names another settings file, or
+    ``None`` for none; a missing setting's line says where it was looked for."""
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        missing = _missing(overrides.get("_env_file", ENV_FILE))
+        problems = [_problem(error, missing) for error in exc.errors()]
+    if len(problems) == 1:
+        raise problems[0] from None
+    raise SettingsInvalid(problems) from None
+
+
+def _problem(error: Any, missing: str) -> ConfigError:
+    location = [str(p) for p in error["loc"]]
+    message = str(error["msg"]).removeprefix("Value error, ")
+    if location:
+        problem = message
+        if error["type"] == "missing":
+            problem = missing
+        elif error["type"] == _MISSING_FOR_API:  # "missing (required with ...): set it in ..."
+            problem = missing.replace("missing", f"missing ({message})", 1)
+        return ConfigError(location[0], problem)
+    name, _, problem = message.partition(": ")
+    return ConfigError(name, problem)
+
+
+_MISSING_FOR_API = "missing_for_api"
+"""The error type of a setting only the chosen ``MODEL_API`` requires."""
+
+
+def _missing(env_file: object) -> str:
+    """What a missing setting's line says: where settings come from, and how to start."""
+    if env_file is None:
+        return "missing: set it in the environment"
+    if not isinstance(env_file, str | Path):  # several files: pydantic-settings allows it
+        return "missing: set it in the environment or in a settings file"
+    path = Path(env_file).absolute()
+    if path.is_file():
+        return f"missing: set it in {path} or in the environment (.env.example explains it)"
+    return (
+        f"missing: set it in the environment or in {path}, which does not exist "
+        "(cp .env.example .env, then fill it in)"
+    )
+
+
+_PLACEHOLDER_MARKS = ("...", "<", ">", "your-", "your_", "changeme")
+
+
+def _placeholder(value: str, prefix: str = "") -> bool:
+    """A value copied from an example instead of a real one (``xoxb-``, ``sk-...``)."""
+    bare = value.strip()
+    return bare == prefix or any(mark in bare.lower() for mark in _PLACEHOLDER_MARKS)
