@@ -71,7 +71,7 @@ if TYPE_CHECKING:
     from bot.store_needs import SessionStore
     from bot.views.status import EndingView
 
-__all__ = ["AnswerStream", "RunSession"]  # AnswerStream: bot.answer_stream's, re-exported
+__all__ = ["AnswerStream", "RunSession"]  # AnswerStream: bot.runs.answer_stream's, re-exported
 
 log = structlog.get_logger("bot.runs.session")
 

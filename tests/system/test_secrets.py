@@ -59,7 +59,7 @@ MARK = "tpsecret"
 READ_BY_PROC = ("parent_environ", "parent_memory", "parent_cwd_env")
 """The worker's /proc entries that a process which is not dumpable keeps to itself (its
 ``cmdline`` stays readable by all, as ``ps`` needs: the app takes no secret as an argument)."""
-PROBE_MODULES = "import bot.app, agent_core, mcp, llmock, tests.fakes.mcp_snoop"
+PROBE_MODULES = "import bot.process.app, agent_core, mcp, llmock, tests.fakes.mcp_snoop"
 
 
 @dataclass(frozen=True)
