@@ -79,6 +79,15 @@ def api_model(api: ModelAPI, base_url: str, reads_per_s: float = READS_PER_S) ->
     )
 
 
+def answers_that_stall(server: LLMockServer) -> None:
+    """Script every request to stream a little of a long answer, then stall for 30 s:
+    a run that stays streaming until it is stopped or aborted."""
+    server.state.scenarios.add(
+        Reply(text="A long answer " * 100, times=None),
+        StreamFault("stall", after_chunks=2, stall_seconds=30.0, times=None),
+    )
+
+
 def stall_point(api: ModelAPI | None = None) -> int:
     """After how many chunks a stalled answer stalls: once one piece of text has come
     (on every API when ``api`` is None: the latest of them)."""

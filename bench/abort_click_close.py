@@ -29,10 +29,14 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from llmock.scenarios import Reply, StreamFault
-
 from agent_core import StopReason
-from bench._llmock import journal_of, llmock_server, paced_llmock, settled_records
+from bench._llmock import (
+    answers_that_stall,
+    journal_of,
+    llmock_server,
+    paced_llmock,
+    settled_records,
+)
 from bench._probes import LoopLag
 from bench._setup import bench_main, parser
 from bench._slack_app import ACTION_ABORT, LoadedApp
@@ -90,10 +94,7 @@ async def abort(app: LoadedApp, clicks: Clicks, target: Target) -> None:
 
 
 async def quiet(llm: LLMockServer, trials: int) -> Clicks:
-    llm.state.scenarios.add(
-        Reply(text="A long answer " * 100, times=None),
-        StreamFault("stall", after_chunks=2, stall_seconds=30.0, times=None),
-    )
+    answers_that_stall(llm)
     clicks = Clicks()
     app = LoadedApp(llm.base_url(), "http")
     await app.start()

@@ -19,7 +19,6 @@ Usage: ``.venv/bin/python -m bench.budget_final_turn [--trials N]``
 
 from __future__ import annotations
 
-import asyncio
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
@@ -34,11 +33,11 @@ from agent_core import (
     ToolFinished,
     TurnFinished,
     TurnStarted,
-    tool,
 )
 from bench._llmock import llmock_server, openai_model, settled_records
 from bench._setup import bench_main, parser
 from bench._stats import Row, machine_line, print_table, revision_line
+from bench.stop_final_turn import STEP_S, slow_step
 
 if TYPE_CHECKING:
     from llmock.testing import LLMockServer
@@ -46,19 +45,11 @@ if TYPE_CHECKING:
     from agent_core import RunEvent
 
 Kind = Literal["tool", "tokens"]
-STEP_S = 0.02
 WARMUP = 20
 BUDGETS: dict[Kind, BudgetLimits] = {
     "tool": BudgetLimits(tool_calls=1),
     "tokens": BudgetLimits(tokens=1),
 }
-
-
-@tool
-async def slow_step() -> str:
-    """A tool that takes 20 ms."""
-    await asyncio.sleep(STEP_S)
-    return "done"
 
 
 @dataclass(frozen=True)

@@ -30,9 +30,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from llmock.scenarios import Reply, StreamFault
-
-from bench._llmock import llmock_server, paced_llmock
+from bench._llmock import answers_that_stall, llmock_server, paced_llmock
 from bench._probes import LoopLag
 from bench._setup import bench_main, parser
 from bench._slack_app import ACTION_ABORT, ACTION_STOP, LoadedApp
@@ -98,10 +96,7 @@ async def stop(app: LoadedApp, clicks: Clicks, target: Target) -> None:
 
 
 async def quiet(llm: LLMockServer, trials: int) -> Clicks:
-    llm.state.scenarios.add(
-        Reply(text="A long answer " * 100, times=None),
-        StreamFault("stall", after_chunks=2, stall_seconds=30.0, times=None),
-    )
+    answers_that_stall(llm)
     clicks = Clicks()
     app = LoadedApp(llm.base_url(), "http")
     await app.start()
