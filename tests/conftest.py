@@ -8,9 +8,10 @@ from typing import TYPE_CHECKING
 import pytest
 
 from bot.process.settings import Settings
+from tests.fakes.mcp_server import FakeMcpServer
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import AsyncIterator, Iterator
 
     from llmock.pytest_plugin import LLMock
 
@@ -37,3 +38,11 @@ def _no_developer_settings(tmp_path_factory: pytest.TempPathFactory) -> Iterator
 def llm(llmock: LLMock) -> LLMock:
     """llmock with scripted answers only: unscripted requests get plain text."""
     return llmock.tool_mode("off")
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeMcpServer]:
+    """The repo's own MCP server (serve it with ``tests.fakes.mcp_server.serve_http``)."""
+    server = FakeMcpServer()
+    yield server
+    server.release()  # a slow call still waiting must not hold the server's shutdown

@@ -19,6 +19,8 @@ from agent_core.mcp import StdioServer
 
 ROOT = Path(__file__).resolve().parents[2]
 PY = sys.executable
+TIME_SERVER = {"command": PY, "args": ["-m", "mcp_server_time", "--local-timezone", "UTC"]}
+"""An ``MCP_CONFIG`` entry for the real ``mcp-server-time``, run with this interpreter."""
 WAIT_S = 10.0
 PROMPT_S = 1.0
 """An Abort that takes longer than this to end the run is not "at once"."""

@@ -17,7 +17,7 @@ from llmock.scenarios import Reply, ToolCall
 
 from agent_core.cli import STOPPING_NOTICE
 from tests.agent_core.helpers import offered_tools
-from tests.agent_core.mcp_helpers import PY, WAIT_S, until_gone
+from tests.agent_core.mcp_helpers import PY, TIME_SERVER, WAIT_S, until_gone
 from tests.agent_core.test_cli import Cli
 from tests.fakes.mcp_server import FakeMcpServer, serve_http
 
@@ -27,15 +27,6 @@ if TYPE_CHECKING:
 
     from llmock.journal import RequestRecord
     from llmock.pytest_plugin import LLMock
-
-TIME_SERVER = {"command": PY, "args": ["-m", "mcp_server_time", "--local-timezone", "UTC"]}
-
-
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeMcpServer]:
-    server = FakeMcpServer()
-    yield server
-    server.release()  # a slow call still waiting must not hold the server's shutdown
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ from tests.bot.harness import (
     run_id_of,
     stalled_answer,
 )
-from tests.bot.test_mcp_app import fake, fake_url, write_config
+from tests.bot.test_mcp_app import fake_url, write_config
 from tests.fakes.slack_api import FakeSlack
 from tests.fakes.slack_messages import StreamState
 from tests.fakes.slack_workspace import DEFAULT_CHANNEL, DEFAULT_USER
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from tests.fakes.slack_messages import Message
     from tests.fakes.slack_workspace import Json
 
-__all__ = ["fake", "fake_url"]  # the MCP fixtures, used here by name
+__all__ = ["fake_url"]  # the MCP fixture, used here by name (`fake` is in tests/conftest.py)
 
 TASK = "count the files in src"
 

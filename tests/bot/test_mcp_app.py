@@ -18,7 +18,7 @@ from llmock.scenarios import Reply, ToolCall
 from agent_core import ConfigError
 from bot.process.settings import load_settings
 from tests.agent_core.helpers import offered_tools
-from tests.agent_core.mcp_helpers import PY, children_of, until_gone
+from tests.agent_core.mcp_helpers import TIME_SERVER, children_of, until_gone
 from tests.bot.harness import ACTION_ABORT, ACTION_STOP, block_text, buttons
 from tests.fakes.mcp_server import FakeMcpServer, serve_http
 from tests.fakes.slack_workspace import DEFAULT_CHANNEL, DEFAULT_USER
@@ -32,15 +32,6 @@ if TYPE_CHECKING:
 
     from tests.bot.conftest import BotFactory
     from tests.bot.harness import Bot
-
-TIME_SERVER = {"command": PY, "args": ["-m", "mcp_server_time", "--local-timezone", "UTC"]}
-
-
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeMcpServer]:
-    server = FakeMcpServer()
-    yield server
-    server.release()  # a slow call still waiting must not hold the server's shutdown
 
 
 @pytest.fixture
