@@ -323,6 +323,26 @@ async def test_sqlite_migrates_a_long_history_while_an_old_worker_answers_clicks
     assert {"ix_runs_resume_pending", "ix_stop_requests_thread"} <= names
 
 
+def _declined_so_far(conn: sqlite3.Connection) -> int:
+    """How many runs the migration has declined so far, read without any lock."""
+    try:
+        return int(
+            conn.execute("SELECT count(*) FROM runs WHERE resume = 'declined'").fetchone()[0]
+        )
+    except sqlite3.OperationalError:  # no such column: r0007 has not begun
+        return 0
+
+
+def _write_at_once(path: str) -> None:
+    """Take the file's write lock without waiting, as a worker starting next would."""
+    conn = sqlite3.connect(path, timeout=0, isolation_level=None)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("ROLLBACK")
+    finally:
+        conn.close()
+
+
 def _sqlite_click(conn: sqlite3.Connection, n: int) -> int:
     """A click's write as threadpilot makes it (``BEGIN IMMEDIATE``, the store's doc); then
     how many runs are declined so far, as far as this worker can see."""
@@ -332,12 +352,7 @@ def _sqlite_click(conn: sqlite3.Connection, n: int) -> int:
         (f"1700000000.{n:06d}", f"run-{(n * 7919) % HISTORY + 1:06d}"),
     )
     conn.execute("COMMIT")
-    try:
-        return int(
-            conn.execute("SELECT count(*) FROM runs WHERE resume = 'declined'").fetchone()[0]
-        )
-    except sqlite3.OperationalError:  # no such column: not there yet, for this worker
-        return 0
+    return _declined_so_far(conn)
 
 
 @pytest.mark.postgres
@@ -399,10 +414,13 @@ async def test_a_migration_cut_short_is_finished_by_the_next_start(tmp_path: Pat
         declined = 0
         while not 0 < declined < MIGRATED[0]:
             assert not first.done(), "the migration ended before it could be cut short"
-            declined = await asyncio.to_thread(_sqlite_click, watcher, declined)
+            # A read, not a click: it takes no write lock, so the batches cannot starve it.
+            declined = await asyncio.to_thread(_declined_so_far, watcher)
         first.cancel()
         with pytest.raises(asyncio.CancelledError):
             await first
+        # The cancelled start-up holds no lock: a write begins at once.
+        await asyncio.to_thread(_write_at_once, path)
     finally:
         await asyncio.to_thread(watcher.close)
     versions, _, _ = await asyncio.to_thread(_inspect_sqlite, tmp_path / "history.db")

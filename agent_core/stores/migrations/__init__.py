@@ -132,6 +132,15 @@ async def upgrade_sqlite(
         if conn.get_execution_options().get("isolation_level") != "AUTOCOMMIT":
             conn.exec_driver_sql("BEGIN IMMEDIATE")
 
+    @event.listens_for(engine.sync_engine, "invalidate")
+    def _release_write_lock(dbapi_connection: Any, _record: object, _exc: object) -> None:
+        # A cancelled upgrade's connection is invalidated, then closed. Closing it leaves
+        # a "zombie" that keeps its transaction, and so the file's write lock, until
+        # the garbage collector finalizes the cut statement: the next start-up would
+        # wait out its busy timeout. Rolling back first releases the lock at once.
+        with contextlib.suppress(Exception):
+            dbapi_connection.rollback()
+
     lock = AsyncFileLock(f"{where}.migrate-lock", poll_interval=LOCK_POLL_S)
 
     @contextlib.asynccontextmanager
