@@ -477,7 +477,9 @@ class Run:
         budget = self._exhaustion if reason is FinalTurnReason.BUDGET else None
         spent = budget.sentence() if budget is not None else ""
         instruction = {"role": "system", "content": final_turn_instruction(reason, spent)}
-        request = ModelRequest([*self._messages, instruction], tools=[FINAL_REPORT])
+        request = ModelRequest(
+            [*self._messages, instruction], tools=[FINAL_REPORT], tool_choice=FINAL_REPORT.name
+        )
         one_attempt = reason is FinalTurnReason.MAX_RETRIES or self._stop_cut_rate_limit
         attempts = 1 if one_attempt else None
         cause = self._tally.last_error if reason is FinalTurnReason.MAX_RETRIES else None

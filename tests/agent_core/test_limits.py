@@ -45,6 +45,11 @@ async def test_max_turns_forces_a_final_turn(llm: LLMock, make_agent: AgentFacto
     assert len(llm.requests) == 3
     final = llm.requests[-1]
     assert offered_tools(final) == ["final_report"]
+    # Not merely offered: the model must answer with it.
+    assert (final.body or {}).get("tool_choice") == {
+        "type": "function",
+        "function": {"name": "final_report"},
+    }
     assert "every turn" in system_messages(final)[-1]
     assert result.exit_code is ExitCode.MAX_TURNS
     assert result.outcome is Outcome.BLOCKED
