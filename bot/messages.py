@@ -25,7 +25,7 @@ from agent_core import outcome_label as core_outcome_label
 if TYPE_CHECKING:
     from datetime import datetime
 
-    from agent_core import RunResult
+    from agent_core import RunResult, Spent
 
 # -- names and escaping ----------------------------------------------------------------
 
@@ -93,6 +93,36 @@ def format_tokens(tokens: int) -> str:
 
 def format_turns(turns: int) -> str:
     return count(turns, "turn")
+
+
+def format_tokens_short(tokens: int) -> str:
+    """Tokens at a glance: "950 tokens", "12.4k tokens", "3.2M tokens"."""
+    if tokens < 1_000:
+        return count(tokens, "token")
+    if tokens < 999_950:  # would round to "1000k"
+        size, suffix = 1_000, "k"
+    elif tokens < 999_950_000:
+        size, suffix = 1_000_000, "M"
+    else:
+        size, suffix = 1_000_000_000, "B"
+    shown = f"{tokens / size:,.1f}".removesuffix(".0")
+    return f"{shown}{suffix} tokens"
+
+
+def format_cost(usd: float) -> str:
+    """Dollars to the cent; under a cent, said so rather than "$0.00"."""
+    if 0 < usd < 0.005:
+        return "under $0.01"
+    return f"${usd:,.2f}"
+
+
+def spend(spent: Spent) -> str:
+    """What a request has spent: "12.4k tokens · 7 tool calls · $0.03" (the cost only
+    when prices are set)."""
+    parts = [format_tokens_short(spent.total_tokens), count(spent.tool_calls, "tool call")]
+    if spent.cost_usd is not None:
+        parts.append(format_cost(spent.cost_usd))
+    return " · ".join(parts)
 
 
 # -- the live status line --------------------------------------------------------------
@@ -278,13 +308,13 @@ STATUS_POST_IN_DOUBT = (
 """Evidence for a run abandoned at its status post, written when the message turns up."""
 
 
-def live_details(elapsed_s: float, tokens: int, requester: str) -> str:
+def live_details(elapsed_s: float, spent: Spent | None, requester: str) -> str:
+    """``spent``: what the request has spent so far (None: nothing known yet, e.g.
+    queued)."""
     # The requester is named because, under the default policy, only they (and admins)
     # may press the buttons below; others in the thread can see whom to ask.
-    return (
-        f"{format_elapsed(elapsed_s)} elapsed · {format_tokens(tokens)} · "
-        f"started by {mention(requester)}"
-    )
+    spending = f"{spend(spent)} · " if spent is not None else ""
+    return f"{format_elapsed(elapsed_s)} elapsed · {spending}started by {mention(requester)}"
 
 
 # -- controls --------------------------------------------------------------------------
@@ -368,11 +398,15 @@ def result_label(result: RunResult) -> str:
     return result.label(mention, SHUTDOWN_LABEL)
 
 
-def result_details(exit_code: ExitCode, turns: int, elapsed_s: float, tokens: int) -> str:
-    """The small print under the outcome: exit code, turns, duration, tokens."""
+def result_details(
+    exit_code: ExitCode, turns: int, elapsed_s: float, tokens: int, spent: Spent | None = None
+) -> str:
+    """The small print under the outcome: exit code, turns, duration, and what the
+    request spent (``spent``; without it, the run's own ``tokens``)."""
+    spending = spend(spent) if spent is not None else format_tokens(tokens)
     return (
         f"`{exit_code.value}` ({_EXIT_NOTES[exit_code]}) · {format_turns(turns)} · "
-        f"{format_elapsed(elapsed_s)} · {format_tokens(tokens)}"
+        f"{format_elapsed(elapsed_s)} · {spending}"
     )
 
 
