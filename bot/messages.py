@@ -661,10 +661,13 @@ def home_run_title(task: str, url: str | None, channel: str) -> str:
 
 
 def home_live_details(
-    status: str, elapsed_s: float, requester: str, *, show_requester: bool
+    status: str, elapsed_s: float, requester: str, *, show_requester: bool, spending: str = ""
 ) -> str:
-    """A live run's second line: what it is doing, for how long, and whose it is."""
+    """A live run's second line: what it is doing, for how long, what it has spent
+    (``spending``, from :func:`spend`; "" when not known here), and whose it is."""
     parts = [status, f"{format_elapsed(elapsed_s)} elapsed"]
+    if spending:
+        parts.append(spending)
     if show_requester:
         parts.append(f"started by {mention(requester)}")
     return " · ".join(parts)
@@ -678,12 +681,16 @@ def home_ended_details(
     requester: str,
     *,
     show_requester: bool,
+    spending: str = "",
 ) -> str:
-    """An ended run's second line: its outcome, why it ended, when, and whose it was."""
+    """An ended run's second line: its outcome, why it ended, when, what it spent
+    (``spending``; "" when nothing was stored), and whose it was."""
     parts = [label]
     if why:
         parts.append(f"why: {why}")
     parts.append(f"ended <!date^{ended_epoch}^{{date_short_pretty}} {{time}}|{ended_text}>")
+    if spending:
+        parts.append(spending)
     if show_requester:
         parts.append(f"started by {mention(requester)}")
     return " · ".join(parts)

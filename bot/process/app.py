@@ -241,7 +241,7 @@ class ThreadpilotApp:
             trust,
             metrics=self.metrics,
         )
-        self._dashboard = Dashboard(store, settings, workspaces, stops, trust)
+        self._dashboard = Dashboard(store, settings, workspaces, stops, trust, worker.supervisor)
         self._home = HomeRefresher(self._dashboard, store, workspaces)
         return BotContext(
             settings, worker.supervisor, workspaces, me, store, worker, stops, deliveries, trust
