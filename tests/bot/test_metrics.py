@@ -14,6 +14,7 @@ import asyncio
 from typing import TYPE_CHECKING
 
 import pytest
+from llmock.scenarios import Reply, ToolCall
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.bot.harness import (
@@ -52,6 +53,7 @@ SERIES = {
     "threadpilot_model_retries": "counter",
     "threadpilot_model_requests": "counter",
     "threadpilot_model_tokens": "counter",
+    "threadpilot_model_cost_usd": "counter",
     "threadpilot_mcp_calls": "counter",
     "threadpilot_mcp_cancellations": "counter",
 }
@@ -260,3 +262,34 @@ async def test_metrics_port_moves_metrics_off_the_public_port(make_bot: BotFacto
     with pytest.raises(OSError):
         _, writer = await asyncio.open_connection("127.0.0.2", bot.app.metrics_port)
         writer.close()
+
+
+async def test_tokens_are_counted_by_kind_and_cost_when_priced(
+    make_bot: BotFactory, llm: LLMock
+) -> None:
+    bot = await make_bot(MODEL_PRICE_INPUT="2000", MODEL_PRICE_OUTPUT="8000")
+    llm.add(Reply(tool_calls=(ToolCall("current_time", {}),)))
+    llm.reply("It is noon.")
+    before = await scrape(bot)
+    assert before.families["threadpilot_model_cost_usd"].type == "counter"
+
+    _, status = await bot.mention("what time is it?")
+    final = await bot.settled(status)
+    after = await scrape(bot)
+
+    prompt = after.value("threadpilot_model_tokens_total", api="openai-chat", kind="prompt")
+    completion = after.value("threadpilot_model_tokens_total", api="openai-chat", kind="completion")
+    assert prompt > 0 and completion > 0
+    # Both replies, as the final message counts them.
+    assert f"· {int(prompt + completion)} tokens · 1 tool call" in block_text(final)
+    cost = after.value("threadpilot_model_cost_usd_total", api="openai-chat")
+    assert cost == pytest.approx((prompt * 2000 + completion * 8000) / 1_000_000)
+
+
+async def test_without_prices_no_cost_is_counted(bot: Bot, llm: LLMock) -> None:
+    llm.reply("Free of charge.")
+    _, status = await bot.mention("hello")
+    await bot.settled(status)
+    after = await scrape(bot)
+    assert after.value("threadpilot_model_tokens_total", api="openai-chat", kind="prompt") > 0
+    assert after.value("threadpilot_model_cost_usd_total", api="openai-chat") == 0
