@@ -7,9 +7,9 @@ and handed to what records into it, and most of it listens to what exists anyway
 - each run's events (:meth:`Metrics.watch_run`, called by the supervisor as it launches a
   run): ``TurnStarted`` and ``Retrying`` are model requests (labelled by ``MODEL_API``),
   ``TurnFinished`` the tokens of a reply (by kind: prompt, completion) and, when
-  ``MODEL_PRICE_INPUT``/``_OUTPUT`` are set, what they cost in USD, ``Retrying`` is a model retry, ``ToolStarted``
-  of an MCP tool is an MCP call, ``RunFinished`` counts the ending by ``outcome`` and
-  ``ended_because``; sub-agents' events are followed too;
+  ``MODEL_PRICE_INPUT``/``_OUTPUT`` are set, what they cost in USD, ``Retrying`` is a
+  model retry, ``ToolStarted`` of an MCP tool is an MCP call, ``RunFinished`` counts
+  the ending by ``outcome`` and ``ended_because``; sub-agents' events are followed too;
 - the stop service, once per ask it decided (:meth:`Metrics.stop_asked`);
 - the Slack budget, once per HTTP request it makes, and once per 429;
 - the MCP servers' connections, once per call cancelled (Abort, shutdown, ``TOOL_TIMEOUT``);
