@@ -13,8 +13,10 @@ from llmock.scenarios import Reply, ToolCall
 
 from agent_core.agent import AgentConfig
 from agent_core.budget import Budget, BudgetKind, BudgetLimits, Prices, Spent
+from agent_core.budget_settings import SETTINGS as BUDGET_SETTINGS
 from agent_core.budget_settings import limits_from_settings
 from agent_core.chat import Usage
+from agent_core.cli import _settings_env
 from agent_core.delegation import MAX_DEPTH
 from agent_core.ended import EndedBecause
 from agent_core.errors import ConfigError
@@ -32,6 +34,8 @@ from tests.agent_core.helpers import (
 from tests.agent_core.test_cli import Cli
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from llmock.pytest_plugin import LLMock
 
     from agent_core.loop import Run
@@ -273,6 +277,33 @@ def test_the_settings_defaults_and_zero_turns_a_budget_off() -> None:
     assert written.budget.time_s == 600
     assert written.budget.cost_usd == 2.5 and written.budget.prices == Prices(3, 15)
     assert (written.context_window, written.max_output_tokens) == (128_000, 4_096)
+
+
+def test_an_empty_budget_setting_turns_it_off_and_an_absent_one_is_the_default() -> None:
+    empty = limits_from_settings(
+        {"RUN_TOKEN_BUDGET": "", "RUN_TOOL_CALL_BUDGET": " ", "RUN_TIME_BUDGET": ""}
+    )
+    assert empty.budget == BudgetLimits(tokens=None, tool_calls=None, time_s=None)
+    # Not a budget: empty is the default (the caps cannot be turned off).
+    caps = limits_from_settings({"MAX_TOOL_CALLS_PER_STEP": "", "MAX_CHILDREN_PER_RUN": ""})
+    assert (caps.max_tool_calls_per_step, caps.max_children_per_run) == (16, 8)
+    assert caps.budget == BudgetLimits()
+
+
+def test_the_terminal_reads_an_empty_budget_as_off(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    for name in BUDGET_SETTINGS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("RUN_TOKEN_BUDGET", "")
+    monkeypatch.setenv("MAX_CHILDREN_PER_RUN", "")
+    (tmp_path / ".env").write_text("RUN_TIME_BUDGET=\nMAX_TOOL_CALLS_PER_STEP=\n")
+
+    limits = limits_from_settings(_settings_env())
+
+    assert limits.budget == BudgetLimits(tokens=None, tool_calls=200, time_s=None)
+    assert (limits.max_tool_calls_per_step, limits.max_children_per_run) == (16, 8)
 
 
 @pytest.mark.parametrize(
