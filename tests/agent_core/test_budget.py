@@ -375,6 +375,27 @@ async def test_the_terminal_runner_honours_the_budget_and_reports_the_requests_u
     assert usage["cost_usd"] == pytest.approx(usage["total_tokens"] / 1_000_000)
 
 
+async def test_the_terminal_runners_usage_counts_its_sub_agents(llm: LLMock) -> None:
+    delegate = ToolCall("delegate", {"task": "multiply six by seven", "tools": ["calculate"]})
+    llm.add(Reply(tool_calls=(delegate,)))
+    llm.add(Reply(tool_calls=(ToolCall("calculate", {"expression": "6 * 7"}),)))
+    llm.reply("42")
+    llm.reply("The child says 42.")
+    env = {"MODEL_PRICE_INPUT": "1", "MODEL_PRICE_OUTPUT": "1"}
+    cli = await Cli.start(llm, "delegate it", "--json", env=env)
+    status, result = await cli.finish_json()
+
+    assert status == 0, cli.stderr
+    usage = result["usage"]
+    (child,) = result["children"]
+    # The parent ran delegate, the sub-agent calculate: both are the request's.
+    assert usage["tool_calls"] == 2
+    # Four replies: the parent's two and the sub-agent's two (its own usage, kept on it).
+    assert usage["total_tokens"] > child["usage"]["total_tokens"] > 0
+    assert usage["prompt_tokens"] > child["usage"]["prompt_tokens"]
+    assert usage["cost_usd"] == pytest.approx(usage["total_tokens"] / 1_000_000)
+
+
 async def test_the_terminal_runner_wraps_up_at_90_percent_of_model_context_window(
     llm: LLMock,
 ) -> None:
