@@ -106,3 +106,25 @@ async def test_without_prices_the_status_shows_no_cost(make_bot: BotFactory, llm
     text = block_text(final)
     assert re.search(r"\d+ tokens · 1 tool call\b", text)
     assert "$" not in text
+
+
+async def test_the_status_counts_what_a_sub_agent_spends_while_it_works(
+    make_bot: BotFactory, llm: LLMock
+) -> None:
+    delegate = ToolCall("delegate", {"task": "read the clock", "tools": ["current_time"]})
+    no_stall = StreamFault("stall", 1, 0.0)
+    llm.add(Reply(tool_calls=(delegate,)), no_stall)  # the parent
+    llm.add(Reply(tool_calls=(ToolCall("current_time", {}),)), no_stall)  # the sub-agent
+    llm.add(*stalled_answer(5.0, with_tool=False, text=SHORT_TEXT))  # its answer, held
+    llm.reply("The sub-agent read the clock.")  # the parent's answer
+    bot = await make_bot()
+    _, status = await bot.mention("ask a sub-agent for the time")
+
+    # While the sub-agent's answer is held: the parent's delegate and its tool call.
+    def both_calls(message: Message) -> bool:
+        return re.search(r"\d+ tokens · 2 tool calls\b", block_text(message)) is not None
+
+    live = await bot.until(status, both_calls)
+    assert not is_final(live)
+    final = await bot.final(status)
+    assert re.search(r"\d+ tokens · 2 tool calls\b", block_text(final))
