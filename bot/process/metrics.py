@@ -6,7 +6,8 @@ and handed to what records into it, and most of it listens to what exists anyway
 
 - each run's events (:meth:`Metrics.watch_run`, called by the supervisor as it launches a
   run): ``TurnStarted`` and ``Retrying`` are model requests (labelled by ``MODEL_API``),
-  ``TurnFinished`` the tokens of a reply (by kind: prompt, completion) and, when
+  ``TurnFinished`` the tokens of a reply (by kind: prompt, completion, and the cached
+  and reasoning parts of them where the endpoint says) and, when
   ``MODEL_PRICE_INPUT``/``_OUTPUT`` are set, what they cost in USD, ``Retrying`` is a
   model retry, ``ToolStarted`` of an MCP tool is an MCP call, ``RunFinished`` counts
   the ending by ``outcome`` and ``ended_because``; sub-agents' events are followed too;
@@ -163,7 +164,9 @@ class Metrics:
         )
         self.model_tokens = Counter(
             "threadpilot_model_tokens",
-            "Tokens of the model's replies, by model API and kind (prompt, completion).",
+            "Tokens of the model's replies, by model API and kind: prompt, completion, and "
+            "the parts of those the endpoint reports, cached (of prompt, read from its "
+            "prompt cache) and reasoning (of completion); do not add the kinds up.",
             ["api", "kind"],
             registry=registry,
         )
@@ -237,9 +240,14 @@ class Metrics:
             case TurnStarted():
                 self.model_requests.labels(api=self._api).inc()
             case TurnFinished(reply=reply) if reply is not None:
-                self.model_tokens.labels(api=self._api, kind="prompt").inc(reply.prompt_tokens)
-                tokens = self.model_tokens.labels(api=self._api, kind="completion")
-                tokens.inc(reply.completion_tokens)
+                kinds = {
+                    "prompt": reply.prompt_tokens,
+                    "completion": reply.completion_tokens,
+                    "cached": reply.cached_tokens,
+                    "reasoning": reply.reasoning_tokens,
+                }
+                for kind, tokens in kinds.items():
+                    self.model_tokens.labels(api=self._api, kind=kind).inc(tokens)
                 if self._prices is not None:
                     cost = self._prices.cost(reply.prompt_tokens, reply.completion_tokens)
                     self.model_cost.labels(api=self._api).inc(cost)

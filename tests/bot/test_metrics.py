@@ -17,6 +17,9 @@ import pytest
 from llmock.scenarios import Reply, ToolCall
 from prometheus_client.parser import text_string_to_metric_families
 
+from agent_core import Agent, Prices, Usage
+from agent_core.chat import ModelResponse
+from bot.process.metrics import Metrics
 from tests.bot.harness import (
     ACTION_ABORT,
     ACTION_STOP,
@@ -38,6 +41,8 @@ if TYPE_CHECKING:
 
     from llmock.pytest_plugin import LLMock
 
+    from agent_core.chat import ModelRequest
+    from agent_core.ports import TextSink
     from tests.bot.conftest import BotFactory
     from tests.bot.harness import Bot
 
@@ -293,3 +298,27 @@ async def test_without_prices_no_cost_is_counted(bot: Bot, llm: LLMock) -> None:
     after = await scrape(bot)
     assert after.value("threadpilot_model_tokens_total", api="openai-chat", kind="prompt") > 0
     assert after.value("threadpilot_model_cost_usd_total", api="openai-chat") == 0
+
+
+class _CachingModel:
+    """A model whose one reply reads most of its prompt from the cache, and reasons."""
+
+    async def complete(self, request: ModelRequest, on_text: TextSink) -> ModelResponse:
+        usage = Usage(100, 20, cached_tokens=60, reasoning_tokens=5)
+        return ModelResponse("Done.", (), "stop", usage)
+
+
+async def test_cached_and_reasoning_tokens_are_counted_as_kinds_of_their_own() -> None:
+    metrics = Metrics(model_api="openai-responses", prices=Prices(1_000, 4_000))
+    run = Agent(_CachingModel()).new_run("answer")
+    metrics.watch_run(run)
+    await run.run()
+
+    scraped = Scrape(metrics.render().decode())
+    tokens = {
+        kind: scraped.value("threadpilot_model_tokens_total", api="openai-responses", kind=kind)
+        for kind in ("prompt", "completion", "cached", "reasoning")
+    }
+    assert tokens == {"prompt": 100, "completion": 20, "cached": 60, "reasoning": 5}
+    cost = scraped.value("threadpilot_model_cost_usd_total", api="openai-responses")
+    assert cost == pytest.approx((100 * 1_000 + 20 * 4_000) / 1_000_000)
