@@ -703,6 +703,7 @@ _ENDED_BECAUSE = {
     "user_exit": "a person stopped it",
     "shutdown": "a restart",
     "worker_lost": "its worker stopped",
+    "budget_exhausted": "its budget was spent",
     "error": "an error",
     "unknown": "unknown",
 }

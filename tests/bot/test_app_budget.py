@@ -49,6 +49,7 @@ async def test_a_mention_that_spends_its_budget_wraps_up_blocked_and_names_it(
     assert "Blocked" in text
     assert "EXIT-BUDGET" in text
     assert "tool-call budget is spent: 1 tool call used of 1 (RUN_TOOL_CALL_BUDGET)" in text
+    assert "Why it ended: its budget was spent." in text
 
 
 SPEND = re.compile(r"(\d+) tokens · (\d+) tool calls? · \$(\d+\.\d\d)")

@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 from slack_sdk.models.blocks import Block
 
 from agent_core import (
+    EndedBecause,
     ExitCode,
     Handoff,
     Outcome,
@@ -639,3 +640,8 @@ def test_the_terminal_report_says_what_the_request_spent_when_known() -> None:
     # A report rebuilt from the stored run alone: the run's own tokens, as before.
     stored = blocks_text(render_status(done(run)).blocks)
     assert "· 01:15 · 1,234 tokens" in stored
+
+
+def test_every_reason_a_run_ends_is_worded_for_people() -> None:
+    for reason in EndedBecause:  # not its code ("budget_exhausted")
+        assert "_" not in m.ended_because_words(reason.value), reason
