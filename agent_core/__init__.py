@@ -16,6 +16,7 @@ from agent_core.budget import (
     Prices,
     Spent,
 )
+from agent_core.budget_settings import OFF_WHEN_EMPTY as BUDGETS_OFF_WHEN_EMPTY
 from agent_core.budget_settings import SETTINGS as BUDGET_SETTINGS
 from agent_core.budget_settings import RunLimits, limits_from_settings
 from agent_core.builtin_tools import BUILTIN_TOOLS
@@ -108,6 +109,7 @@ from agent_core.tool_progress import report_progress
 from agent_core.tools import Tool, ToolError, remote_tool, tool
 
 __all__ = [
+    "BUDGETS_OFF_WHEN_EMPTY",
     "BUDGET_SETTINGS",
     "BUILTIN_TOOLS",
     "LIVE_STATES",

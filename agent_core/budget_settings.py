@@ -3,8 +3,10 @@
 :func:`limits_from_settings` reads :data:`SETTINGS` from the settings' text (the
 environment and ``.env``, as each surface reads them) and answers a :class:`RunLimits`:
 the request's :class:`~agent_core.budget.BudgetLimits` and the per-step, per-run and
-per-reply caps. Blank means the default; ``0`` turns a budget off. A problem raises
-:class:`~agent_core.errors.ConfigError` naming the setting.
+per-reply caps. A budget (:data:`OFF_WHEN_EMPTY`) set to ``0`` or to nothing at all
+(``RUN_TOKEN_BUDGET=``) is off, and one not set is the default; any other setting left
+empty is its default. A problem raises :class:`~agent_core.errors.ConfigError` naming
+the setting.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from agent_core.resume_policy import parse_duration
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-__all__ = ["SETTINGS", "RunLimits", "limits_from_settings"]
+__all__ = ["OFF_WHEN_EMPTY", "SETTINGS", "RunLimits", "limits_from_settings"]
 
 SETTINGS = (
     "RUN_TOKEN_BUDGET",
@@ -41,6 +43,10 @@ SETTINGS = (
     "MODEL_CONTEXT_WINDOW",
 )
 """The settings :func:`limits_from_settings` reads, for the app's and the terminal's."""
+
+OFF_WHEN_EMPTY = ("RUN_TOKEN_BUDGET", "RUN_TOOL_CALL_BUDGET", "RUN_TIME_BUDGET", "RUN_COST_BUDGET")
+"""The budgets: set empty, each is off (not the default), so whoever reads the settings
+must keep these empty values where it drops others."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,8 +64,8 @@ class RunLimits:
 
 
 def limits_from_settings(env: Mapping[str, str]) -> RunLimits:
-    """The limits :data:`SETTINGS` describe in ``env`` (blank: the default; ``0`` turns a
-    budget off).
+    """The limits :data:`SETTINGS` describe in ``env`` (absent: the default; ``0`` or
+    blank turns a budget off, and is the default for any other setting).
 
     Raises :class:`ConfigError` naming the first setting that is wrong, including a
     ``RUN_COST_BUDGET`` without both prices.
@@ -74,10 +80,10 @@ def limits_from_settings(env: Mapping[str, str]) -> RunLimits:
         )
     time_budget = _raw(env, "RUN_TIME_BUDGET")
     budget = BudgetLimits(
-        tokens=_whole(env, "RUN_TOKEN_BUDGET", DEFAULT_BUDGET.tokens, off=True),
-        tool_calls=_whole(env, "RUN_TOOL_CALL_BUDGET", DEFAULT_BUDGET.tool_calls, off=True),
+        tokens=_budget(env, "RUN_TOKEN_BUDGET", DEFAULT_BUDGET.tokens),
+        tool_calls=_budget(env, "RUN_TOOL_CALL_BUDGET", DEFAULT_BUDGET.tool_calls),
         time_s=(
-            DEFAULT_BUDGET.time_s
+            _blank_or(env, "RUN_TIME_BUDGET", DEFAULT_BUDGET.time_s)
             if time_budget is None
             else parse_duration("RUN_TIME_BUDGET", time_budget).total_seconds() or None
         ),
@@ -93,6 +99,19 @@ def limits_from_settings(env: Mapping[str, str]) -> RunLimits:
         max_output_tokens=_whole(env, "MODEL_MAX_OUTPUT_TOKENS", None),
         context_window=_whole(env, "MODEL_CONTEXT_WINDOW", None),
     )
+
+
+def _blank_or(env: Mapping[str, str], name: str, default: float | None) -> float | None:
+    """None (off) for a budget set blank, else ``default`` (it is not set at all)."""
+    return None if name in env else default
+
+
+def _budget(env: Mapping[str, str], name: str, default: int | None) -> int | None:
+    """A budget in whole units: 0 or blank is off, absent the default."""
+    if _raw(env, name) is None:
+        value = _blank_or(env, name, default)
+        return None if value is None else int(value)
+    return _whole(env, name, default, off=True)
 
 
 def _raw(env: Mapping[str, str], name: str) -> str | None:

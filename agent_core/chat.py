@@ -4,11 +4,12 @@ turn's request and reply with the tokens it used."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Sequence
 
 __all__ = [
     "ChatMessage",
@@ -18,6 +19,7 @@ __all__ = [
     "ToolCall",
     "ToolSpec",
     "Usage",
+    "detail_tokens",
 ]
 
 ChatMessage = dict[str, Any]
@@ -26,10 +28,16 @@ ChatMessage = dict[str, Any]
 
 @dataclass(frozen=True, slots=True)
 class Usage:
-    """Tokens spent: what the prompts held and what the model wrote."""
+    """Tokens spent: what the prompts held and what the model wrote, and, where the
+    provider says, how many of those were read from its prompt cache and how many were
+    the model's reasoning (parts of the two totals, not more tokens)."""
 
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cached_tokens: int = 0
+    """Of ``prompt_tokens``: read from the provider's prompt cache."""
+    reasoning_tokens: int = 0
+    """Of ``completion_tokens``: the model's reasoning."""
 
     @property
     def total_tokens(self) -> int:
@@ -39,7 +47,17 @@ class Usage:
         return Usage(
             self.prompt_tokens + other.prompt_tokens,
             self.completion_tokens + other.completion_tokens,
+            self.cached_tokens + other.cached_tokens,
+            self.reasoning_tokens + other.reasoning_tokens,
         )
+
+
+def detail_tokens(usage: Mapping[str, Any], details: str, name: str) -> int:
+    """``usage[details][name]`` when it is a count of tokens, else 0: the endpoint's
+    reply is not trusted to have the shape its API documents."""
+    found = usage.get(details)
+    value = found.get(name) if isinstance(found, Mapping) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, TextIO, overload
 from dotenv import dotenv_values
 
 from agent_core.agent import Agent, AgentConfig
-from agent_core.budget_settings import limits_from_settings
+from agent_core.budget_settings import OFF_WHEN_EMPTY, limits_from_settings
 from agent_core.builtin_tools import BUILTIN_TOOLS
 from agent_core.delegation import DELEGATE
 from agent_core.errors import ConfigError
@@ -160,9 +160,14 @@ DEFAULT_MAX_TURNS = 20
 
 def _settings_env(dotenv: str = ".env") -> dict[str, str]:
     """The settings as the app reads them: the process environment over ``.env`` in the
-    working directory, empty values left out (an empty value means "the default")."""
-    values = {k: v for k, v in dotenv_values(dotenv).items() if v and v.strip()}
-    values.update({k: v for k, v in os.environ.items() if v.strip()})
+    working directory, empty values left out (an empty value means "the default"), but
+    for the budgets', which turn them off (:data:`OFF_WHEN_EMPTY`)."""
+
+    def kept(name: str, value: str | None) -> bool:
+        return value is not None and (bool(value.strip()) or name in OFF_WHEN_EMPTY)
+
+    values = {k: v for k, v in dotenv_values(dotenv).items() if v is not None and kept(k, v)}
+    values.update({k: v for k, v in os.environ.items() if kept(k, v)})
     return values
 
 

@@ -29,7 +29,7 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from agent_core.chat import ModelRequest, ModelResponse, ToolCall, Usage
+from agent_core.chat import ModelRequest, ModelResponse, ToolCall, Usage, detail_tokens
 from agent_core.errors import RetryableModelError
 from agent_core.model_http import (
     DEFAULT_REPLY_TIMEOUT_S,
@@ -165,7 +165,12 @@ class _Turn:
     def absorb(self, chunk: dict[str, Any]) -> None:
         usage = chunk.get("usage")
         if usage:
-            self.usage = Usage(usage.get("prompt_tokens") or 0, usage.get("completion_tokens") or 0)
+            self.usage = Usage(
+                usage.get("prompt_tokens") or 0,
+                usage.get("completion_tokens") or 0,
+                detail_tokens(usage, "prompt_tokens_details", "cached_tokens"),
+                detail_tokens(usage, "completion_tokens_details", "reasoning_tokens"),
+            )
         for choice in chunk.get("choices") or ():
             delta = choice.get("delta")
             if delta:

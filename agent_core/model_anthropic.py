@@ -234,6 +234,7 @@ class _Turn:
     finish_reason: str | None = None
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cached_tokens: int = 0
     ended: bool = False
 
     def take(self, event: ServerSentEvent) -> bool:
@@ -248,6 +249,7 @@ class _Turn:
         elif kind == "message_start":
             usage = (data.get("message") or {}).get("usage") or {}
             self.prompt_tokens = _prompt_tokens(usage)
+            self.cached_tokens = _cached_tokens(usage)
             self.completion_tokens = usage.get("output_tokens") or 0
         elif kind == "message_delta":
             self._message_delta(data)
@@ -288,6 +290,7 @@ class _Turn:
             self.completion_tokens = usage["output_tokens"]
         if usage.get("input_tokens") is not None:
             self.prompt_tokens = _prompt_tokens(usage)
+            self.cached_tokens = _cached_tokens(usage)
 
     def response(self) -> ModelResponse:
         if not self.ended or self.finish_reason is None:
@@ -312,7 +315,7 @@ class _Turn:
                 )
             elif block.kind == "redacted_thinking":
                 reasoning.append(block.start)
-        usage = Usage(self.prompt_tokens, self.completion_tokens)
+        usage = Usage(self.prompt_tokens, self.completion_tokens, self.cached_tokens)
         kept = Reasoning(API, tuple(reasoning)) if reasoning else None
         return ModelResponse("".join(self.text), tuple(calls), self.finish_reason, usage, kept)
 
@@ -323,6 +326,13 @@ def _prompt_tokens(usage: Mapping[str, Any]) -> int:
         usage.get(k) or 0
         for k in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
     )
+
+
+def _cached_tokens(usage: Mapping[str, Any]) -> int:
+    """Of the prompt's tokens, those read from the prompt cache (Anthropic does not say
+    how many of the reply's were thinking)."""
+    value = usage.get("cache_read_input_tokens")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def _stream_error(error: Mapping[str, Any]) -> ModelError:

@@ -31,7 +31,14 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from agent_core.chat import ModelRequest, ModelResponse, Reasoning, ToolCall, Usage
+from agent_core.chat import (
+    ModelRequest,
+    ModelResponse,
+    Reasoning,
+    ToolCall,
+    Usage,
+    detail_tokens,
+)
 from agent_core.errors import (
     ContextOverflow,
     FatalModelError,
@@ -271,7 +278,12 @@ class _Turn:
 
     def _end(self, response: dict[str, Any]) -> None:
         usage = response.get("usage") or {}
-        self.usage = Usage(usage.get("input_tokens") or 0, usage.get("output_tokens") or 0)
+        self.usage = Usage(
+            usage.get("input_tokens") or 0,
+            usage.get("output_tokens") or 0,
+            detail_tokens(usage, "input_tokens_details", "cached_tokens"),
+            detail_tokens(usage, "output_tokens_details", "reasoning_tokens"),
+        )
         if response.get("status") == "incomplete":
             details = response.get("incomplete_details") or {}
             self.finish_reason = (

@@ -25,7 +25,7 @@ from agent_core import outcome_label as core_outcome_label
 if TYPE_CHECKING:
     from datetime import datetime
 
-    from agent_core import RunResult
+    from agent_core import RunResult, Spent
 
 # -- names and escaping ----------------------------------------------------------------
 
@@ -93,6 +93,36 @@ def format_tokens(tokens: int) -> str:
 
 def format_turns(turns: int) -> str:
     return count(turns, "turn")
+
+
+def format_tokens_short(tokens: int) -> str:
+    """Tokens at a glance: "950 tokens", "12.4k tokens", "3.2M tokens"."""
+    if tokens < 1_000:
+        return count(tokens, "token")
+    if tokens < 999_950:  # would round to "1000k"
+        size, suffix = 1_000, "k"
+    elif tokens < 999_950_000:
+        size, suffix = 1_000_000, "M"
+    else:
+        size, suffix = 1_000_000_000, "B"
+    shown = f"{tokens / size:,.1f}".removesuffix(".0")
+    return f"{shown}{suffix} tokens"
+
+
+def format_cost(usd: float) -> str:
+    """Dollars to the cent; under a cent, said so rather than "$0.00"."""
+    if 0 < usd < 0.005:
+        return "under $0.01"
+    return f"${usd:,.2f}"
+
+
+def spend(spent: Spent) -> str:
+    """What a request has spent: "12.4k tokens · 7 tool calls · $0.03" (the cost only
+    when prices are set)."""
+    parts = [format_tokens_short(spent.total_tokens), count(spent.tool_calls, "tool call")]
+    if spent.cost_usd is not None:
+        parts.append(format_cost(spent.cost_usd))
+    return " · ".join(parts)
 
 
 # -- the live status line --------------------------------------------------------------
@@ -278,13 +308,13 @@ STATUS_POST_IN_DOUBT = (
 """Evidence for a run abandoned at its status post, written when the message turns up."""
 
 
-def live_details(elapsed_s: float, tokens: int, requester: str) -> str:
+def live_details(elapsed_s: float, spent: Spent | None, requester: str) -> str:
+    """``spent``: what the request has spent so far (None: nothing known yet, e.g.
+    queued)."""
     # The requester is named because, under the default policy, only they (and admins)
     # may press the buttons below; others in the thread can see whom to ask.
-    return (
-        f"{format_elapsed(elapsed_s)} elapsed · {format_tokens(tokens)} · "
-        f"started by {mention(requester)}"
-    )
+    spending = f"{spend(spent)} · " if spent is not None else ""
+    return f"{format_elapsed(elapsed_s)} elapsed · {spending}started by {mention(requester)}"
 
 
 # -- controls --------------------------------------------------------------------------
@@ -368,11 +398,15 @@ def result_label(result: RunResult) -> str:
     return result.label(mention, SHUTDOWN_LABEL)
 
 
-def result_details(exit_code: ExitCode, turns: int, elapsed_s: float, tokens: int) -> str:
-    """The small print under the outcome: exit code, turns, duration, tokens."""
+def result_details(
+    exit_code: ExitCode, turns: int, elapsed_s: float, tokens: int, spent: Spent | None = None
+) -> str:
+    """The small print under the outcome: exit code, turns, duration, and what the
+    request spent (``spent``; without it, the run's own ``tokens``)."""
+    spending = spend(spent) if spent is not None else format_tokens(tokens)
     return (
         f"`{exit_code.value}` ({_EXIT_NOTES[exit_code]}) · {format_turns(turns)} · "
-        f"{format_elapsed(elapsed_s)} · {format_tokens(tokens)}"
+        f"{format_elapsed(elapsed_s)} · {spending}"
     )
 
 
@@ -627,10 +661,13 @@ def home_run_title(task: str, url: str | None, channel: str) -> str:
 
 
 def home_live_details(
-    status: str, elapsed_s: float, requester: str, *, show_requester: bool
+    status: str, elapsed_s: float, requester: str, *, show_requester: bool, spending: str = ""
 ) -> str:
-    """A live run's second line: what it is doing, for how long, and whose it is."""
+    """A live run's second line: what it is doing, for how long, what it has spent
+    (``spending``, from :func:`spend`; "" when not known here), and whose it is."""
     parts = [status, f"{format_elapsed(elapsed_s)} elapsed"]
+    if spending:
+        parts.append(spending)
     if show_requester:
         parts.append(f"started by {mention(requester)}")
     return " · ".join(parts)
@@ -644,12 +681,16 @@ def home_ended_details(
     requester: str,
     *,
     show_requester: bool,
+    spending: str = "",
 ) -> str:
-    """An ended run's second line: its outcome, why it ended, when, and whose it was."""
+    """An ended run's second line: its outcome, why it ended, when, what it spent
+    (``spending``; "" when nothing was stored), and whose it was."""
     parts = [label]
     if why:
         parts.append(f"why: {why}")
     parts.append(f"ended <!date^{ended_epoch}^{{date_short_pretty}} {{time}}|{ended_text}>")
+    if spending:
+        parts.append(spending)
     if show_requester:
         parts.append(f"started by {mention(requester)}")
     return " · ".join(parts)
@@ -662,6 +703,7 @@ _ENDED_BECAUSE = {
     "user_exit": "a person stopped it",
     "shutdown": "a restart",
     "worker_lost": "its worker stopped",
+    "budget_exhausted": "its budget was spent",
     "error": "an error",
     "unknown": "unknown",
 }

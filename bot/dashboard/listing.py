@@ -3,7 +3,9 @@
 
 The listing is read from the database, never from this worker's memory: a click or an
 event lands on any worker, and every worker must show the same runs the same way,
-whichever worker runs them. A member sees the runs they started; an admin
+whichever worker runs them. The one exception is what a live run has spent so far: it
+lives in the run, so only the worker that holds the run shows it (:class:`LiveRuns`),
+and the others show nothing rather than a guess. A member sees the runs they started; an admin
 (``ADMIN_USER_IDS``) every run of the workspace, but the request of someone else's run
 only where its channel is public (:mod:`bot.dashboard.channels`). Only top-level runs are listed: a
 sub-agent is stopped through its parent. Someone who may not use the app at all
@@ -21,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import structlog
 
@@ -37,7 +39,7 @@ from bot.views.home import FEEDBACK_KIND, ListedRun, Listing
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from agent_core import StopRequestRecord
+    from agent_core import Run, Spent, StopRequestRecord
     from bot.inbound.trust import TrustGate
     from bot.process.settings import Settings
     from bot.slack_api.surface import Workspaces
@@ -45,7 +47,7 @@ if TYPE_CHECKING:
     from bot.stopping.stops import StopService
     from bot.store_needs import DashboardStore
 
-__all__ = ["ENDED_LIMIT", "LIVE_LIMIT", "Dashboard", "StopAll"]
+__all__ = ["ENDED_LIMIT", "LIVE_LIMIT", "Dashboard", "LiveRuns", "StopAll"]
 
 log = structlog.get_logger("bot.dashboard.listing")
 
@@ -59,6 +61,16 @@ TEAM_URL_RETRY_S = 60.0
 TEAM_URL_BUDGET_S = 1.0
 """``auth.test`` for the workspace's URL may hold a listing up this long, no longer: a
 listing answers a slash command, which Slack wants within 3 seconds."""
+
+
+class _Held(Protocol):
+    run: Run
+
+
+class LiveRuns(Protocol):
+    """The runs this worker holds (:class:`bot.runs.supervisor.Supervisor`)."""
+
+    def get(self, run_id: str) -> _Held | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,8 +104,10 @@ class Dashboard:
         workspaces: Workspaces,
         stops: StopService,
         trust: TrustGate,
+        live_runs: LiveRuns,
     ) -> None:
         self._store = store
+        self._live_runs = live_runs
         self._trust = trust
         self._settings = settings
         self._workspaces = workspaces
@@ -133,7 +147,10 @@ class Dashboard:
             viewer=viewer,
             admin=admin,
             now=utcnow(),
-            live=tuple(ListedRun(r, turns.get(r.id), pending.get(r.id)) for r in live),
+            live=tuple(
+                ListedRun(r, turns.get(r.id), pending.get(r.id), spent=self._spent(r.id))
+                for r in live
+            ),
             ended=tuple(
                 ListedRun(r, feedback=tuple(v for v in votes if v.run_id == r.id)) for r in ended
             ),
@@ -141,6 +158,11 @@ class Dashboard:
             notice=notice,
             public_channels=public,
         )
+
+    def _spent(self, run_id: str) -> Spent | None:
+        """What the run's request has spent so far, if this worker holds the run."""
+        held = self._live_runs.get(run_id)
+        return held.run.budget.spent() if held is not None else None
 
     async def team_url(self, team: str) -> str | None:
         """``https://<workspace>.slack.com/`` from ``auth.test``, for links to threads;

@@ -134,7 +134,9 @@ class ThreadpilotApp:
         self._load: LoopLoad | None = None
         self._guard: SlackRequestGuard | None = None
         self._started = False
-        self.metrics = Metrics(model_api=settings.MODEL_API.value)
+        self.metrics = Metrics(
+            model_api=settings.MODEL_API.value, prices=settings.run_limits.budget.prices
+        )
         """This app's series, served at ``GET /metrics``."""
         self.mcp = McpManager(
             settings.mcp_servers,
@@ -241,7 +243,7 @@ class ThreadpilotApp:
             trust,
             metrics=self.metrics,
         )
-        self._dashboard = Dashboard(store, settings, workspaces, stops, trust)
+        self._dashboard = Dashboard(store, settings, workspaces, stops, trust, worker.supervisor)
         self._home = HomeRefresher(self._dashboard, store, workspaces)
         return BotContext(
             settings, worker.supervisor, workspaces, me, store, worker, stops, deliveries, trust

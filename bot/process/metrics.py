@@ -6,9 +6,11 @@ and handed to what records into it, and most of it listens to what exists anyway
 
 - each run's events (:meth:`Metrics.watch_run`, called by the supervisor as it launches a
   run): ``TurnStarted`` and ``Retrying`` are model requests (labelled by ``MODEL_API``),
-  ``TurnFinished`` the tokens of a reply, ``Retrying`` is a model retry, ``ToolStarted``
-  of an MCP tool is an MCP call, ``RunFinished`` counts the ending by ``outcome`` and
-  ``ended_because``; sub-agents' events are followed too;
+  ``TurnFinished`` the tokens of a reply (by kind: prompt, completion, and the cached
+  and reasoning parts of them where the endpoint says) and, when
+  ``MODEL_PRICE_INPUT``/``_OUTPUT`` are set, what they cost in USD, ``Retrying`` is a
+  model retry, ``ToolStarted`` of an MCP tool is an MCP call, ``RunFinished`` counts
+  the ending by ``outcome`` and ``ended_because``; sub-agents' events are followed too;
 - the stop service, once per ask it decided (:meth:`Metrics.stop_asked`);
 - the Slack budget, once per HTTP request it makes, and once per 429;
 - the MCP servers' connections, once per call cancelled (Abort, shutdown, ``TOOL_TIMEOUT``);
@@ -46,7 +48,7 @@ from bot.views.status import ACTION_ABORT, ACTION_DONT_RESUME, ACTION_RESUME_NOW
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-    from agent_core import Run, RunEvent, StopReason, StopSource
+    from agent_core import Prices, Run, RunEvent, StopReason, StopSource
 
 __all__ = ["ACK_BUCKETS_S", "CONTENT_TYPE", "Metrics", "control_of"]
 
@@ -91,9 +93,11 @@ def control_of(body: Mapping[str, Any]) -> str | None:
 class Metrics:
     """This process's series, and the hooks that record into them."""
 
-    def __init__(self, model_api: str = "openai-chat") -> None:
+    def __init__(self, model_api: str = "openai-chat", *, prices: Prices | None = None) -> None:
         self._api = model_api
         """The ``MODEL_API`` this process's model calls go to (the ``api`` label)."""
+        self._prices = prices
+        """``MODEL_PRICE_INPUT``/``_OUTPUT``: without them no cost is counted."""
         self.registry = CollectorRegistry()
         registry = self.registry
         self.live_runs = Gauge(
@@ -160,8 +164,17 @@ class Metrics:
         )
         self.model_tokens = Counter(
             "threadpilot_model_tokens",
-            "Tokens of the model's replies, by model API and kind (prompt, completion).",
+            "Tokens of the model's replies, by model API and kind: prompt, completion, and "
+            "the parts of those the endpoint reports, cached (of prompt, read from its "
+            "prompt cache) and reasoning (of completion); do not add the kinds up.",
             ["api", "kind"],
+            registry=registry,
+        )
+        self.model_cost = Counter(
+            "threadpilot_model_cost_usd",
+            "What the model's replies cost in USD, by model API, at MODEL_PRICE_INPUT and "
+            "MODEL_PRICE_OUTPUT (nothing is counted while they are not set).",
+            ["api"],
             registry=registry,
         )
         self.mcp_calls = Counter(
@@ -227,9 +240,17 @@ class Metrics:
             case TurnStarted():
                 self.model_requests.labels(api=self._api).inc()
             case TurnFinished(reply=reply) if reply is not None:
-                self.model_tokens.labels(api=self._api, kind="prompt").inc(reply.prompt_tokens)
-                tokens = self.model_tokens.labels(api=self._api, kind="completion")
-                tokens.inc(reply.completion_tokens)
+                kinds = {
+                    "prompt": reply.prompt_tokens,
+                    "completion": reply.completion_tokens,
+                    "cached": reply.cached_tokens,
+                    "reasoning": reply.reasoning_tokens,
+                }
+                for kind, tokens in kinds.items():
+                    self.model_tokens.labels(api=self._api, kind=kind).inc(tokens)
+                if self._prices is not None:
+                    cost = self._prices.cost(reply.prompt_tokens, reply.completion_tokens)
+                    self.model_cost.labels(api=self._api).inc(cost)
             case Retrying():
                 self.model_retries.inc()
                 self.model_requests.labels(api=self._api).inc()

@@ -11,6 +11,7 @@ config reader) is imported where it is used.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
@@ -26,10 +27,16 @@ from pydantic import (
     model_validator,
 )
 from pydantic_core import PydanticCustomError
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 
 from agent_core import (
     BUDGET_SETTINGS,
+    BUDGETS_OFF_WHEN_EMPTY,
     EndedBecause,
     ResumeSettings,
     RunLimits,
@@ -85,6 +92,39 @@ class ModelEndpointSettings:
     api_key: str
     model: str
     base_url: str | None
+
+
+class _EmptyBudgets(PydanticBaseSettingsSource):
+    """The budgets set to nothing (``RUN_TOKEN_BUDGET=``), in the environment or else in
+    ``.env``: empty turns a budget off (SPEC), where ``env_ignore_empty`` would read any
+    other empty setting as its default."""
+
+    def __init__(self, settings_cls: type[BaseSettings], env_file: Any) -> None:
+        super().__init__(settings_cls)
+        self._env_file = env_file
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False  # everything is read in __call__
+
+    def __call__(self) -> dict[str, Any]:
+        from dotenv import dotenv_values  # a dependency of pydantic-settings' own .env
+
+        files = self._env_file
+        if files is None:
+            files = ()
+        elif isinstance(files, str | Path):
+            files = (files,)
+        dotenv: dict[str, str | None] = {}
+        for file in files:
+            path = Path(file).expanduser()
+            if path.is_file():
+                dotenv.update(dotenv_values(path, encoding="utf-8"))
+        empty: dict[str, Any] = {}
+        for name in BUDGETS_OFF_WHEN_EMPTY:
+            value = os.environ.get(name, dotenv.get(name))
+            if value is not None and not value.strip():
+                empty[name] = ""
+        return empty
 
 
 class Settings(BaseSettings):
@@ -192,9 +232,15 @@ class Settings(BaseSettings):
     STOP_POLL_INTERVAL: float = Field(default=0.25, gt=0, le=10)
     WORKER_ID: str | None = None
     # -- budgets: the text as written, read by the core's one parser (budget_settings.py)
-    RUN_TOKEN_BUDGET: str | None = Field(default=None, description="Default 1000000; 0: off.")
-    RUN_TOOL_CALL_BUDGET: str | None = Field(default=None, description="Default 200; 0: off.")
-    RUN_TIME_BUDGET: str | None = Field(default=None, description="90s|10m|1h; default 30m.")
+    RUN_TOKEN_BUDGET: str | None = Field(
+        default=None, description="Default 1000000; 0 or empty: off."
+    )
+    RUN_TOOL_CALL_BUDGET: str | None = Field(
+        default=None, description="Default 200; 0 or empty: off."
+    )
+    RUN_TIME_BUDGET: str | None = Field(
+        default=None, description="90s|10m|1h; default 30m; 0 or empty: off."
+    )
     RUN_COST_BUDGET: str | None = Field(default=None, description="USD; needs both prices.")
     MODEL_PRICE_INPUT: str | None = Field(default=None, description="USD per 1M prompt tokens.")
     MODEL_PRICE_OUTPUT: str | None = Field(default=None, description="USD per 1M output tokens.")
@@ -345,6 +391,25 @@ class Settings(BaseSettings):
                 where = "" if self.MCP_CONFIG in exc.problem else f" (in {self.MCP_CONFIG})"
                 raise ValueError(f"{exc.setting}: {exc.problem}{where}") from None
         return self
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # Above the environment and .env: their empty budgets would be dropped unread.
+        env_file = getattr(dotenv_settings, "env_file", None)
+        return (
+            init_settings,
+            _EmptyBudgets(settings_cls, env_file),
+            env_settings,
+            dotenv_settings,
+            file_secret_settings,
+        )
 
     @field_validator(*BUDGET_SETTINGS, mode="before")
     @classmethod

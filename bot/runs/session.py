@@ -191,6 +191,7 @@ class RunSession:
             phase="done",
             result=result,
             elapsed_s=self._elapsed(),
+            spent=self.run.budget.spent(),
             answer="".join(self._answer),
             answer_streamed=self._stream.complete,
             ending=ending,
@@ -297,8 +298,8 @@ class RunSession:
                 )
             case Retrying(delay_s=delay, error=error):
                 return replace(s, activity=messages.activity_retry(delay, error))
-            case TurnFinished(usage=usage):
-                return replace(s, tokens=usage.total_tokens)
+            case TurnFinished():
+                return s  # the request's spend moved (read from its budget at render)
         return None
 
     def _text(self, text: str) -> StatusSnapshot | None:
@@ -387,6 +388,9 @@ class RunSession:
                     doing = messages.activity_tool(name)
                 case ToolProgress(name=name, progress=progress, total=total, message=message):
                     doing = messages.activity_tool_progress(name, progress, total, message)
+                case TurnFinished():
+                    self._push_progress()  # it spent from the request's budget
+                    return
                 case _:
                     return
             s = self._snapshot
@@ -428,6 +432,7 @@ class RunSession:
         snapshot = replace(
             self._snapshot,
             elapsed_s=self._elapsed(),
+            spent=self.run.budget.spent(),
             answer="".join(self._answer),
             answer_streamed=self._stream.active,
         )

@@ -1,11 +1,12 @@
 """App Home and the ``/threadpilot`` list as Block Kit: pure functions from a listing.
 
 What they show (docs/slack-setup.md, Home tab and /threadpilot): the viewer's live runs (a
-link to the thread, state, turn, what it is doing, elapsed time) with Stop and Abort,
-and the runs that ended lately with their outcome, why they ended and the feedback they
-got. An admin sees every run of the workspace and a ``Stop all`` button that asks for
-confirmation first. The same blocks answer ``/threadpilot list``, as an ephemeral
-message.
+link to the thread, state, turn, what it is doing, elapsed time, what its request has
+spent so far where this worker holds it) with Stop and Abort, and the runs that ended
+lately with their outcome, why they ended, what they spent (as their stored result
+says; nothing where nothing was stored) and the feedback they got. An admin sees every
+run of the workspace and a ``Stop all`` button that asks for confirmation first. The
+same blocks answer ``/threadpilot list``, as an ephemeral message.
 
 Live runs' buttons by state:
 
@@ -31,7 +32,7 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from agent_core import Outcome, RunResult, RunState, StopReason
+from agent_core import Outcome, RunResult, RunState, Spent, StopReason
 from bot import messages as m
 from bot.views import limits
 from bot.views.blocks import (
@@ -98,6 +99,8 @@ class ListedRun:
     feedback: tuple[AuditEvent, ...] = ()
     """Feedback presses on its terminal message (every press: :func:`latest_votes`
     counts each person once)."""
+    spent: Spent | None = None
+    """A live run's request spend so far, from the run itself (None: not held here)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,7 +208,10 @@ def _live_blocks(listing: Listing, run: ListedRun) -> list[Block]:
     record = run.record
     status, buttons = _live_state(run)
     elapsed = (listing.now - record.created_at).total_seconds()
-    details = m.home_live_details(status, elapsed, record.requester, show_requester=listing.admin)
+    spending = m.spend(run.spent) if run.spent is not None else ""
+    details = m.home_live_details(
+        status, elapsed, record.requester, show_requester=listing.admin, spending=spending
+    )
     blocks: list[Block] = [section(f"{_title(listing, record)}\n{details}")]
     if buttons:
         block_id = f"threadpilot_home_run:{record.id}"
@@ -244,6 +250,7 @@ def _ended_block(listing: Listing, run: ListedRun) -> Block:
         _utc_text(ended),
         record.requester,
         show_requester=listing.admin,
+        spending=stored_spending(record),
     )
     text = f"{_title(listing, record)}\n{details}"
     votes = latest_votes(run.feedback)
@@ -293,6 +300,35 @@ def _ended_because(record: RunRecord) -> str:
     except (KeyError, ValueError, TypeError):
         return ""
     return result.ended_because.value
+
+
+def stored_spending(record: RunRecord) -> str:
+    """What an ended run spent, worded, from its stored result: the request's whole
+    ``spent`` (tokens, tool calls, cost) when the result carries one, else the tokens
+    of its ``usage`` and its sub-agents'; "" when nothing readable (or only zeros) was
+    stored: a result written before spend was kept says nothing rather than "0"."""
+    stored = record.result
+    if not stored:
+        return ""
+    try:
+        spent = stored.get("spent")
+        if isinstance(spent, dict):
+            return m.spend(Spent.from_dict(spent))
+        tokens = _stored_tokens(stored)
+    except (TypeError, ValueError, AttributeError):
+        return ""
+    return m.format_tokens_short(tokens) if tokens else ""
+
+
+def _stored_tokens(result: Any) -> int | None:
+    """Tokens of a stored result and its children's; None if it records none."""
+    usage = result.get("usage")
+    if not isinstance(usage, dict):
+        return None
+    tokens = int(usage.get("prompt_tokens", 0)) + int(usage.get("completion_tokens", 0))
+    for child in result.get("children") or ():
+        tokens += _stored_tokens(child) or 0
+    return tokens
 
 
 def _title(listing: Listing, record: RunRecord) -> str:

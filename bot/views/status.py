@@ -7,8 +7,8 @@ phase        shows                                          buttons
 =========== ============================================== ===================
 queued       "Queued: n ahead" (waiting for MAX_LIVE_RUNS   Stop, Abort
              room on some worker)
-starting     "Starting...", elapsed, tokens                 Stop, Abort
-running      "Working: turn n", activity, elapsed, tokens   Stop, Abort
+starting     "Starting...", elapsed, spend                  Stop, Abort
+running      "Working: turn n", activity, elapsed, spend    Stop, Abort
 stopping     level 1: "Stopping: finishing this step, then  Abort only
              a summary. Stop again or Abort to cut it off."
              level 2: "Aborting..." (and why, when it was   none
@@ -22,6 +22,10 @@ done         Outcome, Evidence, Artifacts, Handoff; why it  feedback; Resume
 The stopping phase shows where the run is on the stop ladder (docs/stopping.md,
 Escalation): level 1 is a Stop (one final turn for a summary), level 2 an Abort, which
 a second Stop, the Abort button or ``FINAL_TURN_TIMEOUT`` running out brings.
+
+*Spend* is what the request (the run, its sub-agents, what it continues) has spent so far:
+"12.4k tokens · 7 tool calls · $0.03", the cost only when prices are set; the terminal
+report's small print says it too.
 
 The answer streamed so far is appended below a divider when the caller has no streaming
 surface for it (the ``chat.update`` fallback).
@@ -50,7 +54,7 @@ from bot.views.blocks import Block, abort_button, context, plain, section, stop_
 if TYPE_CHECKING:
     from datetime import datetime
 
-    from agent_core import RunResult
+    from agent_core import RunResult, Spent
 
 __all__ = [
     "ACTION_ABORT",
@@ -160,7 +164,10 @@ class StatusSnapshot:
     activity: str = ""
     """An already-worded line from :mod:`bot.messages`, e.g. ``activity_tool("search")``."""
     elapsed_s: float = 0.0
-    tokens: int = 0
+    spent: Spent | None = None
+    """What the request has spent so far (tokens, tool calls, cost when priced); None
+    when not known (a snapshot built from the stored run): then the terminal report
+    shows the run's own tokens from its result."""
     stop_reason: StopReason | None = None
     """The pending request while ``stopping``."""
     stop_requested_by: str | None = None
@@ -237,7 +244,7 @@ def _render_live(snapshot: StatusSnapshot) -> RenderedMessage:
     blocks = [
         section(_clip(lines, _STATUS_BUDGET)),
         *_children_blocks(snapshot.children),
-        context(m.live_details(snapshot.elapsed_s, snapshot.tokens, snapshot.requester)),
+        context(m.live_details(snapshot.elapsed_s, snapshot.spent, snapshot.requester)),
     ]
     if buttons:
         blocks.append({"type": "actions", "block_id": CONTROLS_BLOCK_ID, "elements": buttons})
@@ -308,6 +315,7 @@ def _render_done(snapshot: StatusSnapshot, result: RunResult) -> RenderedMessage
                 result.turns,
                 result.timings.duration_s,
                 result.usage.total_tokens,
+                snapshot.spent,
             )
         ),
         section(_part(m.HEADING_EVIDENCE, evidence or m.NO_EVIDENCE)),

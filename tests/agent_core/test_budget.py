@@ -13,8 +13,10 @@ from llmock.scenarios import Reply, ToolCall
 
 from agent_core.agent import AgentConfig
 from agent_core.budget import Budget, BudgetKind, BudgetLimits, Prices, Spent
+from agent_core.budget_settings import SETTINGS as BUDGET_SETTINGS
 from agent_core.budget_settings import limits_from_settings
 from agent_core.chat import Usage
+from agent_core.cli import _settings_env
 from agent_core.delegation import MAX_DEPTH
 from agent_core.ended import EndedBecause
 from agent_core.errors import ConfigError
@@ -32,6 +34,8 @@ from tests.agent_core.helpers import (
 from tests.agent_core.test_cli import Cli
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from llmock.pytest_plugin import LLMock
 
     from agent_core.loop import Run
@@ -275,6 +279,33 @@ def test_the_settings_defaults_and_zero_turns_a_budget_off() -> None:
     assert (written.context_window, written.max_output_tokens) == (128_000, 4_096)
 
 
+def test_an_empty_budget_setting_turns_it_off_and_an_absent_one_is_the_default() -> None:
+    empty = limits_from_settings(
+        {"RUN_TOKEN_BUDGET": "", "RUN_TOOL_CALL_BUDGET": " ", "RUN_TIME_BUDGET": ""}
+    )
+    assert empty.budget == BudgetLimits(tokens=None, tool_calls=None, time_s=None)
+    # Not a budget: empty is the default (the caps cannot be turned off).
+    caps = limits_from_settings({"MAX_TOOL_CALLS_PER_STEP": "", "MAX_CHILDREN_PER_RUN": ""})
+    assert (caps.max_tool_calls_per_step, caps.max_children_per_run) == (16, 8)
+    assert caps.budget == BudgetLimits()
+
+
+def test_the_terminal_reads_an_empty_budget_as_off(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    for name in BUDGET_SETTINGS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("RUN_TOKEN_BUDGET", "")
+    monkeypatch.setenv("MAX_CHILDREN_PER_RUN", "")
+    (tmp_path / ".env").write_text("RUN_TIME_BUDGET=\nMAX_TOOL_CALLS_PER_STEP=\n")
+
+    limits = limits_from_settings(_settings_env())
+
+    assert limits.budget == BudgetLimits(tokens=None, tool_calls=200, time_s=None)
+    assert (limits.max_tool_calls_per_step, limits.max_children_per_run) == (16, 8)
+
+
 @pytest.mark.parametrize(
     ("env", "setting", "problem"),
     [
@@ -341,6 +372,27 @@ async def test_the_terminal_runner_honours_the_budget_and_reports_the_requests_u
     assert len(llm.requests) == 3  # two replies whose calls ran, then the final turn
     assert offered_tools(llm.requests[-1]) == ["final_report"]
     assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"] > 0
+    assert usage["cost_usd"] == pytest.approx(usage["total_tokens"] / 1_000_000)
+
+
+async def test_the_terminal_runners_usage_counts_its_sub_agents(llm: LLMock) -> None:
+    delegate = ToolCall("delegate", {"task": "multiply six by seven", "tools": ["calculate"]})
+    llm.add(Reply(tool_calls=(delegate,)))
+    llm.add(Reply(tool_calls=(ToolCall("calculate", {"expression": "6 * 7"}),)))
+    llm.reply("42")
+    llm.reply("The child says 42.")
+    env = {"MODEL_PRICE_INPUT": "1", "MODEL_PRICE_OUTPUT": "1"}
+    cli = await Cli.start(llm, "delegate it", "--json", env=env)
+    status, result = await cli.finish_json()
+
+    assert status == 0, cli.stderr
+    usage = result["usage"]
+    (child,) = result["children"]
+    # The parent ran delegate, the sub-agent calculate: both are the request's.
+    assert usage["tool_calls"] == 2
+    # Four replies: the parent's two and the sub-agent's two (its own usage, kept on it).
+    assert usage["total_tokens"] > child["usage"]["total_tokens"] > 0
+    assert usage["prompt_tokens"] > child["usage"]["prompt_tokens"]
     assert usage["cost_usd"] == pytest.approx(usage["total_tokens"] / 1_000_000)
 
 

@@ -104,7 +104,12 @@ def responses_answer(*items: dict[str, Any], text: str = "") -> bytes:
     for index, item in enumerate(items, start=1):
         out.append({"type": "response.output_item.added", "output_index": index, "item": item})
         out.append({"type": "response.output_item.done", "output_index": index, "item": item})
-    usage = {"input_tokens": 11, "output_tokens": 7}
+    usage = {
+        "input_tokens": 11,
+        "output_tokens": 7,
+        "input_tokens_details": {"cached_tokens": 6},
+        "output_tokens_details": {"reasoning_tokens": 3},
+    }
     out.append({"type": "response.completed", "response": {"status": "completed", "usage": usage}})
     return events(*out)
 
@@ -427,6 +432,9 @@ async def test_usage_of_each_reply_counts_the_cached_prompt(scripted: Any) -> No
     responses_usage = (await responses.complete(FINAL_REQUEST, lambda _: None)).usage
     assert (claude_usage.prompt_tokens, claude_usage.completion_tokens) == (15, 7)
     assert (responses_usage.prompt_tokens, responses_usage.completion_tokens) == (11, 7)
+    # Parts of those totals, where the API says: read from the prompt cache, reasoning.
+    assert (claude_usage.cached_tokens, claude_usage.reasoning_tokens) == (4, 0)
+    assert (responses_usage.cached_tokens, responses_usage.reasoning_tokens) == (6, 3)
 
 
 async def test_a_refusal_is_the_answer_the_person_reads(scripted: Any) -> None:

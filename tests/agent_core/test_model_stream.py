@@ -321,3 +321,42 @@ def test_decoder_gives_the_same_events_however_the_body_is_split(
     points = sorted({c % (len(body) + 1) for c in cuts})
     pieces = [body[a:b] for a, b in zip([0, *points], [*points, len(body)], strict=True)]
     assert decode(pieces) == decode([body]) == [(None, d.encode()) for d in data]
+
+
+@pytest.mark.parametrize(
+    ("usage", "parts"),
+    [
+        (
+            {
+                "prompt_tokens": 50,
+                "completion_tokens": 20,
+                "prompt_tokens_details": {"cached_tokens": 32},
+                "completion_tokens_details": {"reasoning_tokens": 12},
+            },
+            (32, 12),
+        ),
+        # A reply that does not have the documented shape counts no parts, and still works.
+        (
+            {
+                "prompt_tokens": 50,
+                "completion_tokens": 20,
+                "prompt_tokens_details": ["cached_tokens"],
+                "completion_tokens_details": {"reasoning_tokens": "many"},
+            },
+            (0, 0),
+        ),
+    ],
+)
+async def test_cached_and_reasoning_tokens_are_read_where_the_endpoint_says(
+    raw_server: Any, model_for: Any, usage: dict[str, Any], parts: tuple[int, int]
+) -> None:
+    body = sse_body(
+        chunk({"role": "assistant", "content": "hi"}),
+        chunk({}, "stop"),
+        {"choices": [], "usage": usage},
+        "[DONE]",
+    )
+    response, _ = await complete(model_for(base_url=raw_server(body)))
+
+    assert (response.usage.prompt_tokens, response.usage.completion_tokens) == (50, 20)
+    assert (response.usage.cached_tokens, response.usage.reasoning_tokens) == parts

@@ -32,6 +32,7 @@ from agent_core import (
     RunRecord,
     RunResult,
     RunState,
+    Spent,
     StopReason,
     StopRequestRecord,
     ThreadKey,
@@ -303,3 +304,43 @@ def test_a_private_request_is_shown_only_to_its_requester() -> None:
         assert len(buttons(blocks)) == 9  # still stoppable: Stop all, and Stop and Abort each
     own = text_of(render_home(dataclasses.replace(admin, viewer="U1"))["blocks"])
     assert all(task in own for task in private.values())
+
+
+def test_runs_show_what_they_spent_where_it_is_known() -> None:
+    finished = ended("run-priced", Outcome.FINISHED, ExitCode.FINAL_ANSWER)
+    assert finished.result is not None
+    child = {**finished.result, "usage": {"prompt_tokens": 400, "completion_tokens": 100}}
+    with_children = {
+        **finished.result,
+        "usage": {"prompt_tokens": 11_000, "completion_tokens": 900},
+        "children": [child],
+    }
+    spent = Spent(prompt_tokens=11_000, completion_tokens=1_400, tool_calls=7, cost_usd=0.0312)
+    listing = member(
+        live=(
+            ListedRun(a_run("run-held-here", RunState.RUNNING), turns_done=2, spent=spent),
+            ListedRun(a_run("run-held-elsewhere", RunState.RUNNING), turns_done=2),
+        ),
+        ended=(
+            # The request's whole spend, when the result carries it.
+            ListedRun(
+                dataclasses.replace(
+                    finished, result={**finished.result, "spent": {**spent.to_dict()}}
+                )
+            ),
+            # Else its tokens, sub-agents' included.
+            ListedRun(dataclasses.replace(finished, id="run-tokens", result=with_children)),
+        ),
+    )
+    lines = [
+        b["text"]["text"]
+        for b in render_home(listing)["blocks"]
+        if b["type"] == "section" and "\n" in b["text"]["text"]
+    ]
+    assert len(lines) == 4
+    assert lines[0].endswith(
+        "Working: turn 3 · 02:05 elapsed · 12.4k tokens · 7 tool calls · $0.03"
+    )
+    assert lines[1].endswith("Working: turn 3 · 02:05 elapsed")  # not known on this worker
+    assert "· 12.4k tokens · 7 tool calls · $0.03" in lines[2]
+    assert lines[3].endswith("· 12.4k tokens")

@@ -14,8 +14,12 @@ import asyncio
 from typing import TYPE_CHECKING
 
 import pytest
+from llmock.scenarios import Reply, ToolCall
 from prometheus_client.parser import text_string_to_metric_families
 
+from agent_core import Agent, Prices, Usage
+from agent_core.chat import ModelResponse
+from bot.process.metrics import Metrics
 from tests.bot.harness import (
     ACTION_ABORT,
     ACTION_STOP,
@@ -37,6 +41,8 @@ if TYPE_CHECKING:
 
     from llmock.pytest_plugin import LLMock
 
+    from agent_core.chat import ModelRequest
+    from agent_core.ports import TextSink
     from tests.bot.conftest import BotFactory
     from tests.bot.harness import Bot
 
@@ -52,6 +58,7 @@ SERIES = {
     "threadpilot_model_retries": "counter",
     "threadpilot_model_requests": "counter",
     "threadpilot_model_tokens": "counter",
+    "threadpilot_model_cost_usd": "counter",
     "threadpilot_mcp_calls": "counter",
     "threadpilot_mcp_cancellations": "counter",
 }
@@ -260,3 +267,58 @@ async def test_metrics_port_moves_metrics_off_the_public_port(make_bot: BotFacto
     with pytest.raises(OSError):
         _, writer = await asyncio.open_connection("127.0.0.2", bot.app.metrics_port)
         writer.close()
+
+
+async def test_tokens_are_counted_by_kind_and_cost_when_priced(
+    make_bot: BotFactory, llm: LLMock
+) -> None:
+    bot = await make_bot(MODEL_PRICE_INPUT="2000", MODEL_PRICE_OUTPUT="8000")
+    llm.add(Reply(tool_calls=(ToolCall("current_time", {}),)))
+    llm.reply("It is noon.")
+    before = await scrape(bot)
+    assert before.families["threadpilot_model_cost_usd"].type == "counter"
+
+    _, status = await bot.mention("what time is it?")
+    final = await bot.settled(status)
+    after = await scrape(bot)
+
+    prompt = after.value("threadpilot_model_tokens_total", api="openai-chat", kind="prompt")
+    completion = after.value("threadpilot_model_tokens_total", api="openai-chat", kind="completion")
+    assert prompt > 0 and completion > 0
+    # Both replies, as the final message counts them.
+    assert f"· {int(prompt + completion)} tokens · 1 tool call" in block_text(final)
+    cost = after.value("threadpilot_model_cost_usd_total", api="openai-chat")
+    assert cost == pytest.approx((prompt * 2000 + completion * 8000) / 1_000_000)
+
+
+async def test_without_prices_no_cost_is_counted(bot: Bot, llm: LLMock) -> None:
+    llm.reply("Free of charge.")
+    _, status = await bot.mention("hello")
+    await bot.settled(status)
+    after = await scrape(bot)
+    assert after.value("threadpilot_model_tokens_total", api="openai-chat", kind="prompt") > 0
+    assert after.value("threadpilot_model_cost_usd_total", api="openai-chat") == 0
+
+
+class _CachingModel:
+    """A model whose one reply reads most of its prompt from the cache, and reasons."""
+
+    async def complete(self, request: ModelRequest, on_text: TextSink) -> ModelResponse:
+        usage = Usage(100, 20, cached_tokens=60, reasoning_tokens=5)
+        return ModelResponse("Done.", (), "stop", usage)
+
+
+async def test_cached_and_reasoning_tokens_are_counted_as_kinds_of_their_own() -> None:
+    metrics = Metrics(model_api="openai-responses", prices=Prices(1_000, 4_000))
+    run = Agent(_CachingModel()).new_run("answer")
+    metrics.watch_run(run)
+    await run.run()
+
+    scraped = Scrape(metrics.render().decode())
+    tokens = {
+        kind: scraped.value("threadpilot_model_tokens_total", api="openai-responses", kind=kind)
+        for kind in ("prompt", "completion", "cached", "reasoning")
+    }
+    assert tokens == {"prompt": 100, "completion": 20, "cached": 60, "reasoning": 5}
+    cost = scraped.value("threadpilot_model_cost_usd_total", api="openai-responses")
+    assert cost == pytest.approx((100 * 1_000 + 20 * 4_000) / 1_000_000)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from agent_core import ConfigError, RunLimits
+from agent_core import BUDGET_SETTINGS, ConfigError, RunLimits
 from bot.process.settings import Settings, StopPolicy, load_settings
 from bot.process.unknown_settings import unknown_settings
 
@@ -271,6 +271,36 @@ def test_budgets_read_from_text_or_numbers(environment: pytest.MonkeyPatch) -> N
     limits = settings.run_limits
     assert limits.budget.time_s == 600 and limits.budget.tool_calls is None  # 0: off
     assert (limits.max_children_per_run, limits.context_window) == (3, 128_000)
+
+
+def test_an_empty_budget_turns_it_off(environment: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # SPEC: "0 or empty turns one off", set empty in the environment or in .env; every
+    # other setting left empty still means its default.
+    environment.setenv("RUN_TOKEN_BUDGET", "")
+    environment.setenv("RUN_TOOL_CALL_BUDGET", "5")  # the environment wins over .env
+    environment.setenv("MAX_TOOL_CALLS_PER_STEP", "")
+    (tmp_path / ".env").write_text(
+        "RUN_TIME_BUDGET=\nRUN_TOOL_CALL_BUDGET=\nRUN_COST_BUDGET=\nMODEL_PRICE_INPUT=\n"
+    )
+
+    limits = load_settings().run_limits
+
+    assert limits.budget.tokens is None and limits.budget.time_s is None
+    assert limits.budget.tool_calls == 5
+    assert limits.budget.cost_usd is None and limits.budget.prices is None
+    assert limits.max_tool_calls_per_step == 16
+
+
+def test_env_example_as_shipped_keeps_the_default_budgets(
+    environment: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # Its budget lines copied to .env as they are (the rest are placeholders to fill in).
+    lines = (REPO / ".env.example").read_text("utf-8").splitlines()
+    budgets = [line for line in lines if line.split("=", 1)[0] in BUDGET_SETTINGS]
+    assert len(budgets) == len(BUDGET_SETTINGS)
+    (tmp_path / ".env").write_text("\n".join(budgets) + "\n", "utf-8")
+
+    assert load_settings().run_limits == RunLimits()
 
 
 def test_an_app_token_turns_socket_mode_on_and_the_secret_becomes_optional(

@@ -26,7 +26,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from slack_sdk.models.blocks import Block
 
-from agent_core import ExitCode, Handoff, Outcome, RunResult, StopReason, Timings, Usage
+from agent_core import (
+    EndedBecause,
+    ExitCode,
+    Handoff,
+    Outcome,
+    RunResult,
+    Spent,
+    StopReason,
+    Timings,
+    Usage,
+)
 from bot import messages as m
 from bot.messages import ANSWER_CONTINUES
 from bot.views.answer import MARKDOWN_LIMIT, answer_metadata, render_answer
@@ -43,6 +53,7 @@ from bot.views.status import (
     render_status,
     run_metadata,
 )
+from tests.fakes.slack_blocks import blocks_text
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
@@ -75,8 +86,12 @@ def result(
     )
 
 
+SPENT = Spent(prompt_tokens=11_000, completion_tokens=1_400, tool_calls=7, cost_usd=0.0312)
+"""What the request has spent in the live cases: "12.4k tokens · 7 tool calls · $0.03"."""
+
+
 def live(phase: Any, **fields: Any) -> StatusSnapshot:
-    base: dict[str, Any] = {"turn": 3, "elapsed_s": 42.5, "tokens": 1_234}
+    base: dict[str, Any] = {"turn": 3, "elapsed_s": 42.5, "spent": SPENT}
     return StatusSnapshot(run_id=RUN, requester="U1", phase=phase, **(base | fields))
 
 
@@ -85,7 +100,7 @@ def done(run: RunResult, **fields: Any) -> StatusSnapshot:
 
 
 CASES: dict[str, StatusSnapshot] = {
-    "starting": live("starting", turn=0, elapsed_s=0.0, tokens=0),
+    "starting": live("starting", turn=0, elapsed_s=0.0, spent=Spent()),
     "running": live("running", activity=m.activity_tool("search")),
     "running_with_answer": live(
         "running",
@@ -599,3 +614,34 @@ def test_a_rewritten_answer_fits_slack(answer: str) -> None:
         assert first["text"].endswith(ANSWER_CONTINUES) and messages.rest
     else:
         assert first["text"] == answer.strip() and messages.rest == ()
+
+
+def test_spend_reads_at_a_glance() -> None:
+    assert m.spend(Spent(prompt_tokens=11_000, completion_tokens=1_400, tool_calls=7)) == (
+        "12.4k tokens · 7 tool calls"
+    )
+    assert m.spend(Spent(prompt_tokens=1, tool_calls=1, cost_usd=0.0001)) == (
+        "1 token · 1 tool call · under $0.01"
+    )
+    assert m.spend(Spent(prompt_tokens=999, cost_usd=0.0)) == "999 tokens · 0 tool calls · $0.00"
+    assert m.format_tokens_short(1_000) == "1k tokens"
+    assert m.format_tokens_short(999_960) == "1M tokens"  # not "1000k"
+    assert m.format_tokens_short(2_345_678) == "2.3M tokens"
+    assert m.format_tokens_short(10**15) == "1,000,000B tokens"
+
+
+def test_the_terminal_report_says_what_the_request_spent_when_known() -> None:
+    run = result(Outcome.BLOCKED, ExitCode.BUDGET)
+    with_spend = blocks_text(render_status(done(run, spent=SPENT)).blocks)
+    assert (
+        "`EXIT-BUDGET` (budget spent) · 3 turns · 01:15 · 12.4k tokens · 7 tool calls · $0.03"
+        in with_spend
+    )
+    # A report rebuilt from the stored run alone: the run's own tokens, as before.
+    stored = blocks_text(render_status(done(run)).blocks)
+    assert "· 01:15 · 1,234 tokens" in stored
+
+
+def test_every_reason_a_run_ends_is_worded_for_people() -> None:
+    for reason in EndedBecause:  # not its code ("budget_exhausted")
+        assert "_" not in m.ended_because_words(reason.value), reason
