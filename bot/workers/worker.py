@@ -82,6 +82,7 @@ class Worker:
             lease_ttl_s=settings.LEASE_TTL,
             metrics=metrics,
             max_live=settings.MAX_LIVE_RUNS,
+            max_per_user=settings.MAX_RUNS_PER_USER or None,
             load=self.load,
         )
         self.watcher = StopWatcher(
