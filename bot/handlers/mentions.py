@@ -250,7 +250,11 @@ class Mentions:
             for person in sorted(read.people - {asked.user}):
                 await ctx.stops.note_participant(thread, person)
 
-        if not ctx.supervisor.has_room():
+        # The place is held until the run is launched: a resume or a queued run starting
+        # here meanwhile cannot take it too.
+        with ctx.supervisor.room() as held:
+            live = await ctx.supervisor.start(run_id, history=history) if held else None
+        if not held:
             await ctx.worker.queue.enqueue(
                 run_id,
                 thread=thread,
@@ -260,7 +264,7 @@ class Mentions:
                 surface=surface,
             )
             return
-        if await ctx.supervisor.start(run_id, history=history) is None:
+        if live is None:
             log.info(
                 "run.not_started", run_id=run_id, reason="shutting down: it waits in the queue"
             )

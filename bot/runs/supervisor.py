@@ -36,6 +36,7 @@ a new run in the same thread, started from a summary and linked to the run it co
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from dataclasses import dataclass, replace
 from datetime import timedelta
@@ -59,7 +60,7 @@ from bot.stopping.guidance import to_guidance
 from bot.workers.resume import stored_ended_because
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Collection, Sequence
+    from collections.abc import Awaitable, Collection, Iterator, Sequence
 
     from agent_core import (
         Agent,
@@ -174,6 +175,8 @@ class Supervisor:
         self._accepted: dict[str, _Accepted] = {}
         self._queuing: set[str] = set()
         """Accepted runs the queue is queueing: it lets them go itself, shutdown or not."""
+        self._holding = 0
+        """Places held for runs about to start here (:meth:`hold_room`)."""
         self._accepting = True
         if metrics is not None:
             metrics.count_live_runs(lambda: len(self._live))
@@ -236,10 +239,10 @@ class Supervisor:
         """True if a new run may start here now: accepting, the event loop not busy
         (:mod:`bot.process.loop_load`), and fewer than ``max_live`` runs still working (a run
         whose loop has ended, only waiting for Slack to take its final message, no longer
-        counts).
+        counts) or about to start (:meth:`hold_room`).
 
-        Resumes and continuations are not held to it (they are few, and a person is
-        waiting for them); they count towards it.
+        Resumes and continuations are held to it as new runs are: they wait in the
+        schedule until a worker has room (:mod:`bot.workers.resume`).
         """
         if not self._accepting:
             return False
@@ -248,7 +251,31 @@ class Supervisor:
         if self._max_live is None:
             return True
         working = sum(1 for live in self._live.values() if live.run.result is None)
-        return working < self._max_live
+        return working + self._holding < self._max_live
+
+    def hold_room(self) -> bool:
+        """Keep one place for a run about to start here (a resume or a continuation: it
+        is claimed in the database first), if there is room; True if one is held. Free it
+        with :meth:`free_room` once the run is launched (it counts itself then) or will
+        not be: without it, two starts looking at once could both take the last place."""
+        if not self.has_room():
+            return False
+        self._holding += 1
+        return True
+
+    def free_room(self) -> None:
+        """Give back a place :meth:`hold_room` held."""
+        self._holding = max(0, self._holding - 1)
+
+    @contextlib.contextmanager
+    def room(self) -> Iterator[bool]:
+        """:meth:`hold_room` for the block: True inside it if a place is held."""
+        held = self.hold_room()
+        try:
+            yield held
+        finally:
+            if held:
+                self.free_room()
 
     # -- starting and ending -----------------------------------------------------------
 
