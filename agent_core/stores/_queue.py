@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from agent_core.records import RunRecord
 
 __all__ = [
+    "FAIR_FROM_SQL",
     "FAIR_ORDER_SQL",
     "STOP_PENDING_SQL",
     "WAITING_SQL",
@@ -45,24 +46,32 @@ STOP_PENDING_SQL = (
 _LIVE_SQL = ", ".join(f"'{state}'" for state in sorted(LIVE_STATES))
 
 
-def person_runs_sql(team: str, requester: str, *, waiting_too: bool) -> str:
-    """A count of one person's top-level live runs in one workspace (``team`` and
-    ``requester``: SQL expressions), those waiting in the queue included or not. The
-    runs are ``p``; nothing outside the subquery is named so."""
-    waiting = "" if waiting_too else " AND NOT (p.state = 'queued' AND p.owner IS NULL)"
+def person_runs_sql(team: str, requester: str) -> str:
+    """A count of one person's top-level live runs in one workspace, waiting ones
+    included (``team`` and ``requester``: SQL expressions): what ``MAX_RUNS_PER_USER``
+    limits."""
     return (
         f"(SELECT count(*) FROM runs p WHERE p.team = {team} AND p.requester = {requester} "
-        f"AND p.parent_id IS NULL AND p.state IN ({_LIVE_SQL}){waiting})"
+        f"AND p.parent_id IS NULL AND p.state IN ({_LIVE_SQL}))"
     )
 
 
-FAIR_ORDER_SQL = (
-    f"ORDER BY {person_runs_sql('runs.team', 'runs.requester', waiting_too=False)}, "
-    "runs.created_at, runs.id"
+_HELD_SQL = (
+    "SELECT team, requester, count(*) AS held FROM runs "
+    f"WHERE parent_id IS NULL AND state IN ({_LIVE_SQL}) "
+    "AND NOT (state = 'queued' AND owner IS NULL) GROUP BY team, requester"
 )
-"""The queue's order: first the runs of the people with the fewest runs holding room
-(live and not waiting), then the oldest (ties by id). Only for a query on ``runs`` with no
-alias."""
+
+FAIR_FROM_SQL = (
+    f"runs LEFT JOIN ({_HELD_SQL}) h ON h.team = runs.team AND h.requester = runs.requester"
+)
+"""``runs``, each with ``h.held``: how many runs its person has holding room (top-level,
+live, not waiting). The live runs are counted once, in one pass, not once per waiting
+run: the queue can be long."""
+
+FAIR_ORDER_SQL = "ORDER BY coalesce(h.held, 0), runs.created_at, runs.id"
+"""The queue's order, for a query on :data:`FAIR_FROM_SQL`: first the runs of the people
+with the fewest runs holding room, then the oldest (ties by id)."""
 
 
 def person_key(run: RunRecord) -> tuple[str, str]:
@@ -71,7 +80,7 @@ def person_key(run: RunRecord) -> tuple[str, str]:
 
 
 def holds_room(run: RunRecord) -> bool:
-    """A top-level live run that is not waiting: what :data:`FAIR_ORDER_SQL` counts."""
+    """A top-level live run that is not waiting: what :data:`FAIR_FROM_SQL` counts."""
     return run.parent_id is None and run.state in LIVE_STATES and not is_waiting(run)
 
 

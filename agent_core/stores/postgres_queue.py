@@ -33,6 +33,7 @@ from agent_core.clock import utcnow
 from agent_core.stores import _codec as codec
 from agent_core.stores._pg import QUEUE_WAKEUP, STOP_CHANNEL
 from agent_core.stores._queue import (
+    FAIR_FROM_SQL,
     FAIR_ORDER_SQL,
     STOP_PENDING_SQL,
     WAITING_SQL,
@@ -54,7 +55,7 @@ _ORDER = "ORDER BY created_at, id"
 _ANNOUNCE = f"SELECT pg_notify('{STOP_CHANNEL}', '{QUEUE_WAKEUP}')"
 _ADMISSION_LOCK = 0x7470  # "tp": this app's advisory locks' first key
 _LOCK_PERSON = "SELECT pg_advisory_xact_lock($1, hashtext($2))"
-_PERSON_RUNS = "SELECT " + person_runs_sql("$1", "$2", waiting_too=True)
+_PERSON_RUNS = "SELECT " + person_runs_sql("$1", "$2")
 _SAME_RUN = "SELECT 1 FROM runs WHERE id = $1 AND created_at = $2 AND requester = $3 AND task = $4"
 
 
@@ -121,8 +122,9 @@ class PostgresQueue:
     ) -> RunRecord | None:
         now = now or utcnow()
         sql = (
-            f"WITH head AS (SELECT id FROM runs WHERE {WAITING_SQL} AND NOT {STOP_PENDING_SQL} "
-            f"{FAIR_ORDER_SQL} LIMIT 1 FOR UPDATE SKIP LOCKED) "
+            f"WITH head AS (SELECT runs.id FROM {FAIR_FROM_SQL} "
+            f"WHERE {WAITING_SQL} AND NOT {STOP_PENDING_SQL} "
+            f"{FAIR_ORDER_SQL} LIMIT 1 FOR UPDATE OF runs SKIP LOCKED) "
             "UPDATE runs SET state = 'running', owner = $1, lease_expires_at = $2, "
             "updated_at = $3 FROM head WHERE runs.id = head.id RETURNING runs.*"
         )
@@ -162,7 +164,7 @@ class PostgresQueue:
     async def queued_runs(self, *, limit: int = 1000) -> list[RunRecord]:
         if limit < 0:
             raise ValueError(f"limit must not be negative, got {limit}")
-        sql = f"SELECT * FROM runs WHERE {WAITING_SQL} {FAIR_ORDER_SQL} LIMIT $1"
+        sql = f"SELECT runs.* FROM {FAIR_FROM_SQL} WHERE {WAITING_SQL} {FAIR_ORDER_SQL} LIMIT $1"
         return [codec.run_from_row(r) for r in await self._fetch("read the queue", sql, limit)]
 
     async def count_queued(self) -> int:

@@ -22,6 +22,7 @@ from agent_core.clock import utcnow
 from agent_core.errors import StorageError
 from agent_core.stores import _codec as codec
 from agent_core.stores._queue import (
+    FAIR_FROM_SQL,
     FAIR_ORDER_SQL,
     STOP_PENDING_SQL,
     WAITING_SQL,
@@ -64,7 +65,7 @@ class SqliteQueue:
             await self.create_run(run)
             return True
         values = codec.run_values(run)
-        held = person_runs_sql("?", "?", waiting_too=True)
+        held = person_runs_sql("?", "?")
         sql = (
             f"INSERT INTO runs ({', '.join(values)}) "
             f"SELECT {', '.join('?' * len(values))} WHERE {held} < ?"
@@ -87,8 +88,9 @@ class SqliteQueue:
         now = now or utcnow()
         sql = (
             "UPDATE runs SET state = 'running', owner = ?, lease_expires_at = ?, updated_at = ? "
-            f"WHERE id = (SELECT id FROM runs WHERE {WAITING_SQL} AND NOT {STOP_PENDING_SQL} "
-            f"{FAIR_ORDER_SQL} LIMIT 1) RETURNING *"
+            f"WHERE id = (SELECT runs.id FROM {FAIR_FROM_SQL} "
+            f"WHERE {WAITING_SQL} AND NOT {STOP_PENDING_SQL} {FAIR_ORDER_SQL} LIMIT 1) "
+            "RETURNING *"
         )
         expires = now + timedelta(seconds=ttl_s)
         rows = await self._write_rows("take a queued run", sql, [owner, expires, utcnow()])
@@ -114,7 +116,7 @@ class SqliteQueue:
     async def queued_runs(self, *, limit: int = 1000) -> list[RunRecord]:
         if limit < 0:
             raise ValueError(f"limit must not be negative, got {limit}")
-        sql = f"SELECT * FROM runs WHERE {WAITING_SQL} {FAIR_ORDER_SQL} LIMIT ?"
+        sql = f"SELECT runs.* FROM {FAIR_FROM_SQL} WHERE {WAITING_SQL} {FAIR_ORDER_SQL} LIMIT ?"
         return [codec.run_from_row(r) for r in await self._rows("read the queue", sql, [limit])]
 
     async def count_queued(self) -> int:
