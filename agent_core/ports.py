@@ -537,8 +537,23 @@ class ResumeStore(Protocol):
 
 
 class QueueStore(Protocol):
-    """Runs waiting for a worker with room (:func:`~agent_core.records.is_waiting`),
-    oldest ``created_at`` first (ties by id): the durable queue every worker shares."""
+    """Runs waiting for a worker with room (:func:`~agent_core.records.is_waiting`): the
+    durable queue every worker shares, and the admission of a person's new runs.
+
+    Queue order is fair: first the runs of the people (a requester in a workspace) with
+    the fewest runs holding room (top-level, live, not waiting), then the oldest
+    ``created_at`` (ties by id)."""
+
+    async def admit_run(self, run: RunRecord, *, limit: int | None) -> bool:
+        """Store ``run``, a person's new run (``queued`` and top-level; leased to the
+        worker that accepted it, or waiting), unless its requester already has ``limit``
+        live top-level runs in its workspace, waiting ones included: then nothing is
+        written and the answer is False. ``limit`` None: no limit. The count and the
+        insert are one transaction, serialised per person across every store on the
+        database: of two admissions at once for the last place, one wins. ValueError if
+        ``run`` is not such a run, or if the id exists. A waiting ``run`` wakes the
+        other workers as :meth:`enqueue_run` does."""
+        ...
 
     async def enqueue_run(self, run: RunRecord) -> None:
         """Store ``run`` as waiting; ValueError unless it is ``queued`` with no owner,
@@ -549,9 +564,9 @@ class QueueStore(Protocol):
     async def claim_queued(
         self, owner: str, ttl_s: float, *, now: datetime | None = None
     ) -> RunRecord | None:
-        """Take the oldest waiting run: in one transaction it becomes ``running``, owned
-        by ``owner`` with a lease of ``ttl_s`` seconds from ``now``, and is returned as
-        stored after that. None when nothing waits. Of workers claiming at once each
+        """Take the first waiting run in queue order: in one transaction it becomes
+        ``running``, owned by ``owner`` with a lease of ``ttl_s`` seconds from ``now``, and
+        is returned as stored after that. None when nothing waits. Of workers claiming at once each
         gets a different run (none is taken twice). A waiting run with a pending stop
         request is passed over: it is being ended (:meth:`end_queued` by the worker that
         took the request, else a later sweep), and must never reach the model.

@@ -120,6 +120,8 @@ def app_settings(
         "OPENAI_BASE_URL": llm_url,
         "OPENAI_MODEL": "bench-model",
         "DATABASE_URL": f"sqlite:///{files_dir}/{DATABASE_FILE}",
+        # Off: every benchmark mention comes from one person, standing in for many.
+        "MAX_RUNS_PER_USER": 0,
     }
     if socket_mode:
         values |= {"SLACK_APP_TOKEN": "xapp-bench-token", "SLACK_SIGNING_SECRET": ""}

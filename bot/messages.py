@@ -494,6 +494,18 @@ RUN_NOT_RECORDED = (
 )
 UNKNOWN_ACTION = "threadpilot does not know that button; it may be from an older version."
 RUN_NOT_FOUND = "This run is no longer tracked (it may have ended during a restart)."
+
+
+def too_many_runs(limit: int) -> str:
+    """A person's mention past ``MAX_RUNS_PER_USER``: nothing started."""
+    runs = "run" if limit == 1 else "runs"
+    return (
+        f"You already have {limit} {runs} working or waiting here, the most one person may "
+        "have at once, so I did not start this one. When one of them finishes (or you stop "
+        "one), mention me again."
+    )
+
+
 THREAD_BUSY = (
     "A run is already working in this thread. Wait for it to finish (or stop it), then "
     "mention me again."

@@ -1,20 +1,37 @@
 """What the adapters share about the run queue (:class:`~agent_core.ports.QueueStore`).
 
 The SQL of each database lives with its adapter (``sqlite_queue``, ``postgres_queue``);
-this holds the one definition of a waiting run both write into their statements, and
-the check every adapter makes before queueing a run.
+this holds the definitions both write into their statements (a waiting run, a person's
+runs, the fair order of the queue), the check every adapter makes before queueing a
+run, and the same rules for the memory store (:func:`person_key`, :func:`fair_key`).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import TYPE_CHECKING
 
 from agent_core.records import is_waiting
+from agent_core.states import LIVE_STATES, RunState
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+    from datetime import datetime
+
     from agent_core.records import RunRecord
 
-__all__ = ["STOP_PENDING_SQL", "WAITING_SQL", "check_waiting"]
+__all__ = [
+    "FAIR_FROM_SQL",
+    "FAIR_ORDER_SQL",
+    "STOP_PENDING_SQL",
+    "WAITING_SQL",
+    "check_admitted",
+    "check_waiting",
+    "fair_key",
+    "holds_room",
+    "person_key",
+    "person_runs_sql",
+]
 
 WAITING_SQL = "state = 'queued' AND owner IS NULL AND parent_id IS NULL"
 """A waiting run, as :func:`agent_core.records.is_waiting` (and the partial index
@@ -24,6 +41,62 @@ STOP_PENDING_SQL = (
     "EXISTS (SELECT 1 FROM stop_requests s WHERE s.run_id = runs.id AND s.status = 'requested')"
 )
 """A run with a stop request not handled yet: a waiting one is being ended, not taken."""
+
+
+_LIVE_SQL = ", ".join(f"'{state}'" for state in sorted(LIVE_STATES))
+
+
+def person_runs_sql(team: str, requester: str) -> str:
+    """A count of one person's top-level live runs in one workspace, waiting ones
+    included (``team`` and ``requester``: SQL expressions): what ``MAX_RUNS_PER_USER``
+    limits."""
+    return (
+        f"(SELECT count(*) FROM runs p WHERE p.team = {team} AND p.requester = {requester} "
+        f"AND p.parent_id IS NULL AND p.state IN ({_LIVE_SQL}))"
+    )
+
+
+_HELD_SQL = (
+    "SELECT team, requester, count(*) AS held FROM runs "
+    f"WHERE parent_id IS NULL AND state IN ({_LIVE_SQL}) "
+    "AND NOT (state = 'queued' AND owner IS NULL) GROUP BY team, requester"
+)
+
+FAIR_FROM_SQL = (
+    f"runs LEFT JOIN ({_HELD_SQL}) h ON h.team = runs.team AND h.requester = runs.requester"
+)
+"""``runs``, each with ``h.held``: how many runs its person has holding room (top-level,
+live, not waiting). The live runs are counted once, in one pass, not once per waiting
+run: the queue can be long."""
+
+FAIR_ORDER_SQL = "ORDER BY coalesce(h.held, 0), runs.created_at, runs.id"
+"""The queue's order, for a query on :data:`FAIR_FROM_SQL`: first the runs of the people
+with the fewest runs holding room, then the oldest (ties by id)."""
+
+
+def person_key(run: RunRecord) -> tuple[str, str]:
+    """Whose run ``run`` is: its requester, in its workspace."""
+    return run.thread.team, run.requester
+
+
+def holds_room(run: RunRecord) -> bool:
+    """A top-level live run that is not waiting: what :data:`FAIR_FROM_SQL` counts."""
+    return run.parent_id is None and run.state in LIVE_STATES and not is_waiting(run)
+
+
+def fair_key(runs: Iterable[RunRecord]) -> Callable[[RunRecord], tuple[int, datetime, str]]:
+    """The sort key of :data:`FAIR_ORDER_SQL`, given every run there is."""
+    held = Counter(person_key(r) for r in runs if holds_room(r))
+    return lambda run: (held[person_key(run)], run.created_at, run.id)
+
+
+def check_admitted(run: RunRecord) -> None:
+    """ValueError unless ``run`` is a person's new run: top-level and ``queued``
+    (held by its worker with a lease, or waiting)."""
+    if run.parent_id is not None or run.state is not RunState.QUEUED:
+        raise ValueError(f"run {run.id}: only a queued top-level run can be admitted")
+    if (run.owner is None) != (run.lease_expires_at is None):
+        raise ValueError(f"run {run.id}: an owner needs a lease, and a lease an owner")
 
 
 def check_waiting(run: RunRecord) -> None:

@@ -28,7 +28,12 @@ from agent_core.records import (
 )
 from agent_core.states import LIVE_STATES, TERMINAL_STATES, RunState
 from agent_core.stores import _codec as codec
-from agent_core.stores._queue import check_waiting
+from agent_core.stores._queue import (
+    check_admitted,
+    check_waiting,
+    fair_key,
+    person_key,
+)
 from agent_core.stores._retention import BATCH_SIZE, check_batch_size
 
 if TYPE_CHECKING:
@@ -555,6 +560,22 @@ class MemoryStore:
         check_waiting(run)
         await self.create_run(run)
 
+    async def admit_run(self, run: RunRecord, *, limit: int | None) -> bool:
+        check_admitted(run)
+        async with self._lock:
+            if run.id in self._runs:
+                raise ValueError(f"run {run.id} already exists")
+            person = person_key(run)
+            held = sum(
+                1
+                for r in self._runs.values()
+                if person_key(r) == person and r.parent_id is None and r.state in LIVE_STATES
+            )
+            if limit is not None and held >= limit:
+                return False
+            self._runs[run.id] = run
+            return True
+
     async def claim_queued(
         self, owner: str, ttl_s: float, *, now: datetime | None = None
     ) -> RunRecord | None:
@@ -606,10 +627,13 @@ class MemoryStore:
 
     async def stopped_in_queue(self, *, limit: int = 100) -> list[RunRecord]:
         stopped = {r.run_id for r in self._stops.values() if r.status == "requested"}
-        return [r for r in self._waiting() if r.id in stopped][: _limit(limit)]
+        found = (r for r in self._runs.values() if is_waiting(r) and r.id in stopped)
+        return _oldest_first(found)[: _limit(limit)]
 
     def _waiting(self) -> list[RunRecord]:
-        return _oldest_first(r for r in self._runs.values() if is_waiting(r))
+        """The waiting runs in queue order (:data:`~agent_core.stores._queue.FAIR_ORDER_SQL`)."""
+        waiting = [r for r in self._runs.values() if is_waiting(r)]
+        return sorted(waiting, key=fair_key(self._runs.values()))
 
     async def close(self) -> None:
         """Nothing to release; here so this store is a :class:`~agent_core.ports.Store`."""

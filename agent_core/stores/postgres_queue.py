@@ -2,12 +2,21 @@
 :class:`~agent_core.stores.postgres.PostgresStore`.
 
 Taking the head of the queue is one statement, so one transaction: a ``SELECT ... FOR
-UPDATE SKIP LOCKED`` picks the oldest waiting run no other worker is taking at that
-moment, and the ``UPDATE`` of the same statement makes it ``running`` with its owner and
-lease before anyone else can see it waiting. Workers claiming together each get another
-run, and none waits on another's lock. Queueing a run sends ``NOTIFY threadpilot_stop,
-'queue'`` (the stop channel's listener is the one every worker already has), which wakes
-the workers with room at once; their periodic tick is the backstop.
+UPDATE SKIP LOCKED`` picks the first waiting run in the fair order (the oldest of the
+people with the fewest runs holding room, ``FAIR_ORDER_SQL``) that no other worker is
+taking at that moment, and the ``UPDATE`` of the same statement makes it ``running``
+with its owner and lease before anyone else can see it waiting. Workers claiming
+together each get another run, and none waits on another's lock. Queueing a run sends
+``NOTIFY threadpilot_stop, 'queue'`` (the stop channel's listener is the one every
+worker already has), which wakes the workers with room at once; their periodic tick is
+the backstop.
+
+Admitting a person's run (``MAX_RUNS_PER_USER``) is a transaction that first takes a
+transaction-scoped advisory lock on the person (their workspace and user id), then
+counts their live runs and inserts the new one only below the limit: a second mention
+from the same person, on any worker, waits for the first's commit and counts its run,
+so two cannot both take the last place. (One statement would not do: under READ
+COMMITTED its count is read before it could wait on anything.)
 
 A claim is not retried after its statement may have reached the server: a retry could
 take a second run while the first, claimed unseen, is left to expire and be reconciled.
@@ -18,10 +27,20 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import asyncpg  # type: ignore[import-untyped]
+
 from agent_core.clock import utcnow
 from agent_core.stores import _codec as codec
 from agent_core.stores._pg import QUEUE_WAKEUP, STOP_CHANNEL
-from agent_core.stores._queue import STOP_PENDING_SQL, WAITING_SQL, check_waiting
+from agent_core.stores._queue import (
+    FAIR_FROM_SQL,
+    FAIR_ORDER_SQL,
+    STOP_PENDING_SQL,
+    WAITING_SQL,
+    check_admitted,
+    check_waiting,
+    person_runs_sql,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -34,6 +53,10 @@ __all__ = ["PostgresQueue"]
 _T = TypeVar("_T")
 _ORDER = "ORDER BY created_at, id"
 _ANNOUNCE = f"SELECT pg_notify('{STOP_CHANNEL}', '{QUEUE_WAKEUP}')"
+_ADMISSION_LOCK = 0x7470  # "tp": this app's advisory locks' first key
+_LOCK_PERSON = "SELECT pg_advisory_xact_lock($1, hashtext($2))"
+_PERSON_RUNS = "SELECT " + person_runs_sql("$1", "$2")
+_SAME_RUN = "SELECT 1 FROM runs WHERE id = $1 AND created_at = $2 AND requester = $3 AND task = $4"
 
 
 class PostgresQueue:
@@ -62,13 +85,46 @@ class PostgresQueue:
         await self.create_run(run)
         await self._announce()
 
+    async def admit_run(self, run: RunRecord, *, limit: int | None) -> bool:
+        check_admitted(run)
+        if limit is None:
+            await self.create_run(run)
+        elif not await self._admit(run, limit):
+            return False
+        if run.owner is None:
+            await self._announce()
+        return True
+
+    async def _admit(self, run: RunRecord, limit: int) -> bool:
+        values = codec.run_values(run)
+        marks = ", ".join(f"${i}" for i in range(1, len(values) + 1))
+        insert = f"INSERT INTO runs ({', '.join(values)}) VALUES ({marks})"
+        person = (run.thread.team, run.requester)
+        mine = (values["id"], values["created_at"], values["requester"], values["task"])
+
+        async def work(conn: Any, retrying: bool) -> bool:
+            async with conn.transaction():
+                await conn.execute(_LOCK_PERSON, _ADMISSION_LOCK, "\x1f".join(person))
+                if retrying and await conn.fetchval(_SAME_RUN, *mine) is not None:
+                    return True  # our first attempt landed
+                if await conn.fetchval(_PERSON_RUNS, *person) >= limit:
+                    return False
+                try:
+                    await conn.execute(insert, *values.values())
+                except asyncpg.UniqueViolationError as exc:
+                    raise ValueError(f"run {run.id} already exists") from exc
+                return True
+
+        return await self._call("admit a run", work, idempotent=True)
+
     async def claim_queued(
         self, owner: str, ttl_s: float, *, now: datetime | None = None
     ) -> RunRecord | None:
         now = now or utcnow()
         sql = (
-            f"WITH head AS (SELECT id FROM runs WHERE {WAITING_SQL} AND NOT {STOP_PENDING_SQL} "
-            f"{_ORDER} LIMIT 1 FOR UPDATE SKIP LOCKED) "
+            f"WITH head AS (SELECT runs.id FROM {FAIR_FROM_SQL} "
+            f"WHERE {WAITING_SQL} AND NOT {STOP_PENDING_SQL} "
+            f"{FAIR_ORDER_SQL} LIMIT 1 FOR UPDATE OF runs SKIP LOCKED) "
             "UPDATE runs SET state = 'running', owner = $1, lease_expires_at = $2, "
             "updated_at = $3 FROM head WHERE runs.id = head.id RETURNING runs.*"
         )
@@ -108,7 +164,7 @@ class PostgresQueue:
     async def queued_runs(self, *, limit: int = 1000) -> list[RunRecord]:
         if limit < 0:
             raise ValueError(f"limit must not be negative, got {limit}")
-        sql = f"SELECT * FROM runs WHERE {WAITING_SQL} {_ORDER} LIMIT $1"
+        sql = f"SELECT runs.* FROM {FAIR_FROM_SQL} WHERE {WAITING_SQL} {FAIR_ORDER_SQL} LIMIT $1"
         return [codec.run_from_row(r) for r in await self._fetch("read the queue", sql, limit)]
 
     async def count_queued(self) -> int:

@@ -4,18 +4,32 @@
 Taking the head of the queue is one ``UPDATE ... WHERE id = (SELECT ... LIMIT 1)
 RETURNING *`` inside the store's ``BEGIN IMMEDIATE`` transaction: the file's write lock
 is held from the start, so two processes claiming at once are serialised and the second
-finds the first's run already gone from the queue. There are no wake-ups: workers look
-at the queue when one of their runs ends and on their periodic tick.
+finds the first's run already gone from the queue. The head is the oldest run of the
+people with the fewest runs holding room (``FAIR_ORDER_SQL``). Admitting a person's run
+is one ``INSERT ... SELECT ... WHERE`` their live runs are fewer than the limit, in the
+same kind of transaction, so two mentions at once cannot both take the last place.
+There are no wake-ups: workers look at the queue when one of their runs ends and on
+their periodic tick.
 """
 
 from __future__ import annotations
 
+import sqlite3
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from agent_core.clock import utcnow
+from agent_core.errors import StorageError
 from agent_core.stores import _codec as codec
-from agent_core.stores._queue import STOP_PENDING_SQL, WAITING_SQL, check_waiting
+from agent_core.stores._queue import (
+    FAIR_FROM_SQL,
+    FAIR_ORDER_SQL,
+    STOP_PENDING_SQL,
+    WAITING_SQL,
+    check_admitted,
+    check_waiting,
+    person_runs_sql,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -45,14 +59,38 @@ class SqliteQueue:
         check_waiting(run)
         await self.create_run(run)
 
+    async def admit_run(self, run: RunRecord, *, limit: int | None) -> bool:
+        check_admitted(run)
+        if limit is None:
+            await self.create_run(run)
+            return True
+        values = codec.run_values(run)
+        held = person_runs_sql("?", "?")
+        sql = (
+            f"INSERT INTO runs ({', '.join(values)}) "
+            f"SELECT {', '.join('?' * len(values))} WHERE {held} < ?"
+        )
+        params = [*values.values(), run.thread.team, run.requester, limit]
+        try:
+            return await self._change("admit a run", sql, params) == 1
+        except StorageError as exc:
+            cause = exc.__cause__
+            if (
+                isinstance(cause, sqlite3.IntegrityError)
+                and cause.sqlite_errorname == "SQLITE_CONSTRAINT_PRIMARYKEY"
+            ):
+                raise ValueError(f"run {run.id} already exists") from cause
+            raise
+
     async def claim_queued(
         self, owner: str, ttl_s: float, *, now: datetime | None = None
     ) -> RunRecord | None:
         now = now or utcnow()
         sql = (
             "UPDATE runs SET state = 'running', owner = ?, lease_expires_at = ?, updated_at = ? "
-            f"WHERE id = (SELECT id FROM runs WHERE {WAITING_SQL} AND NOT {STOP_PENDING_SQL} "
-            f"{_ORDER} LIMIT 1) RETURNING *"
+            f"WHERE id = (SELECT runs.id FROM {FAIR_FROM_SQL} "
+            f"WHERE {WAITING_SQL} AND NOT {STOP_PENDING_SQL} {FAIR_ORDER_SQL} LIMIT 1) "
+            "RETURNING *"
         )
         expires = now + timedelta(seconds=ttl_s)
         rows = await self._write_rows("take a queued run", sql, [owner, expires, utcnow()])
@@ -78,7 +116,7 @@ class SqliteQueue:
     async def queued_runs(self, *, limit: int = 1000) -> list[RunRecord]:
         if limit < 0:
             raise ValueError(f"limit must not be negative, got {limit}")
-        sql = f"SELECT * FROM runs WHERE {WAITING_SQL} {_ORDER} LIMIT ?"
+        sql = f"SELECT runs.* FROM {FAIR_FROM_SQL} WHERE {WAITING_SQL} {FAIR_ORDER_SQL} LIMIT ?"
         return [codec.run_from_row(r) for r in await self._rows("read the queue", sql, [limit])]
 
     async def count_queued(self) -> int:

@@ -13,6 +13,11 @@ back in the queue and another worker runs it. After the ack, the listener reads 
 thread's history, and starts the run, or queues it when this worker already drives
 ``MAX_LIVE_RUNS`` runs (:mod:`bot.runs.run_queue`).
 
+One person has at most ``MAX_RUNS_PER_USER`` runs live or queued per workspace: past it
+their message gets an ephemeral saying so and starts nothing (no row, no status message);
+the database counts, with the insert, so two mentions at once on two workers cannot both
+take the last place (:meth:`bot.runs.supervisor.Supervisor.accept`).
+
 A reply (or a mention) in a thread whose run is still live (or queued) starts nothing: it
 is guidance for that run, or a stop word (:mod:`bot.handlers.steering`, whose middleware
 runs first, and decides and commits it before the event is acknowledged; the listeners
@@ -36,6 +41,7 @@ from bot.errors import BudgetNotRunning, SlackError
 from bot.handlers.steering import STEERED, Steering
 from bot.inbound.thread_history import read_thread, task_of
 from bot.inbound.trust import Person, person_of
+from bot.runs.supervisor import Admission
 from bot.stopping.stops import ACK_BUDGET_S
 
 if TYPE_CHECKING:
@@ -76,8 +82,8 @@ class Asked:
     orphans: tuple[RunRecord, ...] = ()
     """Live rows of the thread whose worker is gone: ended after the ack."""
     refusal: str | None = None
-    """The person may not use the app (:mod:`bot.inbound.trust`): nothing was accepted, and
-    this is their answer."""
+    """Nothing was accepted, and this is the person's answer: they may not use the app
+    (:mod:`bot.inbound.trust`), or have ``MAX_RUNS_PER_USER`` runs live or queued."""
 
 
 def register(app: AsyncApp, ctx: BotContext) -> None:
@@ -188,8 +194,12 @@ class Mentions:
         except (TimeoutError, StorageError) as exc:
             log.error("run.not_recorded", run_id=run_id, error=str(exc) or "timed out")
             return replace(asked, run_id=run_id)
-        if taken is None:
+        if taken is Admission.THREAD_BUSY:
             return replace(asked, busy=True)
+        if taken is Admission.PERSON_FULL:
+            limit = self._ctx.settings.MAX_RUNS_PER_USER
+            log.info("run.refused", reason="MAX_RUNS_PER_USER", limit=limit)
+            return replace(asked, refusal=messages.too_many_runs(limit))
         log.info("run.accepted", run_id=run_id)
         return replace(asked, run_id=run_id, stored=True, orphans=orphans)
 
@@ -240,7 +250,11 @@ class Mentions:
             for person in sorted(read.people - {asked.user}):
                 await ctx.stops.note_participant(thread, person)
 
-        if not ctx.supervisor.has_room():
+        # The place is held until the run is launched: a resume or a queued run starting
+        # here meanwhile cannot take it too.
+        with ctx.supervisor.room() as held:
+            live = await ctx.supervisor.start(run_id, history=history) if held else None
+        if not held:
             await ctx.worker.queue.enqueue(
                 run_id,
                 thread=thread,
@@ -250,7 +264,7 @@ class Mentions:
                 surface=surface,
             )
             return
-        if await ctx.supervisor.start(run_id, history=history) is None:
+        if live is None:
             log.info(
                 "run.not_started", run_id=run_id, reason="shutting down: it waits in the queue"
             )

@@ -223,6 +223,12 @@ class Settings(BaseSettings):
         ge=1,
         description="Runs one worker process drives at once; more wait in the durable queue.",
     )
+    MAX_RUNS_PER_USER: int = Field(
+        default=3,
+        ge=0,
+        description="Runs one person may have live or queued per workspace, on all workers "
+        "together; past it a mention is refused with a note. 0 turns this off.",
+    )
     BUSY_LOOP_LAG_MS: float = Field(
         default=BUSY_LAG_S * 1000,
         ge=0,

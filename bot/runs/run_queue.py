@@ -1,5 +1,5 @@
 """The durable run queue: runs that arrive while this worker is full (``MAX_LIVE_RUNS``)
-wait in the database, and any worker with room takes the oldest (docs/operations.md,
+wait in the database, and any worker with room takes the next in fair order (docs/operations.md,
 Queue and MAX_LIVE_RUNS).
 
 - **Queueing** (:meth:`RunQueue.enqueue`). A run arrives here accepted (its row written,
@@ -14,9 +14,11 @@ Queue and MAX_LIVE_RUNS).
 - **Taking** (:meth:`RunQueue.wake`, one task of this worker). When one of this worker's
   runs ends, on the worker's periodic tick, and on a wake-up from another worker's
   queueing, the taker claims queued runs while the supervisor has room: each claim makes
-  the oldest waiting run ``running`` under this worker's lease in one transaction, so no
-  run is taken twice. The run then starts in its queued status message and streams as
-  any other; guidance written to it while it waited is delivered by its first scan.
+  the next waiting run (the oldest of the person with the fewest runs going: fair order,
+  :class:`agent_core.ports.QueueStore`) ``running`` under this worker's lease in one
+  transaction, so no run is taken twice. The run then starts in its queued status
+  message and streams as any other; guidance written to it while it waited is delivered
+  by its first scan.
 - **Ending a queued run** (:meth:`RunQueue.end_queued`). A Stop or Abort (through the
   one stop service, :mod:`bot.stopping.stops`) ends it by compare-and-set from ``queued``: it
   never reached the model, its status message becomes the terminal report ("User
@@ -244,12 +246,17 @@ class RunQueue:
     async def take(self) -> int:
         """Start queued runs while there is room here; returns how many started."""
         started = 0
-        while self._supervisor.has_room():
-            record = await self._store.claim_queued(self._worker_id, self._ttl)
-            if record is None:
-                break
-            if await self._start(record):
-                started += 1
+        while True:
+            # The place is held until the run is launched: a resume starting meanwhile
+            # (bot.workers.resume) cannot take it too.
+            with self._supervisor.room() as held:
+                if not held:
+                    break
+                record = await self._store.claim_queued(self._worker_id, self._ttl)
+                if record is None:
+                    break
+                if await self._start(record):
+                    started += 1
         return started
 
     async def _start(self, record: RunRecord) -> bool:

@@ -6,7 +6,10 @@ racing each other cannot both start a run.
 
 A person's new run is *accepted* before Slack's event is acknowledged: its row is
 written, ``queued`` and leased to this worker, so the acknowledgement never promises a
-run that a ``kill -9`` could lose. The heartbeat keeps the lease until the run starts
+run that a ``kill -9`` could lose. It is written only if its person has fewer than
+``MAX_RUNS_PER_USER`` runs live or queued in the workspace, counted by the database in
+the same transaction (:meth:`agent_core.ports.QueueStore.admit_run`), so the limit holds
+across workers. The heartbeat keeps the lease until the run starts
 here (:meth:`Supervisor.start`) or is handed to the queue; if the process dies first,
 any worker's reconciler puts the row back in the queue; if it shuts down first, it puts
 the row back itself (:meth:`Supervisor.shutdown`). Every run task is created and held here (no
@@ -33,8 +36,11 @@ a new run in the same thread, started from a summary and linked to the run it co
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import timedelta
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
@@ -47,13 +53,14 @@ from agent_core import (
     StorageError,
     continue_from,
 )
+from agent_core.clock import utcnow
 from agent_core.recording import abandon_run, record_delivery, register_run, until_landed
 from bot.runs.session import RunSession
 from bot.stopping.guidance import to_guidance
 from bot.workers.resume import stored_ended_because
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Collection, Sequence
+    from collections.abc import Awaitable, Collection, Iterator, Sequence
 
     from agent_core import (
         Agent,
@@ -71,9 +78,20 @@ if TYPE_CHECKING:
     from bot.store_needs import SupervisorStore
     from bot.views.status import EndingView
 
-__all__ = ["LiveRun", "RunLifecycle", "Supervisor"]
+__all__ = ["Admission", "LiveRun", "RunLifecycle", "Supervisor"]
 
 log = structlog.get_logger("bot.runs.supervisor")
+
+
+class Admission(StrEnum):
+    """What became of a person's new run at :meth:`Supervisor.accept`."""
+
+    ACCEPTED = "accepted"
+    """Stored: held here to start, or waiting in the queue (this worker is shutting down)."""
+    THREAD_BUSY = "thread_busy"
+    """The thread has a run here already: nothing was stored."""
+    PERSON_FULL = "person_full"
+    """Its person has ``MAX_RUNS_PER_USER`` runs live or queued: nothing was stored."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,11 +153,14 @@ class Supervisor:
         lease_ttl_s: float,
         metrics: Metrics | None = None,
         max_live: int | None = None,
+        max_per_user: int | None = None,
         load: LoopLoad | None = None,
     ) -> None:
         self.agent = agent
         self._max_live = max_live
         """``MAX_LIVE_RUNS``: runs beyond it wait in the queue (:mod:`bot.runs.run_queue`)."""
+        self._max_per_user = max_per_user
+        """``MAX_RUNS_PER_USER``: a person's runs live or queued per workspace (None: any)."""
         self._load = load
         """While this process's event loop is busy, no new run starts here."""
         self._metrics = metrics
@@ -154,6 +175,8 @@ class Supervisor:
         self._accepted: dict[str, _Accepted] = {}
         self._queuing: set[str] = set()
         """Accepted runs the queue is queueing: it lets them go itself, shutdown or not."""
+        self._holding = 0
+        """Places held for runs about to start here (:meth:`hold_room`)."""
         self._accepting = True
         if metrics is not None:
             metrics.count_live_runs(lambda: len(self._live))
@@ -216,10 +239,10 @@ class Supervisor:
         """True if a new run may start here now: accepting, the event loop not busy
         (:mod:`bot.process.loop_load`), and fewer than ``max_live`` runs still working (a run
         whose loop has ended, only waiting for Slack to take its final message, no longer
-        counts).
+        counts) or about to start (:meth:`hold_room`).
 
-        Resumes and continuations are not held to it (they are few, and a person is
-        waiting for them); they count towards it.
+        Resumes and continuations are held to it as new runs are: they wait in the
+        schedule until a worker has room (:mod:`bot.workers.resume`).
         """
         if not self._accepting:
             return False
@@ -228,13 +251,38 @@ class Supervisor:
         if self._max_live is None:
             return True
         working = sum(1 for live in self._live.values() if live.run.result is None)
-        return working < self._max_live
+        return working + self._holding < self._max_live
+
+    def hold_room(self) -> bool:
+        """Keep one place for a run about to start here (a resume or a continuation: it
+        is claimed in the database first), if there is room; True if one is held. Free it
+        with :meth:`free_room` once the run is launched (it counts itself then) or will
+        not be: without it, two starts looking at once could both take the last place."""
+        if not self.has_room():
+            return False
+        self._holding += 1
+        return True
+
+    def free_room(self) -> None:
+        """Give back a place :meth:`hold_room` held."""
+        self._holding = max(0, self._holding - 1)
+
+    @contextlib.contextmanager
+    def room(self) -> Iterator[bool]:
+        """:meth:`hold_room` for the block: True inside it if a place is held."""
+        held = self.hold_room()
+        try:
+            yield held
+        finally:
+            if held:
+                self.free_room()
 
     # -- starting and ending -----------------------------------------------------------
 
-    async def accept(self, run_id: str, thread: ThreadKey, requester: str, task: str) -> str | None:
+    async def accept(self, run_id: str, thread: ThreadKey, requester: str, task: str) -> Admission:
         """Store ``run_id``, a person's new run for ``thread``, before their message is
-        acknowledged; its id, or None if the thread has a run here already.
+        acknowledged, unless the thread has a run here already or the person has
+        ``MAX_RUNS_PER_USER`` runs live or queued (any worker's).
 
         While this worker takes work the row is leased here and the thread held for it,
         until :meth:`start` runs it or :meth:`hand_over` gives it to the queue. While
@@ -243,22 +291,29 @@ class Supervisor:
         written unseen (:meth:`abandon_row`).
         """
         if thread in self._by_thread:
-            return None
+            return Admission.THREAD_BUSY
         record = RunRecord(id=run_id, thread=thread, requester=requester, task=task)
         if not self._accepting:
-            await self._store.enqueue_run(record)
+            if not await self._store.admit_run(record, limit=self._max_per_user):
+                return Admission.PERSON_FULL
             log.info("run.accepted_into_queue", run_id=run_id, reason="shutting down")
-            return run_id
+            return Admission.ACCEPTED
         self._by_thread[thread] = run_id
         self._accepted[run_id] = _Accepted(thread, requester, task)
         try:
-            await register_run(
-                self._store, record, owner=self._worker_id, lease_ttl_s=self._lease_ttl_s
+            leased = replace(
+                record,
+                owner=self._worker_id,
+                lease_expires_at=utcnow() + timedelta(seconds=self._lease_ttl_s),
             )
+            admitted = await self._store.admit_run(leased, limit=self._max_per_user)
         except BaseException:
             self.hand_over(run_id)
             raise
-        return run_id
+        if not admitted:
+            self.hand_over(run_id)
+            return Admission.PERSON_FULL
+        return Admission.ACCEPTED
 
     def hand_over(self, run_id: str) -> None:
         """An accepted run is no longer this process's to start (it was queued, or not

@@ -37,6 +37,7 @@ checkpoint; and a sub-agent, which has no Slack message, has none to repair.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import TYPE_CHECKING
@@ -71,6 +72,7 @@ from bot.workers.resume import UNDECIDED_S, due_at, ending_view, resume_in_place
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable
+    from contextlib import AbstractContextManager
     from datetime import datetime
 
     from agent_core.records import Checkpoint, RunRecord, StopRequestRecord
@@ -128,6 +130,7 @@ class Reconciler:
         is_local: Callable[[str], bool],
         policy: ResumeSettings | None = None,
         on_requeued: Callable[[], None] | None = None,
+        room: Callable[[], AbstractContextManager[bool]] | None = None,
     ) -> None:
         self._store = store
         self._workspaces = workspaces
@@ -137,6 +140,10 @@ class Reconciler:
         self._is_local = is_local
         self.policy = policy or ResumeSettings()
         """The resume policy's settings (``Settings.resume_settings``)."""
+        self._room = room
+        """Holds a place under ``MAX_LIVE_RUNS`` for a resume about to start here (the
+        supervisor's :meth:`~bot.runs.supervisor.Supervisor.room`); None: no limit. A due
+        resume with no room here is left to the schedule, for a worker with room."""
         self._on_requeued = on_requeued
         """Told each time a run goes back in the queue (by the worker: its taker looks at
         once, not once this pass's Slack writes, which wait on rate limits, are done)."""
@@ -376,11 +383,14 @@ class Reconciler:
         at = due_at(record)
         if at is None or at > now or record.ended_because is EndedBecause.CONTEXT_EXHAUSTED:
             return False
-        if not await resume_in_place(
-            self._store, record, worker_id=self._worker_id, lease_ttl_s=self._ttl, now=now
-        ):
-            return False
-        await self._resume(record, await self._store.latest_checkpoint(record.id))
+        with self._room() if self._room is not None else contextlib.nullcontext(True) as held:
+            if not held:
+                return False  # it waits for room: here, or any worker's
+            if not await resume_in_place(
+                self._store, record, worker_id=self._worker_id, lease_ttl_s=self._ttl, now=now
+            ):
+                return False
+            await self._resume(record, await self._store.latest_checkpoint(record.id))
         return True
 
     async def _settle_moot_requests(self) -> int:

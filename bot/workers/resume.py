@@ -24,6 +24,14 @@ compare-and-set:
   summarised (:class:`agent_core.Compaction`, one request of its own), and a new run in
   the same thread starts from the summary, linked to the old one (``continued_from``).
 
+**Room.** A resume takes room like a new run: it starts only on a worker under
+``MAX_LIVE_RUNS`` whose event loop is not busy (:meth:`bot.runs.supervisor.Supervisor.hold_room`,
+held from before its compare-and-set until the run is launched; for a continuation, while
+its summary is written too). Otherwise it stays due in the schedule, and the worker looks
+again when room frees here (a run ends, or the loop is calm) or at its next poll, so
+after a restart the due resumes spread over the workers that have room instead of one
+worker taking them all.
+
 A worker killed at any moment loses nothing: a scheduled resume waits in the database for
 whoever is up at its time; a claim whose lease ran out is taken over; a run resumed in
 place is an orphan like any other, reconciled as ``worker_lost`` and decided again.
@@ -288,6 +296,10 @@ class RunsHere(Protocol):
 
     def live_in_thread(self, thread: ThreadKey) -> _LiveHere | None: ...
 
+    def hold_room(self) -> bool: ...
+
+    def free_room(self) -> None: ...
+
     async def continue_run(
         self, previous: RunRecord, compacted: Compacted, run_id: str
     ) -> _LiveHere | None: ...
@@ -322,6 +334,8 @@ class Resumes:
         self._continuing: dict[str, asyncio.Task[None]] = {}
         """Summaries being written here, by the run they continue."""
         self._compactions: dict[str, Compaction] = {}
+        self._waiting: set[str] = set()
+        """Due resumes found here with no room: logged once each."""
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -427,7 +441,9 @@ class Resumes:
         next_at = now + timedelta(seconds=self._poll_s)
         if not self._supervisor.accepting:
             return self._poll_s
-        for record in await self._store.pending_resumes():
+        pending = await self._store.pending_resumes()
+        self._waiting &= {r.id for r in pending}
+        for record in pending:
             if self._supervisor.get(record.id) is not None or record.id in self._continuing:
                 continue  # still ending here, or being continued here
             if record.resume is None:
@@ -461,13 +477,22 @@ class Resumes:
                 log.info("resume.declined", run_id=record.id, reason=messages.RESUME_MOVED_ON)
                 await self._show_stored(record.id)
             return
-        if stored_ended_because(record) is EndedBecause.CONTEXT_EXHAUSTED:
-            await self._claim_and_continue(record, now)
+        if not self._supervisor.hold_room():
+            if record.id not in self._waiting:
+                self._waiting.add(record.id)
+                log.info("resume.waits_for_room", run_id=record.id)
             return
-        if await resume_in_place(
-            self._store, record, worker_id=self._worker_id, lease_ttl_s=self._ttl, now=now
-        ):
-            await self._resume(record, await self._store.latest_checkpoint(record.id))
+        self._waiting.discard(record.id)
+        if stored_ended_because(record) is EndedBecause.CONTEXT_EXHAUSTED:
+            await self._claim_and_continue(record, now)  # holds the room until it starts
+            return
+        try:
+            if await resume_in_place(
+                self._store, record, worker_id=self._worker_id, lease_ttl_s=self._ttl, now=now
+            ):
+                await self._resume(record, await self._store.latest_checkpoint(record.id))
+        finally:
+            self._supervisor.free_room()  # the run counts itself once launched
 
     def _busy(self, record: RunRecord) -> bool:
         live = self._supervisor.live_in_thread(record.thread)
@@ -481,19 +506,33 @@ class Resumes:
     # -- continuing from a summary -----------------------------------------------------
 
     async def _claim_and_continue(self, record: RunRecord, now: datetime) -> None:
-        if not await self._store.set_resume(
-            record.id,
-            ResumeState.CLAIMED,
-            expected=_AHEAD,
-            due_by=now,
-            owner=self._worker_id,
-            lease_expires_at=now + timedelta(seconds=self._ttl),
-        ):
+        """Claim the continuation and write its summary in a task of its own, in the room
+        held for it (given back when the task ends, or here if it never starts)."""
+        try:
+            claimed = await self._store.set_resume(
+                record.id,
+                ResumeState.CLAIMED,
+                expected=_AHEAD,
+                due_by=now,
+                owner=self._worker_id,
+                lease_expires_at=now + timedelta(seconds=self._ttl),
+            )
+        except BaseException:
+            self._supervisor.free_room()
+            raise
+        if not claimed:
+            self._supervisor.free_room()
             return
         log.info("resume.claimed", run_id=record.id)
         task = asyncio.create_task(self._continue(record), name=f"continue:{record.id}")
         self._continuing[record.id] = task
-        task.add_done_callback(lambda _: self._continuing.pop(record.id, None))
+        task.add_done_callback(lambda _: self._continued(record.id))
+
+    def _continued(self, run_id: str) -> None:
+        """The task continuing ``run_id`` is done (even cancelled before it began): its
+        room is given back; the continuation, if it started, counts itself."""
+        self._continuing.pop(run_id, None)
+        self._supervisor.free_room()
 
     async def _continue(self, record: RunRecord) -> None:
         run_id = uuid.uuid4().hex

@@ -82,6 +82,7 @@ class Worker:
             lease_ttl_s=settings.LEASE_TTL,
             metrics=metrics,
             max_live=settings.MAX_LIVE_RUNS,
+            max_per_user=settings.MAX_RUNS_PER_USER or None,
             load=self.load,
         )
         self.watcher = StopWatcher(
@@ -108,6 +109,7 @@ class Worker:
             is_local=self.supervisor.holds,
             policy=self._settings.resume_settings,
             on_requeued=self._look_for_work,
+            room=self.supervisor.room,
         )
 
     def _resumes(self) -> Resumes:
@@ -156,8 +158,10 @@ class Worker:
         self._look_for_work()
 
     def _look_for_work(self) -> None:
-        """There may be room here, or a run waiting: the queue's taker looks."""
+        """There may be room here, or a run waiting: the queue's taker looks, and the
+        resume schedule (a due resume waits for room as a queued run does)."""
         self.queue.wake()
+        self.resumes.wake()
 
     async def _resume(self, record: RunRecord, checkpoint: Checkpoint | None) -> None:
         """Continue an interrupted run here, in its existing status message."""

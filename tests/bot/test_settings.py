@@ -80,6 +80,8 @@ MORE_CASES = {
     "allow guests not a boolean": Case("ALLOW_GUESTS", {"ALLOW_GUESTS": "sometimes"}),
     "cost budget without prices": Case("RUN_COST_BUDGET", {"RUN_COST_BUDGET": "5"}),
     "time budget not a duration": Case("RUN_TIME_BUDGET", {"RUN_TIME_BUDGET": "a while"}),
+    "negative runs per user": Case("MAX_RUNS_PER_USER", {"MAX_RUNS_PER_USER": "-1"}),
+    "runs per user not a number": Case("MAX_RUNS_PER_USER", {"MAX_RUNS_PER_USER": "three"}),
 }
 """Checked in-process through load_settings(), whose error is the line main() prints."""
 
@@ -258,6 +260,7 @@ def test_defaults(environment: pytest.MonkeyPatch) -> None:
     assert settings.ADMIN_USER_IDS == frozenset()
     assert not settings.ALLOW_EXTERNAL_USERS and not settings.ALLOW_GUESTS
     assert not settings.socket_mode
+    assert settings.MAX_RUNS_PER_USER == 3
     assert (
         settings.run_limits == RunLimits()
     )  # the budgets' defaults (agent_core/budget_settings.py)
@@ -349,9 +352,11 @@ def test_empty_values_mean_the_default(environment: pytest.MonkeyPatch) -> None:
     # As in a .env copied from .env.example, where optional settings are left empty.
     for name in ("SLACK_APP_TOKEN", "SLACK_API_URL", "PORT", "ADMIN_USER_IDS", "STOP_POLICY"):
         environment.setenv(name, "")
+    environment.setenv("MAX_RUNS_PER_USER", "")  # the default, as the budgets' (0: off)
 
     settings = load_settings()
 
+    assert settings.MAX_RUNS_PER_USER == 3
     assert settings.SLACK_API_URL == "https://slack.com/api/"
     assert settings.PORT == 3000
     assert not settings.socket_mode

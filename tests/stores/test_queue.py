@@ -148,3 +148,100 @@ async def test_waiting_runs_survive_reopening(backend: Backend) -> None:
     backend.stores.remove(store)
     reopened = await backend.open()
     assert [r.id for r in await reopened.queued_runs()] == ["run-001"]
+
+
+# -- fair order (docs/operations.md, Queue and MAX_LIVE_RUNS) ----------------------
+
+
+async def test_room_goes_to_the_oldest_run_of_the_person_with_fewest_runs_holding_it(
+    backend: Backend,
+) -> None:
+    """U1 already has a run going; U2 has none. U1's queued run is the oldest, but the
+    room goes to U2's; once both have one going, the oldest again."""
+    a, b = await backend.open(), await backend.open()
+    lease = datetime.now(UTC) + timedelta(seconds=30)
+    await a.create_run(waiting(0, owner="w", lease_expires_at=lease, state=RunState.RUNNING))
+    await a.enqueue_run(waiting(1))  # U1, the oldest waiting
+    await a.enqueue_run(waiting(2, requester="U2"))
+    await a.enqueue_run(waiting(3, requester="U2"))
+    await a.enqueue_run(waiting(4))
+    # Another workspace's U1 is another person, with nothing going.
+    other = dataclasses.replace(waiting(5), thread=ThreadKey("T2", "C1", "1700000000.5"))
+    await a.enqueue_run(other)
+    queue = ["run-002", "run-003", "run-005", "run-001", "run-004"]
+    assert [r.id for r in await b.queued_runs()] == queue
+
+    order = []
+    while (taken := await b.claim_queued("w", 30)) is not None:
+        order.append(taken.id)
+    # run-002 (U2: 0 going), then run-005 (T2's U1: 0), then U1 and U2 have one each:
+    # run-001 is older than run-003; then U1 has 2, U2 1: run-003; then run-004.
+    assert order == ["run-002", "run-005", "run-001", "run-003", "run-004"]
+
+
+async def test_a_waiting_run_holds_no_room_for_its_person(backend: Backend) -> None:
+    store = await backend.open()
+    for n in (1, 2):
+        await store.enqueue_run(waiting(n))  # U1 waits twice: neither holds room
+    await store.enqueue_run(waiting(3, requester="U2"))
+    taken = await store.claim_queued("w", 30)
+    assert taken is not None and taken.id == "run-001"
+    taken = await store.claim_queued("w", 30)
+    assert taken is not None and taken.id == "run-003"  # U1 now has one going
+
+
+# -- admission (MAX_RUNS_PER_USER) ----------------------------------------------------
+
+
+def accepted(n: int, **fields: Any) -> RunRecord:
+    """A person's new run as a worker accepts it: held by it, with a lease."""
+    lease = datetime.now(UTC) + timedelta(seconds=30)
+    return waiting(n, owner="w", lease_expires_at=lease, **fields)
+
+
+async def test_admission_counts_the_persons_live_and_waiting_runs(backend: Backend) -> None:
+    store = await backend.open()
+    assert await store.admit_run(accepted(1), limit=3)
+    assert await store.admit_run(waiting(2), limit=3)  # waiting counts too
+    await store.create_run(waiting(3, owner="w", lease_expires_at=T0, parent_id="run-001"))
+    assert await store.admit_run(accepted(4), limit=3)  # a sub-agent does not count
+    assert not await store.admit_run(accepted(5), limit=3)
+    assert await store.get_run("run-005") is None
+    # Someone else, or the same user id in another workspace, is another person.
+    assert await store.admit_run(accepted(6, requester="U2"), limit=3)
+    other = dataclasses.replace(accepted(7), thread=ThreadKey("T2", "C1", "1700000000.7"))
+    assert await store.admit_run(other, limit=3)
+    # An ended run gives its place back; no limit admits anything.
+    assert await store.set_state("run-001", RunState.FINISHED, expected=[RunState.QUEUED])
+    assert await store.admit_run(accepted(8), limit=3)
+    assert not await store.admit_run(accepted(9), limit=3)
+    assert await store.admit_run(accepted(9), limit=None)
+    stored = await store.get_run("run-008")
+    assert stored is not None and stored.owner == "w" and stored.state is RunState.QUEUED
+    assert await store.count_queued() == 1  # run-002
+
+
+async def test_admission_refuses_what_is_not_a_persons_new_run(backend: Backend) -> None:
+    store = await backend.open()
+    with pytest.raises(ValueError):
+        await store.admit_run(waiting(1, state=RunState.RUNNING), limit=3)
+    with pytest.raises(ValueError):
+        await store.admit_run(waiting(2, parent_id="run-000"), limit=3)
+    with pytest.raises(ValueError):
+        await store.admit_run(waiting(3, owner="w"), limit=3)  # an owner with no lease
+    assert await store.admit_run(accepted(4), limit=3)
+    with pytest.raises(ValueError):
+        await store.admit_run(accepted(4), limit=3)
+
+
+async def test_admissions_at_once_never_pass_the_limit(backend: Backend) -> None:
+    """Ten mentions from one person at once, through three workers' stores, with two
+    places left: two are admitted, whatever the interleaving."""
+    stores = [await backend.open() for _ in range(3)]
+    assert await stores[0].admit_run(accepted(0), limit=3)
+    results = await asyncio.gather(
+        *(stores[n % 3].admit_run(accepted(n), limit=3) for n in range(1, 11))
+    )
+    assert sum(results) == 2
+    live = await stores[1].find_runs(states=[RunState.QUEUED], limit=100)
+    assert len(live) == 3
