@@ -33,6 +33,7 @@ a new run in the same thread, started from a summary and linked to the run it co
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -40,6 +41,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import structlog
 
 from agent_core import (
+    EndedBecause,
     RunRecord,
     RunState,
     StopReason,
@@ -341,6 +343,29 @@ class Supervisor:
         )
         session = RunSession(run, surface, store=self._store)
         return self._launch(run, session, registered=False, auto_resumes=previous.auto_resumes + 1)
+
+    async def continue_with_budget(
+        self, previous: RunRecord, checkpoint: Checkpoint | None, run_id: str
+    ) -> LiveRun | None:
+        """Start ``run_id`` in ``previous``'s thread from its checkpoint, with one more
+        budget (a person pressed Continue on a run that spent its own), in a status
+        message of its own; None if the thread has a live run or we are closing."""
+        surface = await self._workspaces.get(previous.thread.team)
+        if not self._room_in(previous.thread):
+            return None
+        run = self.agent.new_run(
+            previous.task,
+            run_id=run_id,
+            requester=previous.requester,
+            thread=previous.thread,
+            # A run of its own: its turns count from one, its budget from zero.
+            restore=dataclasses.replace(checkpoint, turn=0) if checkpoint else None,
+            resumed_because=EndedBecause.BUDGET_EXHAUSTED,
+            continued_from=previous.id,
+        )
+        session = RunSession(run, surface, store=self._store)
+        # A person asked for it: not one of the thread's automatic resumes.
+        return self._launch(run, session, registered=False, auto_resumes=previous.auto_resumes)
 
     def _room_in(self, thread: ThreadKey) -> bool:
         """True if a stored run may start in ``thread`` here: we are not closing, and no
