@@ -52,7 +52,7 @@ from agent_core import (
 from agent_core.recording import abandon_run, record_delivery, register_run, until_landed
 from bot.runs.session import RunSession
 from bot.stopping.guidance import to_guidance
-from bot.workers.resume import stored_ended_because
+from bot.workers.resume import spent_of, stored_ended_because
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Collection, Sequence
@@ -311,12 +311,16 @@ class Supervisor:
         return self._launch(run, session)
 
     async def resume(self, record: RunRecord, checkpoint: Checkpoint | None) -> LiveRun | None:
-        """Continue a stored run from its checkpoint, in its existing status message."""
+        """Continue a stored run from its checkpoint, in its existing status message, with
+        what its request had spent (``record``: the row as it ended, its result kept)."""
         surface = await self._workspaces.get(record.thread.team)
         if not self._room_in(record.thread):
             return None
         run = self._stored_run(
-            record, restore=checkpoint, resumed_because=stored_ended_because(record)
+            record,
+            restore=checkpoint,
+            resumed_because=stored_ended_because(record),
+            spent=spent_of(record),  # the same request: its budget goes on
         )
         session = RunSession(
             run, surface, store=self._store, status_ts=record.status_ts, resumed=True
@@ -340,6 +344,7 @@ class Supervisor:
             run_id=run_id,
             requester=previous.requester,
             thread=previous.thread,
+            spent=spent_of(previous),  # the same request: its budget goes on
         )
         session = RunSession(run, surface, store=self._store)
         return self._launch(run, session, registered=False, auto_resumes=previous.auto_resumes + 1)

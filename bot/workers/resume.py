@@ -90,6 +90,7 @@ if TYPE_CHECKING:
         ResumeDecision,
         ResumeSettings,
         Run,
+        Spent,
         ThreadKey,
     )
     from agent_core.records import RunRecord
@@ -101,6 +102,7 @@ __all__ = [
     "ending_view",
     "resume_in_place",
     "settle_resume",
+    "spent_of",
     "stored_ended_because",
 ]
 
@@ -132,6 +134,12 @@ def stored_ended_because(record: RunRecord) -> EndedBecause:
     if record.result is not None:
         return RunResult.from_dict(record.result).ended_because
     return EndedBecause.UNKNOWN
+
+
+def spent_of(record: RunRecord) -> Spent | None:
+    """What the request had spent when the stored run ended (None if its result does not
+    say): an automatic resume or continuation of it goes on from there."""
+    return RunResult.from_dict(record.result).spent if record.result else None
 
 
 def ending_view(record: RunRecord) -> EndingView | None:

@@ -6,6 +6,10 @@ final message names the budget and what was spent, and offers ``Continue`` to wh
 stop it. One press, through the stop service, gives it one more budget of the same size:
 a new run in the thread, from the run's checkpoint. Every other press is answered
 ephemerally and changes nothing.
+
+An automatic resume is the same request, not a new one: it goes on with what the request
+had spent (stored in the ended run's result), so its budget runs out at the request's
+total.
 """
 
 from __future__ import annotations
@@ -14,18 +18,24 @@ from typing import TYPE_CHECKING
 
 from llmock.scenarios import Reply, ToolCall
 
-from agent_core import EndedBecause, RunState
+from agent_core import EndedBecause, RunResult, RunState
 from agent_core.prompts import resumed_note
 from agent_core.records import ResumeState
 from bot import messages
 from bot.views.status import ACTION_CONTINUE
 from tests.agent_core.helpers import offered_tools, tool_results
-from tests.bot.harness import SECRET, buttons, is_final
+from tests.bot.harness import SECRET, SHORT_TEXT, buttons, is_final, run_id_of, stalled_answer
 from tests.bot.test_resume import (
+    FAST,
     OTHER_USER,
+    SUMMARY,
     events,
+    fill_the_window,
+    llm_journal,
     new_status_message,
+    rate_limited,
     run_id_of_done,
+    start_with_one_turn,
     store_of,
     stored,
     text_of,
@@ -33,6 +43,7 @@ from tests.bot.test_resume import (
 )
 from tests.fakes import slack_requests
 from tests.fakes.slack_workspace import DEFAULT_USER
+from tests.system.workers import until
 
 if TYPE_CHECKING:
     from llmock.pytest_plugin import LLMock
@@ -202,3 +213,84 @@ async def test_continue_after_a_newer_run_took_the_thread_changes_nothing(
     record = await stored(bot, run_id)
     assert (record.resume, record.resume_by) == (ResumeState.DECLINED, None)
     assert len(llm.requests) == 3
+
+
+# -- an automatic resume goes on with the request's budget -----------------------------
+
+
+async def test_a_rate_limited_run_resumes_with_what_its_request_had_spent(
+    make_bot: BotFactory, llm: LLMock
+) -> None:
+    bot = await make_bot(**FAST, RUN_TOOL_CALL_BUDGET="2")
+    # Turn 1 runs one tool call; then a 429 pauses the run; resumed, turn 2 runs the
+    # second call, and that is the request's budget: the next turn is the wrap-up.
+    _, status = await start_with_one_turn(
+        bot,
+        llm,
+        rate_limited(0.3),
+        Reply(tool_calls=(ToolCall("current_time", {}),)),
+        Reply(text=WRAP_UP),
+    )
+    run_id = run_id_of_done(status, bot)
+
+    final = await bot.until(status, lambda m: is_final(m) and "EXIT-BUDGET" in text_of(m))
+
+    assert [r.status for r in llm.requests] == [200, 429, 200, 200]
+    assert offered_tools(llm.requests[3]) == ["final_report"]  # not a fresh budget's turn
+    results = tool_results(llm.requests[3])
+    assert len(results) == 2 and not any("not run" in r for r in results)  # one a leg
+    assert "tool-call budget is spent: 2 tool calls used of 2" in text_of(final)
+    record = await stored(bot, run_id)
+    assert (record.auto_resumes, record.ended_because) == (1, EndedBecause.BUDGET_EXHAUSTED)
+    assert record.result is not None
+    result = RunResult.from_dict(record.result)
+    # The request's spend, both legs; the run's own usage is this leg's.
+    assert result.spent is not None and result.spent.tool_calls == 2
+    assert result.spent.total_tokens > result.usage.total_tokens > 0
+
+
+async def test_a_run_resumed_after_a_restart_goes_on_with_its_requests_budget(
+    make_bot: BotFactory, llm: LLMock
+) -> None:
+    first = await make_bot(RUN_TOOL_CALL_BUDGET="2")
+    # Turn 1 runs one tool call; turn 2's stream stalls, and the worker restarts.
+    _, status = await start_with_one_turn(first, llm, *stalled_answer(30.0, text=SHORT_TEXT))
+    journal = llm_journal(llm)
+    await until(lambda: journal.in_flight == 1 and len(journal) == 1, what="turn 2 streaming")
+    run_id = run_id_of(status)
+    await first.app.shutdown()
+
+    # Restarted: the resumed run's one tool call is the request's second, its last.
+    llm.add(Reply(tool_calls=(ToolCall("current_time", {}),)))
+    llm.reply(WRAP_UP)
+    restarted = await make_bot(RUN_TOOL_CALL_BUDGET="2")
+    final = await restarted.until(status, lambda m: is_final(m) and "EXIT-BUDGET" in text_of(m))
+
+    assert len(llm.requests) == 4
+    assert offered_tools(llm.requests[3]) == ["final_report"]
+    results = tool_results(llm.requests[3])
+    assert len(results) == 2 and not any("not run" in r for r in results)
+    assert "tool-call budget is spent: 2 tool calls used of 2" in text_of(final)
+    resumed = await stored(restarted, run_id)
+    assert (resumed.auto_resumes, resumed.ended_because) == (1, EndedBecause.BUDGET_EXHAUSTED)
+    (paused,) = await events(restarted, run_id, "resume.scheduled")
+    assert paused.detail["ended_because"] == "shutdown"
+
+
+async def test_a_continuation_from_a_summary_goes_on_with_its_requests_budget(
+    make_bot: BotFactory, llm: LLMock
+) -> None:
+    bot = await make_bot(RUN_TOOL_CALL_BUDGET="3")
+    fill_the_window(llm)  # two tool calls run, then the third page overflows
+    thread_ts, first = await bot.mention("find why the nightly backup fails")
+    llm.reply(SUMMARY)
+    llm.add(Reply(tool_calls=(ToolCall("current_time", {}),)))  # the request's third call
+    llm.reply(WRAP_UP)
+
+    first = await bot.until(first, lambda m: messages.RESUME_CONTINUED in text_of(m))
+    second = await new_status_message(bot, thread_ts, after=first.ts)
+    second = await bot.until(second, lambda m: is_final(m) and "EXIT-BUDGET" in text_of(m))
+
+    assert [r.status for r in llm.requests] == [200, 200, 400, 200, 200, 200]
+    assert offered_tools(llm.requests[5]) == ["final_report"]
+    assert "tool-call budget is spent: 3 tool calls used of 3" in text_of(second)
