@@ -474,6 +474,8 @@ def _budget_ending(run_id: str, ending: EndingView, lines: list[str]) -> list[Bl
             lines.append(m.continuing(ending.by))
         case ResumeState.STARTED:
             lines.append(m.continued(ending.by))
+        case ResumeState.CANCELLED:  # a Stop before the continuation started
+            lines.append(m.resume_cancelled(ending.by))
         case ResumeState.DECLINED if ending.reason:
             lines.append(m.not_resuming(ending.reason))
         case _:
