@@ -614,13 +614,10 @@ CONTINUE_SUPERSEDED = (
 )
 
 
-def continuing(by: str | None) -> str:
-    """A person pressed Continue; the new run is about to start."""
-    return f"Continued by {mention(by)}: a new run with one more budget starts below."
-
-
 def continued(by: str | None) -> str:
-    """The continuation (one more budget) has started, in its own message below."""
+    """A person pressed Continue: the continuation (one more budget) starts, or has
+    started, in its own message below. One wording for both, so whichever of the two
+    writes (the click's, the starting worker's) lands last, the message reads true."""
     return f"Continued by {mention(by)} in a new run below, with one more budget."
 
 

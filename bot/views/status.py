@@ -470,9 +470,7 @@ def _budget_ending(run_id: str, ending: EndingView, lines: list[str]) -> list[Bl
                 lines.append(m.not_resuming(ending.reason))
             lines.append(m.CONTINUE_OFFER)
             return [_continue_button(run_id)]
-        case ResumeState.SCHEDULED | ResumeState.CLAIMED:
-            lines.append(m.continuing(ending.by))
-        case ResumeState.STARTED:
+        case ResumeState.SCHEDULED | ResumeState.CLAIMED | ResumeState.STARTED:
             lines.append(m.continued(ending.by))
         case ResumeState.CANCELLED:  # a Stop before the continuation started
             lines.append(m.resume_cancelled(ending.by))

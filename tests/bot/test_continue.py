@@ -14,6 +14,7 @@ total.
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING
 
 from llmock.scenarios import Reply, ToolCall
@@ -24,14 +25,21 @@ from agent_core.records import ResumeState
 from bot import messages
 from bot.views.status import ACTION_CONTINUE
 from tests.agent_core.helpers import offered_tools, tool_results
-from tests.bot.harness import SECRET, SHORT_TEXT, buttons, is_final, run_id_of, stalled_answer
+from tests.bot.harness import (
+    SECRET,
+    SHORT_TEXT,
+    WAIT_S,
+    buttons,
+    is_final,
+    run_id_of,
+    stalled_answer,
+)
 from tests.bot.test_resume import (
     FAST,
     OTHER_USER,
     SUMMARY,
     events,
     fill_the_window,
-    llm_journal,
     new_status_message,
     rate_limited,
     run_id_of_done,
@@ -42,14 +50,14 @@ from tests.bot.test_resume import (
     transcript,
 )
 from tests.fakes import slack_requests
-from tests.fakes.slack_workspace import DEFAULT_USER
-from tests.system.workers import until
+from tests.fakes.slack_workspace import DEFAULT_CHANNEL, DEFAULT_USER
 
 if TYPE_CHECKING:
     from llmock.pytest_plugin import LLMock
 
     from tests.bot.conftest import BotFactory
     from tests.bot.harness import Bot
+    from tests.fakes.slack_api import FakeSlack
     from tests.fakes.slack_messages import Message
 
 ONE_TOOL_CALL = {"RUN_TOOL_CALL_BUDGET": "1"}
@@ -254,9 +262,16 @@ async def test_a_run_resumed_after_a_restart_goes_on_with_its_requests_budget(
 ) -> None:
     first = await make_bot(RUN_TOOL_CALL_BUDGET="2")
     # Turn 1 runs one tool call; turn 2's stream stalls, and the worker restarts.
-    _, status = await start_with_one_turn(first, llm, *stalled_answer(30.0, text=SHORT_TEXT))
-    journal = llm_journal(llm)
-    await until(lambda: journal.in_flight == 1 and len(journal) == 1, what="turn 2 streaming")
+    thread_ts, status = await start_with_one_turn(
+        first, llm, *stalled_answer(30.0, text=SHORT_TEXT)
+    )
+
+    def streaming(slack: FakeSlack) -> bool:
+        """Turn 2's first words are in Slack: its request is the stalled one, in flight."""
+        thread = slack.thread(DEFAULT_CHANNEL, thread_ts)
+        return any(m.stream is not None and "Let me" in (m.text or "") for m in thread)
+
+    assert await first.slack.wait_until(streaming, timeout=WAIT_S)
     run_id = run_id_of(status)
     await first.app.shutdown()
 
@@ -294,3 +309,29 @@ async def test_a_continuation_from_a_summary_goes_on_with_its_requests_budget(
     assert [r.status for r in llm.requests] == [200, 200, 400, 200, 200, 200]
     assert offered_tools(llm.requests[5]) == ["final_report"]
     assert "tool-call budget is spent: 3 tool calls used of 3" in text_of(second)
+
+
+async def test_one_press_delivered_to_two_workers_at_once_continues_once(
+    make_bot: BotFactory, llm: LLMock
+) -> None:
+    owner = await make_bot(**ONE_TOOL_CALL, WORKER_ID="owner")
+    other = await make_bot(**ONE_TOOL_CALL, WORKER_ID="other")
+    thread_ts, final = await spend_the_budget(owner, llm)
+    run_id = run_id_of_done(final, owner)
+    llm.reply(DONE)
+    press = slack_requests.click_button(final, ACTION_CONTINUE)
+
+    statuses = await asyncio.gather(
+        *(bot.post(slack_requests.interaction_request(press, SECRET)) for bot in (owner, other))
+    )
+
+    assert [s.status for s in statuses] == [200, 200]
+    second = await new_status_message(owner, thread_ts, after=final.ts)
+    await owner.final(second)
+    await owner.until(final, lambda m: messages.continued(DEFAULT_USER) in text_of(m))
+    assert len(await events(owner, run_id, "resume.continued")) == 1
+    assert len(await events(owner, run_id, "run.continued")) == 1
+    runs = await store_of(owner).find_runs(thread=(await stored(owner, run_id)).thread)
+    assert len(runs) == 2
+    assert len(llm.requests) == 3
+    assert owner.ephemerals_for(DEFAULT_USER, final.channel) == []

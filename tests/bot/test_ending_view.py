@@ -168,7 +168,7 @@ def test_a_spent_budget_offers_continue_once_and_then_says_who_continued_it() ->
     offer = said("ended_budget_offers_continue")
     assert m.CONTINUE_OFFER in offer and m.not_resuming(BUDGET_REASON) in offer
     assert "1 tool call used of 1 (RUN_TOOL_CALL_BUDGET)" in offer  # the budget, named
-    assert m.continuing("U1") in said("ended_budget_continuing")
+    assert m.continued("U1") in said("ended_budget_continuing")
     assert m.continued("U1") in said("ended_budget_continued")
     assert m.resume_cancelled("U2") in said("ended_budget_continue_stopped")
     for name in ("ended_budget_continuing", "ended_budget_continued"):
