@@ -217,7 +217,10 @@ def continue_from(
 ) -> Run:
     """A new run that continues ``previous_run_id`` from its summary; ``task`` is the
     original request (repeated after the summary, and what the run record shows).
-    ``spent``: what the request had spent so far (the same request: its budget goes on)."""
+    ``spent``: what the request had spent so far (the same request: its budget goes on,
+    the summary's own request counted in)."""
+    if spent is not None:
+        spent = spent.with_usage(compacted.usage, agent.config.budget.prices)
     return agent.new_run(
         task,
         run_id=run_id,

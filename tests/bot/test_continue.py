@@ -309,6 +309,12 @@ async def test_a_continuation_from_a_summary_goes_on_with_its_requests_budget(
     assert [r.status for r in llm.requests] == [200, 200, 400, 200, 200, 200]
     assert offered_tools(llm.requests[5]) == ["final_report"]
     assert "tool-call budget is spent: 3 tool calls used of 3" in text_of(second)
+    # Its tokens: the first run's, the summary's own request, then its own.
+    ended = [await stored(bot, run_id_of_done(m, bot)) for m in (first, second)]
+    before, after = (RunResult.from_dict(r.result or {}) for r in ended)
+    assert before.spent is not None and after.spent is not None
+    summary_tokens = after.spent.total_tokens - before.spent.total_tokens
+    assert summary_tokens - after.usage.total_tokens > 0
 
 
 async def test_one_press_delivered_to_two_workers_at_once_continues_once(
