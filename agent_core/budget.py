@@ -151,6 +151,20 @@ class Spent:
             data["cost_usd"] = round(self.cost_usd, 6)
         return data
 
+    def with_usage(self, usage: Usage, prices: Prices | None) -> Spent:
+        """This, plus one request's tokens made outside a run (a summary to continue
+        from), priced when ``prices`` are set."""
+        cost = self.cost_usd
+        if prices is not None:
+            cost = (cost or 0.0) + prices.cost(usage.prompt_tokens, usage.completion_tokens)
+        return Spent(
+            self.prompt_tokens + usage.prompt_tokens,
+            self.completion_tokens + usage.completion_tokens,
+            self.tool_calls,
+            self.elapsed_s,
+            cost,
+        )
+
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Spent:
         cost = data.get("cost_usd")

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from agent_core.agent import Agent
+    from agent_core.budget import Spent
     from agent_core.chat import ChatMessage, Usage
     from agent_core.loop import Run
     from agent_core.ports import ChatModel, TextSink
@@ -212,9 +213,14 @@ def continue_from(
     run_id: str | None = None,
     requester: str = "local",
     thread: ThreadKey | None = None,
+    spent: Spent | None = None,
 ) -> Run:
     """A new run that continues ``previous_run_id`` from its summary; ``task`` is the
-    original request (repeated after the summary, and what the run record shows)."""
+    original request (repeated after the summary, and what the run record shows).
+    ``spent``: what the request had spent so far (the same request: its budget goes on,
+    the summary's own request counted in)."""
+    if spent is not None:
+        spent = spent.with_usage(compacted.usage, agent.config.budget.prices)
     return agent.new_run(
         task,
         run_id=run_id,
@@ -222,6 +228,7 @@ def continue_from(
         thread=thread,
         history=continuation_history(compacted.summary, previous_run_id),
         continued_from=previous_run_id,
+        spent=spent,
     )
 
 

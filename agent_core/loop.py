@@ -641,6 +641,7 @@ class Run:
             ),
             retry_after_s=ending.retry_after_s,
             continued_from=self.continued_from,
+            spent=self.budget.spent() if self.parent is None else None,
         )
 
     def _on_text(self, text: str) -> None:

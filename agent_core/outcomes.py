@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
+from agent_core.budget import Spent
 from agent_core.chat import Usage
 from agent_core.ended import Clues, EndedBecause, classify
 from agent_core.errors import UnknownOutcome
@@ -282,6 +283,11 @@ class RunResult:
     """For ``rate_limit``: the provider's Retry-After in seconds, when it sent one."""
     continued_from: str | None = None
     """The run whose context filled up and whose summary this run started from."""
+    spent: Spent | None = None
+    """What the whole request had spent when this (top-level) run ended, earlier legs and
+    sub-agents included: an automatic resume or continuation of the request goes on from
+    it (:mod:`agent_core.budget`). None for a sub-agent (its parent's counts it), and in
+    results stored before it existed."""
 
     def __post_init__(self) -> None:
         if self.ended_because is EndedBecause.UNKNOWN:
@@ -345,6 +351,7 @@ class RunResult:
             ended_because=_ended_because_from(data.get("ended_because")),
             retry_after_s=_optional_float(data.get("retry_after_s")),
             continued_from=data.get("continued_from"),
+            spent=Spent.from_dict(data["spent"]) if data.get("spent") else None,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -376,6 +383,7 @@ class RunResult:
             "retry_after_s": self.retry_after_s,
             "resume_after": _iso(self.resume_after),
             "continued_from": self.continued_from,
+            "spent": self.spent.to_dict() if self.spent is not None else None,
         }
 
 

@@ -41,10 +41,20 @@ _RATE_LIMITED_NOTE = (
 )
 
 
+_ONE_MORE_BUDGET_NOTE = (
+    "This run's budget ran out, and a person has given it one more budget of the same "
+    "size: the conversation continues from the last completed turn. Tool calls refused "
+    "because the budget was spent did not run; call again what you still need, then "
+    "continue the work."
+)
+
+
 def resumed_note(ended_because: EndedBecause) -> str:
     """What a run resumed from its checkpoint is told about the gap."""
     if ended_because is EndedBecause.RATE_LIMIT:
         return _RATE_LIMITED_NOTE
+    if ended_because is EndedBecause.BUDGET_EXHAUSTED:
+        return _ONE_MORE_BUDGET_NOTE
     return RESUMED_NOTE
 
 

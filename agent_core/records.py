@@ -59,7 +59,9 @@ class ResumeState(StrEnum):
     continue from; its ``owner`` and ``lease_expires_at`` hold the claim), and
     ``started``, or ``cancelled`` by a person. A resume in place makes the run live again
     with no decision (it is decided afresh when it ends). ``started``, ``declined`` and
-    ``cancelled`` never change again.
+    ``cancelled`` never change again, but for one move: a person's ``Continue`` on a run
+    that spent its budget (declined) schedules its continuation, once (``resume_by``
+    says who).
     """
 
     SCHEDULED = "scheduled"

@@ -644,6 +644,40 @@ def resume_not_allowed(policy: str, requester: str) -> str:
     return not_allowed(policy, requester).replace("stop or abort", "resume or cancel")
 
 
+# -- Continue: one more budget for a run that spent its own (docs/stopping.md) ----------
+
+CONTINUE_LABEL = "Continue"
+CONTINUE_OFFER = (
+    "*Continue* picks it up from where it stopped, with one more budget of the same size."
+)
+"""Under a run that spent its budget, beside the Continue button."""
+CONTINUE_NOT_BUDGET = (
+    "Only a run whose budget ran out can be continued with one more budget. Nothing changed."
+)
+CONTINUE_SUPERSEDED = (
+    "A newer run has taken over this thread, so this one is not continued. Nothing "
+    "changed; reply in the thread to ask again."
+)
+
+
+def continued(by: str | None) -> str:
+    """A person pressed Continue: the continuation (one more budget) starts, or has
+    started, in its own message below. One wording for both, so whichever of the two
+    writes (the click's, the starting worker's) lands last, the message reads true."""
+    return f"Continued by {mention(by)} in a new run below, with one more budget."
+
+
+def already_continued(by: str | None) -> str:
+    """A second press of Continue (or a press on a run continued some other way)."""
+    who = f" by {mention(by)}" if by else ""
+    return f"This run was already continued{who}. Nothing changed."
+
+
+def continue_not_allowed(policy: str, requester: str) -> str:
+    """A Continue click by someone ``STOP_POLICY`` does not allow (the same people as Stop)."""
+    return not_allowed(policy, requester).replace("stop or abort", "continue")
+
+
 # -- App Home and /threadpilot (docs/slack-setup.md) ------------------------------------
 
 HOME_TITLE = APP_NAME

@@ -1,4 +1,5 @@
-"""Stop, Abort, Resume now and Don't resume clicks, and any button this app does not know.
+"""Stop, Abort, Resume now, Don't resume and Continue clicks, and any button this app does
+not know.
 
 A click is read into a :class:`~bot.stopping.stops.StopAsk` and handed to the stop service
 (:mod:`bot.stopping.stops`): decided, checked against Slack's re-deliveries, committed and, if
@@ -8,8 +9,9 @@ seconds; then, in the listener, the click's effect on the status message (throug
 click's ``response_url``, ahead of all progress, when this worker runs it), and the slow
 part (audit event, ephemeral answer). The run emits ``StopRequested`` and the run's
 session re-renders the message without buttons that no longer apply. ``Resume now``
-and ``Don't resume`` (on an ended run whose resume is scheduled, docs/stopping.md) go
-through the same service, in the same order.
+and ``Don't resume`` (on an ended run whose resume is scheduled, docs/stopping.md), and
+``Continue`` (on a run that spent its budget) go through the same service, in the same
+order.
 """
 
 from __future__ import annotations
@@ -29,7 +31,13 @@ from bot.slack_api.click_answer import click_answer
 from bot.stopping.policy import Origin, StopAsk
 from bot.stopping.resume_controls import ResumeAction, ResumeAsk, ResumeDecided
 from bot.stopping.stops import ACK_BUDGET_S
-from bot.views.status import ACTION_ABORT, ACTION_DONT_RESUME, ACTION_RESUME_NOW, ACTION_STOP
+from bot.views.status import (
+    ACTION_ABORT,
+    ACTION_CONTINUE,
+    ACTION_DONT_RESUME,
+    ACTION_RESUME_NOW,
+    ACTION_STOP,
+)
 
 if TYPE_CHECKING:
     from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncRespond
@@ -42,7 +50,7 @@ __all__ = ["ACK_BUDGET_S", "register"]
 
 log = structlog.get_logger("bot.handlers.actions")
 
-_OURS = (ACTION_STOP, ACTION_ABORT, ACTION_RESUME_NOW, ACTION_DONT_RESUME)
+_OURS = (ACTION_STOP, ACTION_ABORT, ACTION_RESUME_NOW, ACTION_DONT_RESUME, ACTION_CONTINUE)
 _NOT_OURS = re.compile(rf"^(?!(?:{'|'.join(re.escape(a) for a in _OURS)})$)")
 """Every action id but this module's. Bolt offers a click to the next listener that
 matches when the first has not acked within 3 s; a Stop must never end up there."""
@@ -79,6 +87,7 @@ def register(app: AsyncApp, ctx: BotContext) -> None:
     stop(StopReason.ABORT, ACTION_ABORT)
     resume(ResumeAction.RESUME_NOW, ACTION_RESUME_NOW)
     resume(ResumeAction.DONT_RESUME, ACTION_DONT_RESUME)
+    resume(ResumeAction.CONTINUE, ACTION_CONTINUE)
     app.action(_NOT_OURS)(on_unknown)
 
 

@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import structlog
 
 from agent_core import (
+    EndedBecause,
     RunRecord,
     RunState,
     StopReason,
@@ -57,7 +58,7 @@ from agent_core.clock import utcnow
 from agent_core.recording import abandon_run, record_delivery, register_run, until_landed
 from bot.runs.session import RunSession
 from bot.stopping.guidance import to_guidance
-from bot.workers.resume import stored_ended_because
+from bot.workers.resume import spent_of, stored_ended_because
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Collection, Iterator, Sequence
@@ -364,12 +365,16 @@ class Supervisor:
         return self._launch(run, session)
 
     async def resume(self, record: RunRecord, checkpoint: Checkpoint | None) -> LiveRun | None:
-        """Continue a stored run from its checkpoint, in its existing status message."""
+        """Continue a stored run from its checkpoint, in its existing status message, with
+        what its request had spent (``record``: the row as it ended, its result kept)."""
         surface = await self._workspaces.get(record.thread.team)
         if not self._room_in(record.thread):
             return None
         run = self._stored_run(
-            record, restore=checkpoint, resumed_because=stored_ended_because(record)
+            record,
+            restore=checkpoint,
+            resumed_because=stored_ended_because(record),
+            spent=spent_of(record),  # the same request: its budget goes on
         )
         session = RunSession(
             run, surface, store=self._store, status_ts=record.status_ts, resumed=True
@@ -393,9 +398,33 @@ class Supervisor:
             run_id=run_id,
             requester=previous.requester,
             thread=previous.thread,
+            spent=spent_of(previous),  # the same request: its budget goes on
         )
         session = RunSession(run, surface, store=self._store)
         return self._launch(run, session, registered=False, auto_resumes=previous.auto_resumes + 1)
+
+    async def continue_with_budget(
+        self, previous: RunRecord, checkpoint: Checkpoint | None, run_id: str
+    ) -> LiveRun | None:
+        """Start ``run_id`` in ``previous``'s thread from its checkpoint, with one more
+        budget (a person pressed Continue on a run that spent its own), in a status
+        message of its own; None if the thread has a live run or we are closing."""
+        surface = await self._workspaces.get(previous.thread.team)
+        if not self._room_in(previous.thread):
+            return None
+        run = self.agent.new_run(
+            previous.task,
+            run_id=run_id,
+            requester=previous.requester,
+            thread=previous.thread,
+            # A run of its own: its turns count from one, its budget from zero.
+            restore=replace(checkpoint, turn=0) if checkpoint else None,
+            resumed_because=EndedBecause.BUDGET_EXHAUSTED,
+            continued_from=previous.id,
+        )
+        session = RunSession(run, surface, store=self._store)
+        # A person asked for it: not one of the thread's automatic resumes.
+        return self._launch(run, session, registered=False, auto_resumes=previous.auto_resumes)
 
     def _room_in(self, thread: ThreadKey) -> bool:
         """True if a stored run may start in ``thread`` here: we are not closing, and no

@@ -8,6 +8,10 @@ message and the person's answer (docs/stopping.md).
 - ``Resume now`` (:attr:`ResumeAction.RESUME_NOW`) brings a scheduled resume forward to
   now; any worker's schedule starts it.
 - ``Don't resume`` (:attr:`ResumeAction.DONT_RESUME`) cancels it.
+- ``Continue`` (:attr:`ResumeAction.CONTINUE`), under a run that spent its budget (never
+  resumed on its own), schedules it once, now: any worker's schedule starts the
+  continuation, a new run in the thread from the run's checkpoint with one more budget
+  of the same size (:meth:`bot.workers.resume.Resumes.continue_budget`).
 - A Stop or Abort (button, native stop, stop word, App Home, the command) that finds no
   live run but a run whose resume is ahead cancels that resume, and posts its handoff
   without the resume. It is committed as a stop request too (handled at once), so it
@@ -25,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from agent_core import AuditEvent, RunState, StorageError
+from agent_core import AuditEvent, EndedBecause, RunState, StorageError
 from agent_core.records import ResumeState
 from bot import messages
 from bot.stopping.policy import (
@@ -60,11 +64,13 @@ _AHEAD = (ResumeState.SCHEDULED, ResumeState.CLAIMED)
 class ResumeAction(StrEnum):
     RESUME_NOW = "resume_now"
     DONT_RESUME = "dont_resume"
+    CONTINUE = "continue"
 
 
 @dataclass(frozen=True, slots=True)
 class ResumeAsk:
-    """Someone pressed ``Resume now`` or ``Don't resume`` on a run's status message."""
+    """Someone pressed ``Resume now``, ``Don't resume`` or ``Continue`` on a run's status
+    message."""
 
     user: str
     action: ResumeAction
@@ -77,8 +83,16 @@ class ResumeAsk:
 class ResumeVerdict(StrEnum):
     HURRIED = "hurried"
     CANCELLED = "cancelled"
+    CONTINUED = "continued"
+    """Continue: the continuation with one more budget is scheduled, now."""
     NOTHING_SCHEDULED = "nothing_scheduled"
     """It resumed already, or will not: nothing to do."""
+    ALREADY_CONTINUED = "already_continued"
+    """Continue on a run continued before (a second press)."""
+    SUPERSEDED = "superseded"
+    """Continue on a run a newer run in its thread took over."""
+    NOT_CONTINUABLE = "not_continuable"
+    """Continue on a run that did not spend its budget."""
     NOT_ALLOWED = "not_allowed"
     NOT_THIS_RUN = "not_this_run"
     NOT_FOUND = "not_found"
@@ -121,6 +135,8 @@ class ResumeControls:
             return ResumeDecided(ask, ResumeVerdict.NOT_FOUND)
         if not comes_from(ask.message, _home(record)):
             return ResumeDecided(ask, ResumeVerdict.NOT_THIS_RUN)
+        if ask.action is ResumeAction.CONTINUE:
+            return await self._continue(ask, record)
         if not record.state.is_terminal or record.resume not in _AHEAD:
             return ResumeDecided(ask, ResumeVerdict.NOTHING_SCHEDULED, record)
         if not await self._may(ask.user, record):
@@ -134,6 +150,27 @@ class ResumeControls:
             won, verdict = await resumes.cancel(record, ask.user), ResumeVerdict.CANCELLED
         return ResumeDecided(ask, verdict if won else ResumeVerdict.NOTHING_SCHEDULED, record)
 
+    async def _continue(self, ask: ResumeAsk, record: RunRecord) -> ResumeDecided:
+        """Continue: only a run that spent its budget, by whoever may stop it, once (the
+        compare-and-set from ``declined`` is the commit), and not once a newer run has
+        the thread. A re-delivered click is taken before the run's state is read, so it
+        changes nothing and is not answered twice."""
+        spent = record.state.is_terminal and record.ended_because is EndedBecause.BUDGET_EXHAUSTED
+        if not spent:
+            return ResumeDecided(ask, ResumeVerdict.NOT_CONTINUABLE, record)
+        if not await self._may(ask.user, record):
+            return ResumeDecided(ask, ResumeVerdict.NOT_ALLOWED, record)
+        if ask.delivery is not None and not await self._deliveries.first(f"resume:{ask.delivery}"):
+            return ResumeDecided(ask, ResumeVerdict.REDELIVERED, record)
+        resumes = self._worker.resumes
+        if record.resume is not ResumeState.DECLINED or record.resume_by is not None:
+            return ResumeDecided(ask, ResumeVerdict.ALREADY_CONTINUED, record)
+        if await resumes.superseded(record):
+            return ResumeDecided(ask, ResumeVerdict.SUPERSEDED, record)
+        if not await resumes.continue_budget(record, ask.user):
+            return ResumeDecided(ask, ResumeVerdict.ALREADY_CONTINUED, record)  # a race lost
+        return ResumeDecided(ask, ResumeVerdict.CONTINUED, record)
+
     async def after(self, decided: ResumeDecided, *, answer: ClickAnswer | None = None) -> None:
         """The audit event, the status message (first through the click's ``answer``),
         and the person's answer."""
@@ -141,6 +178,7 @@ class ResumeControls:
         if record is not None and decided.verdict in (
             ResumeVerdict.HURRIED,
             ResumeVerdict.CANCELLED,
+            ResumeVerdict.CONTINUED,
         ):
             kind = f"resume.{decided.verdict.value}"
             log.info(kind, run_id=record.id, user=ask.user, source="button")
@@ -246,12 +284,25 @@ def _answer(decided: ResumeDecided, settings: Settings) -> str | None:
     if decided.verdict is None:
         return decided.failure
     match decided.verdict:
-        case ResumeVerdict.HURRIED | ResumeVerdict.CANCELLED | ResumeVerdict.REDELIVERED:
+        case (
+            ResumeVerdict.HURRIED
+            | ResumeVerdict.CANCELLED
+            | ResumeVerdict.CONTINUED
+            | ResumeVerdict.REDELIVERED
+        ):
             return None  # the status message shows it
         case ResumeVerdict.NOTHING_SCHEDULED:
             return messages.RESUME_NOTHING_SCHEDULED
+        case ResumeVerdict.ALREADY_CONTINUED:
+            return messages.already_continued(decided.record.resume_by if decided.record else None)
+        case ResumeVerdict.SUPERSEDED:
+            return messages.CONTINUE_SUPERSEDED
+        case ResumeVerdict.NOT_CONTINUABLE:
+            return messages.CONTINUE_NOT_BUDGET
         case ResumeVerdict.NOT_ALLOWED:
             requester = decided.record.requester if decided.record else ""
+            if decided.ask.action is ResumeAction.CONTINUE:
+                return messages.continue_not_allowed(settings.STOP_POLICY.value, requester)
             return messages.resume_not_allowed(settings.STOP_POLICY.value, requester)
         case ResumeVerdict.NOT_THIS_RUN:
             return messages.CLICK_NOT_FROM_RUN

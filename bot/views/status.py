@@ -16,7 +16,9 @@ stopping     level 1: "Stopping: finishing this step, then  Abort only
              a shutdown: "Pausing for a restart..."         none
 done         Outcome, Evidence, Artifacts, Handoff; why it  feedback; Resume
              ended and whether it resumes                   now / Don't resume
-                                                            while one is ahead
+                                                            while one is ahead;
+                                                            Continue once the
+                                                            budget is spent
 =========== ============================================== ===================
 
 The stopping phase shows where the run is on the stop ladder (docs/stopping.md,
@@ -58,6 +60,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ACTION_ABORT",
+    "ACTION_CONTINUE",
     "ACTION_DONT_RESUME",
     "ACTION_FEEDBACK",
     "ACTION_RESUME_NOW",
@@ -100,8 +103,11 @@ CONTROLS_BLOCK_ID = "threadpilot_controls"
 """Stable across updates, so a click's ``block_id`` is the same whichever render it hit."""
 ACTION_RESUME_NOW = "threadpilot_resume_now"
 ACTION_DONT_RESUME = "threadpilot_dont_resume"
+ACTION_CONTINUE = "threadpilot_continue"
+"""A run that spent its budget: one more budget of the same size (``value``: the run id)."""
 RESUME_BLOCK_ID = "threadpilot_resume"
-"""The ended run's ``Resume now`` / ``Don't resume`` buttons (``value``: the run id)."""
+"""The ended run's ``Resume now`` / ``Don't resume`` buttons, or its ``Continue``
+(``value``: the run id)."""
 
 # -- limits ----------------------------------------------------------------------------
 # Slack's documented limits are 3,000 characters per section and 50 blocks, but
@@ -448,10 +454,43 @@ def _child_line(child: ChildTask) -> str:
 
 def _ending_blocks(run_id: str, ending: EndingView | None) -> list[Block]:
     """Under the handoff: why the run ended and whether (and when) it resumes on its own;
-    ``Resume now`` and ``Don't resume`` while a resume is scheduled."""
+    ``Resume now`` and ``Don't resume`` while a resume is scheduled; ``Continue`` under a
+    run that spent its budget."""
     if ending is None:
         return []
     lines = [m.why_ended(ending.ended_because)]
+    if ending.ended_because == "budget_exhausted":
+        buttons = _budget_ending(run_id, ending, lines)
+    else:
+        buttons = _resume_ending(run_id, ending, lines)
+    blocks = [context(_clip("\n".join(lines), _STATUS_BUDGET))]
+    if buttons:
+        blocks.append({"type": "actions", "block_id": RESUME_BLOCK_ID, "elements": buttons})
+    return blocks
+
+
+def _budget_ending(run_id: str, ending: EndingView, lines: list[str]) -> list[Block]:
+    """A run that spent its budget never resumes on its own; ``Continue`` gives it one
+    more budget, once: after the press, who continued it."""
+    match ending.resume:
+        case ResumeState.DECLINED if ending.by is None:
+            if ending.reason:
+                lines.append(m.not_resuming(ending.reason))
+            lines.append(m.CONTINUE_OFFER)
+            return [_continue_button(run_id)]
+        case ResumeState.SCHEDULED | ResumeState.CLAIMED | ResumeState.STARTED:
+            lines.append(m.continued(ending.by))
+        case ResumeState.CANCELLED:  # a Stop before the continuation started
+            lines.append(m.resume_cancelled(ending.by))
+        case ResumeState.DECLINED if ending.reason:
+            lines.append(m.not_resuming(ending.reason))
+        case _:
+            pass
+    return []
+
+
+def _resume_ending(run_id: str, ending: EndingView, lines: list[str]) -> list[Block]:
+    """An automatic resume: when, and ``Resume now`` / ``Don't resume`` while ahead."""
     buttons: list[Block] = []
     continuation = ending.ended_because == "context_exhausted"
     match ending.resume:
@@ -472,10 +511,17 @@ def _ending_blocks(run_id: str, ending: EndingView | None) -> list[Block]:
             lines.append(m.not_resuming(ending.reason))
         case _:
             pass
-    blocks = [context(_clip("\n".join(lines), _STATUS_BUDGET))]
-    if buttons:
-        blocks.append({"type": "actions", "block_id": RESUME_BLOCK_ID, "elements": buttons})
-    return blocks
+    return buttons
+
+
+def _continue_button(run_id: str) -> Block:
+    return {
+        "type": "button",
+        "action_id": ACTION_CONTINUE,
+        "text": plain(m.CONTINUE_LABEL),
+        "value": run_id,
+        "style": "primary",
+    }
 
 
 def _resume_now_button(run_id: str) -> Block:

@@ -88,6 +88,9 @@ FINAL_GRACE_S = 30.0
 """A terminal run's owner gets this long to post its own final message before we do."""
 ABANDONED_LOOKUP_S = 600.0
 """How long after a run ends its status message, never stored, is still looked for."""
+_CONTINUED_IN_A_NEW_RUN = (EndedBecause.CONTEXT_EXHAUSTED, EndedBecause.BUDGET_EXHAUSTED)
+"""Endings whose resume is a new run in the thread (:class:`bot.workers.resume.Resumes`
+starts it), never the run itself again."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -371,8 +374,8 @@ class Reconciler:
     async def _try_resume(self, record: RunRecord, now: datetime) -> bool:
         """Decide a run left undecided by the policy (one that ended just now is its own
         worker's to decide; an orphan is decided as it is ended), and resume in place one
-        due now. A continuation (``context_exhausted``) is left to
-        :class:`bot.workers.resume.Resumes`."""
+        due now. A continuation (``context_exhausted``, or a Continue after
+        ``budget_exhausted``) is left to :class:`bot.workers.resume.Resumes`."""
         if record.resume is None:
             if record.updated_at > now - timedelta(seconds=UNDECIDED_S):
                 return False
@@ -381,7 +384,7 @@ class Reconciler:
             )
             await self.post_final(record, now)  # says why it will not resume, or when
         at = due_at(record)
-        if at is None or at > now or record.ended_because is EndedBecause.CONTEXT_EXHAUSTED:
+        if at is None or at > now or record.ended_because in _CONTINUED_IN_A_NEW_RUN:
             return False
         with self._room() if self._room is not None else contextlib.nullcontext(True) as held:
             if not held:

@@ -41,6 +41,16 @@ it; a Stop on a run whose resume is scheduled cancels it too (and counts as a pe
 stop for ``USER_EXIT_GRACE``). All three come through the stop service (:mod:`bot.stopping.stops`),
 which calls :meth:`Resumes.hurry` and :meth:`Resumes.cancel`. A summary being written for
 a cancelled resume is stopped: at once on this worker, at its next check on another.
+
+**Continue.** A run that spent its budget (``budget_exhausted``) is declined, never
+resumed on its own; a person's ``Continue`` (through the stop service,
+:meth:`Resumes.continue_budget`) schedules it, now, once, with who pressed it
+(``resume_by``). Whichever worker starts it makes a new run in the thread from the run's
+checkpoint (``continued_from``), with one more budget of the same size.
+
+**The request's spend.** Automatic resumes and continuations carry what the request has
+spent (:class:`agent_core.Spent`, stored in the ended run's result, :func:`spent_of`), so
+one request has one budget; ``Continue`` starts from zero (one more budget).
 """
 
 from __future__ import annotations
@@ -88,6 +98,7 @@ if TYPE_CHECKING:
         ResumeDecision,
         ResumeSettings,
         Run,
+        Spent,
         ThreadKey,
     )
     from agent_core.records import RunRecord
@@ -99,6 +110,7 @@ __all__ = [
     "ending_view",
     "resume_in_place",
     "settle_resume",
+    "spent_of",
     "stored_ended_because",
 ]
 
@@ -130,6 +142,12 @@ def stored_ended_because(record: RunRecord) -> EndedBecause:
     if record.result is not None:
         return RunResult.from_dict(record.result).ended_because
     return EndedBecause.UNKNOWN
+
+
+def spent_of(record: RunRecord) -> Spent | None:
+    """What the request had spent when the stored run ended (None if its result does not
+    say): an automatic resume or continuation of it goes on from there."""
+    return RunResult.from_dict(record.result).spent if record.result else None
 
 
 def ending_view(record: RunRecord) -> EndingView | None:
@@ -304,6 +322,10 @@ class RunsHere(Protocol):
         self, previous: RunRecord, compacted: Compacted, run_id: str
     ) -> _LiveHere | None: ...
 
+    async def continue_with_budget(
+        self, previous: RunRecord, checkpoint: Checkpoint | None, run_id: str
+    ) -> _LiveHere | None: ...
+
 
 class Resumes:
     """This worker's side of the schedule: decides runs as they end here, starts due
@@ -414,6 +436,26 @@ class Resumes:
             compaction.request_stop(StopReason.STOP, user, source=StopSource.RESUME)
         return won
 
+    async def superseded(self, record: RunRecord) -> bool:
+        """True if a newer run has ``record``'s thread (live here, or started anywhere
+        since): continuing it would put an old task back over the newer one."""
+        return self._busy(record) or await thread_moved_on(self._store, record)
+
+    async def continue_budget(self, record: RunRecord, user: str) -> bool:
+        """``Continue`` on a run that spent its budget: its continuation, with one more
+        budget, is due now (any worker's schedule starts it). False if it was continued
+        already (exactly one press wins)."""
+        won = await self._store.set_resume(
+            record.id,
+            ResumeState.SCHEDULED,
+            expected=[ResumeState.DECLINED],
+            resume_at=utcnow(),
+            resume_by=user,
+        )
+        if won:
+            self.wake()
+        return won
+
     def stop_summary(self, thread_run_id: str, kind: StopReason, user: str) -> bool:
         """Stop the summary being written here to continue ``thread_run_id``, if any."""
         compaction = self._compactions.get(thread_run_id)
@@ -487,7 +529,9 @@ class Resumes:
             await self._claim_and_continue(record, now)  # holds the room until it starts
             return
         try:
-            if await resume_in_place(
+            if stored_ended_because(record) is EndedBecause.BUDGET_EXHAUSTED:
+                await self._continue_with_budget(record, now)  # a person pressed Continue
+            elif await resume_in_place(
                 self._store, record, worker_id=self._worker_id, lease_ttl_s=self._ttl, now=now
             ):
                 await self._resume(record, await self._store.latest_checkpoint(record.id))
@@ -642,6 +686,37 @@ class Resumes:
             return
         detail = {"continuation": run_id, "summary_chars": len(compacted.summary)}
         detail["left_out"] = compacted.left_out
+        await self._store.record_event(
+            AuditEvent(record.id, "run.continued", self._worker_id, detail=detail)
+        )
+        log.info("run.continued", run_id=record.id, **detail)
+        await self._show_stored(record.id)
+
+    # -- Continue: one more budget ----------------------------------------------------
+
+    async def _continue_with_budget(self, record: RunRecord, now: datetime) -> None:
+        """Start the continuation a person asked for (``Continue``): a new run in the
+        thread from ``record``'s checkpoint, with one more budget."""
+        if not self._supervisor.accepting:
+            return
+        if not await self._store.set_resume(
+            record.id, ResumeState.STARTED, expected=[ResumeState.SCHEDULED], due_by=now
+        ):
+            return  # another worker started it
+        run_id = uuid.uuid4().hex
+        checkpoint = await self._store.latest_checkpoint(record.id)
+        live = await self._supervisor.continue_with_budget(record, checkpoint, run_id)
+        if live is None:  # the thread was taken, or we began shutting down, just now
+            await self._store.set_resume(
+                record.id, ResumeState.SCHEDULED, expected=[ResumeState.STARTED], resume_at=now
+            )
+            return
+        detail = {
+            "continuation": run_id,
+            "from_turn": checkpoint.turn if checkpoint else 0,
+            "by": record.resume_by,
+            "budget": "one more",
+        }
         await self._store.record_event(
             AuditEvent(record.id, "run.continued", self._worker_id, detail=detail)
         )

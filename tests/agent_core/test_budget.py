@@ -252,6 +252,18 @@ def test_cost_is_priced_per_kind_and_spends_the_cost_budget() -> None:
     )
 
 
+def test_a_summary_made_outside_a_run_is_added_to_what_the_request_spent() -> None:
+    before = Spent(prompt_tokens=1_000, completion_tokens=100, tool_calls=3, elapsed_s=9.0)
+    prices = Prices(input_per_million=2.0, output_per_million=10.0)
+
+    unpriced = before.with_usage(Usage(prompt_tokens=400, completion_tokens=50), None)
+    priced = before.with_usage(Usage(prompt_tokens=400, completion_tokens=50), prices)
+
+    assert (unpriced.total_tokens, unpriced.tool_calls, unpriced.elapsed_s) == (1_550, 3, 9.0)
+    assert unpriced.cost_usd is None
+    assert priced.cost_usd == pytest.approx(0.0013)  # 400 * 2 + 50 * 10 per million
+
+
 # -- the settings ---------------------------------------------------------------------
 
 

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from agent_core.budget import Spent
 from agent_core.chat import Usage
 from agent_core.ended import PRIORITY, Clues, EndedBecause, classify
 from agent_core.errors import (
@@ -245,6 +246,17 @@ def test_ended_because_and_the_resume_time_round_trip() -> None:
     assert back.ended_because is R.RATE_LIMIT
     assert back.resume_after == datetime(2026, 1, 1, 12, 0, 42, tzinfo=UTC)
     assert back.continued_from == "r0"
+
+
+def test_the_requests_spend_round_trips_and_is_absent_from_older_results() -> None:
+    spent = Spent(1_200, 300, 7, 12.5, 0.25)
+    stored = _result(spent=spent).to_dict()
+
+    assert stored["spent"]["total_tokens"] == 1_500
+    assert RunResult.from_dict(stored).spent == spent
+    del stored["spent"]  # a result stored before the field existed
+    assert RunResult.from_dict(stored).spent is None
+    assert _result().to_dict()["spent"] is None
 
 
 @pytest.mark.parametrize(

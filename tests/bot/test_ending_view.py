@@ -1,6 +1,7 @@
 """The status message's last word on an ended run (docs/stopping.md): why it ended, and whether
 and when it resumes on its own, with ``Resume now`` and ``Don't resume`` while a resume
-is scheduled. Snapshots as in ``test_status_view`` (``UPDATE_SNAPSHOTS=1`` rewrites them).
+is scheduled, and ``Continue`` under a run that spent its budget until someone presses
+it. Snapshots as in ``test_status_view`` (``UPDATE_SNAPSHOTS=1`` rewrites them).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from agent_core import ExitCode, Outcome
 from agent_core.records import ResumeState
 from bot import messages as m
 from bot.views.status import (
+    ACTION_CONTINUE,
     ACTION_DONT_RESUME,
     ACTION_RESUME_NOW,
     RESUME_BLOCK_ID,
@@ -34,6 +36,16 @@ FULL = result(
     evidence="The conversation no longer fits the model's context window.",
     next_step="threadpilot continues in a new run from a summary of this one.",
 )
+SPENT = result(
+    Outcome.BLOCKED,
+    ExitCode.BUDGET,
+    evidence="Read the clock once; the second reading is still to do.",
+    next_step=(
+        "The request's tool-call budget is spent: 1 tool call used of 1 "
+        "(RUN_TOOL_CALL_BUDGET). Reply in the thread to go on with a new budget, or leave it here."
+    ),
+)
+BUDGET_REASON = "The request's budget is spent, not auto-resuming"
 AT = T0 + timedelta(seconds=60)
 GRACE = "A person stopped a run in this thread 42 s ago (USER_EXIT_GRACE 10 min); not auto-resuming"
 
@@ -62,6 +74,42 @@ CASES: dict[str, tuple[StatusSnapshot, list[str]]] = {
     ),
     "ended_context_continued": (
         done(FULL, ending=EndingView("context_exhausted", ResumeState.STARTED, blocked=True)),
+        [],
+    ),
+    "ended_budget_offers_continue": (
+        done(
+            SPENT,
+            ending=EndingView(
+                "budget_exhausted", ResumeState.DECLINED, reason=BUDGET_REASON, blocked=True
+            ),
+        ),
+        [ACTION_CONTINUE],
+    ),
+    "ended_budget_continuing": (
+        done(
+            SPENT,
+            ending=EndingView(
+                "budget_exhausted", ResumeState.SCHEDULED, T0, BUDGET_REASON, "U1", blocked=True
+            ),
+        ),
+        [],
+    ),
+    "ended_budget_continued": (
+        done(
+            SPENT,
+            ending=EndingView(
+                "budget_exhausted", ResumeState.STARTED, None, BUDGET_REASON, "U1", blocked=True
+            ),
+        ),
+        [],
+    ),
+    "ended_budget_continue_stopped": (
+        done(
+            SPENT,
+            ending=EndingView(
+                "budget_exhausted", ResumeState.CANCELLED, None, BUDGET_REASON, "U2", blocked=True
+            ),
+        ),
         [],
     ),
     "ended_completed": (
@@ -111,3 +159,17 @@ def test_not_resuming_is_explained_only_for_a_blocked_run() -> None:
     blocked = render_status(CASES["ended_rate_limit_not_resuming"][0])
     assert m.not_resuming(GRACE) in str(blocked.blocks)
     assert m.not_resuming(GRACE).endswith("(USER_EXIT_GRACE 10 min).")
+
+
+def test_a_spent_budget_offers_continue_once_and_then_says_who_continued_it() -> None:
+    def said(name: str) -> str:
+        return str(render_status(CASES[name][0]).blocks)
+
+    offer = said("ended_budget_offers_continue")
+    assert m.CONTINUE_OFFER in offer and m.not_resuming(BUDGET_REASON) in offer
+    assert "1 tool call used of 1 (RUN_TOOL_CALL_BUDGET)" in offer  # the budget, named
+    assert m.continued("U1") in said("ended_budget_continuing")
+    assert m.continued("U1") in said("ended_budget_continued")
+    assert m.resume_cancelled("U2") in said("ended_budget_continue_stopped")
+    for name in ("ended_budget_continuing", "ended_budget_continued"):
+        assert m.CONTINUE_OFFER not in said(name)
