@@ -55,7 +55,7 @@ from agent_core.stores import _retention as retention
 from agent_core.stores._sqlite_thread import SqliteThread, Work
 from agent_core.stores.migrations import TIMEOUT_S as MIGRATION_TIMEOUT_S
 from agent_core.stores.migrations import upgrade_sqlite
-from agent_core.stores.sqlite_queue import SqliteQueue
+from agent_core.stores.sqlite_queue import SqliteQueue, one_run_per_id
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
@@ -231,17 +231,8 @@ class SqliteStore(SqliteQueue):
 
     async def create_run(self, run: RunRecord) -> None:
         values = codec.run_values(run)
-        try:
+        with one_run_per_id(run.id):
             await self._change("create a run", _insert_sql("runs", values), list(values.values()))
-        except StorageError as exc:
-            cause = exc.__cause__
-            if (
-                isinstance(cause, sqlite3.IntegrityError)
-                and cause.sqlite_errorname == "SQLITE_CONSTRAINT_PRIMARYKEY"
-            ):
-                # The same error as MemoryStore's, so callers handle one.
-                raise ValueError(f"run {run.id} already exists") from cause
-            raise
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         rows = await self._rows("read a run", "SELECT * FROM runs WHERE id = ?", [run_id])

@@ -14,6 +14,7 @@ their periodic tick.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -32,12 +33,12 @@ from agent_core.stores._queue import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterator, Sequence
     from datetime import datetime
 
     from agent_core.records import RunRecord
 
-__all__ = ["SqliteQueue"]
+__all__ = ["SqliteQueue", "one_run_per_id"]
 
 _ORDER = "ORDER BY created_at, id"
 
@@ -71,16 +72,8 @@ class SqliteQueue:
             f"SELECT {', '.join('?' * len(values))} WHERE {held} < ?"
         )
         params = [*values.values(), run.thread.team, run.requester, limit]
-        try:
+        with one_run_per_id(run.id):
             return await self._change("admit a run", sql, params) == 1
-        except StorageError as exc:
-            cause = exc.__cause__
-            if (
-                isinstance(cause, sqlite3.IntegrityError)
-                and cause.sqlite_errorname == "SQLITE_CONSTRAINT_PRIMARYKEY"
-            ):
-                raise ValueError(f"run {run.id} already exists") from cause
-            raise
 
     async def claim_queued(
         self, owner: str, ttl_s: float, *, now: datetime | None = None
@@ -129,3 +122,19 @@ class SqliteQueue:
         sql = f"SELECT * FROM runs WHERE {WAITING_SQL} AND {STOP_PENDING_SQL} {_ORDER} LIMIT ?"
         rows = await self._rows("read stopped queued runs", sql, [limit])
         return [codec.run_from_row(r) for r in rows]
+
+
+@contextlib.contextmanager
+def one_run_per_id(run_id: str) -> Iterator[None]:
+    """A run written twice raises ``ValueError``, the same error as MemoryStore's, so
+    callers handle one."""
+    try:
+        yield
+    except StorageError as exc:
+        cause = exc.__cause__
+        if (
+            isinstance(cause, sqlite3.IntegrityError)
+            and cause.sqlite_errorname == "SQLITE_CONSTRAINT_PRIMARYKEY"
+        ):
+            raise ValueError(f"run {run_id} already exists") from cause
+        raise
