@@ -8,6 +8,12 @@ core (tests/agent_core/test_public_api.py holds both to it).
 """
 
 from agent_core.agent import Agent, AgentConfig
+from agent_core.approvals import (
+    ApprovalDecision,
+    ApprovalRequest,
+    ApprovalRule,
+    ApprovalStatus,
+)
 from agent_core.budget import (
     Budget,
     BudgetKind,
@@ -44,6 +50,8 @@ from agent_core.errors import (
     UnknownOutcome,
 )
 from agent_core.events import (
+    ApprovalDecided,
+    ApprovalRequested,
     ChildFinished,
     ChildStarted,
     EventHub,
@@ -79,7 +87,7 @@ from agent_core.outcomes import (
     outcome_label,
     strip_softeners,
 )
-from agent_core.ports import ChatModel, RunStore, StopRequestStore
+from agent_core.ports import Approvals, ChatModel, RunStore, StopRequestStore
 from agent_core.records import (
     AuditEvent,
     Checkpoint,
@@ -114,6 +122,13 @@ __all__ = [
     "TERMINAL_STATES",
     "Agent",
     "AgentConfig",
+    "ApprovalDecided",
+    "ApprovalDecision",
+    "ApprovalRequest",
+    "ApprovalRequested",
+    "ApprovalRule",
+    "ApprovalStatus",
+    "Approvals",
     "AuditEvent",
     "Budget",
     "BudgetKind",

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from contextlib import AbstractAsyncContextManager
     from datetime import datetime
 
+    from agent_core.approvals import ApprovalDecision, ApprovalRequest, ApprovalStatus
     from agent_core.chat import ModelRequest, ModelResponse
     from agent_core.outcomes import ExitCode
     from agent_core.records import (
@@ -55,6 +56,7 @@ if TYPE_CHECKING:
     from agent_core.stop import StopReason
 
 __all__ = [
+    "Approvals",
     "ChatModel",
     "DashboardQueries",
     "DeliveryLog",
@@ -94,6 +96,24 @@ class ChatModel(Protocol):
     """
 
     async def complete(self, request: ModelRequest, on_text: TextSink) -> ModelResponse: ...
+
+
+class Approvals(Protocol):
+    """Where a held tool call gets a person's decision (:mod:`agent_core.approvals`):
+    Slack's Approve / Deny buttons, the terminal's y/N."""
+
+    async def ask(self, request: ApprovalRequest) -> ApprovalDecision:
+        """Show ``request`` to the people who may decide and wait for a decision.
+
+        Cancelling the awaiting task only stops the wait: the request stays open (a
+        shutdown keeps it for the resumed run) until :meth:`settle` ends it.
+        """
+        ...
+
+    async def settle(self, request: ApprovalRequest, status: ApprovalStatus) -> ApprovalDecision:
+        """End ``request`` with ``status`` (expired, cancelled) unless a decision got
+        there first (compare-and-set); returns the decision that stands."""
+        ...
 
 
 # -- runs, checkpoints, audit ---------------------------------------------------------
