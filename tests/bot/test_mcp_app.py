@@ -195,7 +195,7 @@ async def test_a_server_that_does_not_start_is_reported_and_the_others_serve(
 
     failed, ok = bot.app.mcp.check_lines()
     assert failed.startswith("FAIL broken: the MCP server 'broken'")
-    assert ok.startswith("ok   fake: 7 tools")
+    assert ok.startswith("ok   fake: 9 tools")
     llm.reply("Fine.")
     _, status = await bot.mention("hello")
     await bot.final(status)
