@@ -30,8 +30,9 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from agent_core.clock import utcnow
-from agent_core.errors import IllegalTransition
+from agent_core.errors import ConfigError, IllegalTransition
 from agent_core.events import ApprovalDecided, ApprovalRequested
+from agent_core.resume_policy import parse_duration
 from agent_core.stop import StopReason
 
 if TYPE_CHECKING:
@@ -44,15 +45,18 @@ if TYPE_CHECKING:
     from agent_core.stop import RunControl
 
 __all__ = [
+    "APPROVAL_TIMEOUT",
     "DEFAULT_APPROVAL_TIMEOUT_S",
     "ApprovalDecision",
     "ApprovalGate",
     "ApprovalRequest",
     "ApprovalRule",
     "ApprovalStatus",
+    "parse_approval_timeout",
     "transition",
 ]
 
+APPROVAL_TIMEOUT = "APPROVAL_TIMEOUT"
 DEFAULT_APPROVAL_TIMEOUT_S = 3600.0
 """How long a call waits for a decision before it is denied as expired (``APPROVAL_TIMEOUT``)."""
 
@@ -62,6 +66,17 @@ cancellation goes on regardless (the row then stays ``requested``; a later click
 it is answered as after the run ended)."""
 
 log = structlog.get_logger("agent_core.approvals")
+
+
+def parse_approval_timeout(raw: str | None) -> float:
+    """``APPROVAL_TIMEOUT`` in seconds: ``90s``, ``10m``, ``1h`` or plain seconds; empty
+    means the default (1 h). Raises :class:`~agent_core.errors.ConfigError`."""
+    if raw is None or not raw.strip():
+        return DEFAULT_APPROVAL_TIMEOUT_S
+    seconds = parse_duration(APPROVAL_TIMEOUT, raw).total_seconds()
+    if not seconds > 0:
+        raise ConfigError(APPROVAL_TIMEOUT, f"{raw!r} must be longer than 0 s")
+    return seconds
 
 
 class ApprovalRule(StrEnum):
