@@ -32,6 +32,7 @@ import structlog
 from agent_core.clock import utcnow
 from agent_core.errors import ConfigError, IllegalTransition
 from agent_core.events import ApprovalDecided, ApprovalRequested
+from agent_core.records import ApprovalStatus
 from agent_core.resume_policy import parse_duration
 from agent_core.stop import StopReason
 
@@ -92,23 +93,6 @@ class ApprovalRule(StrEnum):
         if self is ApprovalRule.UNLESS_READ_ONLY:
             return not read_only
         return self is ApprovalRule.ALWAYS
-
-
-class ApprovalStatus(StrEnum):
-    """Where one approval request is. Every state but ``requested`` is terminal."""
-
-    REQUESTED = "requested"
-    APPROVED = "approved"
-    DENIED = "denied"
-    """A person said no."""
-    EXPIRED = "expired"
-    """Nobody decided within ``APPROVAL_TIMEOUT``: denied."""
-    CANCELLED = "cancelled"
-    """The run was stopped or aborted while it waited: the call was not run."""
-
-    @property
-    def terminal(self) -> bool:
-        return self is not ApprovalStatus.REQUESTED
 
 
 def transition(current: ApprovalStatus, new: ApprovalStatus) -> ApprovalStatus:

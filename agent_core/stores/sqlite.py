@@ -64,6 +64,8 @@ if TYPE_CHECKING:
     from agent_core.records import (
         AuditEvent,
         Checkpoint,
+        ApprovalRecord,
+        ApprovalStatus,
         GuidanceRecord,
         GuidanceStatus,
         ResumeState,
@@ -666,6 +668,60 @@ class SqliteStore(SqliteQueue):
         sql = "SELECT * FROM guidance WHERE run_id = ? ORDER BY queued_at, seq"
         rows = await self._rows("read a run's guidance", sql, [run_id])
         return [codec.guidance_from_row(r) for r in rows]
+
+    # -- ApprovalStore -----------------------------------------------------------------
+
+    async def add_approval(self, record: ApprovalRecord) -> bool:
+        values = codec.approval_values(record)
+        sql = _insert_sql("approvals", values) + " ON CONFLICT (id) DO NOTHING"
+        return await self._change("commit an approval", sql, list(values.values())) == 1
+
+    async def set_approval_message(self, approval_id: str, message_ts: str) -> bool:
+        sql = "UPDATE approvals SET message_ts = ? WHERE id = ?"
+        return await self._change("note an approval message", sql, [message_ts, approval_id]) == 1
+
+    async def decide_approval(
+        self,
+        approval_id: str,
+        status: ApprovalStatus,
+        *,
+        decided_by: str | None = None,
+        at: datetime | None = None,
+    ) -> bool:
+        value = codec.approval_decided(status)
+        decided_at = at or utcnow()
+        codec.to_utc(decided_at)  # a naive time is refused before the store is touched
+        sql = (
+            "UPDATE approvals SET status = ?, decided_by = ?, decided_at = ? "
+            "WHERE id = ? AND status = 'requested'"
+        )
+        params = [value, decided_by, decided_at, approval_id]
+        return await self._change("decide an approval", sql, params) == 1
+
+    async def get_approval(self, approval_id: str) -> ApprovalRecord | None:
+        sql = "SELECT * FROM approvals WHERE id = ?"
+        rows = await self._rows("read an approval", sql, [approval_id])
+        return codec.approval_from_row(rows[0]) if rows else None
+
+    async def pending_approvals(
+        self, run_ids: Collection[str] | None = None
+    ) -> list[ApprovalRecord]:
+        sql = "SELECT * FROM approvals WHERE status = 'requested'"
+        params: list[str] = []
+        if run_ids is not None:
+            params = list(run_ids)
+            if not params:
+                return []
+            sql += f" AND run_id IN ({_marks(len(params))})"
+        rows = await self._rows(
+            "read requested approvals", sql + " ORDER BY requested_at, seq", params
+        )
+        return [codec.approval_from_row(r) for r in rows]
+
+    async def approvals_for(self, run_id: str) -> list[ApprovalRecord]:
+        sql = "SELECT * FROM approvals WHERE run_id = ? ORDER BY requested_at, seq"
+        rows = await self._rows("read a run's approvals", sql, [run_id])
+        return [codec.approval_from_row(r) for r in rows]
 
     # -- ResumeStore -------------------------------------------------------------------
 
