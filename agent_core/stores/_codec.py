@@ -43,9 +43,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CHECKPOINT_COLUMNS",
-    "approval_decided",
-    "approval_from_row",
-    "approval_values",
     "EVENT_COLUMNS",
     "GUIDANCE_COLUMNS",
     "RUN_COLUMNS",
@@ -53,6 +50,9 @@ __all__ = [
     "ResumeChange",
     "Row",
     "RunQuery",
+    "approval_decided",
+    "approval_from_row",
+    "approval_values",
     "checkpoint_from_row",
     "checkpoint_values",
     "event_from_row",

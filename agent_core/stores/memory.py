@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 from agent_core.clock import utcnow
 from agent_core.records import (
+    ApprovalRecord,
+    ApprovalStatus,
     AuditEvent,
     Checkpoint,
     Forgotten,
-    ApprovalRecord,
-    ApprovalStatus,
     GuidanceRecord,
     GuidanceStatus,
     ResumeState,

@@ -52,10 +52,10 @@ if TYPE_CHECKING:
     from agent_core.outcomes import ExitCode
     from agent_core.ports import Reconnected, StopWakeup
     from agent_core.records import (
-        AuditEvent,
-        Checkpoint,
         ApprovalRecord,
         ApprovalStatus,
+        AuditEvent,
+        Checkpoint,
         GuidanceRecord,
         GuidanceStatus,
         ResumeState,
