@@ -9,10 +9,11 @@ core (tests/agent_core/test_public_api.py holds both to it).
 
 from agent_core.agent import Agent, AgentConfig
 from agent_core.approvals import (
+    DEFAULT_APPROVAL_TIMEOUT_S,
     ApprovalDecision,
     ApprovalRequest,
     ApprovalRule,
-    ApprovalStatus,
+    parse_approval_timeout,
 )
 from agent_core.budget import (
     Budget,
@@ -87,8 +88,10 @@ from agent_core.outcomes import (
     outcome_label,
     strip_softeners,
 )
-from agent_core.ports import Approvals, ChatModel, RunStore, StopRequestStore
+from agent_core.ports import Approvals, ApprovalStore, ChatModel, RunStore, StopRequestStore
 from agent_core.records import (
+    ApprovalRecord,
+    ApprovalStatus,
     AuditEvent,
     Checkpoint,
     GuidanceRecord,
@@ -118,16 +121,19 @@ from agent_core.tools import Tool, ToolError, remote_tool, tool
 __all__ = [
     "BUDGET_SETTINGS",
     "BUILTIN_TOOLS",
+    "DEFAULT_APPROVAL_TIMEOUT_S",
     "LIVE_STATES",
     "TERMINAL_STATES",
     "Agent",
     "AgentConfig",
     "ApprovalDecided",
     "ApprovalDecision",
+    "ApprovalRecord",
     "ApprovalRequest",
     "ApprovalRequested",
     "ApprovalRule",
     "ApprovalStatus",
+    "ApprovalStore",
     "Approvals",
     "AuditEvent",
     "Budget",
@@ -218,6 +224,7 @@ __all__ = [
     "make_undumpable",
     "normalize_outcome",
     "outcome_label",
+    "parse_approval_timeout",
     "parse_auto_resume",
     "parse_max_auto_resumes",
     "parse_user_exit_grace",

@@ -633,6 +633,10 @@ class ApprovalStore(Protocol):
         PostgreSQL the commit wakes the run's owner (the stop requests' channel)."""
         ...
 
+    async def take_approval(self, approval_id: str, *, at: datetime | None = None) -> bool:
+        """Mark a decided approval taken by its run (once: True the first time)."""
+        ...
+
     async def get_approval(self, approval_id: str) -> ApprovalRecord | None: ...
 
     async def pending_approvals(

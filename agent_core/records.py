@@ -233,6 +233,9 @@ class ApprovalRecord:
     """The approval message in ``thread.channel``, once posted."""
     requested_at: datetime = field(default_factory=utcnow)
     decided_at: datetime | None = None
+    taken_at: datetime | None = None
+    """When the run took the decision; until then a resumed run asking for the same call
+    waits on this approval (and its message) instead of a new one."""
 
 
 def is_waiting(record: RunRecord) -> bool:

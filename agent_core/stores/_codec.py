@@ -553,6 +553,7 @@ def approval_values(record: ApprovalRecord) -> dict[str, Any]:
         "message_ts": record.message_ts,
         "requested_at": to_utc(record.requested_at),
         "decided_at": None,
+        "taken_at": None,
     }
 
 
@@ -577,6 +578,7 @@ def approval_from_row(row: Row) -> ApprovalRecord:
         message_ts=row["message_ts"],
         requested_at=_time(row["requested_at"]),
         decided_at=from_db_time(row["decided_at"]),
+        taken_at=from_db_time(row["taken_at"]),
     )
 
 

@@ -544,6 +544,15 @@ class MemoryStore:
             )
             return True
 
+    async def take_approval(self, approval_id: str, *, at: datetime | None = None) -> bool:
+        taken_at = codec.to_utc(at or utcnow())
+        async with self._lock:
+            record = self._approvals.get(approval_id)
+            if record is None or not record.status.terminal or record.taken_at is not None:
+                return False
+            self._approvals[approval_id] = dataclasses.replace(record, taken_at=taken_at)
+            return True
+
     async def get_approval(self, approval_id: str) -> ApprovalRecord | None:
         return self._approvals.get(approval_id)
 

@@ -932,6 +932,14 @@ class PostgresStore(PostgresQueue):
 
         return await self._call("decide an approval", work, idempotent=True)
 
+    async def take_approval(self, approval_id: str, *, at: datetime | None = None) -> bool:
+        taken_at = codec.to_utc(at or utcnow())
+        sql = (
+            "UPDATE approvals SET taken_at = $2 WHERE id = $1 AND status <> 'requested' "
+            "AND (taken_at IS NULL OR taken_at = $2) RETURNING id"
+        )
+        return bool(await self._fetch("take an approval", sql, approval_id, taken_at))
+
     async def get_approval(self, approval_id: str) -> ApprovalRecord | None:
         rows = await self._fetch(
             "read an approval", "SELECT * FROM approvals WHERE id = $1", approval_id

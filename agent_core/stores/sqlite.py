@@ -698,6 +698,15 @@ class SqliteStore(SqliteQueue):
         params = [value, decided_by, decided_at, approval_id]
         return await self._change("decide an approval", sql, params) == 1
 
+    async def take_approval(self, approval_id: str, *, at: datetime | None = None) -> bool:
+        taken_at = at or utcnow()
+        codec.to_utc(taken_at)
+        sql = (
+            "UPDATE approvals SET taken_at = ? "
+            "WHERE id = ? AND status <> 'requested' AND taken_at IS NULL"
+        )
+        return await self._change("take an approval", sql, [taken_at, approval_id]) == 1
+
     async def get_approval(self, approval_id: str) -> ApprovalRecord | None:
         sql = "SELECT * FROM approvals WHERE id = ?"
         rows = await self._rows("read an approval", sql, [approval_id])

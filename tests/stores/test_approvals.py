@@ -58,6 +58,18 @@ async def test_an_approval_is_seen_by_another_worker_and_decided_once(backend: B
     assert await owner.pending_approvals() == []
     assert await owner.approvals_for("run-1") == [decided]
 
+    assert decided.taken_at is None
+    assert await owner.take_approval("a1")
+    assert not await owner.take_approval("a1")  # once
+    taken = await clicker.get_approval("a1")
+    assert taken is not None and taken.taken_at is not None
+
+
+async def test_a_requested_approval_cannot_be_taken(store: Store) -> None:
+    assert await store.add_approval(held("a1"))
+    assert not await store.take_approval("a1")
+    assert not await store.take_approval("nope")
+
 
 async def test_workers_racing_to_decide_get_exactly_one_true(backend: Backend) -> None:
     workers = [await backend.open() for _ in range(4)]

@@ -14,6 +14,10 @@ Decisions:
   a click must come from that message.
 - ``decided_at`` is when it left ``requested``; the retention purge may drop decided rows
   by it and never a requested one.
+- ``taken_at`` is when the run took the decision (the call ran, or the model read the
+  refusal). A run resumed after a shutdown or a lost worker asks again for the same call
+  and finds the row it had not taken yet: it waits on the same message, and a decision
+  made meanwhile counts; a decision already taken is never used twice.
 - One index ``(status, run_id)`` for "requested approvals of my runs" (App Home, a
   resumed run), and one on ``run_id`` for a run's history.
 
@@ -55,6 +59,7 @@ def upgrade() -> None:
         sa.Column("message_ts", sa.Text()),
         sa.Column("requested_at", _TIME, nullable=False),
         sa.Column("decided_at", _TIME),
+        sa.Column("taken_at", _TIME),
         sa.CheckConstraint(
             f"status IN ({', '.join(repr(s) for s in _STATUSES)})", name="ck_approvals_status"
         ),
