@@ -764,8 +764,10 @@ def approval_request(tool: str, requester: str) -> str:
 
 def approval_arguments(arguments: str) -> str:
     """A clipped, escaped preview of a held call's arguments, as a code block."""
-    shown = arguments if len(arguments) <= APPROVAL_PREVIEW_CHARS else (
-        arguments[:APPROVAL_PREVIEW_CHARS] + f"… ({len(arguments):,} characters in all)"
+    shown = (
+        arguments
+        if len(arguments) <= APPROVAL_PREVIEW_CHARS
+        else (arguments[:APPROVAL_PREVIEW_CHARS] + f"… ({len(arguments):,} characters in all)")
     )
     # Three backticks in the arguments would end the block: break them up.
     return "```" + escape(shown.replace("```", "`\u200b`\u200b`")) + "```"

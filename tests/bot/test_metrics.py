@@ -54,6 +54,8 @@ SERIES = {
     "threadpilot_model_tokens": "counter",
     "threadpilot_mcp_calls": "counter",
     "threadpilot_mcp_cancellations": "counter",
+    "threadpilot_approvals": "counter",
+    "threadpilot_approval_wait_seconds": "histogram",
 }
 
 
