@@ -161,7 +161,13 @@ class ApprovalClicks:
         if not await self._store.decide_approval(record.id, ask.status, decided_by=ask.user):
             stored = await self._store.get_approval(record.id)
             return _already(ask, stored or record)
-        decided = dataclasses.replace(record, status=ask.status, decided_by=ask.user)
+        pressed_on = ask.message.message_ts if ask.message is not None else None
+        decided = dataclasses.replace(
+            record,
+            status=ask.status,
+            decided_by=ask.user,
+            message_ts=record.message_ts or pressed_on,
+        )
         local = self._desk.decided(decided)
         log.info(
             "approval.decided",
@@ -205,14 +211,14 @@ def _comes_from(ask: ApprovalAsk, record: ApprovalRecord) -> bool:
     if ask.on_home:
         return True
     where = ask.message
-    if where is None or record.message_ts is None:
-        return False
     thread = record.thread
-    return (where.team, where.channel, where.message_ts) == (
-        thread.team,
-        thread.channel,
-        record.message_ts,
-    )
+    if where is None or (where.team, where.channel) != (thread.team, thread.channel):
+        return False
+    if record.message_ts is not None:
+        return where.message_ts == record.message_ts
+    # Posted, but its ts not written yet (the owner writes it just after the post): all
+    # the click can be held to is the run's thread.
+    return thread.thread_ts == where.thread_ts
 
 
 def _already(ask: ApprovalAsk, record: ApprovalRecord) -> ApprovalClick:
