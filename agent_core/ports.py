@@ -610,7 +610,10 @@ class QueueStore(Protocol):
 
 class ApprovalStore(Protocol):
     """Tool calls held for a person's decision (:mod:`agent_core.approvals`), committed
-    before the click that decides one is acknowledged."""
+    before the click that decides one is acknowledged.
+
+    Adding and deciding one also moves its run's ``updated_at`` (in the same
+    transaction): App Home lists a run's pending approvals, and refreshes on that."""
 
     async def add_approval(self, record: ApprovalRecord) -> bool:
         """Add a ``requested`` approval; False (nothing written) if its id exists."""

@@ -798,5 +798,9 @@ def approval_already_decided(status: str, decided_by: str | None) -> str:
     return f"{approval_decided(status, decided_by)} Nothing changed."
 
 
+def more_approvals(count: int) -> str:
+    return f"…and {count:,} more waiting: each is in its run's thread."
+
+
 APPROVAL_RUN_ENDED = "This run has ended, so the call will not run. Nothing changed."
 APPROVAL_NOT_FOUND = "This approval is not known here. Nothing changed."

@@ -48,9 +48,9 @@ class SessionStore(GuidanceStore, RunStore, Protocol):
     """A run's Slack session: its run's records and its guidance (:mod:`bot.runs.session`)."""
 
 
-class DashboardStore(DashboardQueries, StopRequestStore, Protocol):
-    """App Home and ``/threadpilot``: the listings and the pending stops
-    (:mod:`bot.dashboard.listing`)."""
+class DashboardStore(DashboardQueries, StopRequestStore, ApprovalStore, Protocol):
+    """App Home and ``/threadpilot``: the listings, the pending stops and the pending
+    approvals (:mod:`bot.dashboard.listing`)."""
 
 
 class StopIntakeStore(RunStore, RunQueries, StopRequestStore, ParticipantStore, Protocol):

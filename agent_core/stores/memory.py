@@ -515,6 +515,7 @@ class MemoryStore:
             self._approvals[record.id] = dataclasses.replace(
                 record, requested_at=codec.to_utc(record.requested_at)
             )
+            self._touch(record.run_id)
             return True
 
     async def set_approval_message(self, approval_id: str, message_ts: str) -> bool:
@@ -542,6 +543,7 @@ class MemoryStore:
             self._approvals[approval_id] = dataclasses.replace(
                 record, status=status, decided_by=decided_by, decided_at=decided_at
             )
+            self._touch(record.run_id)
             return True
 
     async def take_approval(self, approval_id: str, *, at: datetime | None = None) -> bool:
@@ -555,6 +557,12 @@ class MemoryStore:
 
     async def get_approval(self, approval_id: str) -> ApprovalRecord | None:
         return self._approvals.get(approval_id)
+
+    def _touch(self, run_id: str) -> None:
+        """A change to a run's approvals moves its ``updated_at`` (App Home refreshes)."""
+        run = self._runs.get(run_id)
+        if run is not None:
+            self._runs[run_id] = dataclasses.replace(run, updated_at=utcnow())
 
     async def pending_approvals(
         self, run_ids: Collection[str] | None = None

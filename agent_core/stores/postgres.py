@@ -882,8 +882,12 @@ class PostgresStore(PostgresQueue):
         # at the same instant (ids are fresh uuids).
         mine = "SELECT 1 FROM approvals WHERE id = $1 AND requested_at = $2"
 
+        touch = "UPDATE runs SET updated_at = $2 WHERE id = $1"
+
         async def work(conn: Any, retrying: bool) -> bool:
             if await conn.fetchval(sql, *values.values()) is not None:
+                # A hint for App Home (it refreshes on updated_at): not worth a transaction.
+                await conn.execute(touch, record.run_id, codec.to_utc(utcnow()))
                 return True
             same = (values["id"], values["requested_at"])
             return retrying and await conn.fetchval(mine, *same) is not None
@@ -914,7 +918,9 @@ class PostgresStore(PostgresQueue):
             "WHERE id = $1 AND {condition} RETURNING run_id"
         )
         notify = (
-            "WITH moved AS ({update}) SELECT (SELECT count(*) FROM moved), "
+            "WITH moved AS ({update}), "
+            "touched AS (UPDATE runs SET updated_at = $4 WHERE id IN (SELECT run_id FROM moved)) "
+            "SELECT (SELECT count(*) FROM moved), "
             f"(SELECT pg_notify('{STOP_CHANNEL}', run_id) FROM moved)"
         )
 

@@ -111,6 +111,11 @@ def _insert_sql(table: str, values: Mapping[str, Any]) -> str:
     return f"INSERT INTO {table} ({', '.join(values)}) VALUES ({_marks(len(values))})"
 
 
+_TOUCH_RUN = "UPDATE runs SET updated_at = ? WHERE id = ?"
+"""A change to a run's approvals is a change to the run, for App Home (it refreshes on
+``updated_at``)."""
+
+
 class SqliteStore(SqliteQueue):
     """Runs, stop requests, checkpoints, events and leases in one SQLite file (the run
     queue's SQL is :class:`~agent_core.stores.sqlite_queue.SqliteQueue`'s)."""
@@ -674,7 +679,16 @@ class SqliteStore(SqliteQueue):
     async def add_approval(self, record: ApprovalRecord) -> bool:
         values = codec.approval_values(record)
         sql = _insert_sql("approvals", values) + " ON CONFLICT (id) DO NOTHING"
-        return await self._change("commit an approval", sql, list(values.values())) == 1
+        params = _params(list(values.values()))
+        bump = _params([utcnow(), record.run_id])
+
+        def add(db: sqlite3.Connection) -> bool:
+            if db.execute(sql, params).rowcount != 1:
+                return False
+            db.execute(_TOUCH_RUN, bump)
+            return True
+
+        return await self._transaction("commit an approval", add)
 
     async def set_approval_message(self, approval_id: str, message_ts: str) -> bool:
         sql = "UPDATE approvals SET message_ts = ? WHERE id = ?"
@@ -693,10 +707,19 @@ class SqliteStore(SqliteQueue):
         codec.to_utc(decided_at)  # a naive time is refused before the store is touched
         sql = (
             "UPDATE approvals SET status = ?, decided_by = ?, decided_at = ? "
-            "WHERE id = ? AND status = 'requested'"
+            "WHERE id = ? AND status = 'requested' RETURNING run_id"
         )
-        params = [value, decided_by, decided_at, approval_id]
-        return await self._change("decide an approval", sql, params) == 1
+        params = _params([value, decided_by, decided_at, approval_id])
+        now = utcnow()
+
+        def decide(db: sqlite3.Connection) -> bool:
+            moved = db.execute(sql, params).fetchall()
+            if not moved:
+                return False
+            db.execute(_TOUCH_RUN, _params([now, moved[0][0]]))
+            return True
+
+        return await self._transaction("decide an approval", decide)
 
     async def take_approval(self, approval_id: str, *, at: datetime | None = None) -> bool:
         taken_at = at or utcnow()

@@ -57,6 +57,8 @@ class ApprovalAsk:
     message: Origin | None = None
     """The message it was pressed on; None on App Home."""
     on_home: bool = False
+    team: str | None = None
+    """The workspace it was pressed in (App Home is published there again)."""
     user_team: str | None = None
 
     @property
@@ -85,6 +87,13 @@ class ApprovalClick:
     """The approval as it stands after the click."""
     answer: str | None = None
     """The ephemeral answer, for a click that changed nothing."""
+
+    @property
+    def notice(self) -> str | None:
+        """What App Home says on top after the press."""
+        if self.verdict is ApprovalVerdict.DECIDED and self.record is not None:
+            return messages.approval_decided(self.record.status.value, self.record.decided_by)
+        return self.answer
 
 
 class ApprovalClicks:

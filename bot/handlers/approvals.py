@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from slack_bolt.async_app import AsyncApp, AsyncRespond
 
     from bot.approvals.clicks import ApprovalClick
+    from bot.dashboard.refresh import HomeRefresher
     from bot.process.context import BotContext
 
 __all__ = ["register"]
@@ -28,9 +29,10 @@ __all__ = ["register"]
 log = structlog.get_logger("bot.handlers.approvals")
 
 
-def register(app: AsyncApp, ctx: BotContext) -> None:
+def register(app: AsyncApp, ctx: BotContext, home: HomeRefresher) -> None:
     """Register Approve and Deny (before :func:`bot.handlers.actions.register`, whose last
-    listener takes every button nobody took)."""
+    listener takes every button nobody took). A press on App Home is answered by
+    publishing it again (``home``) with what the press did on top."""
 
     def button(action_id: str, approve: bool) -> None:
         async def before(body: dict[str, Any]) -> ApprovalClick | None:
@@ -43,6 +45,8 @@ def register(app: AsyncApp, ctx: BotContext) -> None:
 
         async def after(click: ApprovalClick, respond: AsyncRespond) -> None:
             await ctx.approvals.after(click, click_answer(respond))
+            if click.ask.on_home and click.ask.team is not None:
+                home.show(click.ask.team, click.ask.user, notice=click.notice)
 
         control(app, action_id, before, after)
 
@@ -63,5 +67,6 @@ def _ask(body: dict[str, Any], approve: bool) -> ApprovalAsk | None:
         approve=approve,
         message=None if on_home else _origin(body),
         on_home=on_home,
+        team=_field(body.get("team"), "id") or _field(body.get("user"), "team_id"),
         user_team=_team_of(body),
     )

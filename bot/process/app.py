@@ -337,7 +337,7 @@ class ThreadpilotApp:
         home.register(bolt, ctx, self._dashboard, self._home)
         command.register(bolt, self._dashboard)
         feedback.register(bolt, ctx)
-        approvals.register(bolt, ctx)
+        approvals.register(bolt, ctx, self._home)
         actions.register(bolt, ctx)
         events.register(bolt, ctx)
         return bolt

@@ -10,10 +10,23 @@ from bot import messages as m
 from bot.views.blocks import context, plain, section
 
 if TYPE_CHECKING:
+    from collections.abc import Collection, Sequence
+
     from agent_core import ApprovalRecord
     from bot.views.blocks import Block
 
-__all__ = ["ACTION_APPROVE", "ACTION_DENY", "approval_buttons", "render_approval"]
+__all__ = [
+    "ACTION_APPROVE",
+    "ACTION_DENY",
+    "HOME_APPROVALS_SHOWN",
+    "approval_buttons",
+    "home_approvals",
+    "render_approval",
+]
+
+HOME_APPROVALS_SHOWN = 5
+"""App Home shows this many held calls (the oldest) with their buttons; a line counts
+the rest, which each thread shows anyway."""
 
 ACTION_APPROVE = "approval_approve"
 ACTION_DENY = "approval_deny"
@@ -53,3 +66,21 @@ def render_approval(record: ApprovalRecord) -> tuple[str, list[Block]]:
     else:
         blocks.append(approval_buttons(record.id))
     return m.approval_fallback(record.tool), blocks
+
+
+def home_approvals(
+    records: Sequence[ApprovalRecord], viewer: str, public_channels: Collection[str]
+) -> list[Block]:
+    """App Home's list of held calls, with the same buttons as in the thread. The
+    arguments of someone else's run outside a public channel are not shown (as its
+    request is not)."""
+    blocks: list[Block] = [section(m.heading(m.HEADING_APPROVALS))]
+    for record in records[:HOME_APPROVALS_SHOWN]:
+        blocks.append(section(m.approval_request(record.tool, record.requester)))
+        if record.requester == viewer or record.thread.channel in public_channels:
+            blocks.append(section(m.approval_arguments(record.arguments)))
+        blocks.append(approval_buttons(record.id))
+    hidden = len(records) - HOME_APPROVALS_SHOWN
+    if hidden > 0:
+        blocks.append(context(m.more_approvals(hidden)))
+    return blocks

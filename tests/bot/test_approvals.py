@@ -17,8 +17,11 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from llmock.scenarios import Reply, ToolCall
 
+from bot import messages
 from bot.views.approval import ACTION_APPROVE, ACTION_DENY
 from tests.bot.harness import ACTION_ABORT, ACTION_STOP, WAIT_S, block_text, buttons, run_id_of
+from tests.bot.test_home import home, open_home, press, says, view_text
+from tests.fakes import slack_requests
 from tests.fakes.mcp_server import FakeMcpServer, serve_http
 from tests.fakes.slack_workspace import DEFAULT_CHANNEL, DEFAULT_USER
 
@@ -247,3 +250,23 @@ async def test_under_anyone_another_person_may_approve(
 
     assert f"Approved by <@{OTHER_USER}>" in block_text(decided)
     assert ("write_note", HOSTILE) in fake.notes
+
+
+async def test_app_home_lists_the_waiting_call_with_the_same_buttons(
+    bot: Bot, llm: LLMock, fake: FakeMcpServer
+) -> None:
+    status, approval = await waiting(bot, llm, fake)
+    await open_home(bot)
+    view = await home(bot, DEFAULT_USER, says(messages.HEADING_APPROVALS, "notes__write_note"))
+    assert "&lt;!channel&gt;" in view_text(view)  # the requester sees the arguments
+
+    payload = slack_requests.home_click(view, ACTION_APPROVE)
+    assert await press(bot, payload) == 200
+
+    await home(bot, DEFAULT_USER, says(f"Approved by <@{DEFAULT_USER}>"))
+    decided = await bot.until(approval, lambda m: not buttons(m))
+    await bot.final(status)
+    assert f"Approved by <@{DEFAULT_USER}>" in block_text(decided)
+    assert ("write_note", HOSTILE) in fake.notes
+    after = await home(bot, DEFAULT_USER, lambda v: messages.HEADING_APPROVALS not in view_text(v))
+    assert ACTION_APPROVE not in view_text(after)

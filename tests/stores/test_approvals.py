@@ -14,6 +14,7 @@ import pytest
 from agent_core.clock import utcnow
 from agent_core.records import ApprovalRecord, ApprovalStatus, ThreadKey, Wakeup
 from agent_core.stores.postgres import PostgresStore
+from tests.stores.test_dashboard_queries import a_run
 
 if TYPE_CHECKING:
     from agent_core.ports import Store
@@ -127,3 +128,18 @@ async def test_a_decision_wakes_the_owner_on_postgres(pg_url: str) -> None:
     finally:
         await clicker.close()
         await owner.close()
+
+
+async def test_adding_and_deciding_an_approval_moves_its_runs_updated_at(store: Store) -> None:
+    """App Home lists a run's pending approvals and refreshes on ``updated_at``."""
+    await store.create_run(a_run("run-1", thread=THREAD, updated_at=utcnow() - timedelta(hours=1)))
+    since = utcnow() - timedelta(seconds=1)
+    assert await store.runs_changed_since(since) == []
+
+    assert await store.add_approval(held("a1"))
+    [changed] = await store.runs_changed_since(since)
+    assert changed.id == "run-1"
+
+    later = utcnow()
+    assert await store.decide_approval("a1", ApprovalStatus.APPROVED, decided_by="U1")
+    assert [r.id for r in await store.runs_changed_since(later)] == ["run-1"]
