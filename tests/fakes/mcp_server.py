@@ -81,6 +81,8 @@ class FakeMcpServer:
     """For each held POST: answered because the others arrived (True) or after HOLD_S."""
     notes: list[tuple[str, str]] = field(default_factory=list)
     """Every ``read_note`` / ``write_note`` call received: (tool, text)."""
+    written_at: dict[str, float] = field(default_factory=dict)
+    """When each ``write_note`` text arrived (``time.monotonic()``: the benchmark)."""
     changes: Changes = field(default_factory=Changes)
     _release: anyio.Event = field(default_factory=anyio.Event)
 
@@ -150,6 +152,7 @@ def _build(fake: FakeMcpServer) -> MCPServer:
     @mcp.tool()
     async def write_note(text: str) -> str:
         """Write the note."""
+        fake.written_at[text] = time.monotonic()
         fake.record(fake.notes, ("write_note", text))
         return f"wrote {text!r}"
 
