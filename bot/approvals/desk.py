@@ -34,7 +34,7 @@ from agent_core import (
 )
 from agent_core.clock import utcnow
 from bot.errors import BudgetNotRunning, SlackError
-from bot.views.approval import render_approval
+from bot.views.approval import approval_metadata, render_approval
 
 if TYPE_CHECKING:
     from collections.abc import Collection
@@ -83,6 +83,7 @@ class ApprovalDesk:
 
     async def ask(self, request: ApprovalRequest) -> ApprovalDecision:
         record = await self._open(request)
+        reused = record.id != request.id
         future: asyncio.Future[ApprovalDecision] = asyncio.get_running_loop().create_future()
         self._ids[request.id] = record.id
         self._waiting[record.id] = (record, future)
@@ -90,7 +91,7 @@ class ApprovalDesk:
             if record.status.terminal:  # decided while the run was away (a resume)
                 self._hand_over(record)
             elif record.message_ts is None:
-                await self._post(record)
+                await self._post(record, reused=reused)
             decision = await future
         finally:
             self._waiting.pop(record.id, None)
@@ -190,19 +191,36 @@ class ApprovalDesk:
         await self.audit(record, actor=request.requester)
         return record
 
-    async def _post(self, record: ApprovalRecord) -> None:
-        """Post the approval message. A post Slack refuses leaves the call waiting (App
-        Home still lists it, with the same buttons) until the timeout denies it."""
+    async def _post(self, record: ApprovalRecord, *, reused: bool) -> None:
+        """Post the approval message (``reused``: unless it is in the thread already, its
+        worker gone before it stored the ts). A post Slack refuses leaves the call waiting
+        (App Home still lists it, with the same buttons) until the timeout denies it."""
         text, blocks = render_approval(record)
         thread = record.thread
+        metadata = approval_metadata(record.id)
         try:
             surface = await self._workspaces.get(thread.team)
-            ts = await surface.budget.post_message(
-                thread.channel, text=text, blocks=blocks, thread_ts=thread.thread_ts
+            found = (
+                await surface.budget.find_messages(thread.channel, thread.thread_ts, metadata)
+                if reused
+                else []
+            )
+            ts = (
+                found[0]
+                if found
+                else await surface.budget.post_message(
+                    thread.channel,
+                    text=text,
+                    blocks=blocks,
+                    thread_ts=thread.thread_ts,
+                    metadata=metadata,
+                )
             )
         except (SlackError, BudgetNotRunning) as exc:
             log.error("approval.post_failed", approval_id=record.id, error=repr(exc))
             return
+        if found:
+            log.info("approval.message_found", approval_id=record.id, ts=ts)
         posted = dataclasses.replace(record, message_ts=ts)
         self._waiting[record.id] = (posted, self._waiting[record.id][1])
         await self._store.set_approval_message(record.id, ts)

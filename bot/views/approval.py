@@ -4,7 +4,7 @@ the words come from :mod:`bot.messages`."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from bot import messages as m
 from bot.views.blocks import context, plain, section
@@ -18,8 +18,10 @@ if TYPE_CHECKING:
 __all__ = [
     "ACTION_APPROVE",
     "ACTION_DENY",
+    "APPROVAL_EVENT_TYPE",
     "HOME_APPROVALS_SHOWN",
     "approval_buttons",
+    "approval_metadata",
     "home_approvals",
     "render_approval",
 ]
@@ -28,8 +30,17 @@ HOME_APPROVALS_SHOWN = 5
 """App Home shows this many held calls (the oldest) with their buttons; a line counts
 the rest, which each thread shows anyway."""
 
+APPROVAL_EVENT_TYPE = "threadpilot_approval"
+"""The ``event_type`` of the message metadata that ties a message to its approval."""
 ACTION_APPROVE = "approval_approve"
 ACTION_DENY = "approval_deny"
+
+
+def approval_metadata(approval_id: str) -> dict[str, Any]:
+    """Slack message metadata naming the approval a message shows: how a post whose
+    answer was lost, or whose ts its worker did not live to store, is found again
+    instead of posted twice."""
+    return {"event_type": APPROVAL_EVENT_TYPE, "event_payload": {"approval_id": approval_id}}
 
 
 def approval_buttons(approval_id: str) -> Block:
