@@ -8,6 +8,13 @@ core (tests/agent_core/test_public_api.py holds both to it).
 """
 
 from agent_core.agent import Agent, AgentConfig
+from agent_core.approvals import (
+    DEFAULT_APPROVAL_TIMEOUT_S,
+    ApprovalDecision,
+    ApprovalRequest,
+    ApprovalRule,
+    parse_approval_timeout,
+)
 from agent_core.budget import (
     Budget,
     BudgetKind,
@@ -45,6 +52,8 @@ from agent_core.errors import (
     UnknownOutcome,
 )
 from agent_core.events import (
+    ApprovalDecided,
+    ApprovalRequested,
     ChildFinished,
     ChildStarted,
     EventHub,
@@ -80,8 +89,10 @@ from agent_core.outcomes import (
     outcome_label,
     strip_softeners,
 )
-from agent_core.ports import ChatModel, RunStore, StopRequestStore
+from agent_core.ports import Approvals, ApprovalStore, ChatModel, RunStore, StopRequestStore
 from agent_core.records import (
+    ApprovalRecord,
+    ApprovalStatus,
     AuditEvent,
     Checkpoint,
     GuidanceRecord,
@@ -112,10 +123,20 @@ __all__ = [
     "BUDGETS_OFF_WHEN_EMPTY",
     "BUDGET_SETTINGS",
     "BUILTIN_TOOLS",
+    "DEFAULT_APPROVAL_TIMEOUT_S",
     "LIVE_STATES",
     "TERMINAL_STATES",
     "Agent",
     "AgentConfig",
+    "ApprovalDecided",
+    "ApprovalDecision",
+    "ApprovalRecord",
+    "ApprovalRequest",
+    "ApprovalRequested",
+    "ApprovalRule",
+    "ApprovalStatus",
+    "ApprovalStore",
+    "Approvals",
     "AuditEvent",
     "Budget",
     "BudgetKind",
@@ -205,6 +226,7 @@ __all__ = [
     "make_undumpable",
     "normalize_outcome",
     "outcome_label",
+    "parse_approval_timeout",
     "parse_auto_resume",
     "parse_max_auto_resumes",
     "parse_user_exit_grace",

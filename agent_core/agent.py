@@ -8,6 +8,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from agent_core.approvals import DEFAULT_APPROVAL_TIMEOUT_S
 from agent_core.budget import (
     DEFAULT_BUDGET,
     DEFAULT_MAX_CHILDREN_PER_RUN,
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 
     from agent_core.budget import Spent
     from agent_core.chat import ChatMessage
-    from agent_core.ports import ChatModel, RunStore
+    from agent_core.ports import Approvals, ChatModel, RunStore
     from agent_core.records import Checkpoint
     from agent_core.tools import Tool
 
@@ -55,6 +56,9 @@ class AgentConfig:
     """One tool call may take this long; then it is cancelled and the model is told it
     timed out (``TOOL_TIMEOUT``)."""
 
+    approval_timeout_s: float = DEFAULT_APPROVAL_TIMEOUT_S
+    """A call held for approval is denied as expired after this long (``APPROVAL_TIMEOUT``)."""
+
     budget: BudgetLimits = DEFAULT_BUDGET
     """One request's budget (tokens, tool calls, time, cost), shared by the run and its
     sub-agents (:mod:`agent_core.budget`)."""
@@ -72,6 +76,8 @@ class AgentConfig:
     def __post_init__(self) -> None:
         if not self.tool_timeout_s > 0:
             raise ValueError(f"tool_timeout_s must be positive, not {self.tool_timeout_s}")
+        if not self.approval_timeout_s > 0:
+            raise ValueError(f"approval_timeout_s must be positive, not {self.approval_timeout_s}")
         if not self.cancel_drain_s > 0:
             raise ValueError(f"cancel_drain_s must be positive, not {self.cancel_drain_s}")
         if self.max_tool_calls_per_step < 1:
@@ -94,22 +100,28 @@ class Agent:
         *,
         config: AgentConfig | None = None,
         store: RunStore | None = None,
+        approvals: Approvals | None = None,
     ) -> None:
+        """``approvals``: where a call that needs approval gets a person's decision;
+        without it such calls are refused (:mod:`agent_core.approvals`)."""
         self.model = model
         self.tools = tuple(tools)
         self.config = config or AgentConfig()
         self.store = store
+        self.approvals = approvals
         if any(t.name == DELEGATE for t in self.tools):
             raise ValueError(f"the tool name {DELEGATE!r} is the loop's own (sub-agents)")
 
     def with_tools(self, tools: Sequence[Tool]) -> Agent:
         """The same model, limits and store with other tools."""
-        return Agent(self.model, tools, config=self.config, store=self.store)
+        return Agent(
+            self.model, tools, config=self.config, store=self.store, approvals=self.approvals
+        )
 
     def for_child(self, tools: Sequence[Tool]) -> Agent:
         """The agent of a sub-agent run: these tools, and handoff lines for its parent."""
         config = dataclasses.replace(self.config, how_to_continue=CHILD_HOW_TO_CONTINUE)
-        return Agent(self.model, tools, config=config, store=self.store)
+        return Agent(self.model, tools, config=config, store=self.store, approvals=self.approvals)
 
     def new_run(
         self,

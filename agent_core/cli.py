@@ -20,6 +20,10 @@ tools of every MCP server ``MCP_CONFIG`` lists, started and closed here with the
 :class:`~agent_core.mcp.McpManager` (a server that does not start is logged and left
 out). A Stop lets their calls finish; an Abort or a shutdown cancels them.
 
+A tool call that ``MCP_CONFIG`` marks for approval asks ``Approve TOOL {arguments}?
+[y/N]`` on the terminal (:mod:`agent_core.terminal_approvals`); when stdin is not a
+terminal the call is denied, and ``--yes`` approves every call without asking.
+
 The answer streams to stdout; with ``--json`` it streams to stderr and stdout carries only
 the final JSON object, so scripts can parse it. Tool calls as they start (``-> name
 {arguments}``) and end (``<- name ok: result`` or ``error:``), and sub-agents as they start
@@ -41,6 +45,7 @@ from typing import TYPE_CHECKING, TextIO, overload
 from dotenv import dotenv_values
 
 from agent_core.agent import Agent, AgentConfig
+from agent_core.approvals import APPROVAL_TIMEOUT, parse_approval_timeout
 from agent_core.budget_settings import OFF_WHEN_EMPTY, limits_from_settings
 from agent_core.builtin_tools import BUILTIN_TOOLS
 from agent_core.delegation import DELEGATE
@@ -62,6 +67,7 @@ from agent_core.model_api import HTTPChatModel, ModelAPI, build_model
 from agent_core.model_http import DEFAULT_REPLY_TIMEOUT_S
 from agent_core.outcomes import ExitCode
 from agent_core.stop import StopReason, StopSource
+from agent_core.terminal_approvals import TerminalApprovals
 from agent_core.tools import DEFAULT_TOOL_TIMEOUT_S
 
 if TYPE_CHECKING:
@@ -89,6 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         model = _model_from_env(env, limits.max_output_tokens)
         servers = _mcp_servers(env)
         tool_timeout_s = _seconds(env, "TOOL_TIMEOUT", DEFAULT_TOOL_TIMEOUT_S)
+        approval_timeout_s = parse_approval_timeout(env.get(APPROVAL_TIMEOUT))
         max_turns = _turns(env) if args.max_turns is None else args.max_turns
         final_turn_timeout_s = (
             _seconds(env, "FINAL_TURN_TIMEOUT")
@@ -103,6 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         max_turns=max_turns,
         final_turn_timeout_s=final_turn_timeout_s,
         tool_timeout_s=tool_timeout_s,
+        approval_timeout_s=approval_timeout_s,
         how_to_continue=HOW_TO_CONTINUE,
         budget=limits.budget,
         max_tool_calls_per_step=limits.max_tool_calls_per_step,
@@ -151,6 +159,12 @@ def _parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="after a Stop, abort if the final turn takes longer than this "
         "(default: FINAL_TURN_TIMEOUT, else no limit)",
+    )
+    run.add_argument(
+        "--yes",
+        action="store_true",
+        help="approve every tool call that MCP_CONFIG says needs approval, without asking "
+        "(otherwise the terminal asks y/N, and denies when stdin is not a terminal)",
     )
     return parser
 
@@ -260,7 +274,8 @@ async def _session(
     mcp = McpManager(servers, reserved=[*(t.name for t in BUILTIN_TOOLS), DELEGATE])
     try:
         await mcp.start()
-        agent = Agent(model, [*BUILTIN_TOOLS, *mcp.tools], config=config)
+        approvals = TerminalApprovals(approve_all=args.yes, stdin=sys.stdin, prompt=sys.stderr)
+        agent = Agent(model, [*BUILTIN_TOOLS, *mcp.tools], config=config, approvals=approvals)
         return await _run(agent, args.task, args.json, shutdowns)
     finally:
         await asyncio.shield(mcp.close())

@@ -17,12 +17,15 @@ import structlog
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
 
+    from agent_core.approvals import ApprovalDecision, ApprovalRequest
     from agent_core.chat import Usage
     from agent_core.guidance import Guidance
     from agent_core.outcomes import RunResult
     from agent_core.stop import StopReason, StopSource
 
 __all__ = [
+    "ApprovalDecided",
+    "ApprovalRequested",
     "ChildFinished",
     "ChildStarted",
     "EventHub",
@@ -187,6 +190,23 @@ class ChildFinished:
 
 
 @dataclass(frozen=True, slots=True)
+class ApprovalRequested:
+    """A call waits for a person's approval (:mod:`agent_core.approvals`)."""
+
+    run_id: str
+    request: ApprovalRequest
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalDecided:
+    """A held call was approved, denied, expired or cancelled by a Stop."""
+
+    run_id: str
+    request: ApprovalRequest
+    decision: ApprovalDecision
+
+
+@dataclass(frozen=True, slots=True)
 class RunFinished:
     """The run ended with ``result``."""
 
@@ -208,6 +228,8 @@ RunEvent = (
     | GuidanceDelivered
     | ChildStarted
     | ChildFinished
+    | ApprovalRequested
+    | ApprovalDecided
     | RunFinished
 )
 

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from agent_core.approvals import ApprovalGate
 from agent_core.budget import Budget, admit_calls
 from agent_core.chat import ModelRequest
 from agent_core.clock import utcnow
@@ -155,8 +156,6 @@ class Run:
         continued request had spent before this run)."""
         self._exhaustion: Exhaustion | None = None
         """The budget that ran out and forced this run's final turn, if one did."""
-        self.control = RunControl(run_id)
-        self.events = EventHub()
         self.result: RunResult | None = None
         self.continued_from = continued_from
         """The run whose context filled up and whose summary this run starts from."""
@@ -165,7 +164,22 @@ class Run:
         delegates = may_delegate and allowed and self.depth < MAX_DEPTH
         self._delegation = Delegation(self) if delegates else None
         tools = agent.tools if self._delegation is None else (*agent.tools, self._delegation.tool)
-        self._toolbox = Toolbox(tools, timeout_s=agent.config.tool_timeout_s)
+        self.control = RunControl(run_id)
+        self.events = EventHub()
+        gate = (
+            None
+            if agent.approvals is None
+            else ApprovalGate(
+                agent.approvals,
+                run_id=run_id,
+                requester=requester,
+                thread=thread,
+                control=self.control,
+                events=self.events,
+                timeout_s=agent.config.approval_timeout_s,
+            )
+        )
+        self._toolbox = Toolbox(tools, timeout_s=agent.config.tool_timeout_s, gate=gate)
         self._messages: list[ChatMessage] = [
             {"role": "system", "content": agent.config.system_prompt},
             *([{"role": "system", "content": SUB_AGENT_NOTE}] if parent is not None else []),

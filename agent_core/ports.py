@@ -37,9 +37,12 @@ if TYPE_CHECKING:
     from contextlib import AbstractAsyncContextManager
     from datetime import datetime
 
+    from agent_core.approvals import ApprovalDecision, ApprovalRequest
     from agent_core.chat import ModelRequest, ModelResponse
     from agent_core.outcomes import ExitCode
     from agent_core.records import (
+        ApprovalRecord,
+        ApprovalStatus,
         AuditEvent,
         Checkpoint,
         Forgotten,
@@ -55,6 +58,8 @@ if TYPE_CHECKING:
     from agent_core.stop import StopReason
 
 __all__ = [
+    "ApprovalStore",
+    "Approvals",
     "ChatModel",
     "DashboardQueries",
     "DeliveryLog",
@@ -94,6 +99,24 @@ class ChatModel(Protocol):
     """
 
     async def complete(self, request: ModelRequest, on_text: TextSink) -> ModelResponse: ...
+
+
+class Approvals(Protocol):
+    """Where a held tool call gets a person's decision (:mod:`agent_core.approvals`):
+    Slack's Approve / Deny buttons, the terminal's y/N."""
+
+    async def ask(self, request: ApprovalRequest) -> ApprovalDecision:
+        """Show ``request`` to the people who may decide and wait for a decision.
+
+        Cancelling the awaiting task only stops the wait: the request stays open (a
+        shutdown keeps it for the resumed run) until :meth:`settle` ends it.
+        """
+        ...
+
+    async def settle(self, request: ApprovalRequest, status: ApprovalStatus) -> ApprovalDecision:
+        """End ``request`` with ``status`` (expired, cancelled) unless a decision got
+        there first (compare-and-set); returns the decision that stands."""
+        ...
 
 
 # -- runs, checkpoints, audit ---------------------------------------------------------
@@ -600,8 +623,54 @@ class QueueStore(Protocol):
         ...
 
 
+class ApprovalStore(Protocol):
+    """Tool calls held for a person's decision (:mod:`agent_core.approvals`), committed
+    before the click that decides one is acknowledged.
+
+    Adding and deciding one also moves its run's ``updated_at`` (in the same
+    transaction): App Home lists a run's pending approvals, and refreshes on that."""
+
+    async def add_approval(self, record: ApprovalRecord) -> bool:
+        """Add a ``requested`` approval; False (nothing written) if its id exists."""
+        ...
+
+    async def set_approval_message(self, approval_id: str, message_ts: str) -> bool:
+        """Note where the approval message was posted; False if there is no such row."""
+        ...
+
+    async def decide_approval(
+        self,
+        approval_id: str,
+        status: ApprovalStatus,
+        *,
+        decided_by: str | None = None,
+        at: datetime | None = None,
+    ) -> bool:
+        """Compare-and-set ``requested`` → ``status``: True if this call decided it, False
+        if it was decided already (the first decision wins) or does not exist. On
+        PostgreSQL the commit wakes the run's owner (the stop requests' channel)."""
+        ...
+
+    async def take_approval(self, approval_id: str, *, at: datetime | None = None) -> bool:
+        """Mark a decided approval taken by its run (once: True the first time)."""
+        ...
+
+    async def get_approval(self, approval_id: str) -> ApprovalRecord | None: ...
+
+    async def pending_approvals(
+        self, run_ids: Collection[str] | None = None
+    ) -> list[ApprovalRecord]:
+        """``requested`` approvals (of these runs), oldest first."""
+        ...
+
+    async def approvals_for(self, run_id: str) -> list[ApprovalRecord]:
+        """Every approval of a run, oldest first."""
+        ...
+
+
 class Store(
     RunStore,
+    ApprovalStore,
     RunQueries,
     DashboardQueries,
     StopRequestStore,

@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from agent_core.stop import StopReason
 
 __all__ = [
+    "ApprovalRecord",
+    "ApprovalStatus",
     "AuditEvent",
     "Checkpoint",
     "Forgotten",
@@ -191,6 +193,51 @@ class GuidanceRecord:
     queued_at: datetime = field(default_factory=utcnow)
     settled_at: datetime | None = None
     """When it became ``delivered`` or ``undelivered``."""
+
+
+class ApprovalStatus(StrEnum):
+    """Where one approval request is (:mod:`agent_core.approvals`). ``requested`` moves
+    once (compare-and-set: the first decision wins); every other status is terminal."""
+
+    REQUESTED = "requested"
+    APPROVED = "approved"
+    DENIED = "denied"
+    """A person said no."""
+    EXPIRED = "expired"
+    """Nobody decided within ``APPROVAL_TIMEOUT``: denied."""
+    CANCELLED = "cancelled"
+    """The run was stopped or aborted while it waited: the call was not run."""
+
+    @property
+    def terminal(self) -> bool:
+        return self is not ApprovalStatus.REQUESTED
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRecord:
+    """A tool call held for a person's decision, as stored (the ``approvals`` table)."""
+
+    id: str
+    run_id: str
+    thread: ThreadKey
+    requester: str
+    """Who started the run (the policy's ``requester``)."""
+    tool: str
+    """As offered to the model: ``server__tool``."""
+    arguments: str
+    """The model's JSON text: hostile data, shown only clipped and escaped."""
+    call_id: str = ""
+    """The model's id for the call."""
+    status: ApprovalStatus = ApprovalStatus.REQUESTED
+    decided_by: str | None = None
+    """Who approved or denied it (a Slack user id); None for expired and cancelled."""
+    message_ts: str | None = None
+    """The approval message in ``thread.channel``, once posted."""
+    requested_at: datetime = field(default_factory=utcnow)
+    decided_at: datetime | None = None
+    taken_at: datetime | None = None
+    """When the run took the decision; until then a resumed run asking for the same call
+    waits on this approval (and its message) instead of a new one."""
 
 
 def is_waiting(record: RunRecord) -> bool:

@@ -16,6 +16,7 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from agent_core.approvals import ApprovalDecision, ApprovalRequest, ApprovalStatus
 from agent_core.chat import ModelRequest, ModelResponse, ToolCall, Usage
 from agent_core.errors import RetryableModelError
 from agent_core.stores.memory import MemoryStore
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
 
     from agent_core.ports import TextSink
 
-__all__ = ["MemoryStore", "ScriptedChatModel", "ScriptedTurn"]
+__all__ = ["HandApprovals", "MemoryStore", "ScriptedChatModel", "ScriptedTurn"]
 
 
 @dataclass
@@ -88,3 +89,52 @@ def _words(text: str) -> list[str]:
     if words:
         words[-1] = words[-1][:-1]
     return [w for w in words if w]
+
+
+class HandApprovals:
+    """An :class:`~agent_core.ports.Approvals` decided by hand: a test (or a bench) waits
+    for a request with :meth:`next_request` and answers it with :meth:`decide`. The first
+    answer wins, as in a store's compare-and-set."""
+
+    def __init__(self) -> None:
+        self.requests: list[ApprovalRequest] = []
+        self.decisions: dict[str, ApprovalDecision] = {}
+        self._waiting: dict[str, asyncio.Future[ApprovalDecision]] = {}
+        self._changed = asyncio.Event()
+
+    async def ask(self, request: ApprovalRequest) -> ApprovalDecision:
+        if request.id in self.decisions:
+            return self.decisions[request.id]
+        future = self._waiting.setdefault(request.id, asyncio.get_running_loop().create_future())
+        if request not in self.requests:
+            self.requests.append(request)
+        self._changed.set()
+        return await asyncio.shield(future)
+
+    async def settle(self, request: ApprovalRequest, status: ApprovalStatus) -> ApprovalDecision:
+        return self.decide(request.id, status)
+
+    def decide(
+        self, request_id: str, status: ApprovalStatus, by: str | None = None
+    ) -> ApprovalDecision:
+        """Decide ``request_id``; a second decision changes nothing and returns the first."""
+        if request_id in self.decisions:
+            return self.decisions[request_id]
+        decision = ApprovalDecision(status, by)
+        self.decisions[request_id] = decision
+        future = self._waiting.get(request_id)
+        if future is not None and not future.done():
+            future.set_result(decision)
+        self._changed.set()
+        return decision
+
+    def pending(self) -> list[ApprovalRequest]:
+        return [r for r in self.requests if r.id not in self.decisions]
+
+    async def next_request(self, count: int = 1, timeout_s: float = 10.0) -> ApprovalRequest:
+        """The ``count``-th request (1-based), once it has been asked."""
+        async with asyncio.timeout(timeout_s):
+            while len(self.requests) < count:
+                self._changed.clear()
+                await self._changed.wait()
+        return self.requests[count - 1]

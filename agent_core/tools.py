@@ -125,6 +125,9 @@ class Tool:
     """False for a tool that bounds itself, so the toolbox's ``TOOL_TIMEOUT`` does not
     apply: ``delegate``, whose child run has its own limits (turns, each of its tool
     calls, the model's idle timeout) and obeys its parent's Stop and Abort."""
+    needs_approval: bool = False
+    """A person approves each call before it runs (an MCP tool marked in ``MCP_CONFIG``,
+    :mod:`agent_core.approvals`); the wait does not count against ``TOOL_TIMEOUT``."""
 
     spec: ToolSpec = field(init=False, repr=False, compare=False)
     """The tool as the model sees it, made once: every model request offers it."""
@@ -199,10 +202,18 @@ def remote_tool(
     description: str,
     parameters: Mapping[str, Any],
     fn: Callable[[dict[str, Any]], typing.Awaitable[str]],
+    *,
+    needs_approval: bool = False,
 ) -> Tool:
     """A tool carried out elsewhere: ``await fn(arguments)`` with the arguments object
     whole; ``parameters`` is its JSON schema, offered to the model as is."""
-    return Tool(name=name, description=description, fn=fn, parameters=parameters)
+    return Tool(
+        name=name,
+        description=description,
+        fn=fn,
+        parameters=parameters,
+        needs_approval=needs_approval,
+    )
 
 
 def _first_paragraph(doc: str) -> str:
@@ -267,6 +278,14 @@ ASK_USER = _builtin_spec("ask_user", AskUser)
 # -- running a batch of calls ---------------------------------------------------------
 
 
+class Gate(typing.Protocol):
+    """Holds a call until it may run (:class:`~agent_core.approvals.ApprovalGate`)."""
+
+    async def clear(self, call: ToolCall) -> str | None:
+        """None when ``call`` may run; otherwise the error the model reads instead."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class ToolOutcome:
     call: ToolCall
@@ -288,7 +307,11 @@ class Toolbox:
         timeout_s: float = DEFAULT_TOOL_TIMEOUT_S,
         threads: ToolThreads = SHARED_TOOL_THREADS,
         max_result_chars: int = MAX_TOOL_RESULT_CHARS,
+        gate: Gate | None = None,
     ) -> None:
+        """``gate``: holds each call of a tool that :attr:`Tool.needs_approval` until a
+        person decides (the run's :class:`~agent_core.approvals.ApprovalGate`); without
+        one, such calls are refused."""
         if not timeout_s > 0:
             raise ValueError(f"timeout_s must be positive, not {timeout_s}")
         if max_result_chars < 1:
@@ -296,6 +319,7 @@ class Toolbox:
         self.timeout_s = timeout_s
         self.max_result_chars = max_result_chars
         self._threads = threads
+        self._gate = gate
         self._tools = {t.name: t for t in tools}
         reserved = {FINAL_REPORT.name, ASK_USER.name} & set(self._tools)
         if reserved:
@@ -339,6 +363,15 @@ class Toolbox:
                 f"({exc}); call {call.name} again with valid JSON",
                 ok=False,
             )
+        if found.needs_approval:
+            refusal = (
+                await self._gate.clear(call)
+                if self._gate is not None
+                else f"error: {call.name}: not run: it needs a person's approval, "
+                "and nobody can give it here"
+            )
+            if refusal is not None:
+                return ToolOutcome(call, refusal, ok=False)
         deadline = asyncio.timeout(self.timeout_s if found.bounded else None)
         try:
             async with deadline:

@@ -39,6 +39,7 @@ BENCHMARKS = (
     "memory",
     "stop_propagation",
     "mcp_abort_cancel",
+    "approval_call",
     "slack_429",
     "sigterm_exit",
     "restart_reconcile",

@@ -108,6 +108,16 @@ TARGETS: dict[str, Target] = {
         "p99 < 20 ms",
         ("mcp_abort_cancel",),
     ),
+    "approval_call_same": Target(
+        "approval click → the approved call reaches the MCP server, same worker",
+        "p99 < 50 ms",
+        ("approval_call",),
+    ),
+    "approval_call_other": Target(
+        "same, the click taken by another worker (PostgreSQL)",
+        "p99 < 150 ms",
+        ("approval_call",),
+    ),
     "memory": Target(
         "memory per live streaming run, 1,000 runs in one process",
         "< 200 KB",

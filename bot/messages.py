@@ -828,3 +828,67 @@ COMMAND_HELP = (
     "*/threadpilot stop all* (admins) asks every live run in this workspace to stop.\n"
     "The same list is on threadpilot's *Home* tab."
 )
+
+
+# -- approvals (docs/tools.md, Approvals) ------------------------------------------------
+
+APPROVE_LABEL = "Approve"
+DENY_LABEL = "Deny"
+APPROVAL_PREVIEW_CHARS = 600
+"""The most of a held call's arguments the approval message shows (they are the model's
+words: clipped, escaped, in a code block that cannot be closed early)."""
+HEADING_APPROVALS = "Waiting for your approval"
+
+
+def activity_awaiting_approval(tool: str) -> str:
+    return f"Waiting for approval to run {_code(tool)}"
+
+
+def approval_request(tool: str, requester: str) -> str:
+    """The approval message's heading (mentions the requester: under the default policy
+    they decide)."""
+    return f":raised_hand: {mention(requester)}, the agent wants to run {_code(tool)}."
+
+
+def approval_arguments(arguments: str) -> str:
+    """A clipped, escaped preview of a held call's arguments, as a code block."""
+    shown = (
+        arguments
+        if len(arguments) <= APPROVAL_PREVIEW_CHARS
+        else (arguments[:APPROVAL_PREVIEW_CHARS] + f"… ({len(arguments):,} characters in all)")
+    )
+    # Three backticks in the arguments would end the block: break them up.
+    return "```" + escape(shown.replace("```", "`\u200b`\u200b`")) + "```"
+
+
+def approval_decided(status: str, decided_by: str | None) -> str:
+    """The approval message once decided: what became of the call, and who decided."""
+    if status == "approved":
+        return f":white_check_mark: Approved by {mention(decided_by or '')}: the call runs."
+    if status == "denied":
+        return f":no_entry: Denied by {mention(decided_by or '')}: the call was not run."
+    if status == "expired":
+        return ":hourglass: Expired: nobody decided in time, so the call was not run."
+    return ":black_square_for_stop: Not run: the run was stopped before anyone decided."
+
+
+def approval_fallback(tool: str) -> str:
+    """The approval message's notification text."""
+    return f"The agent wants to run {tool.replace('<', '').replace('>', '')}: approve or deny."
+
+
+def approval_not_allowed(policy: str, requester: str) -> str:
+    """Why an Approve or Deny click was refused, worded after ``APPROVAL_POLICY``."""
+    return not_allowed(policy, requester).replace("stop or abort this run", "decide this call")
+
+
+def approval_already_decided(status: str, decided_by: str | None) -> str:
+    return f"{approval_decided(status, decided_by)} Nothing changed."
+
+
+def more_approvals(count: int) -> str:
+    return f"…and {count:,} more waiting: each is in its run's thread."
+
+
+APPROVAL_RUN_ENDED = "This run has ended, so the call will not run. Nothing changed."
+APPROVAL_NOT_FOUND = "This approval is not known here. Nothing changed."

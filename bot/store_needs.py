@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from agent_core.ports import (
+    ApprovalStore,
     DashboardQueries,
     GuidanceStore,
     LeaseStore,
@@ -23,6 +24,8 @@ from agent_core.ports import (
 )
 
 __all__ = [
+    "ApprovalClickStore",
+    "ApprovalDeskStore",
     "DashboardStore",
     "GuidanceMarksStore",
     "QueueOrderStore",
@@ -45,9 +48,9 @@ class SessionStore(GuidanceStore, RunStore, Protocol):
     """A run's Slack session: its run's records and its guidance (:mod:`bot.runs.session`)."""
 
 
-class DashboardStore(DashboardQueries, StopRequestStore, Protocol):
-    """App Home and ``/threadpilot``: the listings and the pending stops
-    (:mod:`bot.dashboard.listing`)."""
+class DashboardStore(DashboardQueries, StopRequestStore, ApprovalStore, Protocol):
+    """App Home and ``/threadpilot``: the listings, the pending stops and the pending
+    approvals (:mod:`bot.dashboard.listing`)."""
 
 
 class StopIntakeStore(RunStore, RunQueries, StopRequestStore, ParticipantStore, Protocol):
@@ -87,3 +90,12 @@ class ReconcilerStore(
 
 class SupervisorStore(LeaseStore, QueueStore, RunQueries, SessionStore, Protocol):
     """The runs this worker drives (:mod:`bot.runs.supervisor`)."""
+
+
+class ApprovalDeskStore(ApprovalStore, RunStore, Protocol):
+    """Held tool calls and their audit events (:mod:`bot.approvals.desk`)."""
+
+
+class ApprovalClickStore(ApprovalStore, RunStore, ParticipantStore, Protocol):
+    """Deciding an Approve / Deny click: the approval, its run, who wrote in the thread
+    (:mod:`bot.approvals.clicks`)."""

@@ -39,7 +39,14 @@ def mcp_tool(connection: ServerConnection, listed: McpTool, name: str) -> Tool:
             raise ToolError(text or f"{remote} reported an error without saying why")
         return text
 
-    return remote_tool(name, _description(connection.name, listed), _parameters(listed), call)
+    read_only = listed.annotations is not None and listed.annotations.read_only_hint is True
+    return remote_tool(
+        name,
+        _description(connection.name, listed),
+        _parameters(listed),
+        call,
+        needs_approval=connection.config.approval_for(remote).asks(read_only=read_only),
+    )
 
 
 def _description(server: str, listed: McpTool) -> str:

@@ -11,6 +11,16 @@ The file has the shape MCP clients share (Claude Desktop, Claude Code's ``.mcp.j
       }
     }
 
+Either kind may say which of its tools wait for a person's approval before each call
+(:mod:`agent_core.approvals`)::
+
+    "git": {"command": "mcp-server-git", "approval": "unless_read_only",
+            "tools": {"git_status": {"approval": "never"}, "git_commit": {"approval": "always"}}}
+
+``approval`` is ``never`` (the default), ``always`` or ``unless_read_only`` (every tool
+whose MCP annotations do not say ``readOnlyHint: true``); an entry of ``tools`` (by the
+server's own tool name) overrides it for that tool.
+
 An entry with ``command`` is a stdio server (``args``, ``env`` and ``cwd`` optional); one
 with ``url`` is a streamable HTTP server (``headers`` optional). ``type`` may say so
 (``stdio``, ``http`` or ``streamable-http``); SSE servers are not supported. Any other key
@@ -43,6 +53,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from agent_core.approvals import ApprovalRule
 from agent_core.errors import ConfigError
 from agent_core.redact import redact
 
@@ -67,11 +78,18 @@ handshake; a version pins that version. Set in code (tests); the file has no key
 
 
 class _Described:
-    """What both kinds of server share: how they are described without their secrets."""
+    """What both kinds of server share: how they are described without their secrets,
+    and which of their tools wait for approval."""
 
     __slots__ = ()
     name: str
     expanded: Mapping[str, str]
+    approval: ApprovalRule
+    tool_approvals: Mapping[str, ApprovalRule]
+
+    def approval_for(self, tool: str) -> ApprovalRule:
+        """The rule for the server's tool named ``tool`` (its own name, not ``S__T``)."""
+        return self.tool_approvals.get(tool, self.approval)
 
     @property
     def where(self) -> str:
@@ -97,6 +115,8 @@ class StdioServer(_Described):
     env: Mapping[str, str] = field(default_factory=dict)
     cwd: str | None = None
     protocol: ProtocolMode = "auto"
+    approval: ApprovalRule = ApprovalRule.NEVER
+    tool_approvals: Mapping[str, ApprovalRule] = field(default_factory=dict)
     expanded: Mapping[str, str] = field(default_factory=dict, compare=False)
     """Each value a ``${VAR}`` gave, and the ``${VAR}`` to show instead."""
 
@@ -110,6 +130,8 @@ class HttpServer(_Described):
     url: str
     headers: Mapping[str, str] = field(default_factory=dict)
     protocol: ProtocolMode = "auto"
+    approval: ApprovalRule = ApprovalRule.NEVER
+    tool_approvals: Mapping[str, ApprovalRule] = field(default_factory=dict)
     expanded: Mapping[str, str] = field(default_factory=dict, compare=False)
     """Each value a ``${VAR}`` gave, and the ``${VAR}`` to show instead."""
 
@@ -119,8 +141,8 @@ class HttpServer(_Described):
 
 ServerConfig = StdioServer | HttpServer
 
-_STDIO_KEYS = frozenset({"type", "command", "args", "env", "cwd"})
-_HTTP_KEYS = frozenset({"type", "url", "headers"})
+_STDIO_KEYS = frozenset({"type", "command", "args", "env", "cwd", "approval", "tools"})
+_HTTP_KEYS = frozenset({"type", "url", "headers", "approval", "tools"})
 _TYPES = {"stdio": _STDIO_KEYS, "http": _HTTP_KEYS, "streamable-http": _HTTP_KEYS}
 _SHORTEST_SECRET = 4
 """A value from the environment shorter than this is shown as it is: it could not be a
@@ -170,6 +192,8 @@ def _server(name: str, entry: object, environ: Mapping[str, str]) -> ServerConfi
     if unknown:
         raise _bad(name, f"unknown key {unknown[0]!r} (allowed: {', '.join(sorted(allowed))})")
     expand = _Expander(name, environ)
+    approval = _rule(name, "approval", entry.get("approval", ApprovalRule.NEVER.value))
+    tool_approvals = _tool_rules(name, entry.get("tools", {}))
     if "command" in entry:
         return StdioServer(
             name=name,
@@ -177,6 +201,8 @@ def _server(name: str, entry: object, environ: Mapping[str, str]) -> ServerConfi
             args=tuple(expand(a) for a in _texts(name, "args", entry.get("args", []))),
             env={k: expand(v) for k, v in _pairs(name, "env", entry.get("env", {})).items()},
             cwd=_text(name, "cwd", entry["cwd"]) if "cwd" in entry else None,
+            approval=approval,
+            tool_approvals=tool_approvals,
             expanded=expand.expanded,
         )
     url = expand(_text(name, "url", entry["url"]))
@@ -188,6 +214,8 @@ def _server(name: str, entry: object, environ: Mapping[str, str]) -> ServerConfi
         name=name,
         url=url,
         headers={k: expand(v) for k, v in headers.items()},
+        approval=approval,
+        tool_approvals=tool_approvals,
         expanded=expand.expanded,
     )
 
@@ -232,6 +260,24 @@ def _pairs(server: str, key: str, value: object) -> dict[str, str]:
     if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
         raise _bad(server, f"{key} must be an object of strings")
     return value
+
+
+def _rule(server: str, key: str, value: object) -> ApprovalRule:
+    if isinstance(value, str) and value in ApprovalRule.__members__.values():
+        return ApprovalRule(value)
+    allowed = ", ".join(r.value for r in ApprovalRule)
+    raise _bad(server, f"{key} must be one of {allowed}, not {repr(value)[:40]}")
+
+
+def _tool_rules(server: str, value: object) -> dict[str, ApprovalRule]:
+    if not isinstance(value, dict):
+        raise _bad(server, 'tools must be an object {"TOOL": {"approval": ...}}')
+    rules: dict[str, ApprovalRule] = {}
+    for tool, settings in value.items():
+        if not isinstance(settings, dict) or set(settings) != {"approval"}:
+            raise _bad(server, f'tools[{tool!r}] must be an object {{"approval": ...}}')
+        rules[tool] = _rule(server, f"tools[{tool!r}].approval", settings["approval"])
+    return rules
 
 
 def _bad(server: str, problem: str) -> ConfigError:

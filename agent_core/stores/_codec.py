@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from agent_core.ended import EndedBecause
 from agent_core.outcomes import ExitCode, normalize_outcome
 from agent_core.records import (
+    ApprovalRecord,
+    ApprovalStatus,
     AuditEvent,
     Checkpoint,
     GuidanceRecord,
@@ -48,6 +50,9 @@ __all__ = [
     "ResumeChange",
     "Row",
     "RunQuery",
+    "approval_decided",
+    "approval_from_row",
+    "approval_values",
     "checkpoint_from_row",
     "checkpoint_values",
     "event_from_row",
@@ -524,6 +529,56 @@ def guidance_from_row(row: Row) -> GuidanceRecord:
         status=GuidanceStatus(row["status"]),
         queued_at=_time(row["queued_at"]),
         settled_at=from_db_time(row["settled_at"]),
+    )
+
+
+def approval_values(record: ApprovalRecord) -> dict[str, Any]:
+    """The columns of an approval to add; ValueError unless it is still requested."""
+    if record.status is not ApprovalStatus.REQUESTED or record.decided_at is not None:
+        raise ValueError(
+            f"approval {record.id} is added requested and undecided, not {record.status.value}"
+        )
+    return {
+        "id": record.id,
+        "run_id": record.run_id,
+        "team": record.thread.team,
+        "channel": record.thread.channel,
+        "thread_ts": record.thread.thread_ts,
+        "requester": record.requester,
+        "tool": record.tool,
+        "arguments": record.arguments,
+        "call_id": record.call_id,
+        "status": str(record.status),
+        "decided_by": None,
+        "message_ts": record.message_ts,
+        "requested_at": to_utc(record.requested_at),
+        "decided_at": None,
+        "taken_at": None,
+    }
+
+
+def approval_decided(status: ApprovalStatus) -> str:
+    """The status value ``decide_approval`` writes; ValueError for ``requested``."""
+    if not status.terminal:
+        raise ValueError("an approval is decided approved, denied, expired or cancelled")
+    return str(status)
+
+
+def approval_from_row(row: Row) -> ApprovalRecord:
+    return ApprovalRecord(
+        id=row["id"],
+        run_id=row["run_id"],
+        thread=ThreadKey(row["team"], row["channel"], row["thread_ts"]),
+        requester=row["requester"],
+        tool=row["tool"],
+        arguments=row["arguments"],
+        call_id=row["call_id"],
+        status=ApprovalStatus(row["status"]),
+        decided_by=row["decided_by"],
+        message_ts=row["message_ts"],
+        requested_at=_time(row["requested_at"]),
+        decided_at=from_db_time(row["decided_at"]),
+        taken_at=from_db_time(row["taken_at"]),
     )
 
 

@@ -69,6 +69,7 @@ RUN_TABLES: tuple[tuple[str, str], ...] = (
     ("stop_requests", "run_id"),
     ("events", "run_id"),
     ("guidance", "run_id"),
+    ("approvals", "run_id"),
     ("runs", "id"),
 )
 """Where a run's rows are (table, the column naming the run): the run itself last."""
@@ -107,6 +108,7 @@ OLD_ROWS: tuple[tuple[str, str], ...] = (
     ),
     ("deliveries", "seen_at < {cutoff}"),
     ("guidance", "status <> 'queued' AND settled_at < {cutoff}"),
+    ("approvals", "status <> 'requested' AND decided_at < {cutoff}"),
     ("thread_participants", "seen_at < {cutoff}"),
 )
 """Rows that go by age alone, whoever's run they belong to (table, condition)."""

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from agent_core.clock import utcnow
 from agent_core.records import (
+    ApprovalRecord,
+    ApprovalStatus,
     AuditEvent,
     Checkpoint,
     Forgotten,
@@ -57,6 +59,7 @@ class MemoryStore:
         self._stops: dict[str, StopRequestRecord] = {}
         self._deliveries: dict[str, datetime] = {}
         self._guidance: dict[str, GuidanceRecord] = {}
+        self._approvals: dict[str, ApprovalRecord] = {}
         self._participants: dict[tuple[ThreadKey, str], datetime] = {}
         """(thread, user) -> when they last wrote there."""
         """By id, in commit order: ties in ``queued_at`` keep it (sorting is stable)."""
@@ -390,7 +393,8 @@ class MemoryStore:
             del self._runs[run_id]
             rows += self._checkpoints.pop(run_id, None) is not None
             rows += len(self._events.pop(run_id, []))
-        for table in (self._stops, self._guidance):
+        tables: tuple[dict[str, Any], ...] = (self._stops, self._guidance, self._approvals)
+        for table in tables:
             gone = [key for key, row in table.items() if row.run_id in doomed]
             for key in gone:
                 del table[key]
@@ -428,6 +432,14 @@ class MemoryStore:
         ]
         for key in guidance:
             del self._guidance[key]
+        approvals = [
+            key
+            for key, a in self._approvals.items()
+            if a.decided_at is not None and a.decided_at < older_than
+        ]
+        for key in approvals:
+            del self._approvals[key]
+        guidance += approvals
         quiet = [key for key, seen in self._participants.items() if seen < older_than]
         for participant in quiet:
             del self._participants[participant]
@@ -496,6 +508,82 @@ class MemoryStore:
     async def guidance_for(self, run_id: str) -> list[GuidanceRecord]:
         return sorted(
             (g for g in self._guidance.values() if g.run_id == run_id), key=lambda g: g.queued_at
+        )
+
+    # -- ApprovalStore -----------------------------------------------------------------
+
+    async def add_approval(self, record: ApprovalRecord) -> bool:
+        codec.approval_values(record)  # the SQL stores' checks
+        async with self._lock:
+            if record.id in self._approvals:
+                return False
+            self._approvals[record.id] = dataclasses.replace(
+                record, requested_at=codec.to_utc(record.requested_at)
+            )
+            self._touch(record.run_id)
+            return True
+
+    async def set_approval_message(self, approval_id: str, message_ts: str) -> bool:
+        async with self._lock:
+            record = self._approvals.get(approval_id)
+            if record is None:
+                return False
+            self._approvals[approval_id] = dataclasses.replace(record, message_ts=message_ts)
+            return True
+
+    async def decide_approval(
+        self,
+        approval_id: str,
+        status: ApprovalStatus,
+        *,
+        decided_by: str | None = None,
+        at: datetime | None = None,
+    ) -> bool:
+        codec.approval_decided(status)
+        decided_at = codec.to_utc(at or utcnow())
+        async with self._lock:
+            record = self._approvals.get(approval_id)
+            if record is None or record.status.terminal:
+                return False
+            self._approvals[approval_id] = dataclasses.replace(
+                record, status=status, decided_by=decided_by, decided_at=decided_at
+            )
+            self._touch(record.run_id)
+            return True
+
+    async def take_approval(self, approval_id: str, *, at: datetime | None = None) -> bool:
+        taken_at = codec.to_utc(at or utcnow())
+        async with self._lock:
+            record = self._approvals.get(approval_id)
+            if record is None or not record.status.terminal or record.taken_at is not None:
+                return False
+            self._approvals[approval_id] = dataclasses.replace(record, taken_at=taken_at)
+            return True
+
+    async def get_approval(self, approval_id: str) -> ApprovalRecord | None:
+        return self._approvals.get(approval_id)
+
+    def _touch(self, run_id: str) -> None:
+        """A change to a run's approvals moves its ``updated_at`` (App Home refreshes)."""
+        run = self._runs.get(run_id)
+        if run is not None:
+            self._runs[run_id] = dataclasses.replace(run, updated_at=utcnow())
+
+    async def pending_approvals(
+        self, run_ids: Collection[str] | None = None
+    ) -> list[ApprovalRecord]:
+        wanted = None if run_ids is None else set(run_ids)
+        pending = (
+            a
+            for a in self._approvals.values()
+            if not a.status.terminal and (wanted is None or a.run_id in wanted)
+        )
+        return sorted(pending, key=lambda a: a.requested_at)
+
+    async def approvals_for(self, run_id: str) -> list[ApprovalRecord]:
+        return sorted(
+            (a for a in self._approvals.values() if a.run_id == run_id),
+            key=lambda a: a.requested_at,
         )
 
     # -- ResumeStore -------------------------------------------------------------------

@@ -52,6 +52,8 @@ if TYPE_CHECKING:
     from agent_core.outcomes import ExitCode
     from agent_core.ports import Reconnected, StopWakeup
     from agent_core.records import (
+        ApprovalRecord,
+        ApprovalStatus,
         AuditEvent,
         Checkpoint,
         GuidanceRecord,
@@ -870,6 +872,103 @@ class PostgresStore(PostgresQueue):
         sql = "SELECT * FROM guidance WHERE run_id = $1 ORDER BY queued_at, seq"
         rows = await self._fetch("read a run's guidance", sql, run_id)
         return [codec.guidance_from_row(r) for r in rows]
+
+    # -- ApprovalStore -----------------------------------------------------------------
+
+    async def add_approval(self, record: ApprovalRecord) -> bool:
+        values = codec.approval_values(record)
+        sql = _insert_sql("approvals", values) + " ON CONFLICT (id) DO NOTHING RETURNING id"
+        # On a retry the row may be our own first attempt's, which landed: the same id
+        # at the same instant (ids are fresh uuids).
+        mine = "SELECT 1 FROM approvals WHERE id = $1 AND requested_at = $2"
+
+        touch = "UPDATE runs SET updated_at = $2 WHERE id = $1"
+
+        async def work(conn: Any, retrying: bool) -> bool:
+            if await conn.fetchval(sql, *values.values()) is not None:
+                # A hint for App Home (it refreshes on updated_at): not worth a transaction.
+                await conn.execute(touch, record.run_id, codec.to_utc(utcnow()))
+                return True
+            same = (values["id"], values["requested_at"])
+            return retrying and await conn.fetchval(mine, *same) is not None
+
+        return await self._call("commit an approval", work, idempotent=True)
+
+    async def set_approval_message(self, approval_id: str, message_ts: str) -> bool:
+        sql = "UPDATE approvals SET message_ts = $2 WHERE id = $1"
+        changed = await self._execute(
+            "note an approval message", sql, approval_id, message_ts, idempotent=True
+        )
+        return changed == 1
+
+    async def decide_approval(
+        self,
+        approval_id: str,
+        status: ApprovalStatus,
+        *,
+        decided_by: str | None = None,
+        at: datetime | None = None,
+    ) -> bool:
+        value = codec.approval_decided(status)
+        decided_at = codec.to_utc(at or utcnow())
+        # The decision and its wake-up commit together, in one round trip before the
+        # click's ack, on the stop requests' channel: the owner's watcher wakes at once.
+        update = (
+            "UPDATE approvals SET status = $2, decided_by = $3, decided_at = $4 "
+            "WHERE id = $1 AND {condition} RETURNING run_id"
+        )
+        notify = (
+            "WITH moved AS ({update}), "
+            "touched AS (UPDATE runs SET updated_at = $4 WHERE id IN (SELECT run_id FROM moved)) "
+            "SELECT (SELECT count(*) FROM moved), "
+            f"(SELECT pg_notify('{STOP_CHANNEL}', run_id) FROM moved)"
+        )
+
+        async def work(conn: Any, retrying: bool) -> bool:
+            # On a retry, a row decided to our status by us at our time was ours.
+            condition = (
+                "(status = 'requested' OR (status = $2 AND decided_by IS NOT DISTINCT FROM $3 "
+                "AND decided_at = $4))"
+                if retrying
+                else "status = 'requested'"
+            )
+            sql = notify.format(update=update.format(condition=condition))
+            row = await conn.fetchrow(sql, approval_id, value, decided_by, decided_at)
+            return bool(row[0])
+
+        return await self._call("decide an approval", work, idempotent=True)
+
+    async def take_approval(self, approval_id: str, *, at: datetime | None = None) -> bool:
+        taken_at = codec.to_utc(at or utcnow())
+        sql = (
+            "UPDATE approvals SET taken_at = $2 WHERE id = $1 AND status <> 'requested' "
+            "AND (taken_at IS NULL OR taken_at = $2) RETURNING id"
+        )
+        return bool(await self._fetch("take an approval", sql, approval_id, taken_at))
+
+    async def get_approval(self, approval_id: str) -> ApprovalRecord | None:
+        rows = await self._fetch(
+            "read an approval", "SELECT * FROM approvals WHERE id = $1", approval_id
+        )
+        return codec.approval_from_row(rows[0]) if rows else None
+
+    async def pending_approvals(
+        self, run_ids: Collection[str] | None = None
+    ) -> list[ApprovalRecord]:
+        sql = "SELECT * FROM approvals WHERE status = 'requested'"
+        params: list[Any] = []
+        if run_ids is not None:
+            sql += " AND run_id = ANY($1::text[])"
+            params.append(list(run_ids))
+        rows = await self._fetch(
+            "read requested approvals", sql + " ORDER BY requested_at, seq", *params
+        )
+        return [codec.approval_from_row(r) for r in rows]
+
+    async def approvals_for(self, run_id: str) -> list[ApprovalRecord]:
+        sql = "SELECT * FROM approvals WHERE run_id = $1 ORDER BY requested_at, seq"
+        rows = await self._fetch("read a run's approvals", sql, run_id)
+        return [codec.approval_from_row(r) for r in rows]
 
     # -- ResumeStore -------------------------------------------------------------------
 

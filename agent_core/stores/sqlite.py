@@ -62,6 +62,8 @@ if TYPE_CHECKING:
 
     from agent_core.outcomes import ExitCode
     from agent_core.records import (
+        ApprovalRecord,
+        ApprovalStatus,
         AuditEvent,
         Checkpoint,
         GuidanceRecord,
@@ -107,6 +109,11 @@ def _marks(count: int) -> str:
 
 def _insert_sql(table: str, values: Mapping[str, Any]) -> str:
     return f"INSERT INTO {table} ({', '.join(values)}) VALUES ({_marks(len(values))})"
+
+
+_TOUCH_RUN = "UPDATE runs SET updated_at = ? WHERE id = ?"
+"""A change to a run's approvals is a change to the run, for App Home (it refreshes on
+``updated_at``)."""
 
 
 class SqliteStore(SqliteQueue):
@@ -657,6 +664,87 @@ class SqliteStore(SqliteQueue):
         sql = "SELECT * FROM guidance WHERE run_id = ? ORDER BY queued_at, seq"
         rows = await self._rows("read a run's guidance", sql, [run_id])
         return [codec.guidance_from_row(r) for r in rows]
+
+    # -- ApprovalStore -----------------------------------------------------------------
+
+    async def add_approval(self, record: ApprovalRecord) -> bool:
+        values = codec.approval_values(record)
+        sql = _insert_sql("approvals", values) + " ON CONFLICT (id) DO NOTHING"
+        params = _params(list(values.values()))
+        bump = _params([utcnow(), record.run_id])
+
+        def add(db: sqlite3.Connection) -> bool:
+            if db.execute(sql, params).rowcount != 1:
+                return False
+            db.execute(_TOUCH_RUN, bump)
+            return True
+
+        return await self._transaction("commit an approval", add)
+
+    async def set_approval_message(self, approval_id: str, message_ts: str) -> bool:
+        sql = "UPDATE approvals SET message_ts = ? WHERE id = ?"
+        return await self._change("note an approval message", sql, [message_ts, approval_id]) == 1
+
+    async def decide_approval(
+        self,
+        approval_id: str,
+        status: ApprovalStatus,
+        *,
+        decided_by: str | None = None,
+        at: datetime | None = None,
+    ) -> bool:
+        value = codec.approval_decided(status)
+        decided_at = at or utcnow()
+        codec.to_utc(decided_at)  # a naive time is refused before the store is touched
+        sql = (
+            "UPDATE approvals SET status = ?, decided_by = ?, decided_at = ? "
+            "WHERE id = ? AND status = 'requested' RETURNING run_id"
+        )
+        params = _params([value, decided_by, decided_at, approval_id])
+        now = utcnow()
+
+        def decide(db: sqlite3.Connection) -> bool:
+            moved = db.execute(sql, params).fetchall()
+            if not moved:
+                return False
+            db.execute(_TOUCH_RUN, _params([now, moved[0][0]]))
+            return True
+
+        return await self._transaction("decide an approval", decide)
+
+    async def take_approval(self, approval_id: str, *, at: datetime | None = None) -> bool:
+        taken_at = at or utcnow()
+        codec.to_utc(taken_at)
+        sql = (
+            "UPDATE approvals SET taken_at = ? "
+            "WHERE id = ? AND status <> 'requested' AND taken_at IS NULL"
+        )
+        return await self._change("take an approval", sql, [taken_at, approval_id]) == 1
+
+    async def get_approval(self, approval_id: str) -> ApprovalRecord | None:
+        sql = "SELECT * FROM approvals WHERE id = ?"
+        rows = await self._rows("read an approval", sql, [approval_id])
+        return codec.approval_from_row(rows[0]) if rows else None
+
+    async def pending_approvals(
+        self, run_ids: Collection[str] | None = None
+    ) -> list[ApprovalRecord]:
+        sql = "SELECT * FROM approvals WHERE status = 'requested'"
+        params: list[str] = []
+        if run_ids is not None:
+            params = list(run_ids)
+            if not params:
+                return []
+            sql += f" AND run_id IN ({_marks(len(params))})"
+        rows = await self._rows(
+            "read requested approvals", sql + " ORDER BY requested_at, seq", params
+        )
+        return [codec.approval_from_row(r) for r in rows]
+
+    async def approvals_for(self, run_id: str) -> list[ApprovalRecord]:
+        sql = "SELECT * FROM approvals WHERE run_id = ? ORDER BY requested_at, seq"
+        rows = await self._rows("read a run's approvals", sql, [run_id])
+        return [codec.approval_from_row(r) for r in rows]
 
     # -- ResumeStore -------------------------------------------------------------------
 

@@ -60,10 +60,12 @@ from agent_core.delegation import DELEGATE
 from agent_core.mcp import McpManager
 from agent_core.stores.factory import open_store
 from bot import messages
+from bot.approvals.clicks import ApprovalClicks
+from bot.approvals.desk import ApprovalDesk
 from bot.dashboard.listing import Dashboard
 from bot.dashboard.refresh import HomeRefresher
 from bot.errors import SlackUnreachable
-from bot.handlers import actions, command, events, feedback, home, mentions
+from bot.handlers import actions, approvals, command, events, feedback, home, mentions
 from bot.inbound.dedupe import Deliveries, EventDeduper
 from bot.inbound.identity import AppIdentity
 from bot.inbound.trust import TrustGate
@@ -222,14 +224,16 @@ class ThreadpilotApp:
         settings = self.settings
         workspaces = Workspaces(client, metrics=self.metrics)
         trust = TrustGate(settings, workspaces, me.team_id)
+        desk = ApprovalDesk(store, workspaces, metrics=self.metrics)
         worker = Worker(
             store,
-            self._agent(workspaces, me, store),
+            self._agent(workspaces, me, store, desk),
             workspaces,
             settings,
             worker_id=settings.WORKER_ID or default_worker_id(),
             me=me,
             metrics=self.metrics,
+            approvals=desk,
         )
         self._load = worker.load
         deliveries = Deliveries(store)
@@ -245,11 +249,23 @@ class ThreadpilotApp:
         )
         self._dashboard = Dashboard(store, settings, workspaces, stops, trust, worker.supervisor)
         self._home = HomeRefresher(self._dashboard, store, workspaces)
+        clicks = ApprovalClicks(store, desk, settings, trust, workspaces, budget_s=ACK_BUDGET_S)
         return BotContext(
-            settings, worker.supervisor, workspaces, me, store, worker, stops, deliveries, trust
+            settings,
+            worker.supervisor,
+            workspaces,
+            me,
+            store,
+            worker,
+            stops,
+            deliveries,
+            trust,
+            clicks,
         )
 
-    def _agent(self, workspaces: Workspaces, me: AppIdentity, store: Store) -> Agent:
+    def _agent(
+        self, workspaces: Workspaces, me: AppIdentity, store: Store, desk: ApprovalDesk
+    ) -> Agent:
         settings = self.settings
         return Agent(
             self._model or self._own_model(),
@@ -258,6 +274,7 @@ class ThreadpilotApp:
                 max_turns=settings.MAX_TURNS,
                 final_turn_timeout_s=settings.FINAL_TURN_TIMEOUT,
                 tool_timeout_s=settings.TOOL_TIMEOUT,
+                approval_timeout_s=settings.APPROVAL_TIMEOUT,
                 how_to_continue=messages.HOW_TO_CONTINUE,
                 retry=RetryPolicy(max_retry_after_s=settings.MAX_RETRY_AFTER),
                 budget=settings.run_limits.budget,
@@ -266,6 +283,7 @@ class ThreadpilotApp:
                 context_window=settings.run_limits.context_window,
             ),
             store=store,
+            approvals=desk,
         )
 
     async def _connect_socket(self, bolt: AsyncApp, client: AsyncWebClient, url: str) -> None:
@@ -321,6 +339,7 @@ class ThreadpilotApp:
         home.register(bolt, ctx, self._dashboard, self._home)
         command.register(bolt, self._dashboard)
         feedback.register(bolt, ctx)
+        approvals.register(bolt, ctx, self._home)
         actions.register(bolt, ctx)
         events.register(bolt, ctx)
         return bolt

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from agent_core.ports import Store
+    from bot.approvals.clicks import ApprovalClicks
     from bot.inbound.dedupe import Deliveries
     from bot.inbound.identity import AppIdentity
     from bot.inbound.trust import TrustGate
@@ -41,3 +42,5 @@ class BotContext:
 
     trust: TrustGate
     """Who may act at all (external people and guests): every entry asks it first."""
+    approvals: ApprovalClicks
+    """Approve and Deny clicks on held tool calls (:mod:`bot.approvals`)."""

@@ -190,6 +190,20 @@ class Metrics:
             ["server"],
             registry=registry,
         )
+        self.approvals = Counter(
+            "threadpilot_approvals",
+            "Tool calls held for approval, by how they ended (approved, denied, expired, "
+            "cancelled).",
+            ["result"],
+            registry=registry,
+        )
+        self.approval_wait_seconds = Histogram(
+            "threadpilot_approval_wait_seconds",
+            "From a tool call held for approval to its decision, by result.",
+            ["result"],
+            buckets=(1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200),
+            registry=registry,
+        )
         self._mcp_servers: dict[str, str] = {}
 
     def render(self) -> bytes:
@@ -234,6 +248,11 @@ class Metrics:
 
     def mcp_cancelled(self, server: str) -> None:
         self.mcp_cancellations.labels(server=server).inc()
+
+    def approval_decided(self, status: str, waited_s: float) -> None:
+        """A held call's approval was decided (by a person, the timeout or a Stop)."""
+        self.approvals.labels(result=status).inc()
+        self.approval_wait_seconds.labels(result=status).observe(waited_s)
 
     def _on_event(self, run: Run, event: RunEvent) -> None:
         match event:

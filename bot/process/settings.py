@@ -37,10 +37,12 @@ from pydantic_settings import (
 from agent_core import (
     BUDGET_SETTINGS,
     BUDGETS_OFF_WHEN_EMPTY,
+    DEFAULT_APPROVAL_TIMEOUT_S,
     EndedBecause,
     ResumeSettings,
     RunLimits,
     limits_from_settings,
+    parse_approval_timeout,
     parse_auto_resume,
     parse_max_auto_resumes,
     parse_user_exit_grace,
@@ -174,6 +176,15 @@ class Settings(BaseSettings):
         default="127.0.0.1", description="The address METRICS_PORT listens on."
     )
     STOP_POLICY: StopPolicy = StopPolicy.REQUESTER
+    APPROVAL_POLICY: StopPolicy = Field(
+        default=StopPolicy.REQUESTER,
+        description="Who may approve or deny a tool call held for approval (admins always): "
+        "requester, participants or anyone.",
+    )
+    APPROVAL_TIMEOUT: float = Field(
+        default=DEFAULT_APPROVAL_TIMEOUT_S,
+        description="90s|10m|1h; default 1h. A held call nobody decided is denied as expired.",
+    )
     ADMIN_USER_IDS: Annotated[frozenset[str], NoDecode] = frozenset()
     ALLOW_EXTERNAL_USERS: bool = Field(
         default=False,
@@ -341,6 +352,13 @@ class Settings(BaseSettings):
     def _user_exit_grace(cls, value: Any) -> Any:
         if isinstance(value, str | int | float) and not isinstance(value, bool):
             return _parsed(parse_user_exit_grace, str(value))
+        return value
+
+    @field_validator("APPROVAL_TIMEOUT", mode="before")
+    @classmethod
+    def _approval_timeout(cls, value: Any) -> Any:
+        if isinstance(value, str | int | float) and not isinstance(value, bool):
+            return _parsed(parse_approval_timeout, str(value))
         return value
 
     @field_validator("LOG_LEVEL", mode="before")

@@ -38,6 +38,8 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from agent_core import (
+    ApprovalDecided,
+    ApprovalRequested,
     ChildFinished,
     ChildStarted,
     ExitCode,
@@ -58,6 +60,7 @@ from agent_core import (
 )
 from agent_core.delegation import DELEGATE
 from bot import messages
+from bot.approvals.waiting import WaitingForApproval
 from bot.errors import BudgetNotRunning, SlackError
 from bot.runs.agent_session import SessionStatus, set_session_status
 from bot.runs.answer_stream import AnswerStream, TaskStatus
@@ -129,6 +132,8 @@ class RunSession:
         self._session: SessionStatus | None = None
         """The agent-session status this run last set (None: never set, or handed over)."""
         self._guidance = GuidanceMarks(run.id, store, surface)
+        self._approvals = WaitingForApproval(self._session_status)
+        """Calls waiting for approval: the activity says so, the session is suspended."""
         self._closing = False
         """The run is ending here: nothing but its final (or its new owner) writes now."""
         self._click_answer = asyncio.Lock()
@@ -206,6 +211,7 @@ class RunSession:
                 "status.final_not_delivered", run_id=self.run.id, outcome=result.outcome.value
             )
         await self._stream.end("".join(self._answer))
+        await self._approvals.settle()
         waiting = result.outcome is Outcome.ASK_USER_QUESTION
         await self._session_status(SessionStatus.ACTIVE if waiting else SessionStatus.CLOSED)
         # Last: reactions are rate-limited harder than anything above (Tier 2 removes).
@@ -230,6 +236,7 @@ class RunSession:
         self._session = None
         self._closing = True
         self._cancel_render()
+        await self._approvals.settle()
         await self._guidance.cancel()
         await self._stream.finish()
 
@@ -240,7 +247,8 @@ class RunSession:
         self._cancel_render()
         await self._guidance.cancel()
         await self._stream.cancel()
-        if self._session is SessionStatus.PROCESSING:
+        await self._approvals.settle()
+        if self._session in (SessionStatus.PROCESSING, SessionStatus.SUSPENDED):
             await self._session_status(SessionStatus.CLOSED)
 
     async def answer_click(self, answer: ClickAnswer) -> bool:
@@ -273,12 +281,22 @@ class RunSession:
                 shown = self._text(text)
             case StepRestarted():
                 shown = self._step_restarted()
+            case ApprovalRequested(request=request):
+                activity = self._approvals.requested(request.id, request.tool)
+                shown = replace(self._snapshot, activity=activity)
+            case ApprovalDecided(request=request, decision=decision):
+                approved = decision.approved
+                activity = self._approvals.decided(request.id, request.tool, approved=approved)
+                shown = replace(self._snapshot, activity=activity)
             case ToolStarted() | ToolProgress() | ToolFinished() | ChildStarted() | ChildFinished():
                 shown = self._tool_event(event)
             case _:
                 shown = self._turn_event(event)
         if shown is None:
             return  # nothing visible changed in the status
+        waiting = self._approvals.activity
+        if waiting is not None and shown.activity != waiting:
+            shown = replace(shown, activity=waiting)
         self._snapshot = shown
         self._push_progress()
 

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from agent_core import Outcome, RunResult, RunState, Spent, StopReason
 from bot import messages as m
 from bot.views import limits
+from bot.views.approval import home_approvals
 from bot.views.blocks import (
     Block,
     abort_button,
@@ -51,7 +52,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
     from datetime import datetime
 
-    from agent_core import AuditEvent, RunRecord, StopRequestRecord
+    from agent_core import ApprovalRecord, AuditEvent, RunRecord, StopRequestRecord
 
 __all__ = [
     "ACTION_HOME_ABORT",
@@ -122,6 +123,8 @@ class Listing:
     """Channels known to be public (:mod:`bot.dashboard.channels`). A run elsewhere (a DM, a group
     DM, a private channel, or one Slack did not describe) shows its request only to
     whoever asked for it."""
+    approvals: tuple[ApprovalRecord, ...] = ()
+    """Tool calls of the listed live runs waiting for approval, oldest first."""
     refused: bool = False
     """The viewer may not use the app (another organisation, a guest): only ``notice``,
     which says why, is shown."""
@@ -135,7 +138,7 @@ def render_home(listing: Listing) -> dict[str, Any]:
     def size(block: dict[str, Any]) -> int:
         return len(json.dumps(block, ensure_ascii=False).encode()) + 1
 
-    blocks = _blocks(listing, _VIEW_BLOCK_BUDGET, _VIEW_BYTES_BUDGET - used, size)
+    blocks = _blocks(listing, _VIEW_BLOCK_BUDGET, _VIEW_BYTES_BUDGET - used, size, approvals=True)
     return {"type": "home", "callback_id": HOME_CALLBACK_ID, "blocks": blocks}
 
 
@@ -156,11 +159,18 @@ def render_list_message(listing: Listing) -> RenderedMessage:
 
 
 def _blocks(
-    listing: Listing, max_blocks: int, budget: int, size: Callable[[Block], int]
+    listing: Listing,
+    max_blocks: int,
+    budget: int,
+    size: Callable[[Block], int],
+    *,
+    approvals: bool = False,
 ) -> list[Block]:
+    """``approvals``: list the held calls with their buttons (App Home only: a click
+    counts on the approval message or on App Home, not in a ``/threadpilot`` answer)."""
     if listing.refused:
         return [_title_block(), section(listing.notice or "")]
-    head = _head(listing)
+    head = _head(listing, approvals=approvals)
     tail = [{"type": "divider"}, section(m.heading(m.HEADING_ENDED_RUNS))]
     tail += [_ended_block(listing, run) for run in listing.ended] or [context(m.NO_ENDED_RUNS)]
     blocks = [*head, section(m.heading(m.HEADING_LIVE_RUNS))]
@@ -186,12 +196,14 @@ def _blocks(
     return blocks + tail
 
 
-def _head(listing: Listing) -> list[Block]:
+def _head(listing: Listing, *, approvals: bool) -> list[Block]:
     now = listing.now
     intro = m.home_intro(admin=listing.admin, at_epoch=int(now.timestamp()), at_text=_utc_text(now))
     blocks: list[Block] = [_title_block(), context(intro)]
     if listing.notice:
         blocks.append(section(listing.notice))
+    if approvals and listing.approvals:
+        blocks += home_approvals(listing.approvals, listing.viewer, listing.public_channels)
     if listing.admin and listing.live:
         count = len(listing.live) + listing.live_not_listed
         blocks.append(

@@ -16,6 +16,9 @@ click that read the run while it was live may commit its request just after the 
 ended (the click path has up to its ack budget to do so), and a request must never stay
 ``requested`` on a run that has ended.
 
+Approvals decided in another worker (docs/tools.md, Approvals) are found by the same
+scans, and the same wake-up (a decision's commit NOTIFYs on PostgreSQL).
+
 Guidance (replies to a live run, docs/stopping.md) travels the same way: committed to
 the ``guidance`` table by whichever worker got the reply, found here by the same scans
 (a commit on PostgreSQL sends the same wake-up) and handed to the run, which takes each
@@ -30,7 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import structlog
 
@@ -40,16 +43,23 @@ from agent_core.ports import StopWakeups
 from bot.stopping.guidance import QUEUED, UNDELIVERED, react, settle
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Collection
 
     from agent_core.records import GuidanceRecord, StopRequestRecord, Wakeup
     from bot.runs.supervisor import Supervisor
     from bot.slack_api.surface import Workspaces
     from bot.store_needs import StopWatchStore
 
-__all__ = ["StopWatcher"]
+__all__ = ["ApprovalDecisions", "StopWatcher"]
 
 log = structlog.get_logger("bot.workers.stop_watch")
+
+
+class ApprovalDecisions(Protocol):
+    """Hands decisions committed elsewhere to the calls waiting here."""
+
+    async def deliver(self, run_ids: Collection[str]) -> int: ...
+
 
 POLL_BACKSTOP_S = 2.0
 """With LISTEN/NOTIFY, the table is still scanned this often in case a wake-up was lost."""
@@ -67,6 +77,7 @@ class StopWatcher:
         *,
         poll_s: float = 0.25,
         on_queued: Callable[[], None] | None = None,
+        approvals: ApprovalDecisions | None = None,
     ) -> None:
         self._store = store
         self._supervisor = supervisor
@@ -78,6 +89,9 @@ class StopWatcher:
         self._listening = contextlib.AsyncExitStack()
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
+        self._approvals = approvals
+        """Where this worker's held tool calls wait (:class:`bot.approvals.desk.ApprovalDesk`):
+        an approval decided in another worker reaches them through the same scans."""
         self._on_queued = on_queued
         """Called when the wake-up says a run was queued (:attr:`Wakeup.queued`): the
         same channel carries it, so one listener serves both."""
@@ -111,6 +125,8 @@ class StopWatcher:
             if self._supervisor.guide(guidance):
                 delivered += 1
                 log.info("guidance.taken", run_id=guidance.run_id, guidance_id=guidance.id)
+        if self._approvals is not None:
+            delivered += await self._approvals.deliver(wanted)
         return delivered
 
     def applied_here(self, request_id: str) -> None:

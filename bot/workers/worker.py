@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from agent_core import Agent
     from agent_core.ports import Store
     from agent_core.records import Checkpoint, RunRecord
+    from bot.approvals.desk import ApprovalDesk
     from bot.inbound.identity import AppIdentity
     from bot.process.metrics import Metrics
     from bot.process.settings import Settings
@@ -67,7 +68,10 @@ class Worker:
         worker_id: str,
         me: AppIdentity,
         metrics: Metrics | None = None,
+        approvals: ApprovalDesk | None = None,
     ) -> None:
+        """``approvals``: where this process's held tool calls wait; the stop watcher
+        hands them the decisions other workers commit."""
         self.id = worker_id
         self.store = store
         self._settings = settings
@@ -91,6 +95,7 @@ class Worker:
             workspaces,
             poll_s=settings.STOP_POLL_INTERVAL,
             on_queued=self._look_for_work,
+            approvals=approvals,
         )
         self.reconciler = self._reconciler(workspaces)
         self.resumes = self._resumes()

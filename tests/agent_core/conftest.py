@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
     from llmock.pytest_plugin import LLMock
 
+    from agent_core.ports import Approvals
     from agent_core.stores.memory import MemoryStore
     from agent_core.tools import Tool
     from tests.agent_core.helpers import AgentFactory
@@ -38,6 +39,7 @@ async def make_agent(llm: LLMock, model_api: ModelAPI) -> AsyncIterator[AgentFac
         config: AgentConfig | None = None,
         store: MemoryStore | None = None,
         idle_timeout_s: float = 10.0,
+        approvals: Approvals | None = None,
     ) -> Agent:
         model = build_model(
             model_api,
@@ -47,7 +49,7 @@ async def make_agent(llm: LLMock, model_api: ModelAPI) -> AsyncIterator[AgentFac
             idle_timeout_s=idle_timeout_s,
         )
         models.append(model)
-        return Agent(model, tools, config=config, store=store)
+        return Agent(model, tools, config=config, store=store, approvals=approvals)
 
     yield factory
     for model in models:

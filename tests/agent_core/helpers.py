@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from agent_core.agent import Agent, AgentConfig
     from agent_core.events import RunEvent
     from agent_core.loop import Run
+    from agent_core.ports import Approvals
     from agent_core.stores.memory import MemoryStore
     from agent_core.tools import Tool
 
@@ -43,6 +44,7 @@ class AgentFactory(Protocol):
         config: AgentConfig | None = None,
         store: MemoryStore | None = None,
         idle_timeout_s: float = 10.0,
+        approvals: Approvals | None = None,
     ) -> Agent: ...
 
 

@@ -45,9 +45,11 @@ class Cli:
         env: dict[str, str] | None = None,
         cwd: Path | None = None,
         unset: Sequence[str] = (),
+        stdin: int | None = None,
     ) -> Cli:
         """Start it with the model settings in its environment, then ``env``, less
-        ``unset``; in ``cwd`` (by default the suite's scratch directory: no ``.env``)."""
+        ``unset``; in ``cwd`` (by default the suite's scratch directory: no ``.env``);
+        ``stdin``: a file descriptor (or ``subprocess.DEVNULL``), else the suite's own."""
         full_env = {
             **os.environ,
             "OPENAI_BASE_URL": llm.base_url(),
@@ -65,6 +67,7 @@ class Cli:
             "agent_core",
             "run",
             *args,
+            stdin=stdin,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             env=full_env,

@@ -107,11 +107,12 @@ def test_an_empty_file_lists_no_servers() -> None:
         ),
         (
             {"mcpServers": {"s": {"command": "x", "arg": ["-v"]}}},
-            "server 's': unknown key 'arg' (allowed: args, command, cwd, env, type)",
+            "server 's': unknown key 'arg' "
+            "(allowed: approval, args, command, cwd, env, tools, type)",
         ),
         (
             {"mcpServers": {"s": {"url": "http://h/mcp", "env": {}}}},
-            "server 's': unknown key 'env' (allowed: headers, type, url)",
+            "server 's': unknown key 'env' (allowed: approval, headers, tools, type, url)",
         ),
         (
             {"mcpServers": {"s": {"type": "sse", "url": "http://h/sse"}}},

@@ -195,7 +195,7 @@ async def test_a_server_that_does_not_start_is_reported_and_the_others_serve(
 
     failed, ok = bot.app.mcp.check_lines()
     assert failed.startswith("FAIL broken: the MCP server 'broken'")
-    assert ok.startswith("ok   fake: 7 tools")
+    assert ok.startswith("ok   fake: 9 tools")
     llm.reply("Fine.")
     _, status = await bot.mention("hello")
     await bot.final(status)
@@ -220,7 +220,8 @@ def test_a_bad_mcp_config_is_one_line_naming_the_setting_and_the_file(tmp_path: 
         load_settings(_env_file=None, MCP_CONFIG=str(missing), **required)
 
     assert str(bad.value) == (
-        f"MCP_CONFIG: server 'wiki': unknown key 'head' (allowed: headers, type, url) (in {config})"
+        "MCP_CONFIG: server 'wiki': unknown key 'head' "
+        f"(allowed: approval, headers, tools, type, url) (in {config})"
     )
     assert str(absent.value) == (f"MCP_CONFIG: cannot read {missing}: No such file or directory")
     settings = load_settings(_env_file=None, MCP_CONFIG="", **required)

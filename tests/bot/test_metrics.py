@@ -61,6 +61,8 @@ SERIES = {
     "threadpilot_model_cost_usd": "counter",
     "threadpilot_mcp_calls": "counter",
     "threadpilot_mcp_cancellations": "counter",
+    "threadpilot_approvals": "counter",
+    "threadpilot_approval_wait_seconds": "histogram",
 }
 
 

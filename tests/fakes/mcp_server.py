@@ -7,6 +7,9 @@ Its tools:
   each step and answers. If it is cancelled first, it records the cancellation.
 - ``echo(text)``, ``big(chars)`` (a long answer), ``whoami()`` (the server's process id),
   ``crash()`` (the process exits in the middle of the call: stdio only).
+- ``read_note()`` (annotated ``readOnlyHint``) and ``write_note(text)`` (no annotations):
+  each call is recorded in :attr:`FakeMcpServer.notes` with its arguments, for the
+  approval tests (the server must never see a call nobody approved).
 - ``cancellations(at_least)``: the cancellations recorded so far, once there are at least
   that many (bounded wait), for a client that cannot see the server's memory (stdio).
 
@@ -32,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import uvicorn
 from mcp.server.mcpserver import Context, MCPServer
+from mcp_types import ToolAnnotations
 
 from tests.fakes.waiting import Changes
 
@@ -75,6 +79,10 @@ class FakeMcpServer:
     the next is caught out."""
     held_together: list[bool] = field(default_factory=list)
     """For each held POST: answered because the others arrived (True) or after HOLD_S."""
+    notes: list[tuple[str, str]] = field(default_factory=list)
+    """Every ``read_note`` / ``write_note`` call received: (tool, text)."""
+    written_at: dict[str, float] = field(default_factory=dict)
+    """When each ``write_note`` text arrived (``time.monotonic()``: the benchmark)."""
     changes: Changes = field(default_factory=Changes)
     _release: anyio.Event = field(default_factory=anyio.Event)
 
@@ -134,6 +142,19 @@ def _build(fake: FakeMcpServer) -> MCPServer:
     async def echo(text: str) -> str:
         """Say the text back."""
         return text
+
+    @mcp.tool(annotations=ToolAnnotations(read_only_hint=True))
+    async def read_note() -> str:
+        """Read the note (changes nothing)."""
+        fake.record(fake.notes, ("read_note", ""))
+        return "the note says hello"
+
+    @mcp.tool()
+    async def write_note(text: str) -> str:
+        """Write the note."""
+        fake.written_at[text] = time.monotonic()
+        fake.record(fake.notes, ("write_note", text))
+        return f"wrote {text!r}"
 
     @mcp.tool()
     async def big(chars: int) -> str:

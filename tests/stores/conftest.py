@@ -36,7 +36,9 @@ if TYPE_CHECKING:
 ADMIN_URL = os.environ.get(
     "THREADPILOT_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/postgres"
 )
-_TABLES = "runs, stop_requests, checkpoints, events, deliveries, guidance, thread_participants"
+_TABLES = (
+    "runs, stop_requests, checkpoints, events, deliveries, guidance, thread_participants, approvals"
+)
 
 
 def run_in_thread(coro: Callable[[], Coroutine[Any, Any, Any]]) -> Any:

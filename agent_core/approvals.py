@@ -1,0 +1,243 @@
+"""Approvals: a person says yes before a risky tool call runs.
+
+An admin marks MCP tools in ``MCP_CONFIG`` (:class:`ApprovalRule`, per server and per
+tool); a call to a marked tool is held by the run's :class:`ApprovalGate` until a person
+decides through the :class:`~agent_core.ports.Approvals` port (Slack buttons, the
+terminal's y/N). The gate is the one place that decides what the model reads:
+
+- approved: the call runs as usual (the server never sees a call before this);
+- denied: ``error: <tool>: denied by <who>``;
+- nobody decided within ``APPROVAL_TIMEOUT``: denied as expired;
+- a Stop while waiting: cancelled, not run; the run goes on to its final turn;
+- an Abort while waiting: cancelled, and the cancellation goes on (the run ends);
+- a shutdown while waiting: the request stays ``requested`` for the resumed run.
+
+The other calls of the same step are not held: each call waits on its own.
+
+States (:class:`ApprovalStatus`)::
+
+    requested ──► approved | denied | expired | cancelled   (terminal; first one wins)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from agent_core.clock import utcnow
+from agent_core.errors import ConfigError, IllegalTransition
+from agent_core.events import ApprovalDecided, ApprovalRequested
+from agent_core.records import ApprovalStatus
+from agent_core.resume_policy import parse_duration
+from agent_core.stop import StopReason
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+    from agent_core.chat import ToolCall
+    from agent_core.events import EventHub
+    from agent_core.ports import Approvals
+    from agent_core.records import ThreadKey
+    from agent_core.stop import RunControl
+
+__all__ = [
+    "APPROVAL_TIMEOUT",
+    "DEFAULT_APPROVAL_TIMEOUT_S",
+    "ApprovalDecision",
+    "ApprovalGate",
+    "ApprovalRequest",
+    "ApprovalRule",
+    "ApprovalStatus",
+    "parse_approval_timeout",
+    "transition",
+]
+
+APPROVAL_TIMEOUT = "APPROVAL_TIMEOUT"
+DEFAULT_APPROVAL_TIMEOUT_S = 3600.0
+"""How long a call waits for a decision before it is denied as expired (``APPROVAL_TIMEOUT``)."""
+
+_SETTLE_S = 2.0
+"""How long an aborted wait may take to record that it was cancelled before the
+cancellation goes on regardless (the row then stays ``requested``; a later click on
+it is answered as after the run ended)."""
+
+log = structlog.get_logger("agent_core.approvals")
+
+
+def parse_approval_timeout(raw: str | None) -> float:
+    """``APPROVAL_TIMEOUT`` in seconds: ``90s``, ``10m``, ``1h`` or plain seconds; empty
+    means the default (1 h). Raises :class:`~agent_core.errors.ConfigError`."""
+    if raw is None or not raw.strip():
+        return DEFAULT_APPROVAL_TIMEOUT_S
+    seconds = parse_duration(APPROVAL_TIMEOUT, raw).total_seconds()
+    if not seconds > 0:
+        raise ConfigError(APPROVAL_TIMEOUT, f"{raw!r} must be longer than 0 s")
+    return seconds
+
+
+class ApprovalRule(StrEnum):
+    """Whether calls to a tool wait for a person (``approval`` in ``MCP_CONFIG``)."""
+
+    NEVER = "never"
+    ALWAYS = "always"
+    UNLESS_READ_ONLY = "unless_read_only"
+    """Asks unless the tool's MCP annotations say ``readOnlyHint: true``."""
+
+    def asks(self, *, read_only: bool) -> bool:
+        """Whether a call to a tool under this rule needs approval."""
+        if self is ApprovalRule.UNLESS_READ_ONLY:
+            return not read_only
+        return self is ApprovalRule.ALWAYS
+
+
+def transition(current: ApprovalStatus, new: ApprovalStatus) -> ApprovalStatus:
+    """The one legal move is out of ``requested``; anything else raises."""
+    if current is not ApprovalStatus.REQUESTED or new is ApprovalStatus.REQUESTED:
+        raise IllegalTransition(f"approval cannot go from {current.value} to {new.value}")
+    return new
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRequest:
+    """One held call. ``arguments`` is the model's JSON text: hostile data, shown clipped."""
+
+    id: str
+    run_id: str
+    call_id: str
+    tool: str
+    arguments: str
+    requester: str
+    thread: ThreadKey
+    requested_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalDecision:
+    """How a request ended. ``decided_by``: who decided, as the surface names them
+    (``<@U…>`` on Slack); None for a timeout or a cancellation."""
+
+    status: ApprovalStatus
+    decided_by: str | None = None
+
+    @property
+    def approved(self) -> bool:
+        return self.status is ApprovalStatus.APPROVED
+
+
+class ApprovalGate:
+    """Holds one run's calls that need approval until a person decides (built per run)."""
+
+    def __init__(
+        self,
+        approvals: Approvals,
+        *,
+        run_id: str,
+        requester: str,
+        thread: ThreadKey,
+        control: RunControl,
+        events: EventHub,
+        timeout_s: float = DEFAULT_APPROVAL_TIMEOUT_S,
+    ) -> None:
+        if not timeout_s > 0:
+            raise ValueError(f"timeout_s must be positive, not {timeout_s}")
+        self._approvals = approvals
+        self._run_id = run_id
+        self._requester = requester
+        self._thread = thread
+        self._control = control
+        self._events = events
+        self._timeout_s = timeout_s
+        self._log = log.bind(run_id=run_id)
+
+    async def clear(self, call: ToolCall) -> str | None:
+        """None when ``call`` may run; otherwise the error the model reads instead."""
+        if self._control.reason is StopReason.STOP:
+            return _refusal(call, ApprovalDecision(ApprovalStatus.CANCELLED))
+        request = ApprovalRequest(
+            id=uuid.uuid4().hex,
+            run_id=self._run_id,
+            call_id=call.id,
+            tool=call.name,
+            arguments=call.arguments,
+            requester=self._requester,
+            thread=self._thread,
+            requested_at=utcnow(),
+        )
+        self._log.info("approval.requested", approval_id=request.id, tool=call.name)
+        self._events.emit(ApprovalRequested(self._run_id, request))
+        decision = await self._wait(request)
+        self._log.info(
+            "approval.decided",
+            approval_id=request.id,
+            tool=call.name,
+            status=decision.status.value,
+            decided_by=decision.decided_by,
+        )
+        self._events.emit(ApprovalDecided(self._run_id, request, decision))
+        return None if decision.approved else _refusal(call, decision)
+
+    async def _wait(self, request: ApprovalRequest) -> ApprovalDecision:
+        approvals = self._approvals
+        asking = asyncio.create_task(approvals.ask(request), name=f"approval:{request.id}")
+        stopped = asyncio.create_task(self._stop_requested(), name=f"approval-stop:{request.id}")
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                await asyncio.wait({asking, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        except TimeoutError:
+            return await self._settle(asking, request, ApprovalStatus.EXPIRED)
+        except asyncio.CancelledError:
+            # Abort: the request is cancelled (bounded), then the cancellation goes on.
+            # Shutdown: it stays requested, for the resumed run to wait on.
+            await _drain(asking)
+            if self._control.reason is StopReason.ABORT:
+                try:
+                    async with asyncio.timeout(_SETTLE_S):
+                        await asyncio.shield(approvals.settle(request, ApprovalStatus.CANCELLED))
+                except Exception as exc:  # the abort goes on whatever the record does
+                    self._log.warning("approval.cancel_unrecorded", error=repr(exc))
+            raise
+        finally:
+            await _drain(stopped)
+        if asking.done():
+            return asking.result()
+        return await self._settle(asking, request, ApprovalStatus.CANCELLED)
+
+    async def _stop_requested(self) -> None:
+        """Returns on a Stop. An Abort or a shutdown cancels the run's task instead, so
+        this then waits for ever (and is cancelled with the wait)."""
+        if (await self._control.wait_requested()).reason is not StopReason.STOP:
+            await asyncio.get_running_loop().create_future()
+
+    async def _settle(
+        self,
+        asking: asyncio.Task[ApprovalDecision],
+        request: ApprovalRequest,
+        status: ApprovalStatus,
+    ) -> ApprovalDecision:
+        """End the wait with ``status`` unless a person's decision got there first."""
+        await _drain(asking)
+        return await self._approvals.settle(request, status)
+
+
+async def _drain(task: asyncio.Task[Any]) -> None:
+    """Cancel ``task`` if it still runs and wait for it to unwind (its result is not
+    needed). ``asyncio.wait`` raises nothing of the task's; a cancellation of the caller
+    goes on as usual."""
+    if not task.done():
+        task.cancel()
+        await asyncio.wait([task])
+
+
+def _refusal(call: ToolCall, decision: ApprovalDecision) -> str:
+    match decision.status:
+        case ApprovalStatus.DENIED:
+            return f"error: {call.name}: denied by {decision.decided_by or 'a person'}"
+        case ApprovalStatus.EXPIRED:
+            return f"error: {call.name}: denied: nobody approved it in time (the request expired)"
+        case _:
+            return f"error: {call.name}: not run: the run was stopped before anyone approved it"

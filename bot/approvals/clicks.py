@@ -1,0 +1,237 @@
+"""Approve and Deny clicks, with the stop service's discipline (docs/tools.md, Approvals).
+
+Before the ack, within :data:`~bot.stopping.stops.ACK_BUDGET_S`, :meth:`ApprovalClicks.decide`
+decides the click and commits it: the click must come from the approval's own message
+(or App Home), the run must not have ended for good, ``APPROVAL_POLICY`` must allow the
+person (admins always), and the row must still be ``requested`` (compare-and-set: the
+first decision wins, in whichever worker). A committed decision is handed at once to the
+call if it waits in this worker; elsewhere, the commit's wake-up reaches the owner's stop
+watcher. After the ack, :meth:`ApprovalClicks.after` updates the approval message in place
+(the decision and who made it), writes the audit event, and answers a click that changed
+nothing with an ephemeral.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from agent_core import ApprovalStatus, EndedBecause, StorageError
+from bot import messages
+from bot.errors import BudgetNotRunning, SlackError
+from bot.inbound.trust import Person
+from bot.process.settings import StopPolicy
+from bot.stopping.policy import may_stop
+from bot.views.approval import render_approval
+
+if TYPE_CHECKING:
+    from agent_core import ApprovalRecord
+    from bot.approvals.desk import ApprovalDesk
+    from bot.inbound.trust import TrustGate
+    from bot.process.settings import Settings
+    from bot.slack_api.click_answer import ClickAnswer
+    from bot.slack_api.surface import Workspaces
+    from bot.stopping.policy import Origin
+    from bot.store_needs import ApprovalClickStore
+
+__all__ = ["ApprovalAsk", "ApprovalClick", "ApprovalClicks", "ApprovalVerdict"]
+
+log = structlog.get_logger("bot.approvals.clicks")
+
+_RESUMABLE = frozenset({EndedBecause.SHUTDOWN, EndedBecause.WORKER_LOST})
+"""A run that ended so is resumed: its approvals still count (the resumed run waits on them)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalAsk:
+    """Someone pressed Approve or Deny."""
+
+    user: str
+    approval_id: str
+    approve: bool
+    message: Origin | None = None
+    """The message it was pressed on; None on App Home."""
+    on_home: bool = False
+    team: str | None = None
+    """The workspace it was pressed in (App Home is published there again)."""
+    user_team: str | None = None
+
+    @property
+    def status(self) -> ApprovalStatus:
+        return ApprovalStatus.APPROVED if self.approve else ApprovalStatus.DENIED
+
+
+class ApprovalVerdict(StrEnum):
+    DECIDED = "decided"
+    NOT_FOUND = "not_found"
+    NOT_THIS_MESSAGE = "not_this_message"
+    RUN_ENDED = "run_ended"
+    NOT_ALLOWED = "not_allowed"
+    ALREADY_DECIDED = "already_decided"
+    REDELIVERED = "redelivered"
+    """The same person's same decision again (Slack re-delivered the click)."""
+    UNTRUSTED = "untrusted"
+    NOT_RECORDED = "not_recorded"
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalClick:
+    ask: ApprovalAsk
+    verdict: ApprovalVerdict
+    record: ApprovalRecord | None = None
+    """The approval as it stands after the click."""
+    answer: str | None = None
+    """The ephemeral answer, for a click that changed nothing."""
+
+    @property
+    def notice(self) -> str | None:
+        """What App Home says on top after the press."""
+        if self.verdict is ApprovalVerdict.DECIDED and self.record is not None:
+            return messages.approval_decided(self.record.status.value, self.record.decided_by)
+        return self.answer
+
+
+class ApprovalClicks:
+    """Decides and commits Approve / Deny clicks (one per process)."""
+
+    def __init__(
+        self,
+        store: ApprovalClickStore,
+        desk: ApprovalDesk,
+        settings: Settings,
+        trust: TrustGate,
+        workspaces: Workspaces,
+        *,
+        budget_s: float,
+    ) -> None:
+        self._store = store
+        self._desk = desk
+        self._settings = settings
+        self._trust = trust
+        self._workspaces = workspaces
+        self._budget_s = budget_s
+
+    async def decide(self, ask: ApprovalAsk) -> ApprovalClick:
+        """Before the ack: decided and, if it counts, committed. Never raises for a
+        database fault (the answer then says nothing was recorded)."""
+        refusal = await self._trust.refusal(Person(ask.user, ask.user_team))
+        if refusal is not None:
+            return ApprovalClick(ask, ApprovalVerdict.UNTRUSTED, answer=refusal)
+        try:
+            async with asyncio.timeout(self._budget_s):
+                return await self._decide(ask)
+        except TimeoutError:
+            log.warning("approval.not_recorded", reason="database_busy")
+            busy = True
+        except StorageError:
+            log.exception("approval.not_recorded", reason="database_error")
+            busy = False
+        answer = messages.stop_not_recorded(busy=busy, typed=False)
+        return ApprovalClick(ask, ApprovalVerdict.NOT_RECORDED, answer=answer)
+
+    async def _decide(self, ask: ApprovalAsk) -> ApprovalClick:
+        record = await self._store.get_approval(ask.approval_id)
+        if record is None:
+            return ApprovalClick(ask, ApprovalVerdict.NOT_FOUND, answer=messages.APPROVAL_NOT_FOUND)
+        if not _comes_from(ask, record):
+            return ApprovalClick(
+                ask, ApprovalVerdict.NOT_THIS_MESSAGE, answer=messages.APPROVAL_NOT_FOUND
+            )
+        if record.status.terminal:
+            return _already(ask, record)
+        run = await self._store.get_run(record.run_id)
+        if run is None or (run.state.is_terminal and run.ended_because not in _RESUMABLE):
+            return ApprovalClick(
+                ask, ApprovalVerdict.RUN_ENDED, record, messages.APPROVAL_RUN_ENDED
+            )
+        settings = self._settings
+        participants: frozenset[str] = frozenset()
+        if (
+            settings.APPROVAL_POLICY is StopPolicy.PARTICIPANTS
+            and ask.user != record.requester
+            and ask.user not in settings.ADMIN_USER_IDS
+        ):
+            participants = frozenset(await self._store.participants(record.thread))
+        allowed = may_stop(
+            ask.user,
+            policy=settings.APPROVAL_POLICY,
+            requester=record.requester,
+            admins=settings.ADMIN_USER_IDS,
+            participants=participants,
+        )
+        if not allowed:
+            answer = messages.approval_not_allowed(settings.APPROVAL_POLICY.value, record.requester)
+            return ApprovalClick(ask, ApprovalVerdict.NOT_ALLOWED, record, answer)
+        if not await self._store.decide_approval(record.id, ask.status, decided_by=ask.user):
+            stored = await self._store.get_approval(record.id)
+            return _already(ask, stored or record)
+        pressed_on = ask.message.message_ts if ask.message is not None else None
+        decided = dataclasses.replace(
+            record,
+            status=ask.status,
+            decided_by=ask.user,
+            message_ts=record.message_ts or pressed_on,
+        )
+        local = self._desk.decided(decided)
+        log.info(
+            "approval.decided",
+            approval_id=record.id,
+            run_id=record.run_id,
+            status=ask.status.value,
+            user=ask.user,
+            local=local,
+        )
+        return ApprovalClick(ask, ApprovalVerdict.DECIDED, decided)
+
+    async def after(self, click: ApprovalClick, answer: ClickAnswer | None) -> None:
+        """After the ack: the message in place and the audit event, or the ephemeral."""
+        record = click.record
+        if click.verdict is ApprovalVerdict.DECIDED and record is not None:
+            if answer is not None and click.ask.message is not None:
+                await answer(*render_approval(record))
+            await self._desk.show(record)
+            await self._desk.audit(record, actor=click.ask.user, on_home=click.ask.on_home)
+            return
+        log.info("approval.click_refused", verdict=click.verdict.value, user=click.ask.user)
+        if click.answer is not None:
+            await self._ephemeral(click, click.answer)
+
+    async def _ephemeral(self, click: ApprovalClick, text: str) -> None:
+        message = click.ask.message
+        if message is None:
+            return  # App Home answers by refreshing
+        kwargs: dict[str, Any] = {"channel": message.channel, "user": click.ask.user, "text": text}
+        if message.thread_ts:
+            kwargs["thread_ts"] = message.thread_ts
+        try:
+            surface = await self._workspaces.get(message.team)
+            await surface.budget.call("chat.postEphemeral", **kwargs)
+        except (SlackError, BudgetNotRunning) as exc:
+            log.warning("approval.reply_failed", error=repr(exc))
+
+
+def _comes_from(ask: ApprovalAsk, record: ApprovalRecord) -> bool:
+    """A click counts only on the approval's own message, or on App Home."""
+    if ask.on_home:
+        return True
+    where = ask.message
+    thread = record.thread
+    if where is None or (where.team, where.channel) != (thread.team, thread.channel):
+        return False
+    if record.message_ts is not None:
+        return where.message_ts == record.message_ts
+    # Posted, but its ts not written yet (the owner writes it just after the post): all
+    # the click can be held to is the run's thread.
+    return thread.thread_ts == where.thread_ts
+
+
+def _already(ask: ApprovalAsk, record: ApprovalRecord) -> ApprovalClick:
+    text = messages.approval_already_decided(record.status.value, record.decided_by)
+    same = record.decided_by == ask.user and record.status is ask.status
+    verdict = ApprovalVerdict.REDELIVERED if same else ApprovalVerdict.ALREADY_DECIDED
+    return ApprovalClick(ask, verdict, record, text)

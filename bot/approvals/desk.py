@@ -1,0 +1,239 @@
+"""The Slack side of approvals: where a held tool call waits for Approve or Deny.
+
+:class:`ApprovalDesk` is the app's :class:`agent_core.Approvals` port. For each held call
+(:mod:`agent_core.approvals`) it commits an ``approvals`` row, posts one approval message
+in the run's thread (the tool, a clipped preview of its arguments, Approve and Deny) and
+waits. A decision reaches the waiting call two ways, whichever comes first:
+
+- the click was taken by this worker: :meth:`ApprovalDesk.decided` hands it over at once
+  (after the click's commit);
+- it was taken by another worker: the commit woke this worker's stop watcher (NOTIFY on
+  PostgreSQL, the poll on SQLite), whose scan calls :meth:`ApprovalDesk.deliver`, which
+  reads the rows of the calls waiting here.
+
+The row is the truth: the first decision committed wins, whoever makes it (a click, the
+timeout, a Stop). A run resumed after a shutdown or a lost worker asks again for the same
+call (its model turn is replayed from the checkpoint); it finds the approval it had not
+taken yet and waits on that row and its message, so a click made meanwhile counts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from typing import TYPE_CHECKING, Protocol
+
+import structlog
+
+from agent_core import (
+    ApprovalDecision,
+    ApprovalRecord,
+    ApprovalStatus,
+    AuditEvent,
+    StorageError,
+)
+from agent_core.clock import utcnow
+from bot.errors import BudgetNotRunning, SlackError
+from bot.views.approval import approval_metadata, render_approval
+
+if TYPE_CHECKING:
+    from collections.abc import Collection
+
+    from agent_core import ApprovalRequest
+    from bot.slack_api.surface import Workspaces
+    from bot.store_needs import ApprovalDeskStore
+
+__all__ = ["ApprovalDesk", "ApprovalMetrics", "decision_of"]
+
+log = structlog.get_logger("bot.approvals.desk")
+
+
+class ApprovalMetrics(Protocol):
+    """What ``/metrics`` counts of approvals (:class:`bot.process.metrics.Metrics`)."""
+
+    def approval_decided(self, status: str, waited_s: float) -> None: ...
+
+
+def decision_of(record: ApprovalRecord) -> ApprovalDecision:
+    """The decision a decided row holds, as the run reads it (``<@U…>`` for a person)."""
+    by = f"<@{record.decided_by}>" if record.decided_by else None
+    return ApprovalDecision(record.status, by)
+
+
+class ApprovalDesk:
+    """Holds this worker's waiting calls until their approval is decided."""
+
+    def __init__(
+        self,
+        store: ApprovalDeskStore,
+        workspaces: Workspaces,
+        *,
+        metrics: ApprovalMetrics | None = None,
+    ) -> None:
+        self._store = store
+        self._workspaces = workspaces
+        self._metrics = metrics
+        self._waiting: dict[str, tuple[ApprovalRecord, asyncio.Future[ApprovalDecision]]] = {}
+        """Calls waiting here, by approval id."""
+        self._ids: dict[str, str] = {}
+        """The approval each held call waits on, by the call's request id (a resumed run's
+        call waits on the approval its first life asked for)."""
+
+    # -- the port (agent_core.Approvals) -------------------------------------------------
+
+    async def ask(self, request: ApprovalRequest) -> ApprovalDecision:
+        record = await self._open(request)
+        reused = record.id != request.id
+        future: asyncio.Future[ApprovalDecision] = asyncio.get_running_loop().create_future()
+        self._ids[request.id] = record.id
+        self._waiting[record.id] = (record, future)
+        try:
+            if record.status.terminal:  # decided while the run was away (a resume)
+                self._hand_over(record)
+            elif record.message_ts is None:
+                await self._post(record, reused=reused)
+            decision = await future
+        finally:
+            self._waiting.pop(record.id, None)
+        self._ids.pop(request.id, None)
+        await self._taken(record.id)
+        return decision
+
+    async def settle(self, request: ApprovalRequest, status: ApprovalStatus) -> ApprovalDecision:
+        approval_id = self._ids.pop(request.id, request.id)
+        moved = await self._store.decide_approval(approval_id, status)
+        record = await self._store.get_approval(approval_id)
+        if record is None:  # never committed (the database failed as it was asked)
+            return ApprovalDecision(status)
+        if moved:
+            await self.show(record)
+            await self.audit(record, actor="threadpilot")
+        await self._taken(record.id)
+        return decision_of(record)
+
+    # -- decisions made elsewhere --------------------------------------------------------
+
+    def decided(self, record: ApprovalRecord) -> bool:
+        """A decision committed by this worker's click: hand it to the call waiting here,
+        if one is. True if one was."""
+        return self._hand_over(record)
+
+    def waiting_here(self, approval_id: str) -> bool:
+        return approval_id in self._waiting
+
+    async def deliver(self, run_ids: Collection[str]) -> int:
+        """Hand over the decisions committed elsewhere for calls waiting here (the stop
+        watcher's scan); how many."""
+        wanted = set(run_ids)
+        delivered = 0
+        for record, _ in list(self._waiting.values()):
+            if record.run_id not in wanted:
+                continue
+            stored = await self._store.get_approval(record.id)
+            if stored is not None and stored.status.terminal and self._hand_over(stored):
+                delivered += 1
+        return delivered
+
+    # -- the message and the trail --------------------------------------------------------
+
+    async def show(self, record: ApprovalRecord) -> None:
+        """Update the approval message in place (a decision and who made it)."""
+        if record.message_ts is None:
+            return
+        text, blocks = render_approval(record)
+        try:
+            surface = await self._workspaces.get(record.thread.team)
+            await surface.budget.update_final(
+                record.thread.channel, record.message_ts, text=text, blocks=blocks
+            )
+        except (SlackError, BudgetNotRunning) as exc:
+            log.warning("approval.message_not_updated", approval_id=record.id, error=repr(exc))
+
+    async def audit(self, record: ApprovalRecord, *, actor: str, **detail: object) -> None:
+        """The audit event of a request or a decision (after the commit that mattered)."""
+        kind = "approval.requested" if not record.status.terminal else f"approval.{record.status}"
+        event = AuditEvent(
+            run_id=record.run_id,
+            kind=kind,
+            actor=actor,
+            detail={"approval_id": record.id, "tool": record.tool, **detail},
+        )
+        try:
+            await self._store.record_event(event)
+        except StorageError:
+            log.exception("approval.audit_not_recorded", approval_id=record.id)
+        if record.status.terminal and self._metrics is not None:
+            decided_at = record.decided_at or utcnow()
+            waited = (decided_at - record.requested_at).total_seconds()
+            self._metrics.approval_decided(record.status.value, max(waited, 0.0))
+
+    # -- helpers --------------------------------------------------------------------------
+
+    async def _open(self, request: ApprovalRequest) -> ApprovalRecord:
+        """The row this call waits on: the one a resumed run had not taken yet for the
+        same call, else a new one."""
+        for earlier in await self._store.approvals_for(request.run_id):
+            same = (earlier.tool, earlier.arguments) == (request.tool, request.arguments)
+            if same and earlier.taken_at is None and earlier.id not in self._waiting:
+                log.info("approval.reused", approval_id=earlier.id, run_id=request.run_id)
+                return earlier
+        record = ApprovalRecord(
+            id=request.id,
+            run_id=request.run_id,
+            thread=request.thread,
+            requester=request.requester,
+            tool=request.tool,
+            arguments=request.arguments,
+            call_id=request.call_id,
+            requested_at=request.requested_at,
+        )
+        await self._store.add_approval(record)
+        await self.audit(record, actor=request.requester)
+        return record
+
+    async def _post(self, record: ApprovalRecord, *, reused: bool) -> None:
+        """Post the approval message (``reused``: unless it is in the thread already, its
+        worker gone before it stored the ts). A post Slack refuses leaves the call waiting
+        (App Home still lists it, with the same buttons) until the timeout denies it."""
+        text, blocks = render_approval(record)
+        thread = record.thread
+        metadata = approval_metadata(record.id)
+        try:
+            surface = await self._workspaces.get(thread.team)
+            found = (
+                await surface.budget.find_messages(thread.channel, thread.thread_ts, metadata)
+                if reused
+                else []
+            )
+            ts = (
+                found[0]
+                if found
+                else await surface.budget.post_message(
+                    thread.channel,
+                    text=text,
+                    blocks=blocks,
+                    thread_ts=thread.thread_ts,
+                    metadata=metadata,
+                )
+            )
+        except (SlackError, BudgetNotRunning) as exc:
+            log.error("approval.post_failed", approval_id=record.id, error=repr(exc))
+            return
+        if found:
+            log.info("approval.message_found", approval_id=record.id, ts=ts)
+        posted = dataclasses.replace(record, message_ts=ts)
+        self._waiting[record.id] = (posted, self._waiting[record.id][1])
+        await self._store.set_approval_message(record.id, ts)
+
+    def _hand_over(self, record: ApprovalRecord) -> bool:
+        waiting = self._waiting.get(record.id)
+        if waiting is None or waiting[1].done():
+            return False
+        waiting[1].set_result(decision_of(record))
+        return True
+
+    async def _taken(self, approval_id: str) -> None:
+        try:
+            await self._store.take_approval(approval_id)
+        except StorageError:
+            log.exception("approval.not_taken", approval_id=approval_id)

@@ -1,0 +1,272 @@
+"""Approvals in the Slack app (docs/tools.md, Approvals): a held call posts one approval
+message in the thread; Approve runs it, Deny gives the model an error naming who; people
+not allowed, second clicks and clicks after the run ended change nothing; Stop and Abort
+while waiting cancel it; a timeout denies it as expired. The status says the run waits
+and the agent session is ``suspended`` meanwhile.
+
+The app runs for real (tests/bot harness) with ``MCP_CONFIG`` naming our own MCP server
+over streamable HTTP (:mod:`tests.fakes.mcp_server`), which records every call: it must
+never see one that was not approved.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from llmock.scenarios import Reply, ToolCall
+
+from bot import messages
+from bot.views.approval import ACTION_APPROVE, ACTION_DENY
+from tests.bot.harness import ACTION_ABORT, ACTION_STOP, WAIT_S, block_text, buttons, run_id_of
+from tests.bot.test_home import home, open_home, press, says, view_text
+from tests.fakes import slack_requests
+from tests.fakes.mcp_server import FakeMcpServer, serve_http
+from tests.fakes.slack_workspace import DEFAULT_CHANNEL, DEFAULT_USER
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+    from pathlib import Path
+
+    from llmock.journal import RequestRecord
+    from llmock.pytest_plugin import LLMock
+
+    from tests.bot.conftest import BotFactory
+    from tests.bot.harness import Bot
+    from tests.fakes.slack_api import FakeSlack
+    from tests.fakes.slack_messages import Message
+
+OTHER_USER = "U0TPOTHER02"
+HOSTILE = "<!channel> ``` see <https://evil.example|here>"
+
+
+@pytest.fixture
+async def notes_config(fake: FakeMcpServer, tmp_path: Path) -> AsyncIterator[str]:
+    async with serve_http(fake) as url:
+        path = tmp_path / "mcp.json"
+        entry = {"url": url, "approval": "unless_read_only"}
+        path.write_text(json.dumps({"mcpServers": {"notes": entry}}))
+        yield str(path)
+
+
+@pytest.fixture
+async def bot(make_bot: BotFactory, notes_config: str) -> Bot:
+    return await make_bot(MCP_CONFIG=notes_config)
+
+
+def read_and_write(llm: LLMock, text: str = HOSTILE) -> None:
+    llm.add(
+        Reply(
+            tool_calls=(
+                ToolCall("notes__read_note", {}),
+                ToolCall("notes__write_note", {"text": text}),
+            )
+        )
+    )
+    llm.reply("Done with the notes.")
+
+
+def tool_messages(record: RequestRecord) -> list[str]:
+    body: dict[str, Any] = record.body or {}
+    return [m["content"] for m in body["messages"] if m["role"] == "tool"]
+
+
+async def approval_message(bot: Bot, status: Message) -> Message:
+    """The approval message in the run's thread, once posted."""
+    assert status.thread_ts is not None
+    thread_ts = status.thread_ts
+
+    def find(slack: FakeSlack) -> Message | None:
+        for message in slack.thread(DEFAULT_CHANNEL, thread_ts):
+            if ACTION_APPROVE in buttons(message):
+                return message
+        return None
+
+    found = await bot.slack.wait_until(find, timeout=WAIT_S)
+    assert found is not None
+    return found
+
+
+async def waiting(bot: Bot, llm: LLMock, fake: FakeMcpServer) -> tuple[Message, Message]:
+    """A run whose write_note call waits for approval: (status, approval message)."""
+    read_and_write(llm)
+    _, status = await bot.mention("update the note")
+    approval = await approval_message(bot, status)
+    await fake.until(lambda: fake.notes, "the read-only call")
+    return status, approval
+
+
+async def test_approve_runs_the_call_and_the_message_says_who(
+    bot: Bot, llm: LLMock, fake: FakeMcpServer
+) -> None:
+    status, approval = await waiting(bot, llm, fake)
+
+    text = block_text(approval)
+    assert "`notes__write_note`" in text
+    assert f"<@{DEFAULT_USER}>" in text
+    # The arguments are hostile data: escaped, and their backticks cannot end the block.
+    assert "&lt;!channel&gt;" in text and "<!channel>" not in text
+    assert "&lt;https://evil.example|here&gt;" in text
+    assert text.count("```") == 2
+    assert buttons(approval) == [ACTION_APPROVE, ACTION_DENY]
+    waiting_status = await bot.until(
+        status, lambda m: "Waiting for approval to run `notes__write_note`" in block_text(m)
+    )
+    assert ACTION_STOP in buttons(waiting_status)
+    thread_ts = status.thread_ts
+    assert thread_ts is not None
+    await bot.slack.wait_until(
+        lambda s: s.state.session_status(DEFAULT_CHANNEL, thread_ts) == "suspended",
+        timeout=WAIT_S,
+    )
+    assert fake.notes == [("read_note", "")]
+
+    assert await bot.click(approval, ACTION_APPROVE) == 200
+    decided = await bot.until(approval, lambda m: not buttons(m))
+    final = await bot.final(status)
+
+    assert f"Approved by <@{DEFAULT_USER}>" in block_text(decided)
+    assert fake.notes == [("read_note", ""), ("write_note", HOSTILE)]
+    assert tool_messages(llm.requests[1]) == ["the note says hello", f"wrote {HOSTILE!r}"]
+    assert "Done with the notes." in block_text(final)
+    sessions = [
+        c.args["status"]
+        for c in bot.slack.calls("agents.sessions.setStatus")
+        if c.args.get("thread_ts") == thread_ts
+    ]
+    assert sessions[:3] == ["processing", "suspended", "processing"]
+    assert bot.app.ctx is not None
+    events = await bot.app.ctx.store.events_for(run_id_of(status))
+    trail = [(e.kind, e.actor) for e in events if e.kind.startswith("approval.")]
+    assert trail == [("approval.requested", DEFAULT_USER), ("approval.approved", DEFAULT_USER)]
+    async with bot.http.get(f"{bot.url}/metrics") as response:
+        metrics = await response.text()
+    assert 'threadpilot_approvals_total{result="approved"} 1.0' in metrics
+
+
+async def test_deny_gives_the_model_an_error_naming_who_and_the_server_never_sees_it(
+    bot: Bot, llm: LLMock, fake: FakeMcpServer
+) -> None:
+    status, approval = await waiting(bot, llm, fake)
+
+    assert await bot.click(approval, ACTION_DENY) == 200
+    decided = await bot.until(approval, lambda m: not buttons(m))
+    await bot.final(status)
+
+    assert f"Denied by <@{DEFAULT_USER}>" in block_text(decided)
+    assert fake.notes == [("read_note", "")]
+    assert tool_messages(llm.requests[1])[1] == (
+        f"error: notes__write_note: denied by <@{DEFAULT_USER}>"
+    )
+
+
+async def test_someone_not_allowed_and_a_second_click_change_nothing(
+    bot: Bot, llm: LLMock, fake: FakeMcpServer
+) -> None:
+    status, approval = await waiting(bot, llm, fake)
+
+    assert await bot.click(approval, ACTION_APPROVE, user=OTHER_USER) == 200
+    [refused] = await bot.ephemerals(OTHER_USER)
+    assert refused == f"Only <@{DEFAULT_USER}> or an admin can decide this call."
+    assert buttons(bot.slack.message(approval.channel, approval.ts)) == [
+        ACTION_APPROVE,
+        ACTION_DENY,
+    ]
+    assert fake.notes == [("read_note", "")]
+
+    assert await bot.click(approval, ACTION_DENY) == 200
+    await bot.until(approval, lambda m: not buttons(m))
+    # The same button again, from a client still showing it: nothing changes.
+    assert await bot.click_version(approval, ACTION_APPROVE) == 200
+    [again] = await bot.ephemerals(DEFAULT_USER)
+    assert again.startswith(f":no_entry: Denied by <@{DEFAULT_USER}>")
+    assert again.endswith("Nothing changed.")
+    await bot.final(status)
+    assert fake.notes == [("read_note", "")]
+
+
+async def test_stop_while_waiting_cancels_the_call_then_takes_the_final_turn(
+    bot: Bot, llm: LLMock, fake: FakeMcpServer
+) -> None:
+    status, approval = await waiting(bot, llm, fake)
+
+    assert await bot.click(status, ACTION_STOP) == 200
+    cancelled = await bot.until(approval, lambda m: not buttons(m))
+    final = await bot.final(status)
+
+    assert "Not run: the run was stopped before anyone decided." in block_text(cancelled)
+    assert f"User interlude: stopped by <@{DEFAULT_USER}>" in block_text(final)
+    assert tool_messages(llm.requests[-1])[1] == (
+        "error: notes__write_note: not run: the run was stopped before anyone approved it"
+    )
+    # A click on the old buttons afterwards changes nothing.
+    assert await bot.click_version(approval, ACTION_APPROVE) == 200
+    [answer] = await bot.ephemerals(DEFAULT_USER)
+    assert answer.endswith("Nothing changed.")
+    assert fake.notes == [("read_note", "")]
+
+
+async def test_abort_while_waiting_cancels_the_call_and_ends_the_run(
+    bot: Bot, llm: LLMock, fake: FakeMcpServer
+) -> None:
+    status, approval = await waiting(bot, llm, fake)
+
+    assert await bot.click(status, ACTION_ABORT) == 200
+    final = await bot.final(status)
+    cancelled = await bot.until(approval, lambda m: not buttons(m))
+
+    assert f"User interlude: aborted by <@{DEFAULT_USER}>" in block_text(final)
+    assert "Not run" in block_text(cancelled)
+    assert len(llm.requests) == 1
+    assert fake.notes == [("read_note", "")]
+
+
+async def test_no_decision_in_time_is_denied_as_expired(
+    make_bot: BotFactory, notes_config: str, llm: LLMock, fake: FakeMcpServer
+) -> None:
+    bot = await make_bot(MCP_CONFIG=notes_config, APPROVAL_TIMEOUT="1s")
+    status, approval = await waiting(bot, llm, fake)
+
+    expired = await bot.until(approval, lambda m: not buttons(m))
+    await bot.final(status)
+
+    assert "Expired: nobody decided in time" in block_text(expired)
+    assert tool_messages(llm.requests[1])[1] == (
+        "error: notes__write_note: denied: nobody approved it in time (the request expired)"
+    )
+    assert fake.notes == [("read_note", "")]
+
+
+async def test_under_anyone_another_person_may_approve(
+    make_bot: BotFactory, notes_config: str, llm: LLMock, fake: FakeMcpServer
+) -> None:
+    bot = await make_bot(MCP_CONFIG=notes_config, APPROVAL_POLICY="anyone")
+    status, approval = await waiting(bot, llm, fake)
+
+    assert await bot.click(approval, ACTION_APPROVE, user=OTHER_USER) == 200
+    decided = await bot.until(approval, lambda m: not buttons(m))
+    await bot.final(status)
+
+    assert f"Approved by <@{OTHER_USER}>" in block_text(decided)
+    assert ("write_note", HOSTILE) in fake.notes
+
+
+async def test_app_home_lists_the_waiting_call_with_the_same_buttons(
+    bot: Bot, llm: LLMock, fake: FakeMcpServer
+) -> None:
+    status, approval = await waiting(bot, llm, fake)
+    await open_home(bot)
+    view = await home(bot, DEFAULT_USER, says(messages.HEADING_APPROVALS, "notes__write_note"))
+    assert "&lt;!channel&gt;" in view_text(view)  # the requester sees the arguments
+
+    payload = slack_requests.home_click(view, ACTION_APPROVE)
+    assert await press(bot, payload) == 200
+
+    await home(bot, DEFAULT_USER, says(f"Approved by <@{DEFAULT_USER}>"))
+    decided = await bot.until(approval, lambda m: not buttons(m))
+    await bot.final(status)
+    assert f"Approved by <@{DEFAULT_USER}>" in block_text(decided)
+    assert ("write_note", HOSTILE) in fake.notes
+    after = await home(bot, DEFAULT_USER, lambda v: messages.HEADING_APPROVALS not in view_text(v))
+    assert ACTION_APPROVE not in view_text(after)

@@ -1,0 +1,116 @@
+"""Approvals across workers, on SQLite and PostgreSQL (docs/tools.md, Approvals).
+
+Slack hands an Approve click to any of the app's connections: the worker that takes it
+commits the decision, and the run's owner (another process) must run the call. And when
+the owner is killed while a call waits, the approval stays pending: the resumed run waits
+on the same approval message, and a click on it, taken by whichever worker, still counts.
+
+Our own MCP server (over streamable HTTP in the test's loop) records every call: it must
+never see one that was not approved.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+import pytest
+from llmock.scenarios import Reply, ToolCall
+
+from bot.views.approval import ACTION_APPROVE
+from tests.bot.harness import block_text, buttons, run_id_of
+from tests.fakes.mcp_server import FakeMcpServer, serve_http
+from tests.fakes.slack_workspace import DEFAULT_CHANNEL, DEFAULT_USER
+from tests.system.workers import LEASE_TTL_S, WAIT_S
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+    from pathlib import Path
+
+    from llmock.pytest_plugin import LLMock
+
+    from tests.fakes.slack_api import FakeSlack
+    from tests.fakes.slack_messages import Message
+    from tests.system.workers import Cluster
+
+pytestmark = pytest.mark.slow
+
+NOTE = "ship it"
+
+
+@pytest.fixture
+async def notes_config(fake: FakeMcpServer, tmp_path: Path) -> AsyncIterator[str]:
+    async with serve_http(fake) as url:
+        path = tmp_path / "mcp.json"
+        entry = {"url": url, "approval": "always"}
+        path.write_text(json.dumps({"mcpServers": {"notes": entry}}))
+        yield str(path)
+
+
+def approval_messages(slack: FakeSlack, status: Message) -> list[Message]:
+    assert status.thread_ts is not None
+    return [
+        m
+        for m in slack.thread(DEFAULT_CHANNEL, status.thread_ts)
+        if "notes__write_note" in block_text(m) and m.ts != status.ts
+    ]
+
+
+async def approval_message(cluster: Cluster, status: Message) -> Message:
+    def find(slack: FakeSlack) -> Message | None:
+        found = [m for m in approval_messages(slack, status) if ACTION_APPROVE in buttons(m)]
+        return found[0] if found else None
+
+    message = await cluster.slack.wait_until(find, timeout=WAIT_S)
+    assert message is not None
+    return message
+
+
+async def test_approve_clicked_on_another_worker_runs_the_call_in_the_owner(
+    cluster: Cluster, llm: LLMock, fake: FakeMcpServer, notes_config: str
+) -> None:
+    a, b = await cluster.start("a", "b", MCP_CONFIG=notes_config)
+    llm.call_tool("notes__write_note", {"text": NOTE})
+    llm.reply("The note is written.")
+    _, status = await cluster.mention(a, "write the note")
+    approval = await approval_message(cluster, status)
+    assert fake.notes == []
+
+    assert await b.click(approval, ACTION_APPROVE) == 200
+    final = await cluster.final(status)
+
+    assert "The note is written." in block_text(final)
+    assert fake.notes == [("write_note", NOTE)]
+    decided = await cluster.until_message(approval, lambda m: not buttons(m))
+    assert f"Approved by <@{DEFAULT_USER}>" in block_text(decided)
+    assert buttons(decided) == []
+    run_id = run_id_of(status)
+    assert b.logged("approval.decided", run_id=run_id, local=False)
+    assert a.logged("approval.decided", tool="notes__write_note", status="approved")
+
+
+async def test_owner_killed_while_waiting_the_resumed_run_waits_on_the_same_message(
+    cluster: Cluster, llm: LLMock, fake: FakeMcpServer, notes_config: str
+) -> None:
+    a, b = await cluster.start("a", "b", MCP_CONFIG=notes_config)
+    # The resumed run replays the turn (it had not completed): the same call again.
+    for _ in range(2):
+        llm.add(Reply(tool_calls=(ToolCall("notes__write_note", {"text": NOTE}),)))
+    llm.reply("The note is written, after a restart.")
+    _, status = await cluster.mention(a, "write the note")
+    approval = await approval_message(cluster, status)
+    run_id = run_id_of(status)
+
+    assert await a.kill() == -9
+    # b reconciles the lost run and resumes it: it waits on the approval it had asked for.
+    await b.wait_log("approval.reused", timeout=LEASE_TTL_S + 20, run_id=run_id)
+    assert fake.notes == []
+    await a.restart(MCP_CONFIG=notes_config)
+    assert await a.click(cluster.current(approval), ACTION_APPROVE) == 200  # not the owner
+    final = await cluster.final(status, timeout=WAIT_S)
+
+    assert "The note is written, after a restart." in block_text(final)
+    assert fake.notes == [("write_note", NOTE)]
+    assert len(approval_messages(cluster.slack, status)) == 1  # no second approval message
+    decided = await cluster.until_message(approval, lambda m: not buttons(m))
+    assert f"Approved by <@{DEFAULT_USER}>" in block_text(decided)
