@@ -405,6 +405,12 @@ class RunSession:
                     doing = messages.activity_tool(name)
                 case ToolProgress(name=name, progress=progress, total=total, message=message):
                     doing = messages.activity_tool_progress(name, progress, total, message)
+                case ApprovalRequested(request=request):
+                    doing = self._approvals.requested(request.id, request.tool)
+                case ApprovalDecided(request=request, decision=decision):
+                    approved = decision.approved
+                    self._approvals.decided(request.id, request.tool, approved=approved)
+                    doing = messages.activity_tool(request.tool) if approved else ""
                 case _:
                     return
             s = self._snapshot
