@@ -170,7 +170,11 @@ class ApprovalGate:
         )
         self._log.info("approval.requested", approval_id=request.id, tool=call.name)
         self._events.emit(ApprovalRequested(self._run_id, request))
-        decision = await self._wait(request)
+        try:
+            decision = await self._wait(request)
+        except Exception as exc:  # the call is not run: the model reads why, the run goes on
+            self._log.exception("approval.failed", approval_id=request.id, tool=call.name)
+            return f"error: {call.name}: not run: its approval could not be asked for ({exc})"
         self._log.info(
             "approval.decided",
             approval_id=request.id,

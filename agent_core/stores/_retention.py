@@ -116,6 +116,7 @@ OLD_ROWS: tuple[tuple[str, str], ...] = (
 USER_ROWS: tuple[tuple[str, str], ...] = (
     ("thread_participants", "user_id = {user}"),
     ("guidance", "status <> 'queued' AND author = {user}"),
+    ("approvals", "status <> 'requested' AND decided_by = {user}"),
 )
 """What else a person wrote, in other people's threads, that forgetting them deletes."""
 

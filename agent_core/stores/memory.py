@@ -366,6 +366,8 @@ class MemoryStore:
                 del self._participants[participant]
             for key in [k for k, g in self._guidance.items() if _settled_by(g, user)]:
                 del self._guidance[key]
+            for key in [k for k, a in self._approvals.items() if _decided_by(a, user)]:
+                del self._approvals[key]
             kept = sum(1 for run in self._runs.values() if run.requester == user)
             return Forgotten(runs=len(doomed), kept=kept)
 
@@ -763,6 +765,10 @@ def _needed(run: RunRecord) -> bool:
 
 def _settled_by(guidance: GuidanceRecord, user: str) -> bool:
     return guidance.author == user and guidance.status is not GuidanceStatus.QUEUED
+
+
+def _decided_by(approval: ApprovalRecord, user: str) -> bool:
+    return approval.decided_by == user and approval.status.terminal
 
 
 def _never_resumes(run: RunRecord | None) -> bool:

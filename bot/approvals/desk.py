@@ -220,7 +220,7 @@ class ApprovalDesk:
             log.error("approval.post_failed", approval_id=record.id, error=repr(exc))
             return
         if found:
-            log.info("approval.message_found", approval_id=record.id, ts=ts)
+            log.info("approval.message_found", approval_id=record.id, run_id=record.run_id, ts=ts)
         posted = dataclasses.replace(record, message_ts=ts)
         self._waiting[record.id] = (posted, self._waiting[record.id][1])
         await self._store.set_approval_message(record.id, ts)

@@ -409,6 +409,12 @@ class RunSession:
                 case TurnFinished():
                     self._push_progress()  # it spent from the request's budget
                     return
+                case ApprovalRequested(request=request):
+                    doing = self._approvals.requested(request.id, request.tool)
+                case ApprovalDecided(request=request, decision=decision):
+                    approved = decision.approved
+                    self._approvals.decided(request.id, request.tool, approved=approved)
+                    doing = messages.activity_tool(request.tool) if approved else ""
                 case _:
                     return
             s = self._snapshot

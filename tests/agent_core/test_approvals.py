@@ -18,7 +18,7 @@ from llmock.scenarios import Reply, ToolCall
 
 from agent_core.agent import AgentConfig
 from agent_core.approvals import ApprovalDecision, ApprovalRule, ApprovalStatus
-from agent_core.errors import ConfigError
+from agent_core.errors import ConfigError, StorageError
 from agent_core.events import ApprovalDecided, ApprovalRequested
 from agent_core.mcp import HttpServer, McpManager, parse_mcp_config
 from agent_core.outcomes import Outcome
@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
     from llmock.pytest_plugin import LLMock
 
+    from agent_core.approvals import ApprovalRequest
     from tests.agent_core.helpers import AgentFactory
 
 
@@ -308,3 +309,23 @@ async def test_mcp_server_git_over_stdio_runs_only_what_was_approved(
     assert branches == ["approved", "main"]
     results = tool_messages(llm, 1)
     assert "error: git__git_create_branch: denied by <@UADA>" in results
+
+
+class _Broken(HandApprovals):
+    async def ask(self, request: ApprovalRequest) -> ApprovalDecision:
+        raise StorageError("the database is gone")
+
+
+async def test_an_approval_that_cannot_be_asked_for_is_a_tool_error_not_a_crash(
+    llm: LLMock, make_agent: AgentFactory, fake: FakeMcpServer
+) -> None:
+    read_and_write(llm)
+    async with notes_server(fake) as manager:
+        result = await make_agent(manager.tools, approvals=_Broken()).new_run("go").run()
+
+    assert fake.notes == [("read_note", "")]
+    assert tool_messages(llm, 1)[1] == (
+        "error: notes__write_note: not run: its approval could not be asked for "
+        "(the database is gone)"
+    )
+    assert result.outcome is Outcome.FINISHED

@@ -270,3 +270,36 @@ async def test_app_home_lists_the_waiting_call_with_the_same_buttons(
     assert ("write_note", HOSTILE) in fake.notes
     after = await home(bot, DEFAULT_USER, lambda v: messages.HEADING_APPROVALS not in view_text(v))
     assert ACTION_APPROVE not in view_text(after)
+
+
+async def test_a_sub_agents_call_waits_for_approval_the_same_way(
+    bot: Bot, llm: LLMock, fake: FakeMcpServer
+) -> None:
+    llm.call_tool("delegate", {"task": "Write the note", "tools": ["notes__write_note"]})
+    llm.call_tool("notes__write_note", {"text": "from the sub-agent"})  # the sub-agent's turn 1
+    llm.reply("Wrote it.")  # its turn 2
+    llm.reply("The sub-agent wrote the note.")  # the parent's turn 2
+    _, status = await bot.mention("have a sub-agent write the note")
+    approval = await approval_message(bot, status)
+
+    waiting_status = await bot.until(
+        status,
+        lambda m: (
+            "Write the note · turn 1: Waiting for approval to run `notes__write_note`"
+            in block_text(m)
+        ),
+    )
+    assert "*Sub-agents*" in block_text(waiting_status)
+    thread_ts = status.thread_ts
+    assert thread_ts is not None
+    await bot.slack.wait_until(
+        lambda s: s.state.session_status(DEFAULT_CHANNEL, thread_ts) == "suspended",
+        timeout=WAIT_S,
+    )
+    assert fake.notes == []
+
+    assert await bot.click(approval, ACTION_APPROVE) == 200
+    final = await bot.final(status)
+
+    assert "The sub-agent wrote the note." in block_text(final)
+    assert fake.notes == [("write_note", "from the sub-agent")]

@@ -143,3 +143,17 @@ async def test_adding_and_deciding_an_approval_moves_its_runs_updated_at(store: 
     later = utcnow()
     assert await store.decide_approval("a1", ApprovalStatus.APPROVED, decided_by="U1")
     assert [r.id for r in await store.runs_changed_since(later)] == ["run-1"]
+
+
+async def test_forgetting_a_person_deletes_the_approvals_they_decided(store: Store) -> None:
+    """Who approved or denied a call in someone else's run is theirs to have forgotten;
+    an approval still waiting is the run's and stays."""
+    assert await store.add_approval(held("a1"))
+    assert await store.add_approval(held("a2"))
+    assert await store.add_approval(held("a3"))
+    assert await store.decide_approval("a1", ApprovalStatus.APPROVED, decided_by="U9")
+    assert await store.decide_approval("a2", ApprovalStatus.DENIED, decided_by="U2")
+
+    await store.forget_requester("U9")
+
+    assert [a.id for a in await store.approvals_for("run-1")] == ["a2", "a3"]

@@ -11,9 +11,12 @@ never see one that was not approved.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sqlite3
 from typing import TYPE_CHECKING
 
+import asyncpg  # type: ignore[import-untyped]
 import pytest
 from llmock.scenarios import Reply, ToolCall
 
@@ -21,7 +24,7 @@ from bot.views.approval import ACTION_APPROVE
 from tests.bot.harness import block_text, buttons, run_id_of
 from tests.fakes.mcp_server import FakeMcpServer, serve_http
 from tests.fakes.slack_workspace import DEFAULT_CHANNEL, DEFAULT_USER
-from tests.system.workers import LEASE_TTL_S, WAIT_S
+from tests.system.workers import LEASE_TTL_S, WAIT_S, until_async
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -29,6 +32,7 @@ if TYPE_CHECKING:
 
     from llmock.pytest_plugin import LLMock
 
+    from agent_core.ports import Store
     from tests.fakes.slack_api import FakeSlack
     from tests.fakes.slack_messages import Message
     from tests.system.workers import Cluster
@@ -45,6 +49,15 @@ async def notes_config(fake: FakeMcpServer, tmp_path: Path) -> AsyncIterator[str
         entry = {"url": url, "approval": "always"}
         path.write_text(json.dumps({"mcpServers": {"notes": entry}}))
         yield str(path)
+
+
+def button_values(message: Message, action_id: str) -> list[str]:
+    return [
+        str(element.get("value"))
+        for block in message.blocks or []
+        for element in block.get("elements", [])
+        if isinstance(element, dict) and element.get("action_id") == action_id
+    ]
 
 
 def approval_messages(slack: FakeSlack, status: Message) -> list[Message]:
@@ -89,8 +102,30 @@ async def test_approve_clicked_on_another_worker_runs_the_call_in_the_owner(
     assert a.logged("approval.decided", tool="notes__write_note", status="approved")
 
 
+async def forget_message_ts(database_url: str) -> None:
+    """As if the owner had died between posting the approval message and storing its ts."""
+    sql = "UPDATE approvals SET message_ts = NULL"
+    if database_url.startswith("sqlite:"):
+        with contextlib.closing(sqlite3.connect(database_url.removeprefix("sqlite:///"))) as db:
+            db.execute(sql)
+            db.commit()
+        return
+    conn = await asyncpg.connect(database_url)
+    try:
+        await conn.execute(sql)
+    finally:
+        await conn.close()
+
+
+@pytest.mark.parametrize("ts_lost", [False, True], ids=["ts_stored", "ts_lost"])
 async def test_owner_killed_while_waiting_the_resumed_run_waits_on_the_same_message(
-    cluster: Cluster, llm: LLMock, fake: FakeMcpServer, notes_config: str
+    cluster: Cluster,
+    llm: LLMock,
+    fake: FakeMcpServer,
+    notes_config: str,
+    database_url: str,
+    store: Store,
+    ts_lost: bool,
 ) -> None:
     a, b = await cluster.start("a", "b", MCP_CONFIG=notes_config)
     # The resumed run replays the turn (it had not completed): the same call again.
@@ -100,8 +135,16 @@ async def test_owner_killed_while_waiting_the_resumed_run_waits_on_the_same_mess
     _, status = await cluster.mention(a, "write the note")
     approval = await approval_message(cluster, status)
     run_id = run_id_of(status)
+    [approval_id] = button_values(approval, ACTION_APPROVE)
 
+    async def ts_stored() -> bool:
+        record = await store.get_approval(approval_id)
+        return record is not None and record.message_ts is not None
+
+    await until_async(ts_stored, what="the approval message's ts stored")
     assert await a.kill() == -9
+    if ts_lost:
+        await forget_message_ts(database_url)
     # b reconciles the lost run and resumes it: it waits on the approval it had asked for.
     await b.wait_log("approval.reused", timeout=LEASE_TTL_S + 20, run_id=run_id)
     assert fake.notes == []
@@ -114,3 +157,4 @@ async def test_owner_killed_while_waiting_the_resumed_run_waits_on_the_same_mess
     assert len(approval_messages(cluster.slack, status)) == 1  # no second approval message
     decided = await cluster.until_message(approval, lambda m: not buttons(m))
     assert f"Approved by <@{DEFAULT_USER}>" in block_text(decided)
+    assert bool(b.logged("approval.message_found", run_id=run_id)) is ts_lost
