@@ -350,13 +350,15 @@ class Reconciler:
         final is written (that write is the one that stands, in the message's order)."""
         if record.status_ts is None or not record.state.is_terminal:
             return False
+        result = stored_result(record)
         rendered = render_status(
             StatusSnapshot(
                 run_id=record.id,
                 requester=record.requester,
                 phase="done",
-                result=stored_result(record),
+                result=result,
                 ending=ending_view(record),
+                spent=result.spent if result is not None else None,
             )
         )
         if answer is not None:

@@ -116,6 +116,8 @@ async def test_continue_runs_it_on_from_its_checkpoint_with_one_more_budget(
     first = await bot.until(final, lambda m: messages.continued(DEFAULT_USER) in text_of(m))
     assert ACTION_CONTINUE not in buttons(first)
     assert SPENT in text_of(first)
+    # Rewritten from the store, its small print still says what the request spent.
+    assert " · 1 tool call" in text_of(first)
     second = await new_status_message(bot, thread_ts, after=first.ts)
     second = await bot.final(second)
     assert DONE in transcript(bot.slack, thread_ts)
