@@ -71,6 +71,8 @@ class Faults:
     """How many more writes of a terminal state fail before reaching the database."""
     terminal_failures: int = 0
     fail_create_run: bool = False
+    """The insert that records a new run fails (``create_run``, or ``admit_run``, which a
+    mention goes through)."""
     create_run_lands: bool = False
     """With ``fail_create_run``: the insert is done, only its answer is lost."""
     before_terminal_write: Callable[[Store, str], Awaitable[None]] | None = None
@@ -107,6 +109,13 @@ class FaultyStore:
                 await self._inner.create_run(run)
             raise StorageError("PostgreSQL could not create a run: connection lost")
         await self._inner.create_run(run)
+
+    async def admit_run(self, run: RunRecord, *, limit: int | None) -> bool:
+        if self._faults.fail_create_run:
+            if self._faults.create_run_lands:
+                await self._inner.admit_run(run, limit=limit)
+            raise StorageError("PostgreSQL could not create a run: connection lost")
+        return await self._inner.admit_run(run, limit=limit)
 
     async def heartbeat(self, *args: Any, **kwargs: Any) -> Any:
         try:
