@@ -17,8 +17,11 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from llmock.scenarios import Reply, ToolCall
 
+from agent_core import ApprovalStatus
+from agent_core.records import ResumeState
 from bot import messages
 from bot.views.approval import ACTION_APPROVE, ACTION_DENY
+from bot.workers.reconciler import Reconciler
 from tests.bot.harness import ACTION_ABORT, ACTION_STOP, WAIT_S, block_text, buttons, run_id_of
 from tests.bot.test_home import home, open_home, press, says, view_text
 from tests.fakes import slack_requests
@@ -32,6 +35,7 @@ if TYPE_CHECKING:
     from llmock.journal import RequestRecord
     from llmock.pytest_plugin import LLMock
 
+    from agent_core import Checkpoint, RunRecord
     from tests.bot.conftest import BotFactory
     from tests.bot.harness import Bot
     from tests.fakes.slack_api import FakeSlack
@@ -86,6 +90,15 @@ async def approval_message(bot: Bot, status: Message) -> Message:
     found = await bot.slack.wait_until(find, timeout=WAIT_S)
     assert found is not None
     return found
+
+
+def approval_id_of(message: Message) -> str:
+    """The approval a message's Approve button decides."""
+    for block in message.blocks or []:
+        for element in block.get("elements", []):
+            if isinstance(element, dict) and element.get("action_id") == ACTION_APPROVE:
+                return str(element["value"])
+    raise AssertionError("no Approve button")
 
 
 async def waiting(bot: Bot, llm: LLMock, fake: FakeMcpServer) -> tuple[Message, Message]:
@@ -303,3 +316,50 @@ async def test_a_sub_agents_call_waits_for_approval_the_same_way(
 
     assert "The sub-agent wrote the note." in block_text(final)
     assert fake.notes == [("write_note", "from the sub-agent")]
+
+
+async def _no_resume(record: RunRecord, checkpoint: Checkpoint | None) -> None:
+    raise AssertionError("this run's resume is declined")
+
+
+async def test_a_lost_run_that_will_not_resume_takes_no_click_and_closes_its_approval(
+    make_bot: BotFactory, notes_config: str, llm: LLMock, fake: FakeMcpServer
+) -> None:
+    bot = await make_bot(MCP_CONFIG=notes_config, MAX_AUTO_RESUMES="0")
+    status, approval = await waiting(bot, llm, fake)
+    ctx = bot.app.ctx
+    assert ctx is not None
+    run_id = run_id_of(status)
+    record = await ctx.store.get_run(run_id)
+    assert record is not None
+    approval_id = approval_id_of(approval)
+
+    # Another worker finds this one gone (as after a stall longer than the lease): the
+    # run ended ``worker_lost``, and its resume is declined (MAX_AUTO_RESUMES=0).
+    worker_b = Reconciler(
+        ctx.store,
+        ctx.workspaces,
+        worker_id="worker-b",
+        lease_ttl_s=3,
+        resume=_no_resume,
+        is_local=lambda _: False,
+        policy=ctx.worker.reconciler.policy,
+    )
+    assert await worker_b.end_orphan(record)
+    ended = await ctx.store.get_run(run_id)
+    assert ended is not None and ended.resume is ResumeState.DECLINED
+
+    # No run will ever take a decision now: a click changes nothing, and says so.
+    assert await bot.click(approval, ACTION_APPROVE) == 200
+    [answer] = await bot.ephemerals(DEFAULT_USER)
+    assert answer == messages.APPROVAL_RUN_ENDED
+    stored = await ctx.store.get_approval(approval_id)
+    assert stored is not None and stored.status is not ApprovalStatus.APPROVED
+
+    # Whichever worker passes next: the approval message keeps no buttons.
+    await ctx.worker.reconciler.run_once()
+    closed = await bot.until(approval, lambda m: not buttons(m))
+    assert "Not run" in block_text(closed)
+    stored = await ctx.store.get_approval(approval_id)
+    assert stored is not None and stored.status is ApprovalStatus.CANCELLED
+    assert fake.notes == [("read_note", "")]
