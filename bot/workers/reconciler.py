@@ -369,16 +369,29 @@ class Reconciler:
         at once through the click's ``response_url``, then the budget writes it as every
         final is written (that write is the one that stands, in the message's order).
 
-        The run's approvals still ``requested`` are closed first if it will not go on."""
+        Then, if the run will not go on, its approvals still ``requested`` are closed (a
+        pass catches them if this fails)."""
         if not record.state.is_terminal:
             return False
+        delivered = record.status_ts is not None and await self._write_final(
+            record, now, also=also, answer=answer
+        )
         if self._approvals is not None:
             try:
                 await self._approvals.close_ended(record.id, record)
             except StorageError:
                 log.exception("reconcile.approvals_not_closed", run_id=record.id)
-        if record.status_ts is None:
-            return False
+        return delivered
+
+    async def _write_final(
+        self,
+        record: RunRecord,
+        now: datetime | None,
+        *,
+        also: tuple[str, ...],
+        answer: ClickAnswer | None,
+    ) -> bool:
+        assert record.status_ts is not None
         rendered = render_status(
             StatusSnapshot(
                 run_id=record.id,

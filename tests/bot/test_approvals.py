@@ -27,6 +27,7 @@ from tests.bot.test_home import home, open_home, press, says, view_text
 from tests.fakes import slack_requests
 from tests.fakes.mcp_server import FakeMcpServer, serve_http
 from tests.fakes.slack_workspace import DEFAULT_CHANNEL, DEFAULT_USER
+from tests.system.workers import until_async
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -359,7 +360,21 @@ async def test_a_lost_run_that_will_not_resume_takes_no_click_and_closes_its_app
     # Whichever worker passes next: the approval message keeps no buttons.
     await ctx.worker.reconciler.run_once()
     closed = await bot.until(approval, lambda m: not buttons(m))
-    assert "Not run" in block_text(closed)
+    assert messages.APPROVAL_CLOSED_RUN_ENDED in block_text(closed)
     stored = await ctx.store.get_approval(approval_id)
     assert stored is not None and stored.status is ApprovalStatus.CANCELLED
+
+    async def audited() -> list[tuple[str, str]] | None:
+        events = await ctx.store.events_for(run_id)
+        trail = [(e.kind, e.actor) for e in events if e.kind.startswith("approval.")]
+        return trail if len(trail) > 1 else None
+
+    # (The audit event follows the message update; a periodic pass may be the closer.)
+    assert await until_async(audited, what="the cancellation audited", timeout=WAIT_S) == [
+        ("approval.requested", DEFAULT_USER),
+        ("approval.cancelled", "threadpilot"),
+    ]
+    # The buttons of a client still showing them: the same answer.
+    assert await bot.click_version(approval, ACTION_APPROVE) == 200
+    assert await bot.ephemerals(DEFAULT_USER, 2) == [messages.APPROVAL_RUN_ENDED] * 2
     assert fake.notes == [("read_note", "")]

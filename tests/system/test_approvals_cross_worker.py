@@ -190,10 +190,16 @@ async def test_owner_killed_and_its_resume_declined_the_approval_closes_and_take
     assert "MAX_AUTO_RESUMES 0" in block_text(final)
     stored = await store.get_approval(approval_id)
     assert stored is not None and stored.status is ApprovalStatus.CANCELLED
-    trail = [
-        (e.kind, e.actor) for e in await store.events_for(run_id) if e.kind.startswith("approval.")
+
+    async def audited() -> list[tuple[str, str]] | None:
+        events = await store.events_for(run_id)
+        trail = [(e.kind, e.actor) for e in events if e.kind.startswith("approval.")]
+        return trail if len(trail) > 1 else None
+
+    assert await until_async(audited, what="the cancellation audited") == [
+        ("approval.requested", DEFAULT_USER),
+        ("approval.cancelled", "threadpilot"),
     ]
-    assert trail == [("approval.requested", DEFAULT_USER), ("approval.cancelled", "threadpilot")]
 
     # A client still showing the buttons: the click changes nothing, and says so.
     assert await b.click(approval, ACTION_APPROVE) == 200
