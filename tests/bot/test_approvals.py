@@ -11,15 +11,18 @@ never see one that was not approved.
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import json
 from typing import TYPE_CHECKING, Any
 
 import pytest
 from llmock.scenarios import Reply, ToolCall
 
-from agent_core import ApprovalStatus
+from agent_core import ApprovalStatus, EndedBecause, RunRecord, RunState, ThreadKey
 from agent_core.records import ResumeState
 from bot import messages
+from bot.approvals.desk import still_counts
 from bot.views.approval import ACTION_APPROVE, ACTION_DENY
 from bot.workers.reconciler import Reconciler
 from tests.bot.harness import ACTION_ABORT, ACTION_STOP, WAIT_S, block_text, buttons, run_id_of
@@ -36,7 +39,7 @@ if TYPE_CHECKING:
     from llmock.journal import RequestRecord
     from llmock.pytest_plugin import LLMock
 
-    from agent_core import Checkpoint, RunRecord
+    from agent_core import Checkpoint
     from tests.bot.conftest import BotFactory
     from tests.bot.harness import Bot
     from tests.fakes.slack_api import FakeSlack
@@ -357,7 +360,15 @@ async def test_a_lost_run_that_will_not_resume_takes_no_click_and_closes_its_app
     stored = await ctx.store.get_approval(approval_id)
     assert stored is not None and stored.status is not ApprovalStatus.APPROVED
 
-    # Whichever worker passes next: the approval message keeps no buttons.
+    # This worker's heartbeat sees the run is no longer its own and lets go of it (the
+    # call it held is left to the new owner); whichever worker passes next closes the
+    # approval: its message keeps no buttons.
+    live = ctx.supervisor.get(run_id)
+    assert live is not None and live.task is not None
+    ctx.supervisor.lost_ownership({r.id for r in await ctx.store.live_runs(owner=ctx.worker.id)})
+    async with asyncio.timeout(WAIT_S):
+        await live.task
+    assert (await ctx.store.get_approval(approval_id)) == stored  # not settled by the abort
     await ctx.worker.reconciler.run_once()
     closed = await bot.until(approval, lambda m: not buttons(m))
     assert messages.APPROVAL_CLOSED_RUN_ENDED in block_text(closed)
@@ -378,3 +389,27 @@ async def test_a_lost_run_that_will_not_resume_takes_no_click_and_closes_its_app
     assert await bot.click_version(approval, ACTION_APPROVE) == 200
     assert await bot.ephemerals(DEFAULT_USER, 2) == [messages.APPROVAL_RUN_ENDED] * 2
     assert fake.notes == [("read_note", "")]
+
+
+@pytest.mark.parametrize(
+    ("state", "ended_because", "resume", "counts"),
+    [
+        (RunState.RUNNING, None, None, True),
+        (RunState.BLOCKED, EndedBecause.WORKER_LOST, None, True),  # not decided yet
+        (RunState.BLOCKED, EndedBecause.WORKER_LOST, ResumeState.SCHEDULED, True),
+        (RunState.BLOCKED, EndedBecause.SHUTDOWN, ResumeState.CLAIMED, True),
+        (RunState.BLOCKED, EndedBecause.WORKER_LOST, ResumeState.DECLINED, False),
+        (RunState.BLOCKED, EndedBecause.SHUTDOWN, ResumeState.CANCELLED, False),  # Don't resume
+        (RunState.BLOCKED, EndedBecause.SHUTDOWN, ResumeState.STARTED, False),
+        (RunState.USERINTERLUDE, EndedBecause.USER_EXIT, None, False),
+        (RunState.FINISHED, EndedBecause.COMPLETED, None, False),
+    ],
+)
+def test_a_click_counts_only_while_a_run_may_still_take_it(
+    state: RunState, ended_because: EndedBecause | None, resume: ResumeState | None, counts: bool
+) -> None:
+    thread = ThreadKey("T1", "C1", "1.0")
+    run = RunRecord("r1", thread, DEFAULT_USER, "task", state=state)
+    run = dataclasses.replace(run, ended_because=ended_because, resume=resume)
+    assert still_counts(run) is counts
+    assert still_counts(None) is False
