@@ -10,7 +10,8 @@ terminal's y/N). The gate is the one place that decides what the model reads:
 - nobody decided within ``APPROVAL_TIMEOUT``: denied as expired;
 - a Stop while waiting: cancelled, not run; the run goes on to its final turn;
 - an Abort while waiting: cancelled, and the cancellation goes on (the run ends);
-- a shutdown while waiting: the request stays ``requested`` for the resumed run.
+- a shutdown while waiting, or an abort because another worker took the run over: the
+  request stays ``requested``, for the resumed run (or, if none, the app closes it).
 
 The other calls of the same step are not held: each call waits on its own.
 
@@ -34,7 +35,7 @@ from agent_core.errors import ConfigError, IllegalTransition
 from agent_core.events import ApprovalDecided, ApprovalRequested
 from agent_core.records import ApprovalStatus
 from agent_core.resume_policy import parse_duration
-from agent_core.stop import StopReason
+from agent_core.stop import StopReason, StopSource
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -196,9 +197,11 @@ class ApprovalGate:
             return await self._settle(asking, request, ApprovalStatus.EXPIRED)
         except asyncio.CancelledError:
             # Abort: the request is cancelled (bounded), then the cancellation goes on.
-            # Shutdown: it stays requested, for the resumed run to wait on.
+            # Shutdown: it stays requested, for the resumed run to wait on. An abort
+            # because another worker took the run over (its lease ran out) leaves it to
+            # that worker too: resumed there, the run waits on the same request.
             await _drain(asking)
-            if self._control.reason is StopReason.ABORT:
+            if self._control.reason is StopReason.ABORT and not self._taken_over():
                 try:
                     async with asyncio.timeout(_SETTLE_S):
                         await asyncio.shield(approvals.settle(request, ApprovalStatus.CANCELLED))
@@ -210,6 +213,10 @@ class ApprovalGate:
         if asking.done():
             return asking.result()
         return await self._settle(asking, request, ApprovalStatus.CANCELLED)
+
+    def _taken_over(self) -> bool:
+        request = self._control.request
+        return request is not None and request.source is StopSource.LEASE
 
     async def _stop_requested(self) -> None:
         """Returns on a Stop. An Abort or a shutdown cancels the run's task instead, so

@@ -891,4 +891,9 @@ def more_approvals(count: int) -> str:
 
 
 APPROVAL_RUN_ENDED = "This run has ended, so the call will not run. Nothing changed."
+APPROVAL_CLOSED_RUN_ENDED = (
+    ":black_square_for_stop: Not run: the run ended before anyone decided, and it will not go on."
+)
+"""The approval message of a call whose run ended for good while it waited (its resume
+declined or cancelled, or it ended in a way that is never resumed)."""
 APPROVAL_NOT_FOUND = "This approval is not known here. Nothing changed."

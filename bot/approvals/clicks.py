@@ -2,13 +2,15 @@
 
 Before the ack, within :data:`~bot.stopping.stops.ACK_BUDGET_S`, :meth:`ApprovalClicks.decide`
 decides the click and commits it: the click must come from the approval's own message
-(or App Home), the run must not have ended for good, ``APPROVAL_POLICY`` must allow the
-person (admins always), and the row must still be ``requested`` (compare-and-set: the
-first decision wins, in whichever worker). A committed decision is handed at once to the
-call if it waits in this worker; elsewhere, the commit's wake-up reaches the owner's stop
-watcher. After the ack, :meth:`ApprovalClicks.after` updates the approval message in place
-(the decision and who made it), writes the audit event, and answers a click that changed
-nothing with an ephemeral.
+(or App Home), a run must still be able to take it (live, or ended in a way that is
+resumed, its resume ahead or undecided: :func:`~bot.approvals.desk.still_counts`),
+``APPROVAL_POLICY`` must allow the person (admins always), and the row must still be
+``requested`` (compare-and-set: the first decision wins, in whichever worker). A
+committed decision is handed at once to the call if it waits in this worker; elsewhere,
+the commit's wake-up reaches the owner's stop watcher. After the ack,
+:meth:`ApprovalClicks.after` updates the approval message in place (the decision and who
+made it), writes the audit event, and answers a click that changed nothing with an
+ephemeral.
 """
 
 from __future__ import annotations
@@ -21,8 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from agent_core import ApprovalStatus, EndedBecause, StorageError
+from agent_core import ApprovalStatus, StorageError
 from bot import messages
+from bot.approvals.desk import still_counts
 from bot.errors import BudgetNotRunning, SlackError
 from bot.inbound.trust import Person
 from bot.process.settings import StopPolicy
@@ -42,9 +45,6 @@ if TYPE_CHECKING:
 __all__ = ["ApprovalAsk", "ApprovalClick", "ApprovalClicks", "ApprovalVerdict"]
 
 log = structlog.get_logger("bot.approvals.clicks")
-
-_RESUMABLE = frozenset({EndedBecause.SHUTDOWN, EndedBecause.WORKER_LOST})
-"""A run that ended so is resumed: its approvals still count (the resumed run waits on them)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,10 +142,11 @@ class ApprovalClicks:
             return ApprovalClick(
                 ask, ApprovalVerdict.NOT_THIS_MESSAGE, answer=messages.APPROVAL_NOT_FOUND
             )
-        if record.status.terminal:
-            return _already(ask, record)
         run = await self._store.get_run(record.run_id)
-        if run is None or (run.state.is_terminal and run.ended_because not in _RESUMABLE):
+        ended = not still_counts(run)
+        if record.status.terminal and not (ended and record.status is ApprovalStatus.CANCELLED):
+            return _already(ask, record)
+        if ended:
             return ApprovalClick(
                 ask, ApprovalVerdict.RUN_ENDED, record, messages.APPROVAL_RUN_ENDED
             )

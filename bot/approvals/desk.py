@@ -15,6 +15,15 @@ The row is the truth: the first decision committed wins, whoever makes it (a cli
 timeout, a Stop). A run resumed after a shutdown or a lost worker asks again for the same
 call (its model turn is replayed from the checkpoint); it finds the approval it had not
 taken yet and waits on that row and its message, so a click made meanwhile counts.
+
+An approval counts only while its run may still take it (:func:`still_counts`): the run
+is live, or it ended in a way that is resumed and its resume is still ahead or undecided.
+Once a run's ending is decided for good (its resume declined, cancelled or started as a
+new run, or an ending that never resumes) with calls still ``requested``,
+:meth:`ApprovalDesk.close_ended` cancels them (compare-and-set: a racing click wins or
+loses cleanly) and their messages say the call was not run because the run ended, with
+no buttons. The reconciler does it for every worker's runs: as it shows a run's ending,
+and in each pass for any left over (:meth:`ApprovalDesk.close_all_ended`).
 """
 
 from __future__ import annotations
@@ -30,28 +39,46 @@ from agent_core import (
     ApprovalRecord,
     ApprovalStatus,
     AuditEvent,
+    EndedBecause,
     StorageError,
 )
 from agent_core.clock import utcnow
+from agent_core.records import ResumeState
 from bot.errors import BudgetNotRunning, SlackError
 from bot.views.approval import approval_metadata, render_approval
 
 if TYPE_CHECKING:
     from collections.abc import Collection
 
-    from agent_core import ApprovalRequest
+    from agent_core import ApprovalRequest, RunRecord
     from bot.slack_api.surface import Workspaces
     from bot.store_needs import ApprovalDeskStore
 
-__all__ = ["ApprovalDesk", "ApprovalMetrics", "decision_of"]
+__all__ = ["ApprovalDesk", "ApprovalMetrics", "decision_of", "still_counts"]
 
 log = structlog.get_logger("bot.approvals.desk")
+
+_RESUMED = frozenset({EndedBecause.SHUTDOWN, EndedBecause.WORKER_LOST})
+"""Endings resumed in place: the resumed run waits on the same approvals."""
+_STILL_AHEAD = frozenset({None, ResumeState.SCHEDULED, ResumeState.CLAIMED})
+"""Resume decisions that leave the resume ahead (or not decided yet)."""
 
 
 class ApprovalMetrics(Protocol):
     """What ``/metrics`` counts of approvals (:class:`bot.process.metrics.Metrics`)."""
 
     def approval_decided(self, status: str, waited_s: float) -> None: ...
+
+
+def still_counts(run: RunRecord | None) -> bool:
+    """True while a decision on one of ``run``'s approvals may still be taken by a run:
+    it is live, or it ended in a way that is resumed in place (a shutdown, a lost worker)
+    and its resume is still ahead or not decided yet."""
+    if run is None:
+        return False
+    if not run.state.is_terminal:
+        return True
+    return run.ended_because in _RESUMED and run.resume in _STILL_AHEAD
 
 
 def decision_of(record: ApprovalRecord) -> ApprovalDecision:
@@ -134,13 +161,45 @@ class ApprovalDesk:
                 delivered += 1
         return delivered
 
+    # -- runs that ended for good ----------------------------------------------------------
+
+    async def close_ended(self, run_id: str, run: RunRecord | None) -> int:
+        """Cancel the ``requested`` approvals of ``run`` (stored as ``run_id``) if no run
+        will take them any more (:func:`still_counts`): each by compare-and-set, its
+        message updated in place (not run: the run ended) and audited. How many."""
+        if still_counts(run):
+            return 0
+        closed = 0
+        for record in await self._store.pending_approvals([run_id]):
+            if record.id in self._waiting:
+                continue  # a call waits here still: its run settles it
+            if not await self._store.decide_approval(record.id, ApprovalStatus.CANCELLED):
+                continue  # decided meanwhile (a click, a Stop): that decision stands
+            stored = await self._store.get_approval(record.id)
+            cancelled = stored or dataclasses.replace(record, status=ApprovalStatus.CANCELLED)
+            log.info("approval.closed", approval_id=record.id, run_id=run_id, reason="run_ended")
+            await self.show(cancelled, run_ended=True)
+            await self.audit(cancelled, actor="threadpilot", reason="run_ended")
+            closed += 1
+        return closed
+
+    async def close_all_ended(self) -> int:
+        """:meth:`close_ended` for every run with a ``requested`` approval (the pass that
+        catches what no ending's display did: an owner gone between its decision and
+        this, an ending that never resumes). How many were closed."""
+        closed = 0
+        for run_id in dict.fromkeys(r.run_id for r in await self._store.pending_approvals()):
+            closed += await self.close_ended(run_id, await self._store.get_run(run_id))
+        return closed
+
     # -- the message and the trail --------------------------------------------------------
 
-    async def show(self, record: ApprovalRecord) -> None:
-        """Update the approval message in place (a decision and who made it)."""
+    async def show(self, record: ApprovalRecord, *, run_ended: bool = False) -> None:
+        """Update the approval message in place (a decision and who made it; or, with
+        ``run_ended``, that the call was not run because its run ended)."""
         if record.message_ts is None:
             return
-        text, blocks = render_approval(record)
+        text, blocks = render_approval(record, run_ended=run_ended)
         try:
             surface = await self._workspaces.get(record.thread.team)
             await surface.budget.update_final(

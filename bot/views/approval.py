@@ -66,13 +66,16 @@ def approval_buttons(approval_id: str) -> Block:
     }
 
 
-def render_approval(record: ApprovalRecord) -> tuple[str, list[Block]]:
-    """The message's text and blocks for ``record`` as it stands."""
+def render_approval(record: ApprovalRecord, *, run_ended: bool = False) -> tuple[str, list[Block]]:
+    """The message's text and blocks for ``record`` as it stands (``run_ended``: it was
+    cancelled because its run ended for good while it waited)."""
     blocks: list[Block] = [
         section(m.approval_request(record.tool, record.requester)),
         section(m.approval_arguments(record.arguments)),
     ]
-    if record.status.terminal:
+    if run_ended and record.status.terminal:
+        blocks.append(context(m.APPROVAL_CLOSED_RUN_ENDED))
+    elif record.status.terminal:
         blocks.append(context(m.approval_decided(record.status.value, record.decided_by)))
     else:
         blocks.append(approval_buttons(record.id))

@@ -24,6 +24,11 @@ Runs on start-up and then periodically, in every worker (docs/operations.md, Lea
    ``ABANDONED_LOOKUP_S`` without one, there is nothing to repair and the run is settled.
 4. **Moot stop requests.** A request still pending for a run that has ended is marked
    handled (pending requests are never purged).
+5. **Moot approvals.** A held call still ``requested`` whose run ended for good (no
+   resume ahead: declined, cancelled, or an ending never resumed) is cancelled, and its
+   approval message says so without buttons (:meth:`bot.approvals.desk.ApprovalDesk.close_ended`):
+   as the run's ending is shown (:meth:`Reconciler.post_final`, whoever decided it), and
+   in each pass for any left over.
 
 Sub-agents (a ``delegate`` call's child runs) are stored with their parent, in its thread,
 and hold no lease of their own: the parent's worker runs them, and they end before their
@@ -40,7 +45,7 @@ import asyncio
 import contextlib
 from dataclasses import dataclass, replace
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import structlog
 
@@ -55,6 +60,7 @@ from agent_core import (
     ResumeSettings,
     RunResult,
     StopReason,
+    StorageError,
     Timings,
     Usage,
     ended_by_person,
@@ -121,6 +127,15 @@ class ReconcileReport:
     requeued: int = 0
 
 
+class EndedApprovals(Protocol):
+    """Closes the approvals of runs that ended for good
+    (:class:`bot.approvals.desk.ApprovalDesk`)."""
+
+    async def close_ended(self, run_id: str, run: RunRecord | None) -> int: ...
+
+    async def close_all_ended(self) -> int: ...
+
+
 class Reconciler:
     def __init__(
         self,
@@ -134,8 +149,11 @@ class Reconciler:
         policy: ResumeSettings | None = None,
         on_requeued: Callable[[], None] | None = None,
         room: Callable[[], AbstractContextManager[bool]] | None = None,
+        approvals: EndedApprovals | None = None,
     ) -> None:
         self._store = store
+        self._approvals = approvals
+        """Closes the approvals of runs that ended for good (None: the app has none)."""
         self._workspaces = workspaces
         self._worker_id = worker_id
         self._ttl = lease_ttl_s
@@ -189,6 +207,8 @@ class Reconciler:
         reposted = await self._repost_finals(now)
         if settled := await self._settle_moot_requests():
             log.info("reconcile.requests_settled", count=settled)
+        if self._approvals is not None and (closed := await self._approvals.close_all_ended()):
+            log.info("reconcile.approvals_closed", count=closed)
         if ended or resumed or reposted or requeued:
             log.info(
                 "reconcile.done",
@@ -347,9 +367,31 @@ class Reconciler:
 
         ``answer``: a click on the status message made this ending; the message shows it
         at once through the click's ``response_url``, then the budget writes it as every
-        final is written (that write is the one that stands, in the message's order)."""
-        if record.status_ts is None or not record.state.is_terminal:
+        final is written (that write is the one that stands, in the message's order).
+
+        Then, if the run will not go on, its approvals still ``requested`` are closed (a
+        pass catches them if this fails)."""
+        if not record.state.is_terminal:
             return False
+        delivered = record.status_ts is not None and await self._write_final(
+            record, now, also=also, answer=answer
+        )
+        if self._approvals is not None:
+            try:
+                await self._approvals.close_ended(record.id, record)
+            except StorageError:
+                log.exception("reconcile.approvals_not_closed", run_id=record.id)
+        return delivered
+
+    async def _write_final(
+        self,
+        record: RunRecord,
+        now: datetime | None,
+        *,
+        also: tuple[str, ...],
+        answer: ClickAnswer | None,
+    ) -> bool:
+        assert record.status_ts is not None
         result = stored_result(record)
         rendered = render_status(
             StatusSnapshot(

@@ -97,14 +97,14 @@ class Worker:
             on_queued=self._look_for_work,
             approvals=approvals,
         )
-        self.reconciler = self._reconciler(workspaces)
+        self.reconciler = self._reconciler(workspaces, approvals)
         self.resumes = self._resumes()
         self.queue = self._queue(workspaces, me, metrics)
         self._task: asyncio.Task[None] | None = None
         self._reconciling: asyncio.Task[None] | None = None
         self._purging: asyncio.Task[None] | None = None
 
-    def _reconciler(self, workspaces: Workspaces) -> Reconciler:
+    def _reconciler(self, workspaces: Workspaces, approvals: ApprovalDesk | None) -> Reconciler:
         return Reconciler(
             self.store,
             workspaces,
@@ -115,6 +115,7 @@ class Worker:
             policy=self._settings.resume_settings,
             on_requeued=self._look_for_work,
             room=self.supervisor.room,
+            approvals=approvals,
         )
 
     def _resumes(self) -> Resumes:

@@ -22,7 +22,7 @@ from agent_core.errors import ConfigError, StorageError
 from agent_core.events import ApprovalDecided, ApprovalRequested
 from agent_core.mcp import HttpServer, McpManager, parse_mcp_config
 from agent_core.outcomes import Outcome
-from agent_core.stop import StopReason
+from agent_core.stop import StopReason, StopSource
 from agent_core.testing import HandApprovals
 from tests.agent_core.helpers import EventLog
 from tests.agent_core.mcp_helpers import git_server, make_repository
@@ -245,6 +245,24 @@ async def test_shutdown_while_waiting_leaves_the_request_pending(
         task = asyncio.create_task(run.run())
         await approvals.next_request()
         run.request_stop(StopReason.SHUTDOWN, "system:shutdown")
+        await task
+
+    assert approvals.pending() == approvals.requests
+    assert fake.notes == []
+
+
+async def test_a_run_taken_over_elsewhere_leaves_the_request_to_its_new_owner(
+    llm: LLMock, make_agent: AgentFactory, fake: FakeMcpServer
+) -> None:
+    # Its lease ran out (a stall) and another worker took the run over: resumed there, the
+    # run waits on the same request, so this worker's abort must not cancel it.
+    approvals = HandApprovals()
+    llm.call_tool("notes__write_note", {"text": "later"})
+    async with notes_server(fake, ApprovalRule.ALWAYS) as manager:
+        run = make_agent(manager.tools, approvals=approvals).new_run("go")
+        task = asyncio.create_task(run.run())
+        await approvals.next_request()
+        run.request_stop(StopReason.ABORT, "system:lease-lost", source=StopSource.LEASE)
         await task
 
     assert approvals.pending() == approvals.requests

@@ -11,19 +11,26 @@ never see one that was not approved.
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import json
 from typing import TYPE_CHECKING, Any
 
 import pytest
 from llmock.scenarios import Reply, ToolCall
 
+from agent_core import ApprovalStatus, EndedBecause, RunRecord, RunState, ThreadKey
+from agent_core.records import ResumeState
 from bot import messages
+from bot.approvals.desk import still_counts
 from bot.views.approval import ACTION_APPROVE, ACTION_DENY
+from bot.workers.reconciler import Reconciler
 from tests.bot.harness import ACTION_ABORT, ACTION_STOP, WAIT_S, block_text, buttons, run_id_of
 from tests.bot.test_home import home, open_home, press, says, view_text
 from tests.fakes import slack_requests
 from tests.fakes.mcp_server import FakeMcpServer, serve_http
 from tests.fakes.slack_workspace import DEFAULT_CHANNEL, DEFAULT_USER
+from tests.system.workers import until_async
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -32,6 +39,7 @@ if TYPE_CHECKING:
     from llmock.journal import RequestRecord
     from llmock.pytest_plugin import LLMock
 
+    from agent_core import Checkpoint
     from tests.bot.conftest import BotFactory
     from tests.bot.harness import Bot
     from tests.fakes.slack_api import FakeSlack
@@ -86,6 +94,15 @@ async def approval_message(bot: Bot, status: Message) -> Message:
     found = await bot.slack.wait_until(find, timeout=WAIT_S)
     assert found is not None
     return found
+
+
+def approval_id_of(message: Message) -> str:
+    """The approval a message's Approve button decides."""
+    for block in message.blocks or []:
+        for element in block.get("elements", []):
+            if isinstance(element, dict) and element.get("action_id") == ACTION_APPROVE:
+                return str(element["value"])
+    raise AssertionError("no Approve button")
 
 
 async def waiting(bot: Bot, llm: LLMock, fake: FakeMcpServer) -> tuple[Message, Message]:
@@ -303,3 +320,96 @@ async def test_a_sub_agents_call_waits_for_approval_the_same_way(
 
     assert "The sub-agent wrote the note." in block_text(final)
     assert fake.notes == [("write_note", "from the sub-agent")]
+
+
+async def _no_resume(record: RunRecord, checkpoint: Checkpoint | None) -> None:
+    raise AssertionError("this run's resume is declined")
+
+
+async def test_a_lost_run_that_will_not_resume_takes_no_click_and_closes_its_approval(
+    make_bot: BotFactory, notes_config: str, llm: LLMock, fake: FakeMcpServer
+) -> None:
+    bot = await make_bot(MCP_CONFIG=notes_config, MAX_AUTO_RESUMES="0")
+    status, approval = await waiting(bot, llm, fake)
+    ctx = bot.app.ctx
+    assert ctx is not None
+    run_id = run_id_of(status)
+    record = await ctx.store.get_run(run_id)
+    assert record is not None
+    approval_id = approval_id_of(approval)
+
+    # Another worker finds this one gone (as after a stall longer than the lease): the
+    # run ended ``worker_lost``, and its resume is declined (MAX_AUTO_RESUMES=0).
+    worker_b = Reconciler(
+        ctx.store,
+        ctx.workspaces,
+        worker_id="worker-b",
+        lease_ttl_s=3,
+        resume=_no_resume,
+        is_local=lambda _: False,
+        policy=ctx.worker.reconciler.policy,
+    )
+    assert await worker_b.end_orphan(record)
+    ended = await ctx.store.get_run(run_id)
+    assert ended is not None and ended.resume is ResumeState.DECLINED
+
+    # No run will ever take a decision now: a click changes nothing, and says so.
+    assert await bot.click(approval, ACTION_APPROVE) == 200
+    [answer] = await bot.ephemerals(DEFAULT_USER)
+    assert answer == messages.APPROVAL_RUN_ENDED
+    stored = await ctx.store.get_approval(approval_id)
+    assert stored is not None and stored.status is not ApprovalStatus.APPROVED
+
+    # This worker's heartbeat sees the run is no longer its own and lets go of it (the
+    # call it held is left to the new owner); whichever worker passes next closes the
+    # approval: its message keeps no buttons.
+    live = ctx.supervisor.get(run_id)
+    assert live is not None and live.task is not None
+    ctx.supervisor.lost_ownership({r.id for r in await ctx.store.live_runs(owner=ctx.worker.id)})
+    async with asyncio.timeout(WAIT_S):
+        await live.task
+    assert (await ctx.store.get_approval(approval_id)) == stored  # not settled by the abort
+    await ctx.worker.reconciler.run_once()
+    closed = await bot.until(approval, lambda m: not buttons(m))
+    assert messages.APPROVAL_CLOSED_RUN_ENDED in block_text(closed)
+    stored = await ctx.store.get_approval(approval_id)
+    assert stored is not None and stored.status is ApprovalStatus.CANCELLED
+
+    async def audited() -> list[tuple[str, str]] | None:
+        events = await ctx.store.events_for(run_id)
+        trail = [(e.kind, e.actor) for e in events if e.kind.startswith("approval.")]
+        return trail if len(trail) > 1 else None
+
+    # (The audit event follows the message update; a periodic pass may be the closer.)
+    assert await until_async(audited, what="the cancellation audited", timeout=WAIT_S) == [
+        ("approval.requested", DEFAULT_USER),
+        ("approval.cancelled", "threadpilot"),
+    ]
+    # The buttons of a client still showing them: the same answer.
+    assert await bot.click_version(approval, ACTION_APPROVE) == 200
+    assert await bot.ephemerals(DEFAULT_USER, 2) == [messages.APPROVAL_RUN_ENDED] * 2
+    assert fake.notes == [("read_note", "")]
+
+
+@pytest.mark.parametrize(
+    ("state", "ended_because", "resume", "counts"),
+    [
+        (RunState.RUNNING, None, None, True),
+        (RunState.BLOCKED, EndedBecause.WORKER_LOST, None, True),  # not decided yet
+        (RunState.BLOCKED, EndedBecause.WORKER_LOST, ResumeState.SCHEDULED, True),
+        (RunState.BLOCKED, EndedBecause.SHUTDOWN, ResumeState.CLAIMED, True),
+        (RunState.BLOCKED, EndedBecause.WORKER_LOST, ResumeState.DECLINED, False),
+        (RunState.BLOCKED, EndedBecause.SHUTDOWN, ResumeState.CANCELLED, False),  # Don't resume
+        (RunState.BLOCKED, EndedBecause.SHUTDOWN, ResumeState.STARTED, False),
+        (RunState.USERINTERLUDE, EndedBecause.USER_EXIT, None, False),
+        (RunState.FINISHED, EndedBecause.COMPLETED, None, False),
+    ],
+)
+def test_a_click_counts_only_while_a_run_may_still_take_it(
+    state: RunState, ended_because: EndedBecause | None, resume: ResumeState | None, counts: bool
+) -> None:
+    thread = ThreadKey("T1", "C1", "1.0")
+    run = RunRecord("r1", thread, DEFAULT_USER, "task", state=state)
+    run = dataclasses.replace(run, ended_because=ended_because, resume=resume)
+    assert still_counts(run) is counts
+    assert still_counts(None) is False

@@ -20,6 +20,8 @@ import asyncpg  # type: ignore[import-untyped]
 import pytest
 from llmock.scenarios import Reply, ToolCall
 
+from agent_core import ApprovalStatus
+from bot import messages
 from bot.views.approval import ACTION_APPROVE
 from tests.bot.harness import block_text, buttons, run_id_of
 from tests.fakes.mcp_server import FakeMcpServer, serve_http
@@ -158,3 +160,55 @@ async def test_owner_killed_while_waiting_the_resumed_run_waits_on_the_same_mess
     decided = await cluster.until_message(approval, lambda m: not buttons(m))
     assert f"Approved by <@{DEFAULT_USER}>" in block_text(decided)
     assert bool(b.logged("approval.message_found", run_id=run_id)) is ts_lost
+
+
+async def test_owner_killed_and_its_resume_declined_the_approval_closes_and_takes_no_click(
+    cluster: Cluster, llm: LLMock, fake: FakeMcpServer, notes_config: str, store: Store
+) -> None:
+    # MAX_AUTO_RESUMES=0: the lost run will not be resumed, so nothing will ever run the call.
+    a, b = await cluster.start("a", "b", MCP_CONFIG=notes_config, MAX_AUTO_RESUMES="0")
+    llm.add(Reply(tool_calls=(ToolCall("notes__write_note", {"text": NOTE}),)))
+    _, status = await cluster.mention(a, "write the note")
+    approval = await approval_message(cluster, status)
+    run_id = run_id_of(status)
+    [approval_id] = button_values(approval, ACTION_APPROVE)
+
+    async def ts_stored() -> bool:
+        record = await store.get_approval(approval_id)
+        return record is not None and record.message_ts is not None
+
+    await until_async(ts_stored, what="the approval message's ts stored")
+    assert await a.kill() == -9
+
+    # b ends the lost run, declines its resume, and closes its approval: no buttons, and
+    # the message says why the call was not run.
+    closed = await cluster.until_message(
+        approval, lambda m: not buttons(m), timeout=LEASE_TTL_S + 20
+    )
+    assert messages.APPROVAL_CLOSED_RUN_ENDED in block_text(closed)
+    final = await cluster.final(status)
+    assert "MAX_AUTO_RESUMES 0" in block_text(final)
+    stored = await store.get_approval(approval_id)
+    assert stored is not None and stored.status is ApprovalStatus.CANCELLED
+
+    async def audited() -> list[tuple[str, str]] | None:
+        events = await store.events_for(run_id)
+        trail = [(e.kind, e.actor) for e in events if e.kind.startswith("approval.")]
+        return trail if len(trail) > 1 else None
+
+    assert await until_async(audited, what="the cancellation audited") == [
+        ("approval.requested", DEFAULT_USER),
+        ("approval.cancelled", "threadpilot"),
+    ]
+
+    # A client still showing the buttons: the click changes nothing, and says so.
+    assert await b.click(approval, ACTION_APPROVE) == 200
+
+    def answered(slack: FakeSlack) -> list[str] | None:
+        found = [e.text for e in slack.ephemerals(DEFAULT_CHANNEL) if e.user == DEFAULT_USER]
+        return found or None
+
+    assert await cluster.slack.wait_until(answered, timeout=WAIT_S) == [messages.APPROVAL_RUN_ENDED]
+    stored = await store.get_approval(approval_id)
+    assert stored is not None and stored.status is ApprovalStatus.CANCELLED
+    assert fake.notes == []
