@@ -624,13 +624,20 @@ class PostgresStore(PostgresQueue):
     async def pending_stop_requests(
         self, run_ids: Collection[str] | None = None
     ) -> list[StopRequestRecord]:
-        sql = "SELECT * FROM stop_requests WHERE status = 'requested'"
+        rows = await self._requested("stop_requests", run_ids, what="read stop requests")
+        return [codec.stop_from_row(r) for r in rows]
+
+    async def _requested(
+        self, table: str, run_ids: Collection[str] | None, *, what: str
+    ) -> list[Any]:
+        """The ``requested`` rows of ``table`` (stop requests, approvals), oldest first;
+        only those of ``run_ids`` when given."""
+        sql = f"SELECT * FROM {table} WHERE status = 'requested'"
         params: list[Any] = []
         if run_ids is not None:
             sql += " AND run_id = ANY($1::text[])"
             params.append(list(run_ids))
-        rows = await self._fetch("read stop requests", sql + " ORDER BY requested_at, seq", *params)
-        return [codec.stop_from_row(r) for r in rows]
+        return await self._fetch(what, sql + " ORDER BY requested_at, seq", *params)
 
     async def mark_stop_handled(self, request_id: str) -> bool:
         update = "UPDATE stop_requests SET status = 'handled', handled_at = $2 WHERE id = $1 AND"
@@ -955,14 +962,7 @@ class PostgresStore(PostgresQueue):
     async def pending_approvals(
         self, run_ids: Collection[str] | None = None
     ) -> list[ApprovalRecord]:
-        sql = "SELECT * FROM approvals WHERE status = 'requested'"
-        params: list[Any] = []
-        if run_ids is not None:
-            sql += " AND run_id = ANY($1::text[])"
-            params.append(list(run_ids))
-        rows = await self._fetch(
-            "read requested approvals", sql + " ORDER BY requested_at, seq", *params
-        )
+        rows = await self._requested("approvals", run_ids, what="read requested approvals")
         return [codec.approval_from_row(r) for r in rows]
 
     async def approvals_for(self, run_id: str) -> list[ApprovalRecord]:
