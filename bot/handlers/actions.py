@@ -79,7 +79,7 @@ def register(app: AsyncApp, ctx: BotContext) -> None:
 
     async def on_unknown(ack: AsyncAck, body: dict[str, Any]) -> None:
         await ack()
-        action = _field(_first(body.get("actions")), "action_id")
+        action = payload_field(first_item(body.get("actions")), "action_id")
         log.warning("click.unknown_action", action_id=action)
         await _ephemeral(ctx, body, messages.UNKNOWN_ACTION)
 
@@ -134,18 +134,18 @@ async def _resume_request(
     ctx: BotContext, body: dict[str, Any], action: ResumeAction
 ) -> ResumeDecided | None:
     """Before the ack: the resume control decided and committed; None for a malformed click."""
-    user = _field(body.get("user"), "id")
-    pressed = _first(body.get("actions"))
-    action_ts = _field(pressed, "action_ts")
+    user = payload_field(body.get("user"), "id")
+    pressed = first_item(body.get("actions"))
+    action_ts = payload_field(pressed, "action_ts")
     if not isinstance(user, str) or not user or not isinstance(action_ts, str) or not action_ts:
         log.warning("click.malformed", action=action.value)
         return None
     ask = ResumeAsk(
         user=user,
         action=action,
-        run_id=str(_field(pressed, "value") or ""),
+        run_id=str(payload_field(pressed, "value") or ""),
         delivery=click_key(action_ts, user),
-        message=_origin(body),
+        message=click_origin(body),
     )
     with structlog.contextvars.bound_contextvars(run_id=ask.run_id, user=user):
         return await ctx.stops.resume(ask)
@@ -171,59 +171,66 @@ async def _resume_after(
 def _ask(body: dict[str, Any], action: StopReason) -> StopAsk | None:
     """The press a ``block_actions`` payload describes; None if it names no user or
     button (Slack always sends both)."""
-    user = _field(body.get("user"), "id")
-    pressed = _first(body.get("actions"))
-    action_ts = _field(pressed, "action_ts")
+    user = payload_field(body.get("user"), "id")
+    pressed = first_item(body.get("actions"))
+    action_ts = payload_field(pressed, "action_ts")
     if not isinstance(user, str) or not user or not isinstance(action_ts, str) or not action_ts:
         return None
     return StopAsk(
         user=user,
         kind=action,
         source=StopSource.BUTTON,
-        run_id=str(_field(pressed, "value") or ""),
+        run_id=str(payload_field(pressed, "value") or ""),
         delivery=click_key(action_ts, user),
-        message=_origin(body),
-        user_team=_team_of(body),
+        message=click_origin(body),
+        user_team=presser_team(body),
     )
 
 
-def _team_of(body: dict[str, Any]) -> str | None:
+def presser_team(body: dict[str, Any]) -> str | None:
     """The presser's own team (:func:`bot.inbound.trust.person_of`)."""
     person = person_of(body)
     return person.team if person is not None else None
 
 
-def _origin(body: dict[str, Any]) -> Origin | None:
+def click_origin(body: dict[str, Any]) -> Origin | None:
     """The team, channel and message a click came from; None if not from a message."""
     container = body.get("container")
-    team = _field(body.get("team"), "id") or _field(body.get("user"), "team_id")
-    channel = _field(container, "channel_id")
-    message_ts = _field(container, "message_ts")
-    if _field(container, "type") != "message" or not (team and channel and message_ts):
+    team = payload_field(body.get("team"), "id") or payload_field(body.get("user"), "team_id")
+    channel = payload_field(container, "channel_id")
+    message_ts = payload_field(container, "message_ts")
+    if payload_field(container, "type") != "message" or not (team and channel and message_ts):
         return None
-    thread_ts = _field(container, "thread_ts") or _field(body.get("message"), "thread_ts")
+    thread_ts = _thread_ts(body)
     return Origin(str(team), str(channel), str(message_ts), str(thread_ts) if thread_ts else None)
 
 
-def _field(value: Any, key: str) -> Any:
+def _thread_ts(body: dict[str, Any]) -> Any:
+    """The thread of the message a click came from, if it is in one."""
+    return payload_field(body.get("container"), "thread_ts") or payload_field(
+        body.get("message"), "thread_ts"
+    )
+
+
+def payload_field(value: Any, key: str) -> Any:
     return value.get(key) if isinstance(value, dict) else None
 
 
-def _first(value: Any) -> Any:
+def first_item(value: Any) -> Any:
     return value[0] if isinstance(value, list) and value else None
 
 
 async def _ephemeral(ctx: BotContext, body: dict[str, Any], text: str) -> None:
     """Answer a click on a button this app does not know, where it was pressed."""
     user = body.get("user")
-    team = _field(body.get("team"), "id") or _field(user, "team_id") or ""
+    team = payload_field(body.get("team"), "id") or payload_field(user, "team_id") or ""
     container = body.get("container")
-    channel = _field(container, "channel_id") or _field(body.get("channel"), "id")
-    if not channel or not _field(user, "id"):
+    channel = payload_field(container, "channel_id") or payload_field(body.get("channel"), "id")
+    if not channel or not payload_field(user, "id"):
         return
     surface = await ctx.workspaces.get(str(team))
-    kwargs: dict[str, Any] = {"channel": channel, "user": _field(user, "id"), "text": text}
-    thread_ts = _field(container, "thread_ts") or _field(body.get("message"), "thread_ts")
+    kwargs: dict[str, Any] = {"channel": channel, "user": payload_field(user, "id"), "text": text}
+    thread_ts = _thread_ts(body)
     if thread_ts:
         kwargs["thread_ts"] = thread_ts
     try:

@@ -13,7 +13,7 @@ import structlog
 
 from bot.approvals.clicks import ApprovalAsk
 from bot.handlers.acking import control
-from bot.handlers.actions import _field, _first, _origin, _team_of
+from bot.handlers.actions import click_origin, first_item, payload_field, presser_team
 from bot.slack_api.click_answer import click_answer
 from bot.views.approval import ACTION_APPROVE, ACTION_DENY
 
@@ -55,18 +55,18 @@ def register(app: AsyncApp, ctx: BotContext, home: HomeRefresher) -> None:
 
 
 def _ask(body: dict[str, Any], approve: bool) -> ApprovalAsk | None:
-    user = _field(body.get("user"), "id")
-    pressed = _first(body.get("actions"))
-    approval_id = _field(pressed, "value")
+    user = payload_field(body.get("user"), "id")
+    pressed = first_item(body.get("actions"))
+    approval_id = payload_field(pressed, "value")
     if not isinstance(user, str) or not user or not isinstance(approval_id, str):
         return None
-    on_home = _field(body.get("container"), "type") == "view"
+    on_home = payload_field(body.get("container"), "type") == "view"
     return ApprovalAsk(
         user=user,
         approval_id=approval_id,
         approve=approve,
-        message=None if on_home else _origin(body),
+        message=None if on_home else click_origin(body),
         on_home=on_home,
-        team=_field(body.get("team"), "id") or _field(body.get("user"), "team_id"),
-        user_team=_team_of(body),
+        team=payload_field(body.get("team"), "id") or payload_field(body.get("user"), "team_id"),
+        user_team=presser_team(body),
     )
