@@ -48,8 +48,12 @@ async def test_two_workers_drain_one_queue_without_taking_a_run_twice(
         _, status = await cluster.mention(a, f"queued task {n}")
         assert f"Queued: {n} ahead" in block_text(status)
         waiting.append(status)
-        run_id = run_id_of(status)
-        await until_async(lambda: store.get_run(run_id), what="the queued row")  # noqa: B023
+        # The worker posts "Queued" while the row is still leased to it, then hands the
+        # row to the queue: wait for the hand-over, not merely for the row.
+        await until_async(
+            lambda: _queued_at_least(store, n + 1),  # noqa: B023
+            what=f"{n + 1} runs waiting in the queue",
+        )
     assert await store.count_queued() == QUEUED
 
     for n in range(QUEUED):
@@ -84,3 +88,8 @@ async def test_two_workers_drain_one_queue_without_taking_a_run_twice(
     )
     assert asked == dict.fromkeys(range(QUEUED), 1)
     assert await store.count_queued() == 0
+
+
+async def _queued_at_least(store: Store, count: int) -> bool | None:
+    """True once ``count`` runs wait in the queue (None before, as ``until_async`` wants)."""
+    return True if await store.count_queued() >= count else None
