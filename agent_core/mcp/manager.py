@@ -17,6 +17,11 @@ stdio servers run in a session of their own, so a signal to threadpilot's proces
 does not reach them: :meth:`McpManager.close` ends them (stdin closed, then SIGTERM, then
 SIGKILL). If threadpilot dies without closing (``kill -9``), their stdin closes with it
 and they exit on their own.
+
+stdio servers run as the same user, so each can read the others' environment and
+arguments through ``/proc``: :meth:`McpManager.start` warns
+(``secrets.shared_between_tool_servers``) when two or more of them carry secrets
+(:attr:`~agent_core.mcp.config.StdioServer.carries_secrets`; docs/security.md).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from typing import TYPE_CHECKING, TextIO
 import structlog
 
 from agent_core.mcp.adapter import mcp_tool
+from agent_core.mcp.config import StdioServer
 from agent_core.mcp.connection import DEFAULT_START_TIMEOUT_S, ServerConnection
 from agent_core.mcp.naming import assign_tool_names
 from agent_core.tools import ASK_USER, FINAL_REPORT, Tool
@@ -95,6 +101,7 @@ class McpManager:
 
     async def start(self) -> None:
         """Start every server at once and list its tools; failures are reported, not raised."""
+        _warn_of_shared_secrets([c.config for c in self._connections])
         async with asyncio.TaskGroup() as group:
             tasks = [group.create_task(self._start(c)) for c in self._connections]
         started = {c.name: t.result() for c, t in zip(self._connections, tasks, strict=True)}
@@ -164,3 +171,18 @@ class McpManager:
             error = connection.config.redact(str(exc) or type(exc).__name__)
             log.error("mcp.server_unavailable", server=connection.name, error=error)
             return error
+
+
+def _warn_of_shared_secrets(servers: Sequence[ServerConfig]) -> None:
+    """One warning when two or more stdio servers carry secrets: each can read the
+    others' through ``/proc`` (same user; they are dumpable again after ``execve``)."""
+    sharing = [s.name for s in servers if isinstance(s, StdioServer) and s.carries_secrets]
+    if len(sharing) >= 2:
+        log.warning(
+            "secrets.shared_between_tool_servers",
+            servers=sharing,
+            why="stdio tool servers run as one user and can read each other's environment "
+            "through /proc",
+            fix="run servers that hold secrets as streamable HTTP servers, each in its own "
+            "container (docs/security.md)",
+        )
