@@ -3,8 +3,8 @@
 An Abort (or a shutdown) cancels the run's task, and the task's unwinding closes the
 model's connection (:mod:`agent_core.model_http`). But the unwinding only starts on the
 event loop's next turn, behind every callback already waiting there: on a busy worker
-the model server sees the connection go late (SPEC §5, Abort → close). So the stop hangs
-up first, in its own call, and cancels after:
+the model server sees the connection go late (the Abort → close target in
+bench/README.md). So the stop hangs up first, in its own call, and cancels after:
 
 - each :class:`~agent_core.stop.RunControl` owns one :class:`HangUps`, and starts its
   run's task with it bound to that task's context (:func:`bind`), so whatever the task

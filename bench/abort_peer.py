@@ -13,8 +13,8 @@ and the stop is requested:
   which is then read to its end as the SDK's docs ask.
 
 The judged figure on both sides is llmock's ``ended_at`` for the request (the server saw
-the connection go) minus ``t0``. Ours passes when its p99 is at most the SDK's p99 (SPEC
-§5) and under 5 ms. Also shown: when this process closed the socket, and when each side
+the connection go) minus ``t0``. Ours passes when its p99 is at most the SDK's p99 and
+under 5 ms. Also shown: when this process closed the socket, and when each side
 reported its end (``RunFinished``; the end of ``stream_events()`` and the SDK's run task
 being done). A peer trial whose request llmock saw run to the end of its stall counts as
 "connection not closed".

@@ -1,4 +1,4 @@
-"""Abort hangs up the model's connection before anything else (SPEC §5, Abort → close).
+"""Abort hangs up the model's connection before anything else (the Abort → close target).
 
 A person's Abort (or a shutdown) must reach the model server as a closed connection at
 once, not after the event loop has found time to unwind the run's task: on a busy
