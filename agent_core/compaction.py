@@ -142,8 +142,7 @@ class Compaction:
         self._started = True
         if self._requested():  # stopped before it began: the model is not called
             return self._stopped()
-        self._task = asyncio.create_task(self._summarise(), name=f"compaction:{self.id}")
-        self.control.attach(self._task)
+        self._task = self.control.start(self._summarise(), name=f"compaction:{self.id}")
         try:
             return await self._task
         except asyncio.CancelledError:
@@ -187,6 +186,7 @@ class Compaction:
         # Stop does not cancel a run's task (it waits for the step boundary); here the
         # one request is the whole job, so every request cancels it.
         if self._task is not None and not self._task.done() and not request.reason.cancels:
+            self.control.hang_ups.hang_up()  # first, as a cancelling request does
             self.control.cancel_issued = True
             self._task.cancel(msg=f"threadpilot:{request.reason.value}")
 

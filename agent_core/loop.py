@@ -287,8 +287,7 @@ class Run:
         # while it is being recorded still ends with exactly one result.
         await self._recorder.started()
         self._log.info("run.started", task=self.task[:200], parent=self.parent and self.parent.id)
-        inner = asyncio.create_task(self._drive_in_context(), name=f"run:{self.id}")
-        self.control.attach(inner)
+        inner = self.control.start(self._drive_in_context(), name=f"run:{self.id}")
         return await inner
 
     async def _drive_in_context(self) -> Ending:

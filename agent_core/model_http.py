@@ -27,7 +27,10 @@ closes its socket later (p50 0.13 ms, p99 several ms, against 0.07 / 0.2 ms here
 Closing: whatever ends the call other than a complete answer (an error, a limit, an
 Abort's cancellation) hangs up at once, before the exception propagates: the socket is
 shut down (the FIN leaves then) and the connection closed (:func:`_hang_up`); the server
-sees it go at that moment. A complete answer leaves the connection in the pool.
+sees it go at that moment. A complete answer leaves the connection in the pool. While
+the answer is read, its socket's shutdown is registered with the run
+(:mod:`agent_core.hang_ups`), so an Abort sends the FIN itself, before the run's task is
+even cancelled.
 
 Pacing: a model sends one event per token, tens a second per stream, and each network
 read costs the process about the same whatever it carries: hundreds of streams read piece
@@ -48,6 +51,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import email.utils
+import functools
 import json
 import math
 import socket
@@ -67,6 +71,7 @@ from agent_core.errors import (
     RateLimited,
     RetryableModelError,
 )
+from agent_core.hang_ups import registered
 from agent_core.sse import SSEDecoder
 
 if TYPE_CHECKING:
@@ -200,10 +205,11 @@ class ModelEndpoint:
                         proxy_auth=self._proxy_auth,
                     )
                     try:
-                        if response.status >= 400:
-                            text = await _text(response)
-                            raise self._refuse(response.status, response.headers, text)
-                        await _events(response, turn, watch, loop, self._pacer)
+                        with registered(functools.partial(_shut_down, response)):
+                            if response.status >= 400:
+                                text = await _text(response)
+                                raise self._refuse(response.status, response.headers, text)
+                            await _events(response, turn, watch, loop, self._pacer)
                     except BaseException:
                         _hang_up(response)  # at once: the server sees the connection go now
                         raise
@@ -232,13 +238,21 @@ def _hang_up(response: aiohttp.ClientResponse) -> None:
     """Close the answer's connection, its socket shut down first: the FIN leaves now, not
     on the loop's next turn after aiohttp's clean-up of the connection (``close()`` alone
     sends it from ``connection_lost``, some 0.3 ms later)."""
+    _shut_down(response)
+    response.close()
+
+
+def _shut_down(response: aiohttp.ClientResponse) -> None:
+    """Shut the answer's socket down (the FIN leaves now), and only that: what an Abort
+    calls from outside the reading (:mod:`agent_core.hang_ups`). The reader's state is
+    left alone, so the cancellation that follows is what ends it, even when the Abort
+    came from inside the reading itself; its unwinding then closes the connection."""
     connection = response.connection
     transport = connection.transport if connection is not None else None
     sock = transport.get_extra_info("socket") if transport is not None else None
     if sock is not None:
         with contextlib.suppress(OSError):
             sock.shutdown(socket.SHUT_RDWR)
-    response.close()
 
 
 async def _events(

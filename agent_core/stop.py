@@ -28,16 +28,18 @@ A reason's exit code and the ending a person's stop writes outside the loop are
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import structlog
 
+from agent_core import hang_ups
 from agent_core.clock import utcnow
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import Callable, Coroutine, Iterable
     from datetime import datetime
 
 __all__ = [
@@ -139,6 +141,7 @@ class PendingStop(Protocol):
 
 
 _P = TypeVar("_P", bound=PendingStop)
+_T = TypeVar("_T")
 
 
 def strongest(requests: Iterable[_P]) -> _P | None:
@@ -171,7 +174,8 @@ class RunControl:
 
     Delivery inside the process is event-driven: :meth:`request_stop` sets an
     :class:`asyncio.Event` that interruptible waits select on, and for cancelling reasons
-    it cancels the run's task directly. Nothing polls.
+    it cancels the run's task directly, having first hung up the model connections that
+    task has open (:mod:`agent_core.hang_ups`). Nothing polls.
 
     Child runs (sub-agents) register with :meth:`adopt`; every request reaches them with
     the same reason until they end and :meth:`release` them.
@@ -188,6 +192,8 @@ class RunControl:
         self.honoured_at: datetime | None = None
         self.cancel_issued = False
         """True once this control has cancelled the run's task itself."""
+        self.hang_ups = hang_ups.HangUps()
+        """The model connections the run's task has open (see :meth:`start`)."""
 
     # -- state -------------------------------------------------------------------------
 
@@ -225,11 +231,17 @@ class RunControl:
 
     # -- wiring ------------------------------------------------------------------------
 
-    def attach(self, task: asyncio.Task[object]) -> None:
-        """Give the control the task to cancel on abort or shutdown."""
+    def start(self, work: Coroutine[object, object, _T], *, name: str) -> asyncio.Task[_T]:
+        """Run ``work`` as the run's task: the task to cancel on abort or shutdown (at once
+        if one was requested already), with :attr:`hang_ups` bound to its context so that
+        such a request hangs up its model connections first."""
+        context = contextvars.copy_context()
+        context.run(hang_ups.bind, self.hang_ups)
+        task = asyncio.create_task(work, name=name, context=context)
         self._task = task
         if self.reason is not None and self.reason.cancels:
             self._cancel_task()
+        return task
 
     def adopt(self, child: RunControl) -> None:
         """Register a child run; a request already in force reaches it at once."""
@@ -258,8 +270,10 @@ class RunControl:
         """Ask the run to end. Returns True if this changed the run's stop state.
 
         Idempotent: the same or a lower-ranked reason is a no-op. Cancelling reasons
-        cancel the run's task at once (the HTTP stream is closed by the unwinding), and
-        are logged and announced to the listeners just after that unwinding.
+        hang up the run's model connections here, before anything else (the server sees
+        them go now, not once the loop gets round to the task's unwinding), then cancel
+        the run's task, and are logged and announced to the listeners just after that
+        unwinding.
         """
         current = self._request
         if current is not None and reason.rank <= current.reason.rank:
@@ -271,6 +285,8 @@ class RunControl:
                 current=current.reason.value,
             )
             return False
+        if reason.cancels:
+            self.hang_ups.hang_up()
         request = StopRequest(reason=reason, requested_by=requested_by, source=source)
         self._request = request
         self._history.append(request)
@@ -278,9 +294,9 @@ class RunControl:
         for child in list(self._children):
             child.request_stop(reason, requested_by, source=StopSource.PARENT)
         if reason.cancels and self._cancel_task():
-            # Hang up first: the task's unwinding closes the model's connection on the
-            # loop's next turn, and the log line and the listeners come right after it
-            # (still in order, and before the run reports its end) instead of before.
+            # The connections are hung up; the task's unwinding (the loop's next turn)
+            # closes any that opened outside the registry, and the log line and the
+            # listeners come right after it (still before the run reports its end).
             asyncio.get_running_loop().call_soon(self._announce, request, current)
         else:
             self._announce(request, current)
@@ -310,7 +326,7 @@ class RunControl:
             )
 
     def _cancel_task(self) -> bool:
-        """Cancel the run's task; False if there is none to cancel (not attached, or done)."""
+        """Cancel the run's task; False if there is none to cancel (not started, or done)."""
         task = self._task
         if task is None or task.done():
             return False

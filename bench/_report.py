@@ -60,7 +60,7 @@ TARGETS: dict[str, Target] = {
     ),
     "abort_close": Target(
         "Abort requested in-process → upstream LLM connection closed",
-        "p99 ≤ Agents SDK cancel x 1.05, < 5 ms",
+        "p99 ≤ the Agents SDK's cancel, < 5 ms",
         ("abort_close", "abort_peer"),
     ),
     "abort_click_close": Target(

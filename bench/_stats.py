@@ -79,7 +79,7 @@ def _fmt(value: float) -> str:
 
 def print_table(title: str, rows: Sequence[Row], notes: Sequence[str] = ()) -> None:
     """Print ``rows`` as an aligned table, then ``notes`` (one per line)."""
-    header = ("measure", "n", "p50", "p99", "max", "target", "verdict")
+    header = ("measure", "n", "p50", "p90", "p99", "max", "target", "verdict")
     lines: list[tuple[str, ...]] = [header]
     for row in rows:
         target = "-" if row.limit is None else f"{row.judged} < {row.limit:g} {row.unit}"
@@ -92,6 +92,7 @@ def print_table(title: str, rows: Sequence[Row], notes: Sequence[str] = ()) -> N
                 f"{row.what} [{row.unit}]",
                 str(len(row.samples)),
                 _fmt(row.stat("p50")),
+                _fmt(row.stat("p90")),
                 _fmt(row.stat("p99")),
                 _fmt(row.stat("max")),
                 target,
@@ -118,10 +119,13 @@ def _print_lines(title: str, lines: list[tuple[str, ...]], notes: Sequence[str])
 
 
 def machine_line() -> str:
-    """What the figures were measured on: they mean little without it."""
+    """What the figures were measured on, and how busy it was (the load average over
+    the last 1, 5 and 15 minutes, at the end): they mean little without it."""
+    load = " / ".join(f"{value:.2f}" for value in os.getloadavg())
     return (
         f"{os.cpu_count()} CPUs, Python {platform.python_version()} "
-        f"({platform.python_implementation()}), {platform.system()} {platform.release()}"
+        f"({platform.python_implementation()}), {platform.system()} {platform.release()}; "
+        f"load average {load}"
     )
 
 
