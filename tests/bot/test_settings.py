@@ -47,11 +47,14 @@ CASES = {
     "user token": Case("SLACK_BOT_TOKEN", {"SLACK_BOT_TOKEN": USER_TOKEN}),
     "port not a number": Case("PORT", {"PORT": "eighty"}),
     "bad stop policy": Case("STOP_POLICY", {"STOP_POLICY": "everyone"}),
-    "http mode without signing secret": Case(
-        "SLACK_SIGNING_SECRET", {"SLACK_SIGNING_SECRET": None}
-    ),
 }
 """Run as the real command (each costs an interpreter start-up)."""
+
+FIRST_RUNS = {
+    "nothing set": Case("SLACK_BOT_TOKEN", dict.fromkeys(VALID)),
+    "neither app token nor signing secret": Case("SLACK_APP_TOKEN", {"SLACK_SIGNING_SECRET": None}),
+}
+"""Run as the real command too: several settings missing, each named on its own line."""
 
 MORE_CASES = {
     "empty bot token": Case("SLACK_BOT_TOKEN", {"SLACK_BOT_TOKEN": ""}),
@@ -99,7 +102,7 @@ def exits(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Exit]]
     """Run ``python -m bot`` once per case, all at once."""
     processes: dict[str, subprocess.Popen[str]] = {}
     cwds: dict[str, Path] = {}
-    for name, case in CASES.items():
+    for name, case in (CASES | FIRST_RUNS).items():
         env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(REPO), **VALID}
         for key, value in case.env.items():
             if value is None:
@@ -152,6 +155,40 @@ def test_a_missing_setting_says_where_settings_come_from(exits: dict[str, Exit])
         "threadpilot: SLACK_BOT_TOKEN: missing: set it in the environment or in "
         f"{result.cwd}/.env, which does not exist (cp .env.example .env, then fill it in)\n"
     )
+
+
+@pytest.mark.slow
+def test_a_first_run_without_dotenv_names_every_missing_setting_at_once(
+    exits: dict[str, Exit],
+) -> None:
+    """A newcomer's first ``python -m bot``: no ``.env``, nothing exported. Every setting
+    they must set is named in that one try, the app token that the shipped manifest's
+    Socket Mode needs included, and the signing secret that HTTP mode would need instead."""
+    result = exits["nothing set"]
+    where = f"set it in the environment or in {result.cwd}/.env, which does not exist"
+
+    assert result.status == 2
+    assert [line.split(": ", 2)[1] for line in result.stderr.splitlines()] == [
+        "SLACK_BOT_TOKEN",
+        "SLACK_APP_TOKEN",
+        "SLACK_SIGNING_SECRET",
+        "OPENAI_API_KEY",
+        "OPENAI_MODEL",
+    ]
+    assert all(where in line for line in result.stderr.splitlines()), result.stderr
+    assert "the shipped manifest.yml turns Socket Mode on" in result.stderr
+
+
+@pytest.mark.slow
+def test_without_app_token_or_signing_secret_both_are_named(exits: dict[str, Exit]) -> None:
+    result = exits["neither app token nor signing secret"]
+
+    assert result.status == 2
+    assert [line.split(": ", 2)[1] for line in result.stderr.splitlines()] == [
+        "SLACK_APP_TOKEN",
+        "SLACK_SIGNING_SECRET",
+    ]
+    assert "missing (HTTP mode needs it instead of SLACK_APP_TOKEN)" in result.stderr
 
 
 @pytest.mark.slow
@@ -373,6 +410,38 @@ def test_a_dotenv_file_in_the_working_directory_is_read(
 
     assert settings.OPENAI_MODEL == "from-dotenv"
     assert settings.PORT == 9090
+
+
+def test_an_empty_variable_of_the_environment_hides_the_dotenv_line(
+    environment: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """docs/operations.md: the environment wins, and empty means the default, so
+    ``PORT=`` exported over ``PORT=8080`` in ``.env`` is port 3000; an empty budget is off."""
+    (tmp_path / ".env").write_text(
+        "PORT=8080\nMAX_TURNS=5\nRUN_TOKEN_BUDGET=500\nOPENAI_BASE_URL=http://127.0.0.1:9/v1\n"
+    )
+    for name in ("PORT", "MAX_TURNS", "RUN_TOKEN_BUDGET", "OPENAI_BASE_URL"):
+        environment.setenv(name, "")
+
+    settings = load_settings()
+
+    assert settings.PORT == 3000
+    assert settings.MAX_TURNS == 20
+    assert settings.run_limits.budget.tokens is None
+    assert settings.OPENAI_BASE_URL is None
+
+
+def test_an_empty_variable_of_the_environment_leaves_a_required_setting_missing(
+    environment: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    (tmp_path / ".env").write_text("OPENAI_MODEL=from-dotenv\n")
+    environment.setenv("OPENAI_MODEL", "")
+
+    with pytest.raises(ConfigError) as raised:
+        load_settings()
+
+    assert raised.value.setting == "OPENAI_MODEL"
+    assert raised.value.problem.startswith("missing")
 
 
 @pytest.mark.parametrize("name", list(CASES | MORE_CASES))
