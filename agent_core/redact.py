@@ -13,19 +13,21 @@
   ``${VAR}`` left by the first step is shown as it is.
 
 :func:`public_error` is a provider's error text as the thread may show it: redacted,
-then clipped to :data:`MAX_ERROR_CHARS`.
+then clipped to :data:`MAX_ERROR_CHARS`. :func:`public_url` is a URL a person is shown
+(a setting's value): its user info dropped, the values of its secret-looking query
+parameters masked, the rest (``?api-version=...``) kept.
 """
 
 from __future__ import annotations
 
 import re
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-__all__ = ["MASK", "MAX_ERROR_CHARS", "public_error", "redact"]
+__all__ = ["MASK", "MAX_ERROR_CHARS", "public_error", "public_url", "redact"]
 
 MASK = "***"
 MAX_ERROR_CHARS = 400
@@ -70,6 +72,22 @@ def public_error(text: str, limit: int = MAX_ERROR_CHARS) -> str:
     if len(line) <= limit:
         return line
     return f"{line[: limit - 1].rstrip()}…"
+
+
+def public_url(url: str) -> str:
+    """``url`` without its user info (``user:password@``), and with the value of every
+    query parameter whose name says key, token, secret, password or signature masked."""
+    try:
+        parts = urlsplit(url)
+        query = parse_qsl(parts.query, keep_blank_values=True)
+    except ValueError:  # not a URL after all: the general rule
+        return redact(url)
+    netloc = parts.netloc.rpartition("@")[2]
+    shown = [(k, MASK if _SECRET_PARAM.search(k) else v) for k, v in query]
+    return urlunsplit((parts.scheme, netloc, parts.path, urlencode(shown, safe="*"), ""))
+
+
+_SECRET_PARAM = re.compile(r"key|token|secret|passw|pwd|sig|auth|credential", re.IGNORECASE)
 
 
 def _url_without_credentials(match: re.Match[str]) -> str:

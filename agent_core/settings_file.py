@@ -22,13 +22,24 @@ from agent_core.errors import ConfigError
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-__all__ = ["ENV_FILE", "EnvFile", "SettingsInvalid", "missing", "raise_all", "settings_text"]
+__all__ = [
+    "ENV_FILE",
+    "REQUIRED_WITH_API",
+    "EnvFile",
+    "SettingsInvalid",
+    "missing",
+    "raise_all",
+    "settings_text",
+]
 
 ENV_FILE = ".env"
 """The settings file, in the working directory; the environment wins over it."""
 
 EnvFile = str | Path | None
 """A settings file, or None for none."""
+
+REQUIRED_WITH_API = "required with MODEL_API={api}"
+"""Why the key and the model of the chosen API are required (a missing line's bracket)."""
 
 
 def settings_text(

@@ -47,7 +47,14 @@ from agent_core import (
 from agent_core.errors import ConfigError
 from agent_core.model_api import ModelAPI
 from agent_core.model_http import DEFAULT_REPLY_TIMEOUT_S
-from agent_core.settings_file import ENV_FILE, SettingsInvalid, missing, raise_all, settings_text
+from agent_core.settings_file import (
+    ENV_FILE,
+    REQUIRED_WITH_API,
+    SettingsInvalid,
+    missing,
+    raise_all,
+    settings_text,
+)
 from agent_core.stores.defaults import ANSWERING_POOL_SIZE, MIGRATION_TIMEOUT_S, POOL_SIZE
 from agent_core.stores.factory import parse_database_url
 from bot.process.loop_load import BUSY_LAG_S
@@ -271,9 +278,7 @@ class Settings(BaseSettings):
         # is declared first, so it is read here; when it is invalid, it says so itself.)
         api = info.data.get("MODEL_API")
         if value is None and api is not None and info.field_name in _model_settings(api):
-            raise PydanticCustomError(
-                _MISSING_FOR_API, "required with MODEL_API={api}", {"api": api.value}
-            )
+            raise PydanticCustomError(_MISSING_FOR_API, REQUIRED_WITH_API, {"api": api.value})
         return value
 
     @field_validator("SLACK_APP_TOKEN")
