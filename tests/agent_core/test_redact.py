@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent_core.redact import MASK, MAX_ERROR_CHARS, public_error, redact
+from agent_core.redact import MASK, MAX_ERROR_CHARS, public_error, public_url, redact
 
 HIDDEN = [
     ("Incorrect API key provided: sk-proj-AbCdEf1234567890abcdEFGH.", "sk-proj-AbCdEf"),
@@ -75,3 +75,12 @@ def test_a_public_error_is_masked_before_it_is_clipped_and_fits_on_one_line() ->
     assert len(shown) <= MAX_ERROR_CHARS
     assert "\n" not in shown
     assert "Ab1Ab1" not in shown  # no fragment of the key survives the cut
+
+
+def test_a_url_shown_to_people_keeps_its_address_and_plain_query_only() -> None:
+    url = "https://me:hunter2@res.openai.azure.com/openai/v1?api-version=2025-01&api-key=abc123"
+
+    assert (
+        public_url(url) == "https://res.openai.azure.com/openai/v1?api-version=2025-01&api-key=***"
+    )
+    assert public_url("http://127.0.0.1:9/v1") == "http://127.0.0.1:9/v1"
