@@ -67,6 +67,7 @@ if TYPE_CHECKING:
     from agent_core.mcp import ServerConfig  # noqa: TC004
 
 __all__ = [
+    "DEPRECATED_SETTINGS",
     "ENV_FILE",
     "ModelEndpointSettings",
     "Settings",
@@ -76,6 +77,12 @@ __all__ = [
 ]
 
 _T = TypeVar("_T")
+
+DEPRECATED_SETTINGS = {
+    "AUTO_RESUME_ON_RESTART": "AUTO_RESUME (take shutdown and worker_lost out of it)",
+}
+"""Settings still read but replaced, each with what replaced it: start-up warns when one
+is set (``settings.deprecated``), and ``.env.example`` no longer lists them."""
 
 
 class StopPolicy(StrEnum):
@@ -446,6 +453,11 @@ class Settings(BaseSettings):
         if not self.AUTO_RESUME_ON_RESTART:
             reasons -= {EndedBecause.SHUTDOWN, EndedBecause.WORKER_LOST}
         return ResumeSettings(reasons, self.MAX_AUTO_RESUMES, self.USER_EXIT_GRACE)
+
+    @property
+    def deprecated(self) -> dict[str, str]:
+        """The :data:`DEPRECATED_SETTINGS` set here, each with what replaced it."""
+        return {n: use for n, use in DEPRECATED_SETTINGS.items() if n in self.model_fields_set}
 
     @property
     def mcp_servers(self) -> tuple[ServerConfig, ...]:

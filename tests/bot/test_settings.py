@@ -16,9 +16,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from dotenv import dotenv_values
 
-from agent_core import BUDGET_SETTINGS, ConfigError, RunLimits
-from bot.process.settings import Settings, StopPolicy, load_settings
+from agent_core import BUDGET_SETTINGS, ConfigError, EndedBecause, RunLimits
+from bot.__main__ import USAGE
+from bot.process.settings import DEPRECATED_SETTINGS, Settings, StopPolicy, load_settings
 from bot.process.unknown_settings import unknown_settings
 
 if TYPE_CHECKING:
@@ -485,3 +487,44 @@ def test_each_model_api_takes_its_own_key_model_and_url(environment: pytest.Monk
     assert settings.model_endpoint.api_key == "openai-test-key"
     assert settings.model_endpoint.base_url is None  # the API's own default
     assert settings.MODEL_REPLY_TIMEOUT == 600.0
+
+
+# -- what the docs say about settings agrees with the code ----------------------------------
+
+
+def test_a_deprecated_setting_is_still_read_and_named_for_its_warning(
+    environment: pytest.MonkeyPatch,
+) -> None:
+    assert load_settings().deprecated == {}
+
+    environment.setenv("AUTO_RESUME_ON_RESTART", "false")
+    settings = load_settings()
+
+    assert list(settings.deprecated) == ["AUTO_RESUME_ON_RESTART"]
+    assert "AUTO_RESUME" in settings.deprecated["AUTO_RESUME_ON_RESTART"]
+    assert EndedBecause.WORKER_LOST not in settings.resume_settings.auto_resume
+
+
+def test_no_deprecated_setting_is_offered_or_relied_on() -> None:
+    """``.env.example`` does not set one, and the README's several-workers section does
+    not lean on one (a crashed worker's runs resume as AUTO_RESUME says)."""
+    example = dotenv_values(REPO / ".env.example")
+    readme = (REPO / "README.md").read_text()
+    workers = readme.split("## Several workers", 1)[1].split("\n## ", 1)[0]
+
+    assert set(DEPRECATED_SETTINGS).isdisjoint(example)
+    assert not [name for name in DEPRECATED_SETTINGS if name in workers]
+    assert "`AUTO_RESUME`" in workers
+
+
+def test_the_readme_and_help_say_health_checks_stay_on_port() -> None:
+    """What the app does (test_metrics.py): with METRICS_PORT, /metrics leaves PORT, and
+    /healthz and /readyz answer on both; docs/admin.md says so, and so must these."""
+    readme = " ".join((REPO / "README.md").read_text().split())
+    usage = " ".join(USAGE.split())
+
+    assert "`PORT` keeps serving those two" in readme
+    assert "(PORT keeps those two)" in usage
+    assert "Without `METRICS_PORT` everything stays on `PORT`" in " ".join(
+        (REPO / "docs" / "admin.md").read_text().split()
+    )
