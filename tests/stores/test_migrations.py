@@ -281,6 +281,7 @@ _MIGRATED = (
 """Declined (every finished run), ended because (every ended run, from its result), and
 resumes ahead (those blocked by a shutdown)."""
 MIGRATED = (HISTORY * 49 // 50, HISTORY * 99 // 100, HISTORY // 100)
+_DECLINED = "SELECT count(*) FROM runs WHERE resume = 'declined'"
 
 
 async def test_sqlite_migrates_a_long_history_while_an_old_worker_answers_clicks(
@@ -440,23 +441,25 @@ async def test_a_migration_cut_short_is_finished_by_the_next_start(tmp_path: Pat
         await conn.execute("PRAGMA journal_mode = WAL")
         await conn.execute(_history_sql(sqlite=True))
         await conn.commit()
-    watcher = await asyncio.to_thread(
-        sqlite3.connect, path, timeout=CLICK_WAIT_S, isolation_level=None, check_same_thread=False
-    )
-    try:
-        first = asyncio.ensure_future(SqliteStore.open(path))
-        declined = 0
-        while not 0 < declined < MIGRATED[0]:
-            assert not first.done(), "the migration ended before it could be cut short"
-            # A read, not a click: it takes no write lock, so the batches cannot starve it.
-            declined = await asyncio.to_thread(_declined_so_far, watcher)
-        first.cancel()
+    starting: list[asyncio.Future[SqliteStore]] = []
+    committed: list[None] = []
+
+    def cut_short() -> None:
+        # At the tenth batch's commit, wherever the machine's scheduling would have put
+        # an outside cancel: the next step the migration awaits is cancelled.
+        committed.append(None)
+        if len(committed) == 10:
+            starting[0].cancel()
+
+    with _at_each_batch_commit(cut_short):
+        starting.append(asyncio.ensure_future(SqliteStore.open(path)))
         with pytest.raises(asyncio.CancelledError):
-            await first
-        # The cancelled start-up holds no lock: a write begins at once.
-        await asyncio.to_thread(_write_at_once, path)
-    finally:
-        await asyncio.to_thread(watcher.close)
+            await starting[0]
+    # The cancelled start-up holds no lock: a write begins at once.
+    await asyncio.to_thread(_write_at_once, path)
+    async with aiosqlite.connect(path) as conn:
+        (declined,) = next(iter(await conn.execute_fetchall(_DECLINED)))
+    assert 0 < declined < MIGRATED[0]  # what the ten batches committed is kept
     versions, _, _ = await asyncio.to_thread(_inspect_sqlite, tmp_path / "history.db")
     assert versions == ["r0006"]  # r0007 is not done
 
