@@ -10,10 +10,12 @@ and ``cost_usd`` when prices are set). The app's budgets apply here too
 (:mod:`agent_core.budget`): a spent one ends the run ``blocked`` with ``EXIT-BUDGET``,
 exit status 0.
 
-Settings are read as the app reads them: the environment, then ``.env`` in the working
-directory (the environment wins; an empty value means unset). ``LOG_LEVEL`` is the
-exception: only the environment's counts, WARNING by default, because a ``.env`` written
-for the app asks for INFO and its lines would bury the answer.
+Settings are read as the app reads them (:mod:`agent_core.settings_file`): the
+environment, then ``.env`` in the working directory (the environment wins, even when it
+is empty; an empty value means the default). Every missing or bad setting is named at
+once, one line each, in the app's words (exit status 2); ``run --help`` says so.
+``LOG_LEVEL`` is the exception: only the environment's counts, WARNING by default,
+because a ``.env`` written for the app asks for INFO and its lines would bury the answer.
 
 The agent has the app's tools, less Slack's: the built-in ones, ``delegate``, and the
 tools of every MCP server ``MCP_CONFIG`` lists, started and closed here with the app's
@@ -40,13 +42,11 @@ import math
 import os
 import signal
 import sys
-from typing import TYPE_CHECKING, TextIO, overload
-
-from dotenv import dotenv_values
+from typing import TYPE_CHECKING, TextIO, TypeVar, overload
 
 from agent_core.agent import Agent, AgentConfig
 from agent_core.approvals import APPROVAL_TIMEOUT, parse_approval_timeout
-from agent_core.budget_settings import OFF_WHEN_EMPTY, limits_from_settings
+from agent_core.budget_settings import RunLimits, limits_from_settings
 from agent_core.builtin_tools import BUILTIN_TOOLS
 from agent_core.delegation import DELEGATE
 from agent_core.errors import ConfigError
@@ -67,12 +67,20 @@ from agent_core.model_api import HTTPChatModel, ModelAPI, build_model
 from agent_core.model_http import DEFAULT_REPLY_TIMEOUT_S
 from agent_core.outcomes import ExitCode
 from agent_core.redact import public_url
+from agent_core.settings_file import (
+    ENV_FILE,
+    REQUIRED_WITH_API,
+    SettingsInvalid,
+    missing,
+    raise_all,
+    settings_text,
+)
 from agent_core.stop import StopReason, StopSource
 from agent_core.terminal_approvals import TerminalApprovals
 from agent_core.tools import DEFAULT_TOOL_TIMEOUT_S
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
     from agent_core.budget import Spent
     from agent_core.loop import Run
@@ -80,6 +88,8 @@ if TYPE_CHECKING:
     from agent_core.outcomes import RunResult
 
 __all__ = ["main"]
+
+_T = TypeVar("_T")
 
 EXIT_USAGE = 2
 STOPPING_NOTICE = "Stopping after this step; press Ctrl+C again to abort"
@@ -90,34 +100,16 @@ HOW_TO_CONTINUE = "run the command again"
 def main(argv: Sequence[str] | None = None) -> int:
     make_undumpable()  # first thing: what the tools start cannot read its secrets (/proc)
     args = _parser().parse_args(argv)
-    env = _settings_env()
     try:
-        limits = limits_from_settings(env)
-        model = _model_from_env(env, limits.max_output_tokens)
-        servers = _mcp_servers(env)
-        tool_timeout_s = _seconds(env, "TOOL_TIMEOUT", DEFAULT_TOOL_TIMEOUT_S)
-        approval_timeout_s = parse_approval_timeout(env.get(APPROVAL_TIMEOUT))
-        max_turns = _turns(env) if args.max_turns is None else args.max_turns
-        final_turn_timeout_s = (
-            _seconds(env, "FINAL_TURN_TIMEOUT")
-            if args.final_turn_timeout is None
-            else args.final_turn_timeout
-        )
+        model, servers, config = _configure(settings_text(), args)
         configure_logging("console", os.environ.get("LOG_LEVEL", "").strip() or "WARNING")
+    except SettingsInvalid as exc:
+        for problem in exc.problems:
+            print(f"threadpilot: {problem}", file=sys.stderr)
+        return EXIT_USAGE
     except (ConfigError, ValueError) as exc:
         print(f"threadpilot: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    config = AgentConfig(
-        max_turns=max_turns,
-        final_turn_timeout_s=final_turn_timeout_s,
-        tool_timeout_s=tool_timeout_s,
-        approval_timeout_s=approval_timeout_s,
-        how_to_continue=HOW_TO_CONTINUE,
-        budget=limits.budget,
-        max_tool_calls_per_step=limits.max_tool_calls_per_step,
-        max_children_per_run=limits.max_children_per_run,
-        context_window=limits.context_window,
-    )
     shutdowns: list[signal.Signals] = []
     try:
         result, spent = asyncio.run(_session(model, servers, config, args, shutdowns))
@@ -133,6 +125,50 @@ def main(argv: Sequence[str] | None = None) -> int:
     return _process_status(result, shutdowns)
 
 
+def _configure(
+    env: Mapping[str, str], args: argparse.Namespace
+) -> tuple[HTTPChatModel, tuple[ServerConfig, ...], AgentConfig]:
+    """The model, the MCP servers and the run's configuration, from the settings and the
+    command line. Every setting is read before any problem is raised, so one
+    :class:`SettingsInvalid` names all that are missing or wrong (one, a ConfigError)."""
+    problems: list[ConfigError] = []
+
+    def read(setting: Callable[[], _T], default: _T) -> _T:
+        try:
+            return setting()
+        except SettingsInvalid as exc:
+            problems.extend(exc.problems)
+        except ConfigError as exc:
+            problems.append(exc)
+        return default
+
+    limits = read(lambda: limits_from_settings(env), RunLimits())
+    model = read(lambda: _model_from_env(env, limits.max_output_tokens), None)
+    servers: tuple[ServerConfig, ...] = read(lambda: _mcp_servers(env), ())
+    tool_timeout_s = read(lambda: _seconds(env, "TOOL_TIMEOUT", DEFAULT_TOOL_TIMEOUT_S), 0.0)
+    approval_timeout_s = read(lambda: parse_approval_timeout(env.get(APPROVAL_TIMEOUT)), 0.0)
+    max_turns = read(lambda: _turns(env), 0) if args.max_turns is None else args.max_turns
+    final_turn_timeout_s = (
+        read(lambda: _seconds(env, "FINAL_TURN_TIMEOUT"), None)
+        if args.final_turn_timeout is None
+        else args.final_turn_timeout
+    )
+    raise_all(problems)
+    assert model is not None  # else a problem was raised
+    config = AgentConfig(
+        max_turns=max_turns,
+        final_turn_timeout_s=final_turn_timeout_s,
+        tool_timeout_s=tool_timeout_s,
+        approval_timeout_s=approval_timeout_s,
+        how_to_continue=HOW_TO_CONTINUE,
+        budget=limits.budget,
+        max_tool_calls_per_step=limits.max_tool_calls_per_step,
+        max_children_per_run=limits.max_children_per_run,
+        context_window=limits.context_window,
+    )
+    return model, servers, config
+
+
 def _process_status(result: RunResult, shutdowns: Sequence[signal.Signals]) -> int:
     """The run's status, except that a shutdown SIGHUP asked for exits 128 + SIGHUP."""
     if result.exit_code is ExitCode.SHUTDOWN and shutdowns[:1] == [signal.SIGHUP]:
@@ -143,7 +179,12 @@ def _process_status(result: RunResult, shutdowns: Sequence[signal.Signals]) -> i
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m agent_core")
     commands = parser.add_subparsers(dest="command", required=True)
-    run = commands.add_parser("run", help="run the agent on one task")
+    run = commands.add_parser(
+        "run",
+        help="run the agent on one task",
+        description=RUN_USAGE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     run.add_argument("task", help="what the agent should do")
     run.add_argument("--json", action="store_true", help="print one JSON object at the end")
     run.add_argument(
@@ -171,19 +212,19 @@ def _parser() -> argparse.ArgumentParser:
 
 
 DEFAULT_MAX_TURNS = 20
+RUN_USAGE = """\
+Runs the agent on one task in this terminal, with the app's tools less Slack's.
 
+Settings are read as the app reads them: from the environment and from .env in the
+working directory (the environment wins; an empty value means the default). The model:
+MODEL_API, with OPENAI_API_KEY, OPENAI_MODEL and OPENAI_BASE_URL (or the ANTHROPIC_*
+ones); also MAX_TURNS, FINAL_TURN_TIMEOUT, TOOL_TIMEOUT, MCP_CONFIG and the budgets
+(.env.example describes each). LOG_LEVEL comes from the environment alone (WARNING).
+Every missing or bad setting is named at once.
 
-def _settings_env(dotenv: str = ".env") -> dict[str, str]:
-    """The settings as the app reads them: the process environment over ``.env`` in the
-    working directory, empty values left out (an empty value means "the default"), but
-    for the budgets', which turn them off (:data:`OFF_WHEN_EMPTY`)."""
-
-    def kept(name: str, value: str | None) -> bool:
-        return value is not None and (bool(value.strip()) or name in OFF_WHEN_EMPTY)
-
-    values = {k: v for k, v in dotenv_values(dotenv).items() if v is not None and kept(k, v)}
-    values.update({k: v for k, v in os.environ.items() if kept(k, v)})
-    return values
+Ctrl+C once stops after the current step and prints the handoff; twice aborts.
+exit status: 0 finished or stopped, 130 aborted, 143 shutdown (129 after SIGHUP),
+1 failed, 2 bad usage or configuration"""
 
 
 def _model_from_env(env: Mapping[str, str], max_output_tokens: int | None = None) -> HTTPChatModel:
@@ -196,28 +237,29 @@ def _model_from_env(env: Mapping[str, str], max_output_tokens: int | None = None
         known = ", ".join(a.value for a in ModelAPI)
         raise ConfigError("MODEL_API", f"{raw_api!r} is not one of {known}") from None
     prefix = "ANTHROPIC" if api is ModelAPI.ANTHROPIC else "OPENAI"
-    key = env.get(f"{prefix}_API_KEY", "").strip()
-    if not key:
-        raise ConfigError(
-            f"{prefix}_API_KEY",
-            "not set; set it to the key of your model endpoint "
-            "(any non-empty value for a local endpoint that needs none)",
+    key, model, base = (
+        env.get(f"{prefix}_{n}", "").strip() for n in ("API_KEY", "MODEL", "BASE_URL")
+    )
+    why = REQUIRED_WITH_API.format(api=api.value)
+    problems = [
+        ConfigError(f"{prefix}_{name}", missing(ENV_FILE, why))
+        for name, value in (("API_KEY", key), ("MODEL", model))
+        if not value
+    ]
+    if base and not base.startswith(("http://", "https://")):
+        problems.append(
+            ConfigError(f"{prefix}_BASE_URL", f"{public_url(base)!r} is not an http(s) URL")
         )
-    model = env.get(f"{prefix}_MODEL", "").strip()
-    if not model:
-        raise ConfigError(
-            f"{prefix}_MODEL",
-            "not set; set it to the model name your endpoint serves, e.g. gpt-4o-mini",
-        )
-    base_url = env.get(f"{prefix}_BASE_URL", "").strip() or None
-    if base_url is not None and not base_url.startswith(("http://", "https://")):
-        raise ConfigError(f"{prefix}_BASE_URL", f"{public_url(base_url)!r} is not an http(s) URL")
-    reply_s = _seconds(env, "MODEL_REPLY_TIMEOUT", DEFAULT_REPLY_TIMEOUT_S)
+    try:
+        reply_s = _seconds(env, "MODEL_REPLY_TIMEOUT", DEFAULT_REPLY_TIMEOUT_S)
+    except ConfigError as exc:
+        problems.append(exc)
+    raise_all(problems)
     return build_model(
         api,
         model=model,
         api_key=key,
-        base_url=base_url,
+        base_url=base or None,
         reply_timeout_s=reply_s,
         max_output_tokens=max_output_tokens,
     )

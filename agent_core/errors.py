@@ -7,7 +7,8 @@
     ├── StorageError           a store adapter failed (wraps the driver's error)
     └── ModelError             the chat model endpoint failed
         ├── RetryableModelError   429, 5xx, timeouts, stalls, dropped or truncated streams
-        │   └── RateLimited       429, with the server's Retry-After when it sent one
+        │   ├── RateLimited       429, with the server's Retry-After when it sent one
+        │   └── ModelUnreachable  no connection: the request never reached the model
         ├── ContextOverflow       the prompt no longer fits the model's context window
         └── FatalModelError       anything a retry cannot fix (400, 401, 403, 404, 422)
 
@@ -29,6 +30,7 @@ __all__ = [
     "FatalModelError",
     "IllegalTransition",
     "ModelError",
+    "ModelUnreachable",
     "RateLimited",
     "RetryableModelError",
     "StorageError",
@@ -84,6 +86,18 @@ class RateLimited(RetryableModelError):
     ) -> None:
         super().__init__(message, status=429, code=code)
         self.retry_after = retry_after
+
+
+class ModelUnreachable(RetryableModelError):
+    """No connection to the model endpoint could be made (refused, no such host, TLS,
+    a connect timeout): the request never reached the model. ``url`` is where it was
+    sent, as people may read it (``public_url``); ``setting`` names the setting that
+    sets it (``OPENAI_BASE_URL``...)."""
+
+    def __init__(self, url: str, setting: str, why: str) -> None:
+        super().__init__(f"could not reach the model at {url} ({setting}): {why}")
+        self.url = url
+        self.setting = setting
 
 
 class ContextOverflow(ModelError):

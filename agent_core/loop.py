@@ -399,9 +399,10 @@ class Run:
             try:
                 response = await self.agent.model.complete(request, self._on_text)
             except RetryableModelError as exc:
-                self._tally.last_error = exc
+                self._tally.attempt_failed(exc)
                 retry_after = getattr(exc, "retry_after", None)
                 if attempt >= attempts or (retry_after or 0) > policy.max_retry_after_s:
+                    self._tally.gave_up()
                     raise _RetriesExhausted(exc) from exc
                 await self._wait_to_retry(attempt, policy.delay(attempt, retry_after), exc, final)
                 continue
@@ -640,7 +641,7 @@ class Run:
             exit_code=ending.exit_code,
             handoff=handoff,
             stop_reason=request.reason if request else None,
-            turns=self._tally.turns,
+            turns=self._tally.reached_turns,
             usage=self._tally.usage,
             timings=Timings(
                 started_at, utcnow(), self.control.first_requested_at, self.control.honoured_at

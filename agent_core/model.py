@@ -37,6 +37,7 @@ from agent_core.model_http import (
     READS_PER_S,
     ModelEndpoint,
     arguments_too_long,
+    endpoint_url,
     event_object,
 )
 
@@ -79,8 +80,9 @@ class OpenAIChatModel:
         self.max_output_tokens = max_output_tokens
         base = base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
         self.endpoint = ModelEndpoint(
-            base.rstrip("/") + "/chat/completions",
+            endpoint_url(base, "/chat/completions"),
             {"Authorization": f"Bearer {api_key}"},
+            setting="OPENAI_BASE_URL",
             idle_timeout_s=idle_timeout_s,
             reply_timeout_s=reply_timeout_s,
             connect_timeout_s=connect_timeout_s,

@@ -45,6 +45,7 @@ from agent_core.model_http import (
     READS_PER_S,
     ModelEndpoint,
     arguments_too_long,
+    endpoint_url,
     event_object,
     refused,
 )
@@ -100,8 +101,9 @@ class AnthropicModel:
         self.max_tokens = max_output_tokens or DEFAULT_MAX_TOKENS
         base = base_url or os.environ.get("ANTHROPIC_BASE_URL") or DEFAULT_BASE_URL
         self.endpoint = ModelEndpoint(
-            base.rstrip("/") + "/v1/messages",
+            endpoint_url(base, "/v1/messages"),
             {"x-api-key": api_key, "anthropic-version": VERSION},
+            setting="ANTHROPIC_BASE_URL",
             idle_timeout_s=idle_timeout_s,
             reply_timeout_s=reply_timeout_s,
             connect_timeout_s=connect_timeout_s,

@@ -16,7 +16,11 @@ does the rest, the same way for all of them:
   may not grow past :data:`MAX_EVENT_BYTES` / :data:`MAX_ARGUMENT_CHARS`;
 - an answer with an error status becomes a :class:`agent_core.errors.ModelError`
   (:func:`refused`; an adapter may pass its own mapping), and so does what fails on the
-  wire.
+  wire: no connection at all is :class:`~agent_core.errors.ModelUnreachable`, naming
+  the URL (as :func:`~agent_core.redact.public_url` shows it) and its setting.
+
+An adapter's URL is its base URL setting with the API's path appended
+(:func:`endpoint_url`), before any query the setting carries (Azure's ``?api-version=``).
 
 Why our own HTTP code rather than the providers' SDKs: measured on the same loopback
 streams (bench/model_paths.py; figures in bench/README.md), the SDKs' typed events and
@@ -58,6 +62,7 @@ import socket
 import ssl
 import time
 from typing import TYPE_CHECKING, Any, Protocol
+from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 import orjson
@@ -68,10 +73,12 @@ from agent_core.errors import (
     ContextOverflow,
     FatalModelError,
     ModelError,
+    ModelUnreachable,
     RateLimited,
     RetryableModelError,
 )
 from agent_core.hang_ups import registered
+from agent_core.redact import public_url
 from agent_core.sse import SSEDecoder
 
 if TYPE_CHECKING:
@@ -91,6 +98,7 @@ __all__ = [
     "ReadPacer",
     "StreamedTurn",
     "arguments_too_long",
+    "endpoint_url",
     "event_object",
     "refused",
     "retry_after_s",
@@ -148,6 +156,7 @@ class ModelEndpoint:
         url: str,
         headers: Mapping[str, str],
         *,
+        setting: str,
         idle_timeout_s: float = 60.0,
         reply_timeout_s: float = DEFAULT_REPLY_TIMEOUT_S,
         connect_timeout_s: float = 10.0,
@@ -155,6 +164,8 @@ class ModelEndpoint:
         refuse: Refusal | None = None,
     ) -> None:
         self.url = url
+        self.setting = setting
+        """The setting that names the endpoint (``OPENAI_BASE_URL``...), for errors."""
         self.idle_timeout_s = idle_timeout_s
         self.reply_timeout_s = reply_timeout_s
         self.connect_timeout_s = connect_timeout_s
@@ -220,10 +231,34 @@ class ModelEndpoint:
             if limit.expired():
                 raise watch.error() from exc
             if isinstance(exc, aiohttp.ClientError):  # aiohttp's connect timeouts
-                raise RetryableModelError(f"could not reach the model endpoint: {exc!r}") from exc
+                why = f"no connection within {self.connect_timeout_s:g} s"
+                raise ModelUnreachable(public_url(self.url), self.setting, why) from exc
             raise
+        except aiohttp.ClientConnectorError as exc:
+            raise ModelUnreachable(public_url(self.url), self.setting, _why(exc)) from exc
         except _TRANSPORT_ERRORS as exc:
-            raise RetryableModelError(f"could not reach the model endpoint: {exc!r}") from exc
+            raise RetryableModelError(
+                f"the connection to the model at {public_url(self.url)} failed: "
+                f"{str(exc) or type(exc).__name__}"
+            ) from exc
+
+
+def endpoint_url(base: str, path: str) -> str:
+    """``path`` appended to the path of ``base``, before its query, if it has one."""
+    parts = urlsplit(base)
+    return urlunsplit(parts._replace(path=parts.path.rstrip("/") + path))
+
+
+def _why(exc: aiohttp.ClientConnectorError) -> str:
+    """Why no connection was made, in a few words (not aiohttp's ``ConnectionKey``)."""
+    if isinstance(exc, aiohttp.ClientConnectorCertificateError):
+        return f"its TLS certificate was refused ({exc.certificate_error})"
+    error = exc.os_error
+    if isinstance(error, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(error, socket.gaierror):
+        return f"no such host ({error.strerror})"
+    return str(error.strerror or error) if isinstance(error, OSError) else str(error)
 
 
 def _env_proxy(url: str) -> tuple[URL | None, aiohttp.BasicAuth | None]:

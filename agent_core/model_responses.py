@@ -52,6 +52,7 @@ from agent_core.model_http import (
     READS_PER_S,
     ModelEndpoint,
     arguments_too_long,
+    endpoint_url,
     event_object,
 )
 
@@ -96,8 +97,9 @@ class OpenAIResponsesModel:
         """Whether reasoning is asked for encrypted (until the model refuses it)."""
         base = base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
         self.endpoint = ModelEndpoint(
-            base.rstrip("/") + "/responses",
+            endpoint_url(base, "/responses"),
             {"Authorization": f"Bearer {api_key}"},
+            setting="OPENAI_BASE_URL",
             idle_timeout_s=idle_timeout_s,
             reply_timeout_s=reply_timeout_s,
             connect_timeout_s=connect_timeout_s,

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import pydantic
 
 from agent_core.ended import Clues
+from agent_core.errors import ModelUnreachable
 from agent_core.outcomes import ExitCode, Outcome, exit_code_of, strip_softeners
 from agent_core.prompts import FinalTurnReason
 from agent_core.stop import StopReason
@@ -205,7 +206,7 @@ def ending_after_final_turn(
         outcome,
         exit_code,
         evidence=clean or fallback_evidence or "The run ended before it could report.",
-        next_step=_next_step_for(reason, how, spent),
+        next_step=_next_step_for(reason, how, spent, cause),
         artifacts=_artifacts_in(clean),
         final_text=clean,
         error=error,
@@ -213,11 +214,18 @@ def ending_after_final_turn(
     )
 
 
-def _next_step_for(reason: FinalTurnReason, how: str, spent: str = "") -> str:
+def _next_step_for(
+    reason: FinalTurnReason, how: str, spent: str = "", cause: ModelError | None = None
+) -> str:
     if reason is FinalTurnReason.BUDGET:
         return f"{spent} {_sentence(how)} to go on with a new budget, or leave it here."
     if reason is FinalTurnReason.USER_STOP:
         return f"The requester decides: {how} to continue, or leave it stopped."
+    if isinstance(cause, ModelUnreachable):
+        return (
+            f"Nothing reached the model at {cause.url}: check that {cause.setting} names "
+            f"the endpoint and that it is up; then {how}."
+        )
     if reason is FinalTurnReason.MAX_RETRIES:
         return f"Retry once the model endpoint is healthy again: {how}."
     return f"{_sentence(how)} to continue from here in a new run."

@@ -44,9 +44,9 @@ Runs threadpilot, the Slack app: an LLM agent in a Slack thread with Stop and Ab
 Settings come from the environment and from .env in the working directory
 (cp .env.example .env, then fill it in; every setting is described there). Socket Mode
 when SLACK_APP_TOKEN is set (as the shipped manifest.yml expects), otherwise HTTP on
-PORT (POST /slack/events). Both serve GET /healthz and GET /readyz on PORT, and
-GET /metrics there too, unless METRICS_PORT is set: then all three are served on
-METRICS_HOST:METRICS_PORT. SIGTERM or SIGINT shuts down in order.
+PORT (POST /slack/events). Both serve GET /healthz, GET /readyz and GET /metrics on
+PORT; with METRICS_PORT set, /metrics moves to METRICS_HOST:METRICS_PORT, which serves
+/healthz and /readyz too (PORT keeps those two). SIGTERM or SIGINT shuts down in order.
 
 exit status: 0 after a signal, 2 when start-up (or --check, --forget-user) fails"""
 
@@ -89,6 +89,8 @@ def main(argv: list[str] | None = None) -> int:
 
         return asyncio.run(forget_user(settings, args.forget_user))
     _warn_unknown(unknown)
+    for name, use in settings.deprecated.items():
+        log.warning("settings.deprecated", name=name, use_instead=use)
     return asyncio.run(serve(settings))
 
 

@@ -123,3 +123,6 @@ def test_the_readme_quicker_test_run_selects_with_a_marker_that_exists() -> None
         assert set(re.findall(r"\w+", expression)) - {"not", "and", "or"} <= markers
     # A newcomer is told what the whole run costs before choosing the quicker one.
     assert re.search(r"whole suite takes about \d+ minutes", README.read_text())
+    # ... and what the quicker one costs, and that neither reads their own .env.
+    assert re.search(r'-m "not slow"`, which takes about \d+ minutes', README.read_text())
+    assert re.search(r"suite ignores your own settings", README.read_text())

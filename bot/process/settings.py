@@ -11,11 +11,9 @@ config reader) is imported where it is used.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 from pydantic import (
@@ -36,7 +34,6 @@ from pydantic_settings import (
 
 from agent_core import (
     BUDGET_SETTINGS,
-    BUDGETS_OFF_WHEN_EMPTY,
     DEFAULT_APPROVAL_TIMEOUT_S,
     EndedBecause,
     ResumeSettings,
@@ -50,6 +47,14 @@ from agent_core import (
 from agent_core.errors import ConfigError
 from agent_core.model_api import ModelAPI
 from agent_core.model_http import DEFAULT_REPLY_TIMEOUT_S
+from agent_core.settings_file import (
+    ENV_FILE,
+    REQUIRED_WITH_API,
+    SettingsInvalid,
+    missing,
+    raise_all,
+    settings_text,
+)
 from agent_core.stores.defaults import ANSWERING_POOL_SIZE, MIGRATION_TIMEOUT_S, POOL_SIZE
 from agent_core.stores.factory import parse_database_url
 from bot.process.loop_load import BUSY_LAG_S
@@ -62,6 +67,7 @@ if TYPE_CHECKING:
     from agent_core.mcp import ServerConfig  # noqa: TC004
 
 __all__ = [
+    "DEPRECATED_SETTINGS",
     "ENV_FILE",
     "ModelEndpointSettings",
     "Settings",
@@ -70,10 +76,13 @@ __all__ = [
     "load_settings",
 ]
 
-ENV_FILE = ".env"
-"""The settings file, in the working directory; the environment wins over it."""
-
 _T = TypeVar("_T")
+
+DEPRECATED_SETTINGS = {
+    "AUTO_RESUME_ON_RESTART": "AUTO_RESUME (take shutdown and worker_lost out of it)",
+}
+"""Settings still read but replaced, each with what replaced it: start-up warns when one
+is set (``settings.deprecated``), and ``.env.example`` no longer lists them."""
 
 
 class StopPolicy(StrEnum):
@@ -96,10 +105,10 @@ class ModelEndpointSettings:
     base_url: str | None
 
 
-class _EmptyBudgets(PydanticBaseSettingsSource):
-    """The budgets set to nothing (``RUN_TOKEN_BUDGET=``), in the environment or else in
-    ``.env``: empty turns a budget off (SPEC), where ``env_ignore_empty`` would read any
-    other empty setting as its default."""
+class _SettingsText(PydanticBaseSettingsSource):
+    """The environment over ``.env``, as :func:`agent_core.settings_file.settings_text`
+    reads them for the app and the terminal alike: an empty variable of the environment
+    hides the file's line and means the default (an empty budget: off)."""
 
     def __init__(self, settings_cls: type[BaseSettings], env_file: Any) -> None:
         super().__init__(settings_cls)
@@ -109,24 +118,8 @@ class _EmptyBudgets(PydanticBaseSettingsSource):
         return None, field_name, False  # everything is read in __call__
 
     def __call__(self) -> dict[str, Any]:
-        from dotenv import dotenv_values  # a dependency of pydantic-settings' own .env
-
-        files = self._env_file
-        if files is None:
-            files = ()
-        elif isinstance(files, str | Path):
-            files = (files,)
-        dotenv: dict[str, str | None] = {}
-        for file in files:
-            path = Path(file).expanduser()
-            if path.is_file():
-                dotenv.update(dotenv_values(path, encoding="utf-8"))
-        empty: dict[str, Any] = {}
-        for name in BUDGETS_OFF_WHEN_EMPTY:
-            value = os.environ.get(name, dotenv.get(name))
-            if value is not None and not value.strip():
-                empty[name] = ""
-        return empty
+        fields = self.settings_cls.model_fields
+        return {n: v for n, v in settings_text(self._env_file).items() if n in fields}
 
 
 class Settings(BaseSettings):
@@ -135,7 +128,6 @@ class Settings(BaseSettings):
         env_file_encoding="utf-8",
         extra="ignore",
         case_sensitive=True,
-        env_ignore_empty=True,  # an empty line in .env means "use the default"
     )
 
     SLACK_BOT_TOKEN: str = Field(description="Bot token, xoxb-...")
@@ -144,6 +136,7 @@ class Settings(BaseSettings):
     )
     SLACK_APP_TOKEN: str | None = Field(
         default=None,
+        validate_default=True,  # to say it is missing when the signing secret is too
         description="App-level token (xapp-...) with connections:write: turns Socket Mode on.",
     )
     SLACK_API_URL: str = "https://slack.com/api/"
@@ -292,15 +285,17 @@ class Settings(BaseSettings):
         # is declared first, so it is read here; when it is invalid, it says so itself.)
         api = info.data.get("MODEL_API")
         if value is None and api is not None and info.field_name in _model_settings(api):
-            raise PydanticCustomError(
-                _MISSING_FOR_API, "required with MODEL_API={api}", {"api": api.value}
-            )
+            raise PydanticCustomError(_MISSING_FOR_API, REQUIRED_WITH_API, {"api": api.value})
         return value
 
     @field_validator("SLACK_APP_TOKEN")
     @classmethod
-    def _app_token(cls, value: str | None) -> str | None:
+    def _app_token(cls, value: str | None, info: ValidationInfo) -> str | None:
         if value in (None, ""):
+            # Declared after SLACK_SIGNING_SECRET, so it is read here: without either,
+            # Slack can send the app nothing, and both are named at once (_problems).
+            if info.data.get("SLACK_SIGNING_SECRET") is None:
+                raise PydanticCustomError(_NO_TRANSPORT, "no transport")
             return None
         if not value.startswith("xapp-"):
             raise ValueError("must be an app-level token starting with xapp-")
@@ -377,15 +372,6 @@ class Settings(BaseSettings):
             raise ValueError(exc.problem) from None
         return value
 
-    @model_validator(mode="after")
-    def _transport(self) -> Settings:
-        if self.SLACK_APP_TOKEN is None and not self.SLACK_SIGNING_SECRET:
-            raise ValueError(
-                "SLACK_SIGNING_SECRET: required in HTTP mode (set it, or set "
-                "SLACK_APP_TOKEN to use Socket Mode)"
-            )
-        return self
-
     @property
     def model_endpoint(self) -> ModelEndpointSettings:
         """The key, model and base URL of ``MODEL_API`` (None: the API's own default)."""
@@ -425,15 +411,10 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # Above the environment and .env: their empty budgets would be dropped unread.
+        # The environment and .env, read as one (settings_file.py), not as two sources:
+        # an empty variable must hide the file's line, not fall through to it.
         env_file = getattr(dotenv_settings, "env_file", None)
-        return (
-            init_settings,
-            _EmptyBudgets(settings_cls, env_file),
-            env_settings,
-            dotenv_settings,
-            file_secret_settings,
-        )
+        return (init_settings, _SettingsText(settings_cls, env_file), file_secret_settings)
 
     @field_validator(*BUDGET_SETTINGS, mode="before")
     @classmethod
@@ -474,6 +455,11 @@ class Settings(BaseSettings):
         return ResumeSettings(reasons, self.MAX_AUTO_RESUMES, self.USER_EXIT_GRACE)
 
     @property
+    def deprecated(self) -> dict[str, str]:
+        """The :data:`DEPRECATED_SETTINGS` set here, each with what replaced it."""
+        return {n: use for n, use in DEPRECATED_SETTINGS.items() if n in self.model_fields_set}
+
+    @property
     def mcp_servers(self) -> tuple[ServerConfig, ...]:
         """The MCP servers ``MCP_CONFIG`` lists (none without it)."""
         return self._mcp_servers
@@ -494,18 +480,6 @@ def _parsed(parse: Callable[[str], _T], raw: str) -> _T:
         raise ValueError(exc.problem) from None
 
 
-class SettingsInvalid(ConfigError):
-    """Several settings are wrong: ``str()`` is one line per setting, all of them."""
-
-    def __init__(self, problems: list[ConfigError]) -> None:
-        super().__init__(problems[0].setting, problems[0].problem)
-        self.problems = problems
-        self.args = ("\n".join(str(p) for p in problems),)
-
-    def __str__(self) -> str:
-        return str(self.args[0])
-
-
 def load_settings(**overrides: Any) -> Settings:
     """Read and validate the settings; raise :class:`ConfigError` naming every bad one
     (one line each in its message; :class:`SettingsInvalid` when there are several).
@@ -515,44 +489,36 @@ def load_settings(**overrides: Any) -> Settings:
     try:
         return Settings(**overrides)
     except ValidationError as exc:
-        missing = _missing(overrides.get("_env_file", ENV_FILE))
-        problems = [_problem(error, missing) for error in exc.errors()]
-    if len(problems) == 1:
-        raise problems[0] from None
-    raise SettingsInvalid(problems) from None
+        env_file = overrides.get("_env_file", ENV_FILE)
+        problems = [p for error in exc.errors() for p in _problems(error, env_file)]
+    raise_all(problems)
+    raise AssertionError("unreachable: a ValidationError names at least one problem")
 
 
-def _problem(error: Any, missing: str) -> ConfigError:
+def _problems(error: Any, env_file: object) -> list[ConfigError]:
     location = [str(p) for p in error["loc"]]
     message = str(error["msg"]).removeprefix("Value error, ")
-    if location:
-        problem = message
-        if error["type"] == "missing":
-            problem = missing
-        elif error["type"] == _MISSING_FOR_API:  # "missing (required with ...): set it in ..."
-            problem = missing.replace("missing", f"missing ({message})", 1)
-        return ConfigError(location[0], problem)
-    name, _, problem = message.partition(": ")
-    return ConfigError(name, problem)
+    if not location:  # a model validator's "SETTING: problem"
+        name, _, problem = message.partition(": ")
+        return [ConfigError(name, problem)]
+    if error["type"] == "missing":
+        return [ConfigError(location[0], missing(env_file))]
+    if error["type"] == _MISSING_FOR_API:  # "missing (required with ...): set it in ..."
+        return [ConfigError(location[0], missing(env_file, message))]
+    if error["type"] == _NO_TRANSPORT:
+        return [
+            ConfigError("SLACK_APP_TOKEN", missing(env_file, _SOCKET_MODE_NEEDS)),
+            ConfigError("SLACK_SIGNING_SECRET", missing(env_file, _HTTP_NEEDS)),
+        ]
+    return [ConfigError(location[0], message)]
 
 
 _MISSING_FOR_API = "missing_for_api"
 """The error type of a setting only the chosen ``MODEL_API`` requires."""
-
-
-def _missing(env_file: object) -> str:
-    """What a missing setting's line says: where settings come from, and how to start."""
-    if env_file is None:
-        return "missing: set it in the environment"
-    if not isinstance(env_file, str | Path):  # several files: pydantic-settings allows it
-        return "missing: set it in the environment or in a settings file"
-    path = Path(env_file).absolute()
-    if path.is_file():
-        return f"missing: set it in {path} or in the environment (.env.example explains it)"
-    return (
-        f"missing: set it in the environment or in {path}, which does not exist "
-        "(cp .env.example .env, then fill it in)"
-    )
+_NO_TRANSPORT = "no_transport"
+"""The error type of neither ``SLACK_APP_TOKEN`` nor ``SLACK_SIGNING_SECRET`` set."""
+_SOCKET_MODE_NEEDS = "Socket Mode needs it, and the shipped manifest.yml turns Socket Mode on"
+_HTTP_NEEDS = "HTTP mode needs it instead of SLACK_APP_TOKEN"
 
 
 _PLACEHOLDER_MARKS = ("...", "<", ">", "your-", "your_", "changeme")

@@ -16,13 +16,13 @@ from agent_core.budget import Budget, BudgetKind, BudgetLimits, Prices, Spent
 from agent_core.budget_settings import SETTINGS as BUDGET_SETTINGS
 from agent_core.budget_settings import limits_from_settings
 from agent_core.chat import Usage
-from agent_core.cli import _settings_env
 from agent_core.delegation import MAX_DEPTH
 from agent_core.ended import EndedBecause
 from agent_core.errors import ConfigError
 from agent_core.events import RunEvent, TextDelta, ToolFinished, TurnFinished
 from agent_core.model_api import ModelAPI, build_model
 from agent_core.outcomes import ExitCode, Outcome
+from agent_core.settings_file import settings_text
 from agent_core.tools import tool
 from tests.agent_core.helpers import (
     EventLog,
@@ -312,7 +312,7 @@ def test_the_terminal_reads_an_empty_budget_as_off(
     monkeypatch.setenv("MAX_CHILDREN_PER_RUN", "")
     (tmp_path / ".env").write_text("RUN_TIME_BUDGET=\nMAX_TOOL_CALLS_PER_STEP=\n")
 
-    limits = limits_from_settings(_settings_env())
+    limits = limits_from_settings(settings_text())
 
     assert limits.budget == BudgetLimits(tokens=None, tool_calls=200, time_s=None)
     assert (limits.max_tool_calls_per_step, limits.max_children_per_run) == (16, 8)

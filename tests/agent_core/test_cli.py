@@ -11,6 +11,7 @@ import os
 import pty
 import re
 import signal
+import socket
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -287,15 +288,68 @@ async def test_missing_configuration_is_one_clear_line_and_status_2(llm: LLMock)
     assert status == 2
     assert stdout == ""
     (line,) = cli.stderr.strip().splitlines()
-    assert line.startswith("threadpilot: OPENAI_MODEL: not set")
+    assert line.startswith(
+        "threadpilot: OPENAI_MODEL: missing (required with MODEL_API=openai-chat): "
+        "set it in the environment or in "
+    )
     assert llm.requests == []
+
+
+async def test_every_missing_or_bad_setting_is_named_at_once(llm: LLMock) -> None:
+    """As ``python -m bot`` does: one try names them all, the way the app names them."""
+    cli = await Cli.start(
+        llm,
+        "hello",
+        env={"TOOL_TIMEOUT": "soon", "MAX_TURNS": "lots"},
+        unset=("OPENAI_API_KEY", "OPENAI_MODEL"),
+    )
+    status, stdout = await cli.finish()
+
+    assert status == 2
+    assert stdout == ""
+    lines = cli.stderr.strip().splitlines()
+    assert [line.split(": ", 2)[1] for line in lines] == [
+        "OPENAI_API_KEY",
+        "OPENAI_MODEL",
+        "TOOL_TIMEOUT",
+        "MAX_TURNS",
+    ]
+    assert "set it in the environment or in " in lines[0]
+    assert llm.requests == []
+
+
+async def test_run_help_says_where_settings_are_read(llm: LLMock) -> None:
+    cli = await Cli.start(llm, "--help")
+    status, stdout = await cli.finish()
+
+    assert status == 0
+    assert "from the environment and from .env in the\nworking directory" in stdout
+
+
+async def test_an_unreachable_model_is_named_by_its_url_and_counts_no_turn(llm: LLMock) -> None:
+    """Nothing listens at OPENAI_BASE_URL: the run says where it tried and which setting
+    names it, counts no model turn, and does not just say to run the command again."""
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))  # bound, never listening: connections are refused
+        url = f"http://127.0.0.1:{closed.getsockname()[1]}/v1"
+        cli = await Cli.start(llm, "hello", "--json", env={"OPENAI_BASE_URL": url})
+        status, result = await cli.finish_json()
+
+    assert status == 1
+    assert result["exit_code"] == "EXIT-MAX-RETRIES"
+    assert result["turns"] == 0
+    evidence, handoff = result["handoff"]["evidence"], result["handoff"]["handoff"]
+    assert evidence.startswith("0 model turns, no tool calls.")
+    assert f"could not reach the model at {url}/chat/completions (OPENAI_BASE_URL)" in evidence
+    assert "ConnectionKey" not in evidence + cli.stderr
+    assert handoff.startswith(f"Nothing reached the model at {url}/chat/completions: check")
+    assert "OPENAI_BASE_URL" in handoff
 
 
 async def test_settings_come_from_dotenv_in_the_working_directory(
     llm: LLMock, tmp_path: Path
 ) -> None:
-    """As the app reads them: ``.env`` in the working directory, the environment winning,
-    an empty value meaning unset."""
+    """As the app reads them: ``.env`` in the working directory, the environment winning."""
     (tmp_path / ".env").write_text(
         f"OPENAI_BASE_URL={llm.base_url()}\n"
         "OPENAI_API_KEY=key-from-dotenv\n"
@@ -308,8 +362,7 @@ async def test_settings_come_from_dotenv_in_the_working_directory(
         "hello",
         "--json",
         cwd=tmp_path,
-        env={"OPENAI_API_KEY": ""},
-        unset=("OPENAI_BASE_URL", "OPENAI_MODEL"),
+        unset=("OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_MODEL"),
     )
     status, result = await cli.finish_json()
 
@@ -329,6 +382,28 @@ async def test_settings_come_from_dotenv_in_the_working_directory(
     status, result = await cli.finish_json()
     assert status == 0, cli.stderr
     assert (llm.requests[-1].body or {})["model"] == "model-from-env"
+
+
+async def test_an_empty_variable_of_the_environment_hides_the_dotenv_line(
+    llm: LLMock, tmp_path: Path
+) -> None:
+    """docs/operations.md: the environment wins, and an empty value means the default,
+    whatever ``.env`` says."""
+    (tmp_path / ".env").write_text("MAX_TURNS=lots\nOPENAI_MODEL=model-from-dotenv\n")
+    llm.reply("The default number of turns.")
+    cli = await Cli.start(llm, "hello", "--json", cwd=tmp_path, env={"MAX_TURNS": ""})
+    status, result = await cli.finish_json()
+
+    assert status == 0, cli.stderr  # MAX_TURNS: the default, not the file's "lots"
+    assert result["outcome"] == "finished"
+    assert (llm.requests[-1].body or {})["model"] == "test-model"
+
+    cli = await Cli.start(llm, "hello", cwd=tmp_path, env={"OPENAI_MODEL": "", "MAX_TURNS": ""})
+    status, _ = await cli.finish()
+
+    assert status == 2
+    (line,) = cli.stderr.strip().splitlines()
+    assert line.startswith("threadpilot: OPENAI_MODEL: missing")
 
 
 async def test_a_bad_setting_in_dotenv_is_named(llm: LLMock, tmp_path: Path) -> None:

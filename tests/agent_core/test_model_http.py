@@ -18,8 +18,15 @@ import pytest
 from aiohttp import web
 
 from agent_core.chat import ModelRequest
-from agent_core.errors import ContextOverflow, FatalModelError, RateLimited, RetryableModelError
+from agent_core.errors import (
+    ContextOverflow,
+    FatalModelError,
+    ModelUnreachable,
+    RateLimited,
+    RetryableModelError,
+)
 from agent_core.model import OpenAIChatModel
+from agent_core.model_anthropic import AnthropicModel
 from agent_core.model_http import ReadPacer
 from tests.fakes.waiting import Changes
 
@@ -210,6 +217,43 @@ async def test_an_unreachable_endpoint_is_retryable(model_at: Any) -> None:
         port = sock.getsockname()[1]  # closed again below: nothing listens there
     with pytest.raises(RetryableModelError, match="could not reach"):
         await model_at(f"http://127.0.0.1:{port}/v1").complete(REQUEST, lambda _: None)
+
+
+async def test_an_unreachable_endpoint_names_its_url_and_setting_not_aiohttps_repr(
+    model_at: Any,
+) -> None:
+    """What a person reads: where the request went (no key), which setting says so, and
+    why in a few words."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))  # bound, never listening: connections are refused
+        port = sock.getsockname()[1]
+        model = model_at(f"http://127.0.0.1:{port}/v1?api-key=hunter2")
+        with pytest.raises(ModelUnreachable) as raised:
+            await model.complete(REQUEST, lambda _: None)
+
+    url = f"http://127.0.0.1:{port}/v1/chat/completions"
+    assert str(raised.value) == (
+        f"could not reach the model at {url}?*** (OPENAI_BASE_URL): connection refused"
+    )
+    assert (raised.value.url, raised.value.setting) == (f"{url}?api-key=***", "OPENAI_BASE_URL")
+
+
+async def test_a_base_url_with_a_query_gets_the_path_before_it(raw: RawServer) -> None:
+    """Azure-style ``...?api-version=``: the API's path goes on the URL's path, and the
+    query is sent as it was set."""
+    ok = http_answer("200 OK", ANSWER, "content-type: text/event-stream")
+    model = OpenAIChatModel(
+        model="test-model", api_key="sk-test", base_url=raw.url(ok) + "/?api-version=2025-01"
+    )
+    try:
+        await model.complete(REQUEST, lambda _: None)
+    finally:
+        await model.aclose()
+    anthropic = AnthropicModel(model="m", api_key="k", base_url="https://gw.example/a?team=7")
+
+    head = raw.seen[0].head.decode().lower()
+    assert head.startswith("post /v1/chat/completions?api-version=2025-01 http/1.1")
+    assert anthropic.endpoint.url == "https://gw.example/a/v1/messages?team=7"
 
 
 async def test_a_cancelled_turn_closes_its_connection(raw: RawServer, model_at: Any) -> None:

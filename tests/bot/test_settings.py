@@ -16,9 +16,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from dotenv import dotenv_values
 
-from agent_core import BUDGET_SETTINGS, ConfigError, RunLimits
-from bot.process.settings import Settings, StopPolicy, load_settings
+from agent_core import BUDGET_SETTINGS, ConfigError, EndedBecause, RunLimits
+from bot.__main__ import USAGE
+from bot.process.settings import DEPRECATED_SETTINGS, Settings, StopPolicy, load_settings
 from bot.process.unknown_settings import unknown_settings
 
 if TYPE_CHECKING:
@@ -47,11 +49,14 @@ CASES = {
     "user token": Case("SLACK_BOT_TOKEN", {"SLACK_BOT_TOKEN": USER_TOKEN}),
     "port not a number": Case("PORT", {"PORT": "eighty"}),
     "bad stop policy": Case("STOP_POLICY", {"STOP_POLICY": "everyone"}),
-    "http mode without signing secret": Case(
-        "SLACK_SIGNING_SECRET", {"SLACK_SIGNING_SECRET": None}
-    ),
 }
 """Run as the real command (each costs an interpreter start-up)."""
+
+FIRST_RUNS = {
+    "nothing set": Case("SLACK_BOT_TOKEN", dict.fromkeys(VALID)),
+    "neither app token nor signing secret": Case("SLACK_APP_TOKEN", {"SLACK_SIGNING_SECRET": None}),
+}
+"""Run as the real command too: several settings missing, each named on its own line."""
 
 MORE_CASES = {
     "empty bot token": Case("SLACK_BOT_TOKEN", {"SLACK_BOT_TOKEN": ""}),
@@ -99,7 +104,7 @@ def exits(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Exit]]
     """Run ``python -m bot`` once per case, all at once."""
     processes: dict[str, subprocess.Popen[str]] = {}
     cwds: dict[str, Path] = {}
-    for name, case in CASES.items():
+    for name, case in (CASES | FIRST_RUNS).items():
         env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(REPO), **VALID}
         for key, value in case.env.items():
             if value is None:
@@ -152,6 +157,40 @@ def test_a_missing_setting_says_where_settings_come_from(exits: dict[str, Exit])
         "threadpilot: SLACK_BOT_TOKEN: missing: set it in the environment or in "
         f"{result.cwd}/.env, which does not exist (cp .env.example .env, then fill it in)\n"
     )
+
+
+@pytest.mark.slow
+def test_a_first_run_without_dotenv_names_every_missing_setting_at_once(
+    exits: dict[str, Exit],
+) -> None:
+    """A newcomer's first ``python -m bot``: no ``.env``, nothing exported. Every setting
+    they must set is named in that one try, the app token that the shipped manifest's
+    Socket Mode needs included, and the signing secret that HTTP mode would need instead."""
+    result = exits["nothing set"]
+    where = f"set it in the environment or in {result.cwd}/.env, which does not exist"
+
+    assert result.status == 2
+    assert [line.split(": ", 2)[1] for line in result.stderr.splitlines()] == [
+        "SLACK_BOT_TOKEN",
+        "SLACK_APP_TOKEN",
+        "SLACK_SIGNING_SECRET",
+        "OPENAI_API_KEY",
+        "OPENAI_MODEL",
+    ]
+    assert all(where in line for line in result.stderr.splitlines()), result.stderr
+    assert "the shipped manifest.yml turns Socket Mode on" in result.stderr
+
+
+@pytest.mark.slow
+def test_without_app_token_or_signing_secret_both_are_named(exits: dict[str, Exit]) -> None:
+    result = exits["neither app token nor signing secret"]
+
+    assert result.status == 2
+    assert [line.split(": ", 2)[1] for line in result.stderr.splitlines()] == [
+        "SLACK_APP_TOKEN",
+        "SLACK_SIGNING_SECRET",
+    ]
+    assert "missing (HTTP mode needs it instead of SLACK_APP_TOKEN)" in result.stderr
 
 
 @pytest.mark.slow
@@ -375,6 +414,38 @@ def test_a_dotenv_file_in_the_working_directory_is_read(
     assert settings.PORT == 9090
 
 
+def test_an_empty_variable_of_the_environment_hides_the_dotenv_line(
+    environment: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """docs/operations.md: the environment wins, and empty means the default, so
+    ``PORT=`` exported over ``PORT=8080`` in ``.env`` is port 3000; an empty budget is off."""
+    (tmp_path / ".env").write_text(
+        "PORT=8080\nMAX_TURNS=5\nRUN_TOKEN_BUDGET=500\nOPENAI_BASE_URL=http://127.0.0.1:9/v1\n"
+    )
+    for name in ("PORT", "MAX_TURNS", "RUN_TOKEN_BUDGET", "OPENAI_BASE_URL"):
+        environment.setenv(name, "")
+
+    settings = load_settings()
+
+    assert settings.PORT == 3000
+    assert settings.MAX_TURNS == 20
+    assert settings.run_limits.budget.tokens is None
+    assert settings.OPENAI_BASE_URL is None
+
+
+def test_an_empty_variable_of_the_environment_leaves_a_required_setting_missing(
+    environment: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    (tmp_path / ".env").write_text("OPENAI_MODEL=from-dotenv\n")
+    environment.setenv("OPENAI_MODEL", "")
+
+    with pytest.raises(ConfigError) as raised:
+        load_settings()
+
+    assert raised.value.setting == "OPENAI_MODEL"
+    assert raised.value.problem.startswith("missing")
+
+
 @pytest.mark.parametrize("name", list(CASES | MORE_CASES))
 def test_load_settings_names_the_bad_setting(environment: pytest.MonkeyPatch, name: str) -> None:
     case = (CASES | MORE_CASES)[name]
@@ -416,3 +487,44 @@ def test_each_model_api_takes_its_own_key_model_and_url(environment: pytest.Monk
     assert settings.model_endpoint.api_key == "openai-test-key"
     assert settings.model_endpoint.base_url is None  # the API's own default
     assert settings.MODEL_REPLY_TIMEOUT == 600.0
+
+
+# -- what the docs say about settings agrees with the code ----------------------------------
+
+
+def test_a_deprecated_setting_is_still_read_and_named_for_its_warning(
+    environment: pytest.MonkeyPatch,
+) -> None:
+    assert load_settings().deprecated == {}
+
+    environment.setenv("AUTO_RESUME_ON_RESTART", "false")
+    settings = load_settings()
+
+    assert list(settings.deprecated) == ["AUTO_RESUME_ON_RESTART"]
+    assert "AUTO_RESUME" in settings.deprecated["AUTO_RESUME_ON_RESTART"]
+    assert EndedBecause.WORKER_LOST not in settings.resume_settings.auto_resume
+
+
+def test_no_deprecated_setting_is_offered_or_relied_on() -> None:
+    """``.env.example`` does not set one, and the README's several-workers section does
+    not lean on one (a crashed worker's runs resume as AUTO_RESUME says)."""
+    example = dotenv_values(REPO / ".env.example")
+    readme = (REPO / "README.md").read_text()
+    workers = readme.split("## Several workers", 1)[1].split("\n## ", 1)[0]
+
+    assert set(DEPRECATED_SETTINGS).isdisjoint(example)
+    assert not [name for name in DEPRECATED_SETTINGS if name in workers]
+    assert "`AUTO_RESUME`" in workers
+
+
+def test_the_readme_and_help_say_health_checks_stay_on_port() -> None:
+    """What the app does (test_metrics.py): with METRICS_PORT, /metrics leaves PORT, and
+    /healthz and /readyz answer on both; docs/admin.md says so, and so must these."""
+    readme = " ".join((REPO / "README.md").read_text().split())
+    usage = " ".join(USAGE.split())
+
+    assert "`PORT` keeps serving those two" in readme
+    assert "(PORT keeps those two)" in usage
+    assert "Without `METRICS_PORT` everything stays on `PORT`" in " ".join(
+        (REPO / "docs" / "admin.md").read_text().split()
+    )

@@ -14,6 +14,8 @@ import aiosqlite
 import asyncpg  # type: ignore[import-untyped]
 import pytest
 from filelock import AsyncFileLock
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
 
 from agent_core.errors import StorageError
 from agent_core.outcomes import ExitCode, Outcome
@@ -32,7 +34,7 @@ from agent_core.stores.sqlite import SqliteStore
 from tests.stores.conftest import admin_execute, database_url
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Sequence
+    from collections.abc import AsyncIterator, Callable, Iterator, Sequence
     from pathlib import Path
 
     from agent_core.ports import Store
@@ -279,6 +281,7 @@ _MIGRATED = (
 """Declined (every finished run), ended because (every ended run, from its result), and
 resumes ahead (those blocked by a shutdown)."""
 MIGRATED = (HISTORY * 49 // 50, HISTORY * 99 // 100, HISTORY // 100)
+_DECLINED = "SELECT count(*) FROM runs WHERE resume = 'declined'"
 
 
 async def test_sqlite_migrates_a_long_history_while_an_old_worker_answers_clicks(
@@ -286,8 +289,10 @@ async def test_sqlite_migrates_a_long_history_while_an_old_worker_answers_clicks
 ) -> None:
     """Two workers start together on 200,000 runs written before r0007, with a busy
     timeout shorter than the migration: one migrates, the other waits for it; a worker
-    of the previous version keeps committing clicks meanwhile, between the migration's
-    batches (it sees their progress: the history is not rewritten in one transaction)."""
+    of the previous version commits a click after each of the migration's batches (it
+    sees their progress: the history is not rewritten in one transaction). The click is
+    made at each batch's commit, not whenever the machine happens to schedule it, so
+    every batch is followed by one, however loaded the machine."""
     path = str(tmp_path / "history.db")
     await upgrade_sqlite(
         lambda: aiosqlite.connect(path, isolation_level=None), where=path, to="r0006"
@@ -299,21 +304,29 @@ async def test_sqlite_migrates_a_long_history_while_an_old_worker_answers_clicks
     old_worker = await asyncio.to_thread(
         sqlite3.connect, path, timeout=CLICK_WAIT_S, isolation_level=None, check_same_thread=False
     )
+    progress: list[int] = []
+
+    def click() -> None:
+        # A click's write as r0006 code makes it: it must not wait out its timeout.
+        progress.append(_sqlite_click(old_worker, len(progress)))
+
     try:
-        starting = asyncio.gather(
-            *(SqliteStore.open(path, busy_timeout_s=CLICK_WAIT_S) for _ in range(2))
-        )
-        clicks, progress = 0, set()
-        while not starting.done():
-            # A click's write as r0006 code makes it: it must not wait out its timeout.
-            progress.add(await asyncio.to_thread(_sqlite_click, old_worker, clicks))
-            clicks += 1
-        stores = await starting
+        with _at_each_batch_commit(click):
+            stores = await asyncio.gather(
+                *(SqliteStore.open(path, busy_timeout_s=CLICK_WAIT_S) for _ in range(2))
+            )
+        clicked = old_worker.execute(
+            "SELECT count(*) FROM runs WHERE status_ts LIKE '1700000000.%'"
+        ).fetchone()[0]
     finally:
         await asyncio.to_thread(old_worker.close)
     await _close(stores)
-    assert clicks > 0
-    assert any(0 < declined < MIGRATED[0] for declined in progress), sorted(progress)
+    # One click after each batch, and one after the last look, which found no rows left.
+    assert len(progress) == HISTORY // BACKFILL_BATCH + 1
+    assert clicked == len(progress)  # every click landed, none was undone
+    assert progress == sorted(progress)
+    assert progress[0] > 0
+    assert any(0 < declined < MIGRATED[0] for declined in progress), progress
 
     async with aiosqlite.connect(path) as conn:
         counts = await conn.execute_fetchall(_MIGRATED)
@@ -321,6 +334,28 @@ async def test_sqlite_migrates_a_long_history_while_an_old_worker_answers_clicks
     versions, names, _ = await asyncio.to_thread(_inspect_sqlite, tmp_path / "history.db")
     assert versions == [await head_revision()]
     assert {"ix_runs_resume_pending", "ix_stop_requests_thread"} <= names
+
+
+BACKFILL_BATCH = 2000
+"""Rows per committed batch of r0007's backfill (its ``_BATCH``; a revision stays as it
+was written)."""
+
+
+@contextlib.contextmanager
+def _at_each_batch_commit(action: Callable[[], None]) -> Iterator[None]:
+    """Call ``action`` right after each batch of a SQLite migration commits (the
+    ``COMMIT`` a revision sends as a statement of its own), before the next batch
+    begins: what ``action`` does is certain to fall between two batches."""
+
+    def after(_conn: object, _cursor: object, statement: str, *_: object) -> None:
+        if statement == "COMMIT":
+            action()
+
+    event.listen(Engine, "after_cursor_execute", after)
+    try:
+        yield
+    finally:
+        event.remove(Engine, "after_cursor_execute", after)
 
 
 def _declined_so_far(conn: sqlite3.Connection) -> int:
@@ -406,23 +441,25 @@ async def test_a_migration_cut_short_is_finished_by_the_next_start(tmp_path: Pat
         await conn.execute("PRAGMA journal_mode = WAL")
         await conn.execute(_history_sql(sqlite=True))
         await conn.commit()
-    watcher = await asyncio.to_thread(
-        sqlite3.connect, path, timeout=CLICK_WAIT_S, isolation_level=None, check_same_thread=False
-    )
-    try:
-        first = asyncio.ensure_future(SqliteStore.open(path))
-        declined = 0
-        while not 0 < declined < MIGRATED[0]:
-            assert not first.done(), "the migration ended before it could be cut short"
-            # A read, not a click: it takes no write lock, so the batches cannot starve it.
-            declined = await asyncio.to_thread(_declined_so_far, watcher)
-        first.cancel()
+    starting: list[asyncio.Future[SqliteStore]] = []
+    committed: list[None] = []
+
+    def cut_short() -> None:
+        # At the tenth batch's commit, wherever the machine's scheduling would have put
+        # an outside cancel: the next step the migration awaits is cancelled.
+        committed.append(None)
+        if len(committed) == 10:
+            starting[0].cancel()
+
+    with _at_each_batch_commit(cut_short):
+        starting.append(asyncio.ensure_future(SqliteStore.open(path)))
         with pytest.raises(asyncio.CancelledError):
-            await first
-        # The cancelled start-up holds no lock: a write begins at once.
-        await asyncio.to_thread(_write_at_once, path)
-    finally:
-        await asyncio.to_thread(watcher.close)
+            await starting[0]
+    # The cancelled start-up holds no lock: a write begins at once.
+    await asyncio.to_thread(_write_at_once, path)
+    async with aiosqlite.connect(path) as conn:
+        (declined,) = next(iter(await conn.execute_fetchall(_DECLINED)))
+    assert 0 < declined < MIGRATED[0]  # what the ten batches committed is kept
     versions, _, _ = await asyncio.to_thread(_inspect_sqlite, tmp_path / "history.db")
     assert versions == ["r0006"]  # r0007 is not done
 
