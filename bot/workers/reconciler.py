@@ -552,7 +552,7 @@ def orphan_result(
             turns=turns,
             timings=Timings(record.created_at, now, person.requested_at, None),
         )
-    return _worker_lost(record, now, turns)
+    return _worker_lost(record, now, checkpoint)
 
 
 def _ending_unrecorded(
@@ -577,8 +577,11 @@ def _ending_unrecorded(
     )
 
 
-def _worker_lost(record: RunRecord, now: datetime, turns: int) -> RunResult:
-    """A run blocked by its lost worker, checkpointed up to ``turns``."""
+def _worker_lost(record: RunRecord, now: datetime, checkpoint: Checkpoint | None) -> RunResult:
+    """A run blocked by its lost worker, up to its ``checkpoint``: its resume goes on
+    from there, with what the request had spent by then (a ``kill -9`` does not reset the
+    request's budget)."""
+    turns = checkpoint.turn if checkpoint else 0
     handoff = Handoff(
         Outcome.BLOCKED,
         evidence=messages.worker_lost_checkpointed(turns),
@@ -595,4 +598,5 @@ def _worker_lost(record: RunRecord, now: datetime, turns: int) -> RunResult:
         timings=Timings(record.created_at, now, None, None),
         # Blocked by its lost worker (not a shutdown, which is what the stop reason says).
         ended_because=EndedBecause.WORKER_LOST,
+        spent=checkpoint.spent if checkpoint else None,
     )

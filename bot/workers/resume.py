@@ -176,6 +176,22 @@ def due_at(record: RunRecord) -> datetime | None:
     return record.resume_at
 
 
+class _Start:
+    """Starts a resume as its continuation's run, both in one transaction
+    (:meth:`agent_core.ports.ResumeStore.start_continuation`); remembers the answer
+    (None: never called, so nothing was written)."""
+
+    def __init__(self, store: ResumeSchedule, run_id: str, **cas: Any) -> None:
+        self._store = store
+        self._run_id = run_id
+        self._cas = cas
+        self.won: bool | None = None
+
+    async def __call__(self, continuation: RunRecord) -> bool:
+        self.won = await self._store.start_continuation(self._run_id, continuation, **self._cas)
+        return self.won
+
+
 # -- deciding --------------------------------------------------------------------------
 
 
@@ -319,11 +335,19 @@ class RunsHere(Protocol):
     def free_room(self) -> None: ...
 
     async def continue_run(
-        self, previous: RunRecord, compacted: Compacted, run_id: str
+        self,
+        previous: RunRecord,
+        compacted: Compacted,
+        run_id: str,
+        start: Callable[[RunRecord], Awaitable[bool]],
     ) -> _LiveHere | None: ...
 
     async def continue_with_budget(
-        self, previous: RunRecord, checkpoint: Checkpoint | None, run_id: str
+        self,
+        previous: RunRecord,
+        checkpoint: Checkpoint | None,
+        run_id: str,
+        start: Callable[[RunRecord], Awaitable[bool]],
     ) -> _LiveHere | None: ...
 
 
@@ -665,24 +689,20 @@ class Resumes:
         if self._busy(record) or await thread_moved_on(self._store, record):
             await self._release(record, messages.RESUME_MOVED_ON)
             return
-        if not await self._store.set_resume(
+        start = _Start(
+            self._store,
             record.id,
-            ResumeState.STARTED,
             expected=[ResumeState.CLAIMED],
             claimed_by=self._worker_id,
             owner=None,
             lease_expires_at=None,
-        ):
-            log.info("resume.summary_discarded", run_id=record.id)  # cancelled meanwhile
-            return
-        live = await self._supervisor.continue_run(record, compacted, run_id)
-        if live is None:  # the thread was taken, or we began shutting down, just now
-            await self._store.set_resume(
-                record.id,
-                ResumeState.SCHEDULED,
-                expected=[ResumeState.STARTED],
-                resume_at=utcnow(),
-            )
+        )
+        live = await self._supervisor.continue_run(record, compacted, run_id, start)
+        if live is None:
+            if start.won is None:  # the thread was taken, or we began shutting down, just now
+                await self._give_back(record)
+            else:
+                log.info("resume.summary_discarded", run_id=record.id)  # cancelled meanwhile
             return
         detail = {"continuation": run_id, "summary_chars": len(compacted.summary)}
         detail["left_out"] = compacted.left_out
@@ -699,17 +719,13 @@ class Resumes:
         thread from ``record``'s checkpoint, with one more budget."""
         if not self._supervisor.accepting:
             return
-        if not await self._store.set_resume(
-            record.id, ResumeState.STARTED, expected=[ResumeState.SCHEDULED], due_by=now
-        ):
-            return  # another worker started it
         run_id = uuid.uuid4().hex
         checkpoint = await self._store.latest_checkpoint(record.id)
-        live = await self._supervisor.continue_with_budget(record, checkpoint, run_id)
-        if live is None:  # the thread was taken, or we began shutting down, just now
-            await self._store.set_resume(
-                record.id, ResumeState.SCHEDULED, expected=[ResumeState.STARTED], resume_at=now
-            )
+        start = _Start(self._store, record.id, expected=[ResumeState.SCHEDULED], due_by=now)
+        live = await self._supervisor.continue_with_budget(record, checkpoint, run_id, start)
+        if live is None:
+            # Another worker started it, or (nothing written) the thread was taken or we
+            # began shutting down, just now: it stays due.
             return
         detail = {
             "continuation": run_id,
