@@ -213,4 +213,3 @@ async def test_the_spend_is_kept_through_a_lost_worker() -> None:
     assert result.spent.completion_tokens > before.completion_tokens
     assert result.spent.prompt_tokens > before.prompt_tokens
     assert result.spent.tool_calls == before.tool_calls == 1
-
