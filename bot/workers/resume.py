@@ -22,7 +22,10 @@ compare-and-set:
 - as a continuation (``context_exhausted``): the resume is *claimed* (held like a run's
   lease, renewed while the summary is written), the checkpointed conversation is
   summarised (:class:`agent_core.Compaction`, one request of its own), and a new run in
-  the same thread starts from the summary, linked to the old one (``continued_from``).
+  the same thread starts from the summary, linked to the old one (``continued_from``):
+  the resume's ``started`` and the new run's row are one transaction
+  (:meth:`agent_core.ports.ResumeStore.start_continuation`), so a worker lost between
+  them leaves the resume due, never ``started`` with no run.
 
 **Room.** A resume takes room like a new run: it starts only on a worker under
 ``MAX_LIVE_RUNS`` whose event loop is not busy (:meth:`bot.runs.supervisor.Supervisor.hold_room`,
@@ -33,8 +36,9 @@ after a restart the due resumes spread over the workers that have room instead o
 worker taking them all.
 
 A worker killed at any moment loses nothing: a scheduled resume waits in the database for
-whoever is up at its time; a claim whose lease ran out is taken over; a run resumed in
-place is an orphan like any other, reconciled as ``worker_lost`` and decided again.
+whoever is up at its time; a claim whose lease ran out is taken over; a continuation is
+started with its row or not at all; a run resumed in place is an orphan like any other,
+reconciled as ``worker_lost`` and decided again.
 
 **People.** ``Resume now`` brings a scheduled resume forward; ``Don't resume`` cancels
 it; a Stop on a run whose resume is scheduled cancels it too (and counts as a person's
@@ -46,11 +50,13 @@ a cancelled resume is stopped: at once on this worker, at its next check on anot
 resumed on its own; a person's ``Continue`` (through the stop service,
 :meth:`Resumes.continue_budget`) schedules it, now, once, with who pressed it
 (``resume_by``). Whichever worker starts it makes a new run in the thread from the run's
-checkpoint (``continued_from``), with one more budget of the same size.
+checkpoint (``continued_from``), with one more budget of the same size (started, as a
+summary's continuation is, in one transaction with its row).
 
 **The request's spend.** Automatic resumes and continuations carry what the request has
-spent (:class:`agent_core.Spent`, stored in the ended run's result, :func:`spent_of`), so
-one request has one budget; ``Continue`` starts from zero (one more budget).
+spent (:class:`agent_core.Spent`, stored in the ended run's result, :func:`spent_of`; for
+a lost worker's run, the reconciler's result takes it from the last checkpoint), so one
+request has one budget; ``Continue`` starts from zero (one more budget).
 """
 
 from __future__ import annotations
