@@ -37,7 +37,8 @@ parent does. So they are never orphans, resumed or repaired on their own account
 an orphaned run is ended, its live sub-agents (and theirs) are ended with it, with the
 same reason; a sub-agent row left live under a run that has ended (its own terminal
 write was lost) is ended by the next pass; a resumed run does not delegate again (the
-``delegate`` call had started: the model reads that its effect is unknown); and a sub-agent, which has no Slack message, has none to repair.
+``delegate`` call had started: the model reads that its effect is unknown); and a
+sub-agent, which has no Slack message, has none to repair.
 """
 
 from __future__ import annotations
