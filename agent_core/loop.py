@@ -503,6 +503,8 @@ class Run:
     async def _run_calls(self, calls: Sequence[ToolCall]) -> None:
         """Run the step's ``calls`` once the step so far is checkpointed (the reply,
         before any of them runs); their results join the conversation in call order."""
+        if not calls:
+            return  # nothing runs: the step's own checkpoint follows at once
         await self._steps.replied(self._tally.turns, self._messages)
         outcomes = await gather_tools(
             self._toolbox,
