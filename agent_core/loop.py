@@ -62,6 +62,7 @@ from agent_core.outcomes import ExitCode, Handoff, Outcome, RunResult, Timings
 from agent_core.prompts import FinalTurnReason, final_turn_instruction, resumed_note
 from agent_core.recording import RunRecorder
 from agent_core.records import ThreadKey
+from agent_core.step_log import InterruptedStep, StepLog, interrupted_step, unknown_effect
 from agent_core.steps import (
     AskedUser,
     Continue,
@@ -179,7 +180,10 @@ class Run:
                 timeout_s=agent.config.approval_timeout_s,
             )
         )
-        self._toolbox = Toolbox(tools, timeout_s=agent.config.tool_timeout_s, gate=gate)
+        self._steps = StepLog(self._write_step)
+        self._toolbox = Toolbox(
+            tools, timeout_s=agent.config.tool_timeout_s, gate=gate, calls=self._steps
+        )
         self._messages: list[ChatMessage] = [
             {"role": "system", "content": agent.config.system_prompt},
             *([{"role": "system", "content": SUB_AGENT_NOTE}] if parent is not None else []),
@@ -187,12 +191,22 @@ class Run:
             {"role": "user", "content": task},
         ]
         self._tally = RunTally()
+        self._interrupted: InterruptedStep | None = None
+        """The step the checkpoint was written in, cut short: finished before any turn."""
+        self._resumed_note: ChatMessage | None = None
         if restore is not None:
-            # Resumed after an interruption: the conversation continues from the last
-            # completed turn, and the model is told what happened in between.
-            note = resumed_note(resumed_because)
-            self._messages = [*restore.messages, {"role": "system", "content": note}]
-            self._tally.turns = self._tally.steps_completed = restore.turn
+            # Resumed after an interruption: the conversation continues from the
+            # checkpoint (a step cut short is finished first, without asking the model
+            # again), and the model is told what happened in between.
+            self._resumed_note = {"role": "system", "content": resumed_note(resumed_because)}
+            self._interrupted = interrupted_step(restore)
+            self._messages = list(restore.messages)
+            self._tally.turns = restore.turn
+            self._tally.steps_completed = restore.turn
+            if self._interrupted is None:
+                self._note_resumed()
+            else:
+                self._tally.steps_completed = max(0, restore.turn - 1)
         self._children: list[Run] = []
         self._guidance = GuidanceInbox()
         self._stop_cut_rate_limit = False
@@ -295,6 +309,10 @@ class Run:
         return await self._drive()
 
     async def _drive(self) -> Ending:
+        if self._interrupted is not None:
+            ending = await self._after_step(await self._finish_interrupted(self._interrupted))
+            if ending is not None:
+                return ending
         while True:
             forced = self._at_boundary()
             if isinstance(forced, Ending):
@@ -332,18 +350,24 @@ class Run:
                 return model_failed_ending(
                     exc, Outcome.FAILED, ExitCode.ERROR, self._tally, how=self._how
                 )
-            step = await self._take_step(response)
-            self._tally.steps_completed += 1
-            await self._recorder.checkpoint(self._tally.turns, self._messages)
-            match step:
-                case Continue():
-                    continue
-                case FinalAnswer() | Reported() | AskedUser():
-                    if self._guidance.pending and self.control.reason is None:
-                        # Someone wrote while the model was answering: that answer did
-                        # not see it, so the run goes on for one more turn with it.
-                        continue
-                    return ending_for_step(step)
+            ending = await self._after_step(await self._take_step(response))
+            if ending is not None:
+                return ending
+
+    async def _after_step(self, step: Step) -> Ending | None:
+        """Checkpoint the step that ended; the run's ending if it ends with it."""
+        self._steps.close()
+        self._tally.steps_completed += 1
+        await self._checkpoint(self._tally.turns)
+        match step:
+            case Continue():
+                return None
+            case FinalAnswer() | Reported() | AskedUser():
+                if self._guidance.pending and self.control.reason is None:
+                    # Someone wrote while the model was answering: that answer did
+                    # not see it, so the run goes on for one more turn with it.
+                    return None
+                return ending_for_step(step)
 
     def _at_boundary(self) -> Ending | FinalTurnReason | None:
         """Between steps: is there a stop to honour or a limit that forces the end?"""
@@ -465,14 +489,6 @@ class Run:
         )
         if refused:
             self._log.info("tools.refused", calls=len(refused), first=refused[0][1])
-        outcomes = await gather_tools(
-            self._toolbox,
-            admitted,
-            self._on_tool_start,
-            self._on_tool_done,
-            self._on_tool_progress,
-        )
-        self._messages.extend(o.message() for o in outcomes)
         self._messages.extend(tool_result(call, error) for call, error in refused)
         for call in calls:
             if call.name in _LOOP_TOOLS:  # a malformed final_report / ask_user
@@ -481,7 +497,48 @@ class Run:
                         call, f"error: {call.name} needs valid JSON arguments matching its schema"
                     )
                 )
+        await self._run_calls(admitted)
         return Continue()
+
+    async def _run_calls(self, calls: Sequence[ToolCall]) -> None:
+        """Run the step's ``calls`` once the step so far is checkpointed (the reply,
+        before any of them runs); their results join the conversation in call order."""
+        if not calls:
+            return  # nothing runs: the step's own checkpoint follows at once
+        await self._steps.replied(self._tally.turns, self._messages)
+        outcomes = await gather_tools(
+            self._toolbox,
+            calls,
+            self._on_tool_start,
+            self._on_tool_done,
+            self._on_tool_progress,
+        )
+        self._messages.extend(o.message() for o in outcomes)
+
+    async def _finish_interrupted(self, step: InterruptedStep) -> Step:
+        """Finish the step a checkpoint was written in, without asking the model again:
+        a call that had started is never run twice (its effect is unknown), the others
+        run now (a pending approval is the same one, asked for the same call)."""
+        self._log.info(
+            "step.resumed",
+            turn=self._tally.turns,
+            to_run=[c.id for c in step.to_run],
+            unknown=[c.id for c in step.unknown],
+        )
+        self._messages.extend(tool_result(call, unknown_effect(call)) for call in step.unknown)
+        if self.control.reason is StopReason.STOP:
+            self._close_calls(step.to_run, answered=None, note="not run: the user asked to stop")
+        else:
+            await self._run_calls(step.to_run)
+        self._note_resumed()
+        return Continue()
+
+    def _note_resumed(self) -> None:
+        """Tell the model its run was resumed (once every call of its reply is answered:
+        nothing may come between a reply and its calls' results)."""
+        if self._resumed_note is not None:
+            self._messages.append(self._resumed_note)
+            self._resumed_note = None
 
     async def _final_turn(self, reason: FinalTurnReason) -> Ending:
         """One last model turn that may only report. Its failure still ends the run."""
@@ -551,7 +608,17 @@ class Run:
     async def _checkpoint_unfinished_turn(self) -> None:
         """Store the conversation as the turn that failed would have seen it (guidance
         delivered for it included), so a resumed or continued run starts from there."""
-        await self._recorder.checkpoint(self._tally.steps_completed, self._messages)
+        await self._checkpoint(self._tally.steps_completed)
+
+    async def _checkpoint(self, turn: int) -> None:
+        """Store the conversation at a step boundary, with what the request has spent."""
+        await self._recorder.checkpoint(turn, self._messages, spent=self.budget.spent())
+
+    async def _write_step(
+        self, turn: int, messages: Sequence[ChatMessage], started: tuple[str, ...]
+    ) -> None:
+        """The step log's write: the step so far, with what the request has spent."""
+        await self._recorder.checkpoint(turn, messages, started=started, spent=self.budget.spent())
 
     def _arm_final_turn_timeout(self, reason: FinalTurnReason) -> asyncio.TimerHandle | None:
         timeout = self.agent.config.final_turn_timeout_s

@@ -544,6 +544,25 @@ class ResumeStore(Protocol):
         """
         ...
 
+    async def start_continuation(
+        self,
+        run_id: str,
+        continuation: RunRecord,
+        *,
+        expected: Collection[ResumeState | None],
+        due_by: datetime | None = None,
+        claimed_by: str | None = None,
+        **changes: Any,
+    ) -> bool:
+        """Start ``run_id``'s resume as the new run ``continuation`` (a continuation from
+        a summary, or ``Continue``), in one transaction: :meth:`set_resume` to ``started``
+        (``expected``, ``due_by``, ``claimed_by``, ``changes`` as there) and, only if that
+        moved it, :meth:`RunStore.create_run` of ``continuation``. Either both land or
+        neither does: a worker lost between them cannot leave a resume ``started`` with no
+        run. False, writing nothing, when another writer got there first. ValueError,
+        writing nothing, if ``continuation``'s id exists."""
+        ...
+
     async def pending_resumes(self, *, limit: int = 100) -> list[RunRecord]:
         """Runs whose resume is ahead: ``scheduled`` or ``claimed``, and ``blocked`` runs
         not decided yet; soonest ``resume_at`` (else ``updated_at``) first, at most

@@ -14,7 +14,7 @@ through an outage (:func:`until_landed`) before the run reports its end, and a r
 that still cannot be recorded is logged as critical.
 
 The run's other durable writes live here too, one home each: its registration
-(:func:`register_run`, a row that is never without an owner), its ending
+(:func:`leased`, a row that is never without an owner), its ending
 (:func:`record_ending`, whoever writes it: the run, its worker, a reconciler, the
 queue), what its final message's delivery leaves to write (:func:`record_delivery`) and
 the ending of a row whose run never started (:func:`abandon_run`).
@@ -41,6 +41,7 @@ from agent_core.states import LIVE_STATES, RunState, state_for_outcome
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Collection, Sequence
 
+    from agent_core.budget import Spent
     from agent_core.chat import ChatMessage
     from agent_core.outcomes import RunResult
     from agent_core.records import ThreadKey
@@ -50,9 +51,9 @@ __all__ = [
     "TERMINAL_WRITE_DEADLINE_S",
     "RunRecorder",
     "abandon_run",
+    "leased",
     "record_delivery",
     "record_ending",
-    "register_run",
     "until_landed",
 ]
 
@@ -127,13 +128,12 @@ async def until_landed(write: Callable[[], Awaitable[T]], *, step: str, run_id: 
         attempt += 1
 
 
-async def register_run(
-    store: RunStore, record: RunRecord, *, owner: str, lease_ttl_s: float
-) -> None:
-    """Store the new run ``record`` already leased to ``owner`` for ``lease_ttl_s``: it is
-    never without an owner, so no reconciler takes it for an orphan."""
+def leased(record: RunRecord, *, owner: str, lease_ttl_s: float) -> RunRecord:
+    """The new run ``record`` as it is stored: already leased to ``owner`` for
+    ``lease_ttl_s``, so it is never without an owner and no reconciler takes it for an
+    orphan."""
     expires = utcnow() + timedelta(seconds=lease_ttl_s)
-    await store.create_run(replace(record, owner=owner, lease_expires_at=expires))
+    return replace(record, owner=owner, lease_expires_at=expires)
 
 
 async def record_ending(
@@ -246,10 +246,19 @@ class RunRecorder:
             log.warning("run.start_not_recorded", run_id=run.id)
 
     @_tolerant
-    async def checkpoint(self, turn: int, messages: Sequence[ChatMessage]) -> None:
+    async def checkpoint(
+        self,
+        turn: int,
+        messages: Sequence[ChatMessage],
+        *,
+        started: tuple[str, ...] = (),
+        spent: Spent | None = None,
+    ) -> None:
+        """Store the run's conversation (``started``, ``spent``: see :class:`Checkpoint`)."""
         if self._store is None or await self._taken_over():
             return
-        await self._store.save_checkpoint(Checkpoint(self._run.id, turn, tuple(messages)))
+        checkpoint = Checkpoint(self._run.id, turn, tuple(messages), started=started, spent=spent)
+        await self._store.save_checkpoint(checkpoint)
         await self._flush()
 
     @_tolerant

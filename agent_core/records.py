@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from datetime import datetime
 
+    from agent_core.budget import Spent
     from agent_core.chat import ChatMessage
     from agent_core.ended import EndedBecause
     from agent_core.outcomes import ExitCode, Outcome
@@ -120,12 +121,23 @@ class RunRecord:
 @dataclass(frozen=True, slots=True)
 class Checkpoint:
     """A run's conversation after its latest turn (the ``checkpoints`` table): what a
-    resume goes on from."""
+    resume goes on from.
+
+    Written at each step's end, and within a step (:mod:`agent_core.step_log`): as soon as
+    the model's reply is complete, before any of its tool calls runs, then as each call
+    starts and as each result arrives. ``messages`` then ends with that reply and the
+    results so far; a call of it with no result is still to run, unless its id is in
+    ``started`` (it began, and its effect is unknown).
+    """
 
     run_id: str
     turn: int
     messages: tuple[ChatMessage, ...]
     created_at: datetime = field(default_factory=utcnow)
+    started: tuple[str, ...] = ()
+    """The ids of the last reply's tool calls that began to run (empty between steps)."""
+    spent: Spent | None = None
+    """What the request had spent when this was written (None: not recorded)."""
 
 
 @dataclass(frozen=True, slots=True)

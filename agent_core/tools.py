@@ -69,6 +69,7 @@ __all__ = [
     "DEFAULT_TOOL_TIMEOUT_S",
     "FINAL_REPORT",
     "MAX_TOOL_RESULT_CHARS",
+    "CallLog",
     "FinalReport",
     "Tool",
     "ToolError",
@@ -286,6 +287,20 @@ class Gate(typing.Protocol):
         ...
 
 
+class CallLog(typing.Protocol):
+    """Told when a call starts and when its result arrives, each awaited before the
+    call goes on (the run's :class:`~agent_core.step_log.StepLog`, which checkpoints
+    them so a resume never runs a started call twice)."""
+
+    async def started(self, call: ToolCall) -> None:
+        """``call`` cleared its approval (if any) and its tool is about to be invoked."""
+        ...
+
+    async def finished(self, outcome: ToolOutcome) -> None:
+        """``outcome``, the call's result (an error one too), arrived."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class ToolOutcome:
     call: ToolCall
@@ -308,10 +323,11 @@ class Toolbox:
         threads: ToolThreads = SHARED_TOOL_THREADS,
         max_result_chars: int = MAX_TOOL_RESULT_CHARS,
         gate: Gate | None = None,
+        calls: CallLog | None = None,
     ) -> None:
         """``gate``: holds each call of a tool that :attr:`Tool.needs_approval` until a
         person decides (the run's :class:`~agent_core.approvals.ApprovalGate`); without
-        one, such calls are refused."""
+        one, such calls are refused. ``calls``: told of each call's start and result."""
         if not timeout_s > 0:
             raise ValueError(f"timeout_s must be positive, not {timeout_s}")
         if max_result_chars < 1:
@@ -320,6 +336,7 @@ class Toolbox:
         self.max_result_chars = max_result_chars
         self._threads = threads
         self._gate = gate
+        self._calls = calls
         self._tools = {t.name: t for t in tools}
         reserved = {FINAL_REPORT.name, ASK_USER.name} & set(self._tools)
         if reserved:
@@ -342,8 +359,10 @@ class Toolbox:
         if on_start is not None:
             on_start(call)
         with reporting_progress(call, on_progress):
-            outcome = await self._run(call)
-        return _cut(outcome, self.max_result_chars)
+            outcome = _cut(await self._run(call), self.max_result_chars)
+        if self._calls is not None:
+            await self._calls.finished(outcome)
+        return outcome
 
     async def _run(self, call: ToolCall) -> ToolOutcome:
         found = self._tools.get(call.name)
@@ -372,6 +391,8 @@ class Toolbox:
             )
             if refusal is not None:
                 return ToolOutcome(call, refusal, ok=False)
+        if self._calls is not None:
+            await self._calls.started(call)
         deadline = asyncio.timeout(self.timeout_s if found.bounded else None)
         try:
             async with deadline:

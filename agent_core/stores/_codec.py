@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from agent_core.budget import Spent
 from agent_core.ended import EndedBecause
 from agent_core.outcomes import ExitCode, normalize_outcome
 from agent_core.records import (
@@ -127,7 +128,7 @@ GUIDANCE_COLUMNS = (
     "queued_at",
     "settled_at",
 )
-CHECKPOINT_COLUMNS = ("run_id", "turn", "messages", "created_at")
+CHECKPOINT_COLUMNS = ("run_id", "turn", "messages", "created_at", "started", "spent")
 EVENT_COLUMNS = ("run_id", "kind", "actor", "at", "detail")
 
 # RunRecord fields that set_state and update_run may change. ``id`` names the row,
@@ -588,6 +589,8 @@ def checkpoint_values(checkpoint: Checkpoint) -> dict[str, Any]:
         "turn": checkpoint.turn,
         "messages": _dump(list(checkpoint.messages)),
         "created_at": to_utc(checkpoint.created_at),
+        "started": _dump(list(checkpoint.started)),
+        "spent": None if checkpoint.spent is None else _dump(checkpoint.spent.to_dict()),
     }
 
 
@@ -597,6 +600,9 @@ def checkpoint_from_row(row: Row) -> Checkpoint:
         turn=row["turn"],
         messages=tuple(json.loads(row["messages"])),
         created_at=_time(row["created_at"]),
+        # NULL in rows written before r0010 (or by a worker still on older code).
+        started=tuple(json.loads(row["started"] or "[]")),
+        spent=None if row["spent"] is None else Spent.from_dict(json.loads(row["spent"])),
     )
 
 

@@ -631,6 +631,30 @@ class MemoryStore:
             )
             return True
 
+    async def start_continuation(
+        self,
+        run_id: str,
+        continuation: RunRecord,
+        *,
+        expected: Collection[ResumeState | None],
+        due_by: datetime | None = None,
+        claimed_by: str | None = None,
+        **changes: Any,
+    ) -> bool:
+        if continuation.id in self._runs:  # checked first: then nothing is written
+            raise ValueError(f"run {continuation.id} already exists")
+        started = await self.set_resume(
+            run_id,
+            ResumeState.STARTED,
+            expected=expected,
+            due_by=due_by,
+            claimed_by=claimed_by,
+            **changes,
+        )
+        if started:
+            await self.create_run(continuation)
+        return started
+
     async def pending_resumes(self, *, limit: int = 100) -> list[RunRecord]:
         found = [
             r

@@ -27,7 +27,7 @@ import asyncpg  # type: ignore[import-untyped]
 from agent_core.answering import ANSWERING
 from agent_core.clock import utcnow
 from agent_core.errors import StorageError
-from agent_core.records import Forgotten, StopRequestRecord
+from agent_core.records import Forgotten, ResumeState, StopRequestRecord
 from agent_core.states import LIVE_STATES, RunState
 from agent_core.stores import _codec as codec
 from agent_core.stores import _retention as retention
@@ -58,7 +58,6 @@ if TYPE_CHECKING:
         Checkpoint,
         GuidanceRecord,
         GuidanceStatus,
-        ResumeState,
         RunRecord,
         ThreadKey,
     )
@@ -384,7 +383,8 @@ class PostgresStore(PostgresQueue):
         values = codec.checkpoint_values(checkpoint)
         sql = _insert_sql("checkpoints", values) + (
             " ON CONFLICT (run_id) DO UPDATE SET turn = excluded.turn, "
-            "messages = excluded.messages, created_at = excluded.created_at"
+            "messages = excluded.messages, created_at = excluded.created_at, "
+            "started = excluded.started, spent = excluded.spent"
         )
         await self._execute("save a checkpoint", sql, *values.values(), idempotent=True)
 
@@ -993,23 +993,51 @@ class PostgresStore(PostgresQueue):
         )
         if change.matches_nothing:
             return False
-        columns = change.columns | {"updated_at": utcnow()}
-        params: list[Any] = [run_id, *columns.values()]
-        marks = {c: f"${i}" for i, c in enumerate(columns, start=2)}
-        assignments = ", ".join(f"{c} = {mark}" for c, mark in marks.items())
-        cas = _resume_filter(change, params)
-        # As in set_state: a retry after an unknown outcome also matches the row as our
-        # own first attempt left it (our decision, our ``updated_at``).
-        ours = (
-            f"resume IS NOT DISTINCT FROM {marks['resume']} AND updated_at = {marks['updated_at']}"
-        )
+        update, params = _resume_update(run_id, change)
 
         async def work(conn: Any, retrying: bool) -> bool:
-            condition = f"(({cas}) OR ({ours}))" if retrying else cas
-            sql = f"UPDATE runs SET {assignments} WHERE id = $1 AND {condition} RETURNING id"
-            return await conn.fetchval(sql, *params) is not None
+            return await conn.fetchval(update(retrying), *params) is not None
 
         return await self._call("change a run's resume", work, idempotent=True)
+
+    async def start_continuation(
+        self,
+        run_id: str,
+        continuation: RunRecord,
+        *,
+        expected: Collection[ResumeState | None],
+        due_by: datetime | None = None,
+        claimed_by: str | None = None,
+        **changes: Any,
+    ) -> bool:
+        change = codec.resume_change(
+            ResumeState.STARTED,
+            expected=expected,
+            due_by=due_by,
+            claimed_by=claimed_by,
+            state=None,
+            changes=changes,
+        )
+        if change.matches_nothing:
+            return False
+        update, params = _resume_update(run_id, change)
+        values = codec.run_values(continuation)
+        insert = _insert_sql("runs", values)
+        mine = "SELECT 1 FROM runs WHERE id = $1 AND continued_from IS NOT DISTINCT FROM $2"
+
+        async def work(conn: Any, retrying: bool) -> bool:
+            if retrying and await conn.fetchval(mine, continuation.id, continuation.continued_from):
+                return True  # our first attempt committed, its answer was lost
+            async with conn.transaction():
+                if await conn.fetchval(update(False), *params) is None:
+                    return False
+                try:
+                    await conn.execute(insert, *values.values())
+                except asyncpg.UniqueViolationError as exc:  # rolls the move back too
+                    raise ValueError(f"run {continuation.id} already exists") from exc
+            return True
+
+        return await self._call("start a continuation", work, idempotent=True)
 
     async def pending_resumes(self, *, limit: int = 100) -> list[RunRecord]:
         sql = (
@@ -1070,6 +1098,26 @@ _BATCH_STOPS = (
 )
 """``add_stop_requests``' statement; ``{taken}`` takes the delivery's key (or is ``SELECT
 1`` without one)."""
+
+
+def _resume_update(
+    run_id: str, change: codec.ResumeChange
+) -> tuple[Callable[[bool], str], list[Any]]:
+    """``set_resume``'s compare-and-set: the statement (given whether it is a retry) and
+    its parameters. A retry after an unknown outcome also matches the row as our own first
+    attempt left it (our decision, our ``updated_at``), as in ``set_state``."""
+    columns = change.columns | {"updated_at": utcnow()}
+    params: list[Any] = [run_id, *columns.values()]
+    marks = {c: f"${i}" for i, c in enumerate(columns, start=2)}
+    assignments = ", ".join(f"{c} = {mark}" for c, mark in marks.items())
+    cas = _resume_filter(change, params)
+    ours = f"resume IS NOT DISTINCT FROM {marks['resume']} AND updated_at = {marks['updated_at']}"
+
+    def sql(retrying: bool) -> str:
+        condition = f"(({cas}) OR ({ours}))" if retrying else cas
+        return f"UPDATE runs SET {assignments} WHERE id = $1 AND {condition} RETURNING id"
+
+    return sql, params
 
 
 def _resume_filter(change: codec.ResumeChange, params: list[Any]) -> str:

@@ -48,7 +48,7 @@ import aiosqlite
 
 from agent_core.clock import utcnow
 from agent_core.errors import StorageError
-from agent_core.records import Forgotten, StopRequestRecord
+from agent_core.records import Forgotten, ResumeState, StopRequestRecord
 from agent_core.states import LIVE_STATES, RunState
 from agent_core.stores import _codec as codec
 from agent_core.stores import _retention as retention
@@ -68,7 +68,6 @@ if TYPE_CHECKING:
         Checkpoint,
         GuidanceRecord,
         GuidanceStatus,
-        ResumeState,
         RunRecord,
         ThreadKey,
     )
@@ -267,7 +266,8 @@ class SqliteStore(SqliteQueue):
         values = codec.checkpoint_values(checkpoint)
         sql = _insert_sql("checkpoints", values) + (
             " ON CONFLICT (run_id) DO UPDATE SET turn = excluded.turn, "
-            "messages = excluded.messages, created_at = excluded.created_at"
+            "messages = excluded.messages, created_at = excluded.created_at, "
+            "started = excluded.started, spent = excluded.spent"
         )
         await self._change("save a checkpoint", sql, list(values.values()))
 
@@ -767,14 +767,41 @@ class SqliteStore(SqliteQueue):
         )
         if change.matches_nothing:
             return False
-        columns = change.columns | {"updated_at": utcnow()}
-        assignments = ", ".join(f"{c} = ?" for c in columns)
-        where, params = _resume_filter(change)
-        sql = f"UPDATE runs SET {assignments} WHERE id = ? AND {where}"
-        return (
-            await self._change("change a run's resume", sql, [*columns.values(), run_id, *params])
-            == 1
+        sql, params = _resume_update(run_id, change)
+        return await self._change("change a run's resume", sql, params) == 1
+
+    async def start_continuation(
+        self,
+        run_id: str,
+        continuation: RunRecord,
+        *,
+        expected: Collection[ResumeState | None],
+        due_by: datetime | None = None,
+        claimed_by: str | None = None,
+        **changes: Any,
+    ) -> bool:
+        change = codec.resume_change(
+            ResumeState.STARTED,
+            expected=expected,
+            due_by=due_by,
+            claimed_by=claimed_by,
+            state=None,
+            changes=changes,
         )
+        if change.matches_nothing:
+            return False
+        update, params = _resume_update(run_id, change)
+        values = codec.run_values(continuation)
+        insert = _insert_sql("runs", values), _params(list(values.values()))
+
+        def start(db: sqlite3.Connection) -> bool:
+            if db.execute(update, _params(params)).rowcount != 1:
+                return False
+            db.execute(*insert)  # if it fails, the resume's move is rolled back with it
+            return True
+
+        with one_run_per_id(continuation.id):
+            return await self._transaction("start a continuation", start)
 
     async def pending_resumes(self, *, limit: int = 100) -> list[RunRecord]:
         sql = (
@@ -796,6 +823,15 @@ class SqliteStore(SqliteQueue):
 
 _PENDING_RESUMES = "(resume IN ('scheduled', 'claimed') OR (state = 'blocked' AND resume IS NULL))"
 """The partial index ``ix_runs_resume_pending`` (r0007) holds exactly these rows."""
+
+
+def _resume_update(run_id: str, change: codec.ResumeChange) -> tuple[str, list[Any]]:
+    """``set_resume``'s compare-and-set: the statement and its parameters."""
+    columns = change.columns | {"updated_at": utcnow()}
+    assignments = ", ".join(f"{c} = ?" for c in columns)
+    where, params = _resume_filter(change)
+    sql = f"UPDATE runs SET {assignments} WHERE id = ? AND {where}"
+    return sql, [*columns.values(), run_id, *params]
 
 
 def _resume_filter(change: codec.ResumeChange) -> tuple[str, list[Any]]:

@@ -19,8 +19,9 @@ waits, bounded, for their Slack messages to say so.
 A run is held here until its ending is in the database, not just in Slack: while its
 terminal write is being retried through an outage it stays in memory, so the heartbeat
 keeps its lease (:meth:`Supervisor.held_runs`) and no reconciler takes it for an orphan.
-A run that cannot even be registered never starts: the thread is told, and nothing is
-left behind in the database.
+Every run is stored, leased here, before it is launched (a person's when their message
+is accepted, a continuation in the same transaction as its resume's start), so a run here
+is never without its row.
 
 What the supervisor tells this process's durable side as a run starts and ends is one
 small protocol, :class:`RunLifecycle`, handed to it when it is built (the worker
@@ -55,13 +56,13 @@ from agent_core import (
     continue_from,
 )
 from agent_core.clock import utcnow
-from agent_core.recording import abandon_run, record_delivery, register_run, until_landed
+from agent_core.recording import abandon_run, leased, record_delivery, until_landed
 from bot.runs.session import RunSession
 from bot.stopping.guidance import to_guidance
 from bot.workers.resume import spent_of, stored_ended_because
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Collection, Iterator, Sequence
+    from collections.abc import Awaitable, Callable, Collection, Iterator, Sequence
 
     from agent_core import (
         Agent,
@@ -78,6 +79,10 @@ if TYPE_CHECKING:
     from bot.slack_api.surface import Workspaces
     from bot.store_needs import SupervisorStore
     from bot.views.status import EndingView
+
+    StartContinuation = Callable[[RunRecord], Awaitable[bool]]
+    """Stores a continuation's row in the transaction that starts its resume
+    (:meth:`agent_core.ports.ResumeStore.start_continuation`); False if it lost."""
 
 __all__ = ["Admission", "LiveRun", "RunLifecycle", "Supervisor"]
 
@@ -382,11 +387,11 @@ class Supervisor:
         return self._launch(run, session)
 
     async def continue_run(
-        self, previous: RunRecord, compacted: Compacted, run_id: str
+        self, previous: RunRecord, compacted: Compacted, run_id: str, start: StartContinuation
     ) -> LiveRun | None:
         """Start ``run_id`` in ``previous``'s thread from the summary of its conversation
-        (its context filled up), in a status message of its own; None if the thread has a
-        live run or we are closing."""
+        (its context filled up), in a status message of its own; None if it does not
+        start (:meth:`_start_continuation`)."""
         surface = await self._workspaces.get(previous.thread.team)
         if not self._room_in(previous.thread):
             return None
@@ -401,14 +406,19 @@ class Supervisor:
             spent=spent_of(previous),  # the same request: its budget goes on
         )
         session = RunSession(run, surface, store=self._store)
-        return self._launch(run, session, registered=False, auto_resumes=previous.auto_resumes + 1)
+        auto_resumes = previous.auto_resumes + 1
+        return await self._start_continuation(run, session, start, auto_resumes=auto_resumes)
 
     async def continue_with_budget(
-        self, previous: RunRecord, checkpoint: Checkpoint | None, run_id: str
+        self,
+        previous: RunRecord,
+        checkpoint: Checkpoint | None,
+        run_id: str,
+        start: StartContinuation,
     ) -> LiveRun | None:
         """Start ``run_id`` in ``previous``'s thread from its checkpoint, with one more
         budget (a person pressed Continue on a run that spent its own), in a status
-        message of its own; None if the thread has a live run or we are closing."""
+        message of its own; None if it does not start (:meth:`_start_continuation`)."""
         surface = await self._workspaces.get(previous.thread.team)
         if not self._room_in(previous.thread):
             return None
@@ -424,7 +434,27 @@ class Supervisor:
         )
         session = RunSession(run, surface, store=self._store)
         # A person asked for it: not one of the thread's automatic resumes.
-        return self._launch(run, session, registered=False, auto_resumes=previous.auto_resumes)
+        return await self._start_continuation(
+            run, session, start, auto_resumes=previous.auto_resumes
+        )
+
+    async def _start_continuation(
+        self, run: Run, session: RunSession, start: StartContinuation, *, auto_resumes: int
+    ) -> LiveRun | None:
+        """Launch the continuation ``run`` once ``start`` has stored it, leased here, in
+        the same transaction as its resume's start (the thread is held here meanwhile).
+        None, and nothing stored, if ``start`` is not called (the thread has a run here,
+        or we are closing) or its compare-and-set lost."""
+        if not self._room_in(run.thread):
+            return None
+        self._by_thread[run.thread] = run.id
+        try:
+            started = await start(self._row(run, auto_resumes))
+        finally:
+            self._release_thread(run)
+        if not started:
+            return None
+        return self._launch(run, session, auto_resumes=auto_resumes)
 
     def _room_in(self, thread: ThreadKey) -> bool:
         """True if a stored run may start in ``thread`` here: we are not closing, and no
@@ -446,24 +476,22 @@ class Supervisor:
         run: Run,
         session: RunSession,
         *,
-        registered: bool = True,
         accepted: bool = False,
         auto_resumes: int = 0,
     ) -> LiveRun:
-        """Run ``run`` in a task held here; ``registered``: its row is already stored and
-        leased here (else it is written first); ``accepted``: stored and leased here before
-        a person's message was acknowledged, and started only if the lease is still ours
-        (:meth:`_still_ours`)."""
+        """Run ``run``, its row stored and leased here, in a task held here;
+        ``accepted``: stored before a person's message was acknowledged, and started only
+        if the lease is still ours (:meth:`_still_ours`)."""
         live = LiveRun(run, session, run.requester, auto_resumes=auto_resumes)
         self._live[run.id] = live
         self._by_thread[run.thread] = run.id
         if self._metrics is not None:
             self._metrics.watch_run(run)
-        drive = self._drive(live, registered, accepted)
+        drive = self._drive(live, accepted)
         live.task = asyncio.create_task(drive, name=f"session:{run.id}")
         return live
 
-    async def _drive(self, live: LiveRun, registered: bool, accepted: bool) -> None:
+    async def _drive(self, live: LiveRun, accepted: bool) -> None:
         """The run's life here: opened, run, ended in Slack and in the database, gone."""
         run = live.run
         bound = structlog.contextvars.bound_contextvars(
@@ -475,23 +503,20 @@ class Supervisor:
         )
         with bound:
             try:
-                if await self._opened(live, registered=registered, accepted=accepted):
+                if await self._opened(live, accepted=accepted):
                     await self._finish(live, await run.run())
             except Exception:
                 log.exception("session.failed")
             finally:
                 await self._gone(live)
 
-    async def _opened(self, live: LiveRun, *, registered: bool, accepted: bool) -> bool:
-        """Make the run ready to start: still ours, registered, its status message shown,
-        and what was committed for it before now delivered. False if it never starts."""
+    async def _opened(self, live: LiveRun, *, accepted: bool) -> bool:
+        """Make the run ready to start: still ours, its status message shown, and what
+        was committed for it before now delivered. False if it never starts."""
         run = live.run
         if accepted and not await self._still_ours(run.id):
             return False  # the queue has it, or another worker: nothing was shown here
-        live.registered = registered or await self._register(live)
-        if not live.registered:
-            await self._not_recorded(live)
-            return False
+        live.registered = True
         if not await live.session.open():
             await self._abandon(run)
             return False
@@ -557,14 +582,6 @@ class Supervisor:
             log.exception("store.read_failed", step="still_ours")
             return None
 
-    async def _not_recorded(self, live: LiveRun) -> None:
-        """The run could not be registered (the database did not answer): it does not
-        start, since nothing could stop it or end it cleanly. The thread is told so,
-        and a row whose insert landed unseen is ended rather than left for a resume."""
-        log.error("run.not_recorded")
-        await live.session.not_recorded()
-        await self._abandon(live.run)
-
     async def _still_ours(self, run_id: str) -> bool:
         """True if the accepted run's lease is still this worker's (renewed now); before
         anything of it is shown. While this worker was away (the database out of reach,
@@ -586,21 +603,17 @@ class Supervisor:
         log.warning("run.not_started", reason="its lease lapsed: the queue has it")
         return False
 
-    async def _register(self, live: LiveRun) -> bool:
-        """Store the run, already leased to this worker: it is never without an owner."""
-        run = live.run
+    def _row(self, run: Run, auto_resumes: int) -> RunRecord:
+        """The row of ``run``, about to start here: leased here already."""
         record = RunRecord(
             id=run.id,
             thread=run.thread,
-            requester=live.requester,
+            requester=run.requester,
             task=run.task,
             continued_from=run.continued_from,
-            auto_resumes=live.auto_resumes,
+            auto_resumes=auto_resumes,
         )
-        registered = register_run(
-            self._store, record, owner=self._worker_id, lease_ttl_s=self._lease_ttl_s
-        )
-        return await _quietly(registered, "create_run")
+        return leased(record, owner=self._worker_id, lease_ttl_s=self._lease_ttl_s)
 
     async def _record(self, run_id: str, **fields: Any) -> None:
         await _quietly(self._store.update_run(run_id, **fields), "update_run")

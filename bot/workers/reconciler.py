@@ -14,7 +14,8 @@ Runs on start-up and then periodically, in every worker (docs/operations.md, Lea
    deciding, or this pass just ended it) is decided by the resume policy (docs/stopping.md,
    :func:`bot.workers.resume.settle_resume`: ``AUTO_RESUME``, ``MAX_AUTO_RESUMES`` per thread,
    ``USER_EXIT_GRACE``; never a run a person stopped), and one due now (a shutdown, a
-   lost worker) is resumed in place from its last checkpoint. Later resumes (a rate
+   lost worker) is resumed in place from its last checkpoint, with the request's spend the
+   checkpoint carries. Later resumes (a rate
    limit's) and continuations (a full context) are started by :class:`bot.workers.resume.Resumes`.
 3. **Undelivered finals.** A terminal run whose Slack message was never accepted (Slack
    was down) gets it re-rendered from the stored run and written again. A run with no
@@ -35,8 +36,9 @@ and hold no lease of their own: the parent's worker runs them, and they end befo
 parent does. So they are never orphans, resumed or repaired on their own account: when
 an orphaned run is ended, its live sub-agents (and theirs) are ended with it, with the
 same reason; a sub-agent row left live under a run that has ended (its own terminal
-write was lost) is ended by the next pass; a resumed run delegates again from its
-checkpoint; and a sub-agent, which has no Slack message, has none to repair.
+write was lost) is ended by the next pass; a resumed run does not delegate again (the
+``delegate`` call had started: the model reads that its effect is unknown); and a
+sub-agent, which has no Slack message, has none to repair.
 """
 
 from __future__ import annotations
@@ -552,7 +554,7 @@ def orphan_result(
             turns=turns,
             timings=Timings(record.created_at, now, person.requested_at, None),
         )
-    return _worker_lost(record, now, turns)
+    return _worker_lost(record, now, checkpoint)
 
 
 def _ending_unrecorded(
@@ -577,8 +579,11 @@ def _ending_unrecorded(
     )
 
 
-def _worker_lost(record: RunRecord, now: datetime, turns: int) -> RunResult:
-    """A run blocked by its lost worker, checkpointed up to ``turns``."""
+def _worker_lost(record: RunRecord, now: datetime, checkpoint: Checkpoint | None) -> RunResult:
+    """A run blocked by its lost worker, up to its ``checkpoint``: its resume goes on
+    from there, with what the request had spent by then (a ``kill -9`` does not reset the
+    request's budget)."""
+    turns = checkpoint.turn if checkpoint else 0
     handoff = Handoff(
         Outcome.BLOCKED,
         evidence=messages.worker_lost_checkpointed(turns),
@@ -595,4 +600,5 @@ def _worker_lost(record: RunRecord, now: datetime, turns: int) -> RunResult:
         timings=Timings(record.created_at, now, None, None),
         # Blocked by its lost worker (not a shutdown, which is what the stop reason says).
         ended_because=EndedBecause.WORKER_LOST,
+        spent=checkpoint.spent if checkpoint else None,
     )

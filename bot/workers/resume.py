@@ -22,7 +22,10 @@ compare-and-set:
 - as a continuation (``context_exhausted``): the resume is *claimed* (held like a run's
   lease, renewed while the summary is written), the checkpointed conversation is
   summarised (:class:`agent_core.Compaction`, one request of its own), and a new run in
-  the same thread starts from the summary, linked to the old one (``continued_from``).
+  the same thread starts from the summary, linked to the old one (``continued_from``):
+  the resume's ``started`` and the new run's row are one transaction
+  (:meth:`agent_core.ports.ResumeStore.start_continuation`), so a worker lost between
+  them leaves the resume due, never ``started`` with no run.
 
 **Room.** A resume takes room like a new run: it starts only on a worker under
 ``MAX_LIVE_RUNS`` whose event loop is not busy (:meth:`bot.runs.supervisor.Supervisor.hold_room`,
@@ -33,8 +36,9 @@ after a restart the due resumes spread over the workers that have room instead o
 worker taking them all.
 
 A worker killed at any moment loses nothing: a scheduled resume waits in the database for
-whoever is up at its time; a claim whose lease ran out is taken over; a run resumed in
-place is an orphan like any other, reconciled as ``worker_lost`` and decided again.
+whoever is up at its time; a claim whose lease ran out is taken over; a continuation is
+started with its row or not at all; a run resumed in place is an orphan like any other,
+reconciled as ``worker_lost`` and decided again.
 
 **People.** ``Resume now`` brings a scheduled resume forward; ``Don't resume`` cancels
 it; a Stop on a run whose resume is scheduled cancels it too (and counts as a person's
@@ -46,11 +50,13 @@ a cancelled resume is stopped: at once on this worker, at its next check on anot
 resumed on its own; a person's ``Continue`` (through the stop service,
 :meth:`Resumes.continue_budget`) schedules it, now, once, with who pressed it
 (``resume_by``). Whichever worker starts it makes a new run in the thread from the run's
-checkpoint (``continued_from``), with one more budget of the same size.
+checkpoint (``continued_from``), with one more budget of the same size (started, as a
+summary's continuation is, in one transaction with its row).
 
 **The request's spend.** Automatic resumes and continuations carry what the request has
-spent (:class:`agent_core.Spent`, stored in the ended run's result, :func:`spent_of`), so
-one request has one budget; ``Continue`` starts from zero (one more budget).
+spent (:class:`agent_core.Spent`, stored in the ended run's result, :func:`spent_of`; for
+a lost worker's run, the reconciler's result takes it from the last checkpoint), so one
+request has one budget; ``Continue`` starts from zero (one more budget).
 """
 
 from __future__ import annotations
@@ -174,6 +180,22 @@ def due_at(record: RunRecord) -> datetime | None:
         writing_until = record.updated_at + timedelta(seconds=FINAL_WAIT_S)
         return max(record.resume_at, min(writing_until, record.lease_expires_at))
     return record.resume_at
+
+
+class _Start:
+    """Starts a resume as its continuation's run, both in one transaction
+    (:meth:`agent_core.ports.ResumeStore.start_continuation`); remembers the answer
+    (None: never called, so nothing was written)."""
+
+    def __init__(self, store: ResumeSchedule, run_id: str, **cas: Any) -> None:
+        self._store = store
+        self._run_id = run_id
+        self._cas = cas
+        self.won: bool | None = None
+
+    async def __call__(self, continuation: RunRecord) -> bool:
+        self.won = await self._store.start_continuation(self._run_id, continuation, **self._cas)
+        return self.won
 
 
 # -- deciding --------------------------------------------------------------------------
@@ -319,11 +341,19 @@ class RunsHere(Protocol):
     def free_room(self) -> None: ...
 
     async def continue_run(
-        self, previous: RunRecord, compacted: Compacted, run_id: str
+        self,
+        previous: RunRecord,
+        compacted: Compacted,
+        run_id: str,
+        start: Callable[[RunRecord], Awaitable[bool]],
     ) -> _LiveHere | None: ...
 
     async def continue_with_budget(
-        self, previous: RunRecord, checkpoint: Checkpoint | None, run_id: str
+        self,
+        previous: RunRecord,
+        checkpoint: Checkpoint | None,
+        run_id: str,
+        start: Callable[[RunRecord], Awaitable[bool]],
     ) -> _LiveHere | None: ...
 
 
@@ -661,24 +691,20 @@ class Resumes:
         if self._busy(record) or await thread_moved_on(self._store, record):
             await self._release(record, messages.RESUME_MOVED_ON)
             return
-        if not await self._store.set_resume(
+        start = _Start(
+            self._store,
             record.id,
-            ResumeState.STARTED,
             expected=[ResumeState.CLAIMED],
             claimed_by=self._worker_id,
             owner=None,
             lease_expires_at=None,
-        ):
-            log.info("resume.summary_discarded", run_id=record.id)  # cancelled meanwhile
-            return
-        live = await self._supervisor.continue_run(record, compacted, run_id)
-        if live is None:  # the thread was taken, or we began shutting down, just now
-            await self._store.set_resume(
-                record.id,
-                ResumeState.SCHEDULED,
-                expected=[ResumeState.STARTED],
-                resume_at=utcnow(),
-            )
+        )
+        live = await self._supervisor.continue_run(record, compacted, run_id, start)
+        if live is None:
+            if start.won is None:  # the thread was taken, or we began shutting down, just now
+                await self._give_back(record)
+            else:
+                log.info("resume.summary_discarded", run_id=record.id)  # cancelled meanwhile
             return
         detail = {"continuation": run_id, "summary_chars": len(compacted.summary)}
         detail["left_out"] = compacted.left_out
@@ -695,17 +721,13 @@ class Resumes:
         thread from ``record``'s checkpoint, with one more budget."""
         if not self._supervisor.accepting:
             return
-        if not await self._store.set_resume(
-            record.id, ResumeState.STARTED, expected=[ResumeState.SCHEDULED], due_by=now
-        ):
-            return  # another worker started it
         run_id = uuid.uuid4().hex
         checkpoint = await self._store.latest_checkpoint(record.id)
-        live = await self._supervisor.continue_with_budget(record, checkpoint, run_id)
-        if live is None:  # the thread was taken, or we began shutting down, just now
-            await self._store.set_resume(
-                record.id, ResumeState.SCHEDULED, expected=[ResumeState.STARTED], resume_at=now
-            )
+        start = _Start(self._store, record.id, expected=[ResumeState.SCHEDULED], due_by=now)
+        live = await self._supervisor.continue_with_budget(record, checkpoint, run_id, start)
+        if live is None:
+            # Another worker started it, or (nothing written) the thread was taken or we
+            # began shutting down, just now: it stays due.
             return
         detail = {
             "continuation": run_id,

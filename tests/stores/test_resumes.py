@@ -227,6 +227,63 @@ async def test_a_claim_that_ran_out_is_taken_by_another_worker(backend: Backend)
     )
 
 
+def continuation_of(run_id: str, continuation_id: str = "run-2") -> RunRecord:
+    return RunRecord(
+        continuation_id,
+        THREAD,
+        "U1",
+        "task",
+        continued_from=run_id,
+        owner="w2",
+        lease_expires_at=T0 + timedelta(hours=1),
+    )
+
+
+async def test_a_continuation_starts_with_its_row_in_one_transaction(backend: Backend) -> None:
+    store = await backend.open()
+    await blocked_run(store)
+    assert await schedule(store, "run-1", T0)
+
+    started = await store.start_continuation(
+        "run-1", continuation_of("run-1"), expected=[ResumeState.SCHEDULED], due_by=T0
+    )
+
+    assert started
+    other = await backend.open()
+    ended = await other.get_run("run-1")
+    assert ended is not None and ended.resume is ResumeState.STARTED
+    continuation = await other.get_run("run-2")
+    assert continuation is not None
+    assert (continuation.continued_from, continuation.owner) == ("run-1", "w2")
+    assert continuation.state is RunState.QUEUED
+    # Exactly once: a second start (another worker, a second press) writes nothing.
+    again = continuation_of("run-1", "run-3")
+    assert not await store.start_continuation("run-1", again, expected=[ResumeState.SCHEDULED])
+    assert await other.get_run("run-3") is None
+
+
+async def test_a_continuation_whose_row_fails_leaves_its_resume_as_it_was(
+    backend: Backend,
+) -> None:
+    store = await backend.open()
+    await blocked_run(store)
+    assert await schedule(store, "run-1", T0)
+    await store.create_run(RunRecord("run-2", OTHER_THREAD, "U2", "someone else's"))
+
+    # The second statement fails (the id is taken): the first is rolled back with it.
+    with pytest.raises(ValueError, match="already exists"):
+        await store.start_continuation(
+            "run-1", continuation_of("run-1"), expected=[ResumeState.SCHEDULED], due_by=T0
+        )
+
+    other = await backend.open()
+    ended = await other.get_run("run-1")
+    assert ended is not None and ended.resume is ResumeState.SCHEDULED
+    taken = await other.get_run("run-2")
+    assert taken is not None and taken.continued_from is None
+    assert [r.id for r in await other.pending_resumes()] == ["run-1"]  # still due
+
+
 async def test_pending_resumes_lists_what_is_ahead_soonest_first(store: Store) -> None:
     now = utcnow()
     await blocked_run(store, "later")

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from agent_core.budget import Spent
 from agent_core.errors import IllegalTransition
 from agent_core.outcomes import ExitCode, Outcome
 from agent_core.records import AuditEvent, Checkpoint, RunRecord, ThreadKey
@@ -169,6 +170,34 @@ async def test_latest_checkpoint_wins(backend: Backend) -> None:
         tuple({"role": "user", "content": f"turn {i}"} for i in range(3)),
         created_at=T0 + timedelta(seconds=3),
     )
+
+
+async def test_a_checkpoint_within_a_step_round_trips_its_started_calls_and_spend(
+    backend: Backend,
+) -> None:
+    store = await backend.open()
+    reply = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": f"call_{i}", "type": "function", "function": {"name": "t", "arguments": "{}"}}
+            for i in range(3)
+        ],
+    }
+    result = {"role": "tool", "tool_call_id": "call_0", "content": "done"}
+    spent = Spent(prompt_tokens=1200, completion_tokens=34, tool_calls=3, elapsed_s=2.5)
+    written = Checkpoint(
+        "run-1", 2, (reply, result), created_at=T0, started=("call_0", "call_1"), spent=spent
+    )
+    await store.save_checkpoint(Checkpoint("run-1", 1, (), created_at=T0))
+    await store.save_checkpoint(written)  # rewritten as the step goes on
+
+    got = await (await backend.open()).latest_checkpoint("run-1")
+
+    assert got == written
+    await store.save_checkpoint(Checkpoint("run-1", 2, (reply,), created_at=T0))
+    cleared = await store.latest_checkpoint("run-1")
+    assert cleared is not None and (cleared.started, cleared.spent) == ((), None)
 
 
 async def test_checkpoint_keeps_tool_calls_exactly(store: Store) -> None:

@@ -130,9 +130,8 @@ async def test_owner_killed_while_waiting_the_resumed_run_waits_on_the_same_mess
     ts_lost: bool,
 ) -> None:
     a, b = await cluster.start("a", "b", MCP_CONFIG=notes_config)
-    # The resumed run replays the turn (it had not completed): the same call again.
-    for _ in range(2):
-        llm.add(Reply(tool_calls=(ToolCall("notes__write_note", {"text": NOTE}),)))
+    # The resumed run finishes the checkpointed turn: the same call, not asked for again.
+    llm.add(Reply(tool_calls=(ToolCall("notes__write_note", {"text": NOTE}),)))
     llm.reply("The note is written, after a restart.")
     _, status = await cluster.mention(a, "write the note")
     approval = await approval_message(cluster, status)
