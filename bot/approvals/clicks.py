@@ -11,6 +11,11 @@ the commit's wake-up reaches the owner's stop watcher. After the ack,
 :meth:`ApprovalClicks.after` updates the approval message in place (the decision and who
 made it), writes the audit event, and answers a click that changed nothing with an
 ephemeral.
+
+**Show all** (:meth:`ApprovalClicks.show_all`) opens a modal with a held call's
+arguments in full, for whoever may see them: on the approval's own message, anyone who
+sees it; on App Home, as App Home shows them (the requester, or anyone for a run in a
+public channel). It changes nothing.
 """
 
 from __future__ import annotations
@@ -26,11 +31,12 @@ import structlog
 from agent_core import ApprovalStatus, StorageError
 from bot import messages
 from bot.approvals.desk import still_counts
+from bot.dashboard.channels import ChannelPrivacy
 from bot.errors import BudgetNotRunning, SlackError
 from bot.inbound.trust import Person
 from bot.process.settings import StopPolicy
 from bot.stopping.policy import may_stop
-from bot.views.approval import render_approval
+from bot.views.approval import arguments_view, may_see_arguments, render_approval
 
 if TYPE_CHECKING:
     from agent_core import ApprovalRecord
@@ -115,6 +121,7 @@ class ApprovalClicks:
         self._trust = trust
         self._workspaces = workspaces
         self._budget_s = budget_s
+        self._channels = ChannelPrivacy(workspaces)
 
     async def decide(self, ask: ApprovalAsk) -> ApprovalClick:
         """Before the ack: decided and, if it counts, committed. Never raises for a
@@ -200,13 +207,48 @@ class ApprovalClicks:
             return
         log.info("approval.click_refused", verdict=click.verdict.value, user=click.ask.user)
         if click.answer is not None:
-            await self._ephemeral(click, click.answer)
+            await self._ephemeral(click.ask, click.answer)
 
-    async def _ephemeral(self, click: ApprovalClick, text: str) -> None:
-        message = click.ask.message
+    async def show_all(self, ask: ApprovalAsk, trigger_id: str) -> None:
+        """**Show all** (after the ack): the modal with the arguments in full, or an
+        ephemeral saying why not. ``ask.approve`` plays no part."""
+        found = await self._shown(ask)
+        if isinstance(found, str):
+            log.info("approval.arguments_refused", approval_id=ask.approval_id, user=ask.user)
+            await self._ephemeral(ask, found)
+            return
+        try:
+            surface = await self._workspaces.get(found.thread.team)
+            view = arguments_view(found)
+            await surface.budget.call("views.open", trigger_id=trigger_id, view=view)
+        except (SlackError, BudgetNotRunning) as exc:
+            log.warning("approval.arguments_not_opened", approval_id=found.id, error=repr(exc))
+            await self._ephemeral(ask, messages.ARGUMENTS_NOT_SHOWN)
+
+    async def _shown(self, ask: ApprovalAsk) -> ApprovalRecord | str:
+        """The approval whose arguments ``ask``'s person may see in full, or why not."""
+        refusal = await self._trust.refusal(Person(ask.user, ask.user_team))
+        if refusal is not None:
+            return refusal
+        try:
+            async with asyncio.timeout(self._budget_s):
+                record = await self._store.get_approval(ask.approval_id)
+        except (TimeoutError, StorageError) as exc:
+            log.warning("approval.arguments_not_read", error=repr(exc))
+            return messages.ARGUMENTS_NOT_SHOWN
+        if record is None or not _comes_from(ask, record):
+            return messages.APPROVAL_NOT_FOUND
+        if ask.on_home and record.requester != ask.user:
+            public = await self._channels.public(record.thread.team, [record.thread.channel])
+            if not may_see_arguments(record, ask.user, public):
+                return messages.APPROVAL_NOT_FOUND
+        return record
+
+    async def _ephemeral(self, ask: ApprovalAsk, text: str) -> None:
+        message = ask.message
         if message is None:
             return  # App Home answers by refreshing
-        kwargs: dict[str, Any] = {"channel": message.channel, "user": click.ask.user, "text": text}
+        kwargs: dict[str, Any] = {"channel": message.channel, "user": ask.user, "text": text}
         if message.thread_ts:
             kwargs["thread_ts"] = message.thread_ts
         try:
