@@ -50,7 +50,8 @@ class TerminalApprovals:
             return ApprovalDecision(ApprovalStatus.DENIED, NOT_A_TERMINAL)
         async with self._turn:
             arguments = shown_arguments(request.arguments)
-            self._prompt.write(f"\nApprove {request.tool} with these arguments?\n{arguments}\n[y/N] ")
+            question = f"Approve {request.tool} with these arguments?"
+            self._prompt.write(f"\n{question}\n{arguments}\n[y/N] ")
             self._prompt.flush()
             answer = (await self._read_line()).strip().lower()
         if answer in ("y", "yes"):

@@ -25,7 +25,7 @@ from bot.views.approval import (
     render_approval,
 )
 from bot.views.code_text import code_blocks
-from tests.bot.harness import block_text, buttons, buttons_in
+from tests.bot.harness import WAIT_S, block_text, buttons, buttons_in
 from tests.bot.test_approvals import approval_message, tool_messages
 from tests.fakes.mcp_server import FakeMcpServer, serve_http
 from tests.fakes.slack_blocks import blocks_text
@@ -119,7 +119,9 @@ async def test_show_all_shows_every_character_the_call_gets(
     assert "<@U0TPOTHER02>" not in block_text(approval)
 
     assert await bot.click(approval, ACTION_SHOW_ALL) == 200
-    [modal] = await bot.slack.wait_until(lambda s: s.state.modals() or None, timeout=10)
+    opened = await bot.slack.wait_until(lambda s: s.state.modals() or None, timeout=WAIT_S)
+    assert opened is not None
+    [modal] = opened
     seen = unfenced(modal["blocks"])
     assert seen == shown
     assert "\\u202e" in seen and "\u202e" not in seen
