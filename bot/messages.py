@@ -887,6 +887,21 @@ def approval_not_allowed(policy: str, requester: str) -> str:
     return not_allowed(policy, requester).replace("stop or abort this run", "decide this call")
 
 
+def approval_recorded_late(status: str, decided_by: str | None) -> str:
+    """To the person whose decision the database took only after the click was answered."""
+    return (
+        f"{approval_decided(status, decided_by)} (threadpilot's database was slow, so your "
+        "click was recorded a little late.)"
+    )
+
+
+APPROVAL_NOT_CONFIRMED = (
+    "threadpilot's database has not answered for a minute, so it cannot tell whether your "
+    "click was recorded. The approval message shows what was: if it still has its "
+    "buttons, please press again."
+)
+
+
 def approval_already_decided(status: str, decided_by: str | None) -> str:
     return f"{approval_decided(status, decided_by)} Nothing changed."
 

@@ -45,7 +45,7 @@ def register(app: AsyncApp, ctx: BotContext, home: HomeRefresher) -> None:
                 return await ctx.approvals.decide(ask)
 
         async def after(click: ApprovalClick, respond: AsyncRespond) -> None:
-            await ctx.approvals.after(click, click_answer(respond))
+            click = await ctx.approvals.after(click, click_answer(respond))
             if click.ask.on_home and click.ask.team is not None:
                 home.show(click.ask.team, click.ask.user, notice=click.notice)
 
