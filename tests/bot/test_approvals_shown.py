@@ -27,8 +27,11 @@ from bot.views.approval import (
 from bot.views.code_text import code_blocks
 from tests.bot.harness import WAIT_S, block_text, buttons, buttons_in
 from tests.bot.test_approvals import approval_message, tool_messages
+from tests.bot.test_home import home, open_home, press, says
+from tests.fakes import slack_requests
 from tests.fakes.mcp_server import FakeMcpServer, serve_http
 from tests.fakes.slack_blocks import blocks_text
+from tests.fakes.slack_workspace import DEFAULT_USER
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -127,6 +130,32 @@ async def test_show_all_shows_every_character_the_call_gets(
     assert "\\u202e" in seen and "\u202e" not in seen
     assert "do not fit" not in blocks_text(modal["blocks"])
     assert fake.notes == []  # Show all decides nothing
+
+
+async def test_show_all_on_app_home_and_never_for_a_press_from_elsewhere(
+    bot: Bot, llm: LLMock, fake: FakeMcpServer
+) -> None:
+    arguments = {"text": "x" * 5_000 + " the end"}
+    llm.add(Reply(tool_calls=(ToolCall("notes__write_note", arguments),)))
+    llm.reply("Wrote it.")
+    _, status = await bot.mention("update the note")
+    approval = await approval_message(bot, status)
+
+    # The same button, pressed on another message of another channel: nothing opens.
+    forged = slack_requests.click_button(approval, ACTION_SHOW_ALL)
+    forged["container"]["channel_id"] = forged["channel"]["id"] = "C0TPOTHER01"
+    assert await press(bot, forged) == 200
+    [refused] = await bot.ephemerals(DEFAULT_USER, channel="C0TPOTHER01")
+    assert refused == messages.APPROVAL_NOT_FOUND
+
+    await open_home(bot)
+    view = await home(bot, DEFAULT_USER, says(messages.HEADING_APPROVALS))
+    assert await press(bot, slack_requests.home_click(view, ACTION_SHOW_ALL)) == 200
+    opened = await bot.slack.wait_until(lambda s: s.state.modals() or None, timeout=WAIT_S)
+    assert opened is not None
+    [modal] = opened
+    assert unfenced(modal["blocks"]) == shown_arguments(json.dumps(arguments))
+    assert fake.notes == []
 
 
 # -- the views alone: within Block Kit's limits whatever the arguments hold ------------
