@@ -66,6 +66,7 @@ from agent_core.mcp import McpManager, load_mcp_config
 from agent_core.model_api import HTTPChatModel, ModelAPI, build_model
 from agent_core.model_http import DEFAULT_REPLY_TIMEOUT_S
 from agent_core.outcomes import ExitCode
+from agent_core.redact import public_url
 from agent_core.stop import StopReason, StopSource
 from agent_core.terminal_approvals import TerminalApprovals
 from agent_core.tools import DEFAULT_TOOL_TIMEOUT_S
@@ -213,7 +214,7 @@ def _model_from_env(env: Mapping[str, str], max_output_tokens: int | None = None
         )
     base_url = env.get(f"{prefix}_BASE_URL", "").strip() or None
     if base_url is not None and not base_url.startswith(("http://", "https://")):
-        raise ConfigError(f"{prefix}_BASE_URL", f"{base_url!r} is not an http(s) URL")
+        raise ConfigError(f"{prefix}_BASE_URL", f"{public_url(base_url)!r} is not an http(s) URL")
     reply_s = _seconds(env, "MODEL_REPLY_TIMEOUT", DEFAULT_REPLY_TIMEOUT_S)
     return build_model(
         api,

@@ -570,12 +570,25 @@ class QueueStore(Protocol):
     async def admit_run(self, run: RunRecord, *, limit: int | None) -> bool:
         """Store ``run``, a person's new run (``queued`` and top-level; leased to the
         worker that accepted it, or waiting), unless its requester already has ``limit``
-        live top-level runs in its workspace, waiting ones included: then nothing is
-        written and the answer is False. ``limit`` None: no limit. The count and the
+        live top-level runs in its workspace, waiting ones included (and Continues not
+        started yet: :meth:`admit_continuation`): then nothing is written and the answer
+        is False. ``limit`` None: no limit. The count and the
         insert are one transaction, serialised per person across every store on the
         database: of two admissions at once for the last place, one wins. ValueError if
         ``run`` is not such a run, or if the id exists. A waiting ``run`` wakes the
         other workers as :meth:`enqueue_run` does."""
+        ...
+
+    async def admit_continuation(
+        self, run_id: str, by: str, *, at: datetime, limit: int | None
+    ) -> bool:
+        """Continue: schedule the continuation of ``run_id`` (``blocked``, its budget
+        spent, its resume ``declined`` and nobody's yet) for ``at``, asked by ``by``,
+        unless its requester already has ``limit`` requests counted in its workspace
+        (live top-level runs, waiting ones included, and Continues not started yet); as
+        :meth:`admit_run`, the count and the write are one transaction, serialised per
+        person. ``limit`` None: no limit. False if nothing was written (the caller reads
+        the run to tell a full person from a press that lost)."""
         ...
 
     async def enqueue_run(self, run: RunRecord) -> None:

@@ -14,18 +14,23 @@
 
 :func:`public_error` is a provider's error text as the thread may show it: redacted,
 then clipped to :data:`MAX_ERROR_CHARS`.
+
+:func:`public_url` is a configured URL (``OPENAI_BASE_URL``, ``SLACK_API_URL``...) as
+logs, errors and ``--check`` name it: without its user info, and with the value of each
+query parameter whose name says it is a credential masked (``?api-key=***``); the rest
+stays readable, so the person can tell which endpoint is meant.
 """
 
 from __future__ import annotations
 
 import re
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-__all__ = ["MASK", "MAX_ERROR_CHARS", "public_error", "redact"]
+__all__ = ["MASK", "MAX_ERROR_CHARS", "public_error", "public_url", "redact"]
 
 MASK = "***"
 MAX_ERROR_CHARS = 400
@@ -43,6 +48,11 @@ _NAMED = re.compile(
     r"""["']?\s*[:=]\s*["']?)(?!\$\{|\*\*\*|Bearer\b)[^\s'",;&]{4,}""",
     re.IGNORECASE,
 )
+_SECRET_PARAM = re.compile(
+    r"key|token|secret|passw|pwd|sig|auth|credential|session|code", re.IGNORECASE
+)
+"""A query parameter whose value is a credential, by its name (``api-key``, ``key``,
+``access_token``, ``sig``, ``X-Amz-Signature``, ``auth``, ``code``...)."""
 _HEX = re.compile(r"\b[0-9a-fA-F]{32,}\b")
 _RUN = re.compile(r"[A-Za-z0-9+/_=-]{32,}")
 
@@ -70,6 +80,27 @@ def public_error(text: str, limit: int = MAX_ERROR_CHARS) -> str:
     if len(line) <= limit:
         return line
     return f"{line[: limit - 1].rstrip()}…"
+
+
+def public_url(url: str) -> str:
+    """``url`` as it may be printed or logged: no user info, and the value of each query
+    parameter named like a credential (:data:`_SECRET_PARAM`) masked; the fragment too.
+    Text that is not a URL is returned redacted (:func:`redact`)."""
+    try:
+        parts = urlsplit(url.strip())
+        host = parts.netloc.rpartition("@")[2]
+    except ValueError:
+        return redact(url.rpartition("@")[2])
+    if not parts.scheme or not host:
+        _, at, after = url.rpartition("@")
+        return redact(f"{MASK}@{after}" if at else url)
+    pairs = parse_qsl(parts.query, keep_blank_values=True)
+    query = urlencode(
+        [(k, MASK if _SECRET_PARAM.search(k) else redact(v)) for k, v in pairs],
+        safe="*",
+    )
+    fragment = MASK if parts.fragment else ""
+    return urlunsplit((parts.scheme, host, parts.path, query, fragment))
 
 
 def _url_without_credentials(match: re.Match[str]) -> str:

@@ -673,9 +673,24 @@ def already_continued(by: str | None) -> str:
     return f"This run was already continued{who}. Nothing changed."
 
 
-def continue_not_allowed(policy: str, requester: str) -> str:
-    """A Continue click by someone ``STOP_POLICY`` does not allow (the same people as Stop)."""
-    return not_allowed(policy, requester).replace("stop or abort", "continue")
+def continue_not_allowed(requester: str) -> str:
+    """A Continue click by someone other than the requester or an admin (whatever
+    ``STOP_POLICY`` says: Continue spends one more budget on the requester's behalf)."""
+    return (
+        f"Only {mention(requester)} or an admin can continue this run: it spends one more "
+        "budget on their behalf. Nothing changed."
+    )
+
+
+def continue_person_full(requester: str, limit: int) -> str:
+    """A Continue click while the requester has ``MAX_RUNS_PER_USER`` runs working or
+    waiting (a Continue not started yet counts as one)."""
+    runs = "run" if limit == 1 else "runs"
+    return (
+        f"{mention(requester)} already has {limit} {runs} working or waiting, the most one "
+        "person may have at once, so this run was not continued. Nothing changed; press "
+        "Continue again when one of them finishes."
+    )
 
 
 # -- App Home and /threadpilot (docs/slack-setup.md) ------------------------------------

@@ -68,11 +68,12 @@ class ResumeDecisions(ResumeStore, RunQueries, RunStore, Protocol):
     :func:`bot.workers.resume.resume_in_place`)."""
 
 
-class ResumeSchedule(ResumeDecisions, SessionStore, Protocol):
-    """Deciding and starting resumes, each in a session of its own (:mod:`bot.workers.resume`)."""
+class ResumeSchedule(ResumeDecisions, SessionStore, QueueStore, Protocol):
+    """Deciding and starting resumes, each in a session of its own, and Continue's
+    admission (:mod:`bot.workers.resume`)."""
 
 
-class RunQueueStore(QueueStore, StopRequestStore, ResumeSchedule, Protocol):
+class RunQueueStore(StopRequestStore, ResumeSchedule, Protocol):
     """Taking runs from the queue to a session, and ending the ones stopped while
     waiting, with their resume decision (:mod:`bot.runs.run_queue`)."""
 

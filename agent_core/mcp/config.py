@@ -34,6 +34,9 @@ stays as written). A ``${VAR}`` that is unset is an error, not an empty string.
 A stdio server does not inherit threadpilot's environment (its Slack and OpenAI keys):
 it gets ``HOME``, ``PATH``, ``LOGNAME``, ``SHELL``, ``TERM`` and ``USER``, plus its ``env``.
 Without ``cwd`` it starts in an empty directory of its own (:mod:`agent_core.mcp.transport`).
+That keeps the app's secrets from it, not one server's from another: stdio servers run as
+the same user, so each can read the others' environment through ``/proc``
+(:attr:`StdioServer.carries_secrets`; docs/security.md).
 
 What came from a ``${VAR}`` is a secret as far as descriptions go: :attr:`StdioServer.where`,
 :attr:`HttpServer.where`, ``repr()`` and every error and log line about a server pass
@@ -123,6 +126,16 @@ class StdioServer(_Described):
     def _where(self) -> str:
         return " ".join([self.command, *self.args])
 
+    @property
+    def carries_secrets(self) -> bool:
+        """True if its ``env`` or ``args`` hold a value from threadpilot's environment
+        (``${VAR}``) or a variable named like a credential: what every other stdio server
+        of the process can read through ``/proc/<pid>/environ`` and ``cmdline``."""
+        values = [*self.env.values(), *self.args]
+        if any(secret in value for secret in self.expanded for value in values):
+            return True
+        return any(value and _CREDENTIAL.search(name) for name, value in self.env.items())
+
 
 @dataclass(frozen=True, slots=True, repr=False)
 class HttpServer(_Described):
@@ -148,6 +161,8 @@ _SHORTEST_SECRET = 4
 """A value from the environment shorter than this is shown as it is: it could not be a
 secret worth the name, and hiding each occurrence of ``1`` or ``on`` would garble the text
 around it."""
+_CREDENTIAL = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH", re.IGNORECASE)
+"""An environment variable named like a credential (``GITHUB_TOKEN``, ``API_KEY``...)."""
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 

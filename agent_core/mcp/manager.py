@@ -24,6 +24,11 @@ stdio servers run in a session of their own, so a signal to threadpilot's proces
 does not reach them: :meth:`McpManager.close` ends them (stdin closed, then SIGTERM, then
 SIGKILL). If threadpilot dies without closing (``kill -9``), their stdin closes with it
 and they exit on their own.
+
+stdio servers run as the same user, so each can read the others' environment and
+arguments through ``/proc``: :meth:`McpManager.start` warns
+(``secrets.shared_between_tool_servers``) when two or more of them carry secrets
+(:attr:`~agent_core.mcp.config.StdioServer.carries_secrets`; docs/security.md).
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ import structlog
 
 from agent_core.errors import ConfigError
 from agent_core.mcp.adapter import mcp_tool
-from agent_core.mcp.config import SETTING
+from agent_core.mcp.config import SETTING, StdioServer
 from agent_core.mcp.connection import DEFAULT_START_TIMEOUT_S, ServerConnection
 from agent_core.mcp.naming import assign_tool_names
 from agent_core.tools import ASK_USER, FINAL_REPORT, Tool
@@ -107,6 +112,7 @@ class McpManager:
         """Start every server at once and list its tools; a server's failure is reported,
         not raised. Raises :class:`~agent_core.errors.ConfigError` for an approval rule
         naming a tool its server does not offer (the servers are left for :meth:`close`)."""
+        _warn_of_shared_secrets([c.config for c in self._connections])
         async with asyncio.TaskGroup() as group:
             tasks = [group.create_task(self._start(c)) for c in self._connections]
         started = {c.name: t.result() for c, t in zip(self._connections, tasks, strict=True)}
@@ -202,3 +208,18 @@ def _unknown_rules(config: ServerConfig, offered: Sequence[str]) -> list[str]:
             f"server {config.name!r}: tools[{name!r}] names no tool the server offers ({hint})"
         )
     return problems
+
+
+def _warn_of_shared_secrets(servers: Sequence[ServerConfig]) -> None:
+    """One warning when two or more stdio servers carry secrets: each can read the
+    others' through ``/proc`` (same user; they are dumpable again after ``execve``)."""
+    sharing = [s.name for s in servers if isinstance(s, StdioServer) and s.carries_secrets]
+    if len(sharing) >= 2:
+        log.warning(
+            "secrets.shared_between_tool_servers",
+            servers=sharing,
+            why="stdio tool servers run as one user and can read each other's environment "
+            "through /proc",
+            fix="run servers that hold secrets as streamable HTTP servers, each in its own "
+            "container (docs/security.md)",
+        )

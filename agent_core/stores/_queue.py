@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from agent_core.records import is_waiting
+from agent_core.ended import EndedBecause
+from agent_core.records import ResumeState, is_waiting
 from agent_core.states import LIVE_STATES, RunState
 
 if TYPE_CHECKING:
@@ -21,12 +22,14 @@ if TYPE_CHECKING:
     from agent_core.records import RunRecord
 
 __all__ = [
+    "CONTINUE_SQL",
     "FAIR_FROM_SQL",
     "FAIR_ORDER_SQL",
     "STOP_PENDING_SQL",
     "WAITING_SQL",
     "check_admitted",
     "check_waiting",
+    "counts_for_person",
     "fair_key",
     "holds_room",
     "person_key",
@@ -46,14 +49,44 @@ STOP_PENDING_SQL = (
 _LIVE_SQL = ", ".join(f"'{state}'" for state in sorted(LIVE_STATES))
 
 
+def _continuing_sql(alias: str) -> str:
+    return (
+        f"{alias}.state = 'blocked' AND {alias}.ended_because = 'budget_exhausted' "
+        f"AND {alias}.resume IN ('scheduled', 'claimed')"
+    )
+
+
 def person_runs_sql(team: str, requester: str) -> str:
-    """A count of one person's top-level live runs in one workspace, waiting ones
-    included (``team`` and ``requester``: SQL expressions): what ``MAX_RUNS_PER_USER``
-    limits."""
+    """A count of one person's requests in one workspace that ``MAX_RUNS_PER_USER``
+    limits (``team`` and ``requester``: SQL expressions): their top-level live runs,
+    waiting ones included, and the continuations someone pressed Continue for that have
+    not started yet (:func:`counts_for_person`)."""
     return (
         f"(SELECT count(*) FROM runs p WHERE p.team = {team} AND p.requester = {requester} "
-        f"AND p.parent_id IS NULL AND p.state IN ({_LIVE_SQL}))"
+        f"AND p.parent_id IS NULL AND (p.state IN ({_LIVE_SQL}) OR ({_continuing_sql('p')})))"
     )
+
+
+CONTINUE_SQL = (
+    "UPDATE runs SET resume = 'scheduled', resume_at = {at}, resume_by = {by}, "
+    "updated_at = {now} WHERE id = {id} AND state = 'blocked' "
+    "AND ended_because = 'budget_exhausted' AND resume = 'declined' AND resume_by IS NULL"
+)
+"""Continue's commit (:meth:`~agent_core.ports.QueueStore.admit_continuation`), with each
+adapter's parameter marks put in: a run that spent its budget, continued by nobody yet."""
+
+
+def counts_for_person(run: RunRecord) -> bool:
+    """True if ``run`` counts towards its person's ``MAX_RUNS_PER_USER``
+    (:func:`person_runs_sql`): top-level, and live or a Continue not started yet."""
+    if run.parent_id is not None:
+        return False
+    continuing = (
+        run.state is RunState.BLOCKED
+        and run.ended_because is EndedBecause.BUDGET_EXHAUSTED
+        and run.resume in (ResumeState.SCHEDULED, ResumeState.CLAIMED)
+    )
+    return run.state in LIVE_STATES or continuing
 
 
 _HELD_SQL = (

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 from agent_core.errors import ConfigError
+from agent_core.redact import public_url
 from agent_core.stores.defaults import MIGRATION_TIMEOUT_S, POOL_SIZE
 from agent_core.stores.dsn import describe_dsn
 
@@ -87,31 +88,37 @@ def parse_database_url(database_url: str) -> DatabaseTarget:
         if "," not in parts.netloc:  # asyncpg also takes "host1:5432,host2:5432"
             parts.port  # noqa: B018 - parsing the port is what validates it
     except ValueError as exc:
-        raise ConfigError(SETTING, f"cannot parse {_redact(url)!r} ({exc}); {_EXAMPLES}") from exc
+        raise ConfigError(
+            SETTING, f"cannot parse {public_url(url)!r} ({exc}); {_EXAMPLES}"
+        ) from exc
     scheme = parts.scheme.lower()
     if scheme == "sqlite":
         if parts.query:
-            raise ConfigError(SETTING, f"{url!r}: SQLite URLs take no parameters; {_EXAMPLES}")
+            raise ConfigError(
+                SETTING, f"{public_url(url)!r}: SQLite URLs take no parameters; {_EXAMPLES}"
+            )
         return _sqlite(url, parts.netloc, parts.path)
     if scheme in _POSTGRES_SCHEMES:
         if "://" not in url:
-            problem = f"{_redact(url)!r} has no '//' after the scheme"
+            problem = f"{public_url(url)!r} has no '//' after the scheme"
             raise ConfigError(SETTING, f"{problem}; {_EXAMPLES}")
         # asyncpg knows postgresql:// and postgres://, not SQLAlchemy's driver suffix.
         dsn = urlunsplit(parts._replace(scheme="postgresql"))
         return DatabaseTarget("postgresql", dsn)
     shown = f"scheme {scheme!r}" if scheme else "no scheme"
-    raise ConfigError(SETTING, f"{_redact(url)!r} has {shown}; {_EXAMPLES}")
+    raise ConfigError(SETTING, f"{public_url(url)!r} has {shown}; {_EXAMPLES}")
 
 
 def _sqlite(url: str, netloc: str, path: str) -> DatabaseTarget:
     if netloc or not url.lower().startswith("sqlite:///"):
         # ``sqlite://./x.db`` reads "./x.db" as a host name: the usual slip.
-        raise ConfigError(SETTING, f"{url!r} needs three slashes before the path; {_EXAMPLES}")
+        raise ConfigError(
+            SETTING, f"{public_url(url)!r} needs three slashes before the path; {_EXAMPLES}"
+        )
     # urlsplit keeps the path's leading slash: "/./x.db" (relative), "//abs/x.db" (absolute).
     location = path[1:]
     if not location or location.endswith("/"):
-        raise ConfigError(SETTING, f"{url!r} names no database file; {_EXAMPLES}")
+        raise ConfigError(SETTING, f"{public_url(url)!r} names no database file; {_EXAMPLES}")
     if location == ":memory:":
         raise ConfigError(
             SETTING,
@@ -119,16 +126,3 @@ def _sqlite(url: str, netloc: str, path: str) -> DatabaseTarget:
             f"every run; {_EXAMPLES}",
         )
     return DatabaseTarget("sqlite", location)
-
-
-def _redact(url: str) -> str:
-    """The URL with any password replaced, for error messages and logs."""
-    try:
-        parts = urlsplit(url)
-        password = parts.password
-    except ValueError:
-        return "<unparseable URL>"
-    if not password:
-        return url
-    user, _, host = parts.netloc.rpartition("@")
-    return urlunsplit(parts._replace(netloc=f"{user.partition(':')[0]}:***@{host}"))

@@ -14,6 +14,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from agent_core.clock import utcnow
+from agent_core.ended import EndedBecause
 from agent_core.records import (
     ApprovalRecord,
     ApprovalStatus,
@@ -33,6 +34,7 @@ from agent_core.stores import _codec as codec
 from agent_core.stores._queue import (
     check_admitted,
     check_waiting,
+    counts_for_person,
     fair_key,
     person_key,
 )
@@ -655,16 +657,37 @@ class MemoryStore:
         async with self._lock:
             if run.id in self._runs:
                 raise ValueError(f"run {run.id} already exists")
-            person = person_key(run)
-            held = sum(
-                1
-                for r in self._runs.values()
-                if person_key(r) == person and r.parent_id is None and r.state in LIVE_STATES
-            )
-            if limit is not None and held >= limit:
+            if limit is not None and self._counted(person_key(run)) >= limit:
                 return False
             self._runs[run.id] = run
             return True
+
+    async def admit_continuation(
+        self, run_id: str, by: str, *, at: datetime, limit: int | None
+    ) -> bool:
+        async with self._lock:
+            run = self._runs.get(run_id)
+            continuable = (
+                run is not None
+                and run.state is RunState.BLOCKED
+                and run.ended_because is EndedBecause.BUDGET_EXHAUSTED
+                and run.resume is ResumeState.DECLINED
+                and run.resume_by is None
+            )
+            if run is None or not continuable:
+                return False
+            if limit is not None and self._counted(person_key(run)) >= limit:
+                return False
+            self._runs[run_id] = dataclasses.replace(
+                run, resume=ResumeState.SCHEDULED, resume_at=at, resume_by=by, updated_at=utcnow()
+            )
+            return True
+
+    def _counted(self, person: tuple[str, str]) -> int:
+        """What ``MAX_RUNS_PER_USER`` counts of ``person``'s (:func:`counts_for_person`)."""
+        return sum(
+            1 for r in self._runs.values() if person_key(r) == person and counts_for_person(r)
+        )
 
     async def claim_queued(
         self, owner: str, ttl_s: float, *, now: datetime | None = None

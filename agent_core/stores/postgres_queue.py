@@ -33,6 +33,7 @@ from agent_core.clock import utcnow
 from agent_core.stores import _codec as codec
 from agent_core.stores._pg import QUEUE_WAKEUP, STOP_CHANNEL
 from agent_core.stores._queue import (
+    CONTINUE_SQL,
     FAIR_FROM_SQL,
     FAIR_ORDER_SQL,
     STOP_PENDING_SQL,
@@ -56,6 +57,8 @@ _ANNOUNCE = f"SELECT pg_notify('{STOP_CHANNEL}', '{QUEUE_WAKEUP}')"
 _ADMISSION_LOCK = 0x7470  # "tp": this app's advisory locks' first key
 _LOCK_PERSON = "SELECT pg_advisory_xact_lock($1, hashtext($2))"
 _PERSON_RUNS = "SELECT " + person_runs_sql("$1", "$2")
+_CONTINUE = CONTINUE_SQL.format(at="$2", by="$3", now="$4", id="$1") + " RETURNING id"
+_PERSON_OF = "SELECT team, requester FROM runs WHERE id = $1"
 _SAME_RUN = "SELECT 1 FROM runs WHERE id = $1 AND created_at = $2 AND requester = $3 AND task = $4"
 
 
@@ -116,6 +119,23 @@ class PostgresQueue:
                 return True
 
         return await self._call("admit a run", work, idempotent=True)
+
+    async def admit_continuation(
+        self, run_id: str, by: str, *, at: datetime, limit: int | None
+    ) -> bool:
+        async def work(conn: Any, _retrying: bool) -> bool:
+            async with conn.transaction():
+                person = await conn.fetchrow(_PERSON_OF, run_id)
+                if person is None:
+                    return False
+                key = (person["team"], person["requester"])
+                await conn.execute(_LOCK_PERSON, _ADMISSION_LOCK, "\x1f".join(key))
+                if limit is not None and await conn.fetchval(_PERSON_RUNS, *key) >= limit:
+                    return False
+                return await conn.fetchval(_CONTINUE, run_id, at, by, utcnow()) is not None
+
+        # Not retried once sent: the caller reads the run to learn what became of it.
+        return await self._call("continue a run", work)
 
     async def claim_queued(
         self, owner: str, ttl_s: float, *, now: datetime | None = None

@@ -23,6 +23,7 @@ from agent_core.clock import utcnow
 from agent_core.errors import StorageError
 from agent_core.stores import _codec as codec
 from agent_core.stores._queue import (
+    CONTINUE_SQL,
     FAIR_FROM_SQL,
     FAIR_ORDER_SQL,
     STOP_PENDING_SQL,
@@ -74,6 +75,21 @@ class SqliteQueue:
         params = [*values.values(), run.thread.team, run.requester, limit]
         with one_run_per_id(run.id):
             return await self._change("admit a run", sql, params) == 1
+
+    async def admit_continuation(
+        self, run_id: str, by: str, *, at: datetime, limit: int | None
+    ) -> bool:
+        # One statement, and SQLite writes one at a time: the count cannot go stale.
+        sql = CONTINUE_SQL.format(at="?", by="?", now="?", id="?")
+        params: list[Any] = [at, by, utcnow(), run_id]
+        if limit is not None:
+            person = (
+                "(SELECT team FROM runs WHERE id = ?)",
+                "(SELECT requester FROM runs WHERE id = ?)",
+            )
+            sql += f" AND {person_runs_sql(*person)} < ?"
+            params += [run_id, run_id, limit]
+        return await self._change("continue a run", sql, params) == 1
 
     async def claim_queued(
         self, owner: str, ttl_s: float, *, now: datetime | None = None

@@ -240,6 +240,7 @@ class Mentions:
                 surface,
                 thread,
                 ctx.me,
+                ctx.trust,
                 requester=asked.user,
                 task=asked.task,
                 asked_ts=asked.ts,

@@ -2,8 +2,11 @@
 of a mention): this app's own posts as the assistant's turns, people's messages as user
 turns ("<@U…>: text"), other apps' and webhooks' posts as user turns labelled with the
 app's name ("[app: name]: text", never the agent's own words: only
-:meth:`bot.inbound.identity.AppIdentity.wrote` makes a post ours), at most ``HISTORY_MESSAGES``
-messages and ``HISTORY_CHARS`` characters, newest last.
+:meth:`bot.inbound.identity.AppIdentity.wrote` makes a post ours), and the messages of people
+the trust gate would refuse (another organisation, guests:
+:meth:`bot.inbound.trust.TrustGate.untrusted`) as user turns labelled untrusted
+("[untrusted, from another organisation: <@U…>]: text"), never as a coworker's words; at
+most ``HISTORY_MESSAGES`` messages and ``HISTORY_CHARS`` characters, newest last.
 
 Slack gives a thread oldest first, a page at a time, so the newest messages are on its
 last page: :func:`read_replies` follows the cursor to the end (at most ``MAX_PAGES``
@@ -26,12 +29,14 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from bot.errors import SlackError
+from bot.inbound.trust import Distrust
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
 
     from agent_core import ChatMessage, ThreadKey
     from bot.inbound.identity import AppIdentity
+    from bot.inbound.trust import TrustGate
     from bot.slack_api.budget import SlackBudget
     from bot.slack_api.surface import SlackSurface
 
@@ -139,6 +144,7 @@ async def read_thread(
     surface: SlackSurface,
     thread: ThreadKey,
     me: AppIdentity,
+    trust: TrustGate,
     *,
     requester: str,
     task: str,
@@ -167,7 +173,9 @@ async def read_thread(
         and not (me.wrote(m) or m.get("bot_id"))
         and m.get("subtype") in (None, "thread_broadcast")
     }
-    return ThreadRead(history_from(written, me, exclude_ts=asked_ts or ""), frozenset(people))
+    untrusted = await trust.untrusted(written)
+    history = history_from(written, me, exclude_ts=asked_ts or "", untrusted=untrusted)
+    return ThreadRead(history, frozenset(people))
 
 
 def _asking_ts(
@@ -181,10 +189,15 @@ def _asking_ts(
 
 
 def history_from(
-    slack_messages: list[dict[str, Any]], me: AppIdentity, *, exclude_ts: str
+    slack_messages: list[dict[str, Any]],
+    me: AppIdentity,
+    *,
+    exclude_ts: str,
+    untrusted: Mapping[str, Distrust],
 ) -> list[ChatMessage]:
     """The thread as a chat history: our posts as the assistant, everyone else's (people,
-    other apps) as users, each labelled with who wrote it."""
+    other apps) as users, each labelled with who wrote it; ``untrusted``'s people
+    (:meth:`~bot.inbound.trust.TrustGate.untrusted`) labelled untrusted."""
     history: list[ChatMessage] = []
     for message in slack_messages[-HISTORY_MESSAGES - 1 :]:
         if message.get("ts") == exclude_ts or not message.get("text"):
@@ -193,18 +206,29 @@ def history_from(
         if me.wrote(message):
             history.append({"role": "assistant", "content": text})
         else:
-            history.append({"role": "user", "content": f"{_author(message)}: {text}"})
+            author = _author(message, untrusted)
+            history.append({"role": "user", "content": f"{author}: {text}"})
     history = history[-HISTORY_MESSAGES:]
     while sum(len(str(m["content"])) for m in history) > HISTORY_CHARS and len(history) > 1:
         history.pop(0)
     return history
 
 
-def _author(message: dict[str, Any]) -> str:
-    """Who wrote a message that is not ours: ``<@U…>`` for a person, ``[app: name]`` for
-    another app, a webhook or a workflow (by the name it posts under)."""
+_UNTRUSTED = {
+    Distrust.EXTERNAL: "from another organisation",
+    Distrust.GUEST: "a guest",
+    Distrust.UNCHECKED: "not verified",
+}
+
+
+def _author(message: dict[str, Any], untrusted: Mapping[str, Distrust]) -> str:
+    """Who wrote a message that is not ours: ``<@U…>`` for a person, ``[untrusted, why:
+    <@U…>]`` for a person the trust gate would refuse, ``[app: name]`` for another app, a
+    webhook or a workflow (by the name it posts under)."""
     if not (message.get("bot_id") or message.get("subtype") == "bot_message"):
-        return f"<@{message.get('user')}>"
+        user = str(message.get("user"))
+        why = untrusted.get(user)
+        return f"<@{user}>" if why is None else f"[untrusted, {_UNTRUSTED[why]}: <@{user}>]"
     profile = message.get("bot_profile")
     name = (profile.get("name") if isinstance(profile, dict) else None) or message.get("username")
     shown = " ".join(str(name or message.get("bot_id") or "unnamed").split())

@@ -20,6 +20,11 @@ What decides:
   bounded by :data:`LOOKUP_BUDGET_S`. A person who cannot be looked up in that time is
   refused, and told to try again: the gate fails closed.
 - With both settings ``true``, nobody is looked up.
+
+The same rule says whose words in a thread are untrusted (:meth:`TrustGate.untrusted`):
+what a person the gate would refuse wrote enters the model's history and
+``slack_read_thread`` labelled as untrusted, never as a coworker's words
+(:mod:`bot.inbound.thread_history`).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import asyncio
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -36,12 +42,20 @@ from bot import messages
 from bot.errors import BudgetNotRunning, SlackError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable, Mapping
 
     from bot.process.settings import Settings
     from bot.slack_api.surface import Workspaces
 
-__all__ = ["CACHE_TTL_S", "LOOKUP_BUDGET_S", "Person", "Profile", "TrustGate", "person_of"]
+__all__ = [
+    "CACHE_TTL_S",
+    "LOOKUP_BUDGET_S",
+    "Distrust",
+    "Person",
+    "Profile",
+    "TrustGate",
+    "person_of",
+]
 
 log = structlog.get_logger("bot.inbound.trust")
 
@@ -50,6 +64,23 @@ CACHE_TTL_S = 15 * 60.0
 CACHE_SIZE = 10_000
 LOOKUP_BUDGET_S = 0.5
 """A lookup before an ack gets this long (the database work after it has its own 2 s)."""
+
+
+class Distrust(StrEnum):
+    """Why the gate does not let a person act (the settings do not allow them)."""
+
+    EXTERNAL = "external"
+    """From another organisation (Slack Connect)."""
+    GUEST = "guest"
+    UNCHECKED = "unchecked"
+    """Slack did not say who they are in time: the gate fails closed."""
+
+
+_REFUSALS = {
+    Distrust.EXTERNAL: messages.EXTERNAL_NOT_ALLOWED,
+    Distrust.GUEST: messages.GUEST_NOT_ALLOWED,
+    Distrust.UNCHECKED: messages.PERSON_NOT_CHECKED,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,24 +141,46 @@ class TrustGate:
 
     async def refusal(self, person: Person) -> str | None:
         """None if ``person`` may act; otherwise what to tell them (nothing changes)."""
+        distrust = await self.distrust(person)
+        if distrust is None:
+            return None
+        if distrust is not Distrust.UNCHECKED:
+            log.info("trust.refused", user=person.user, reason=distrust.value)
+        return _REFUSALS[distrust]
+
+    async def distrust(self, person: Person) -> Distrust | None:
+        """None if ``person`` may act; otherwise why not."""
         if self._allow_external and self._allow_guests:
             return None
         if person.team is not None and person.team != self._team and not self._allow_external:
-            log.info("trust.refused", user=person.user, reason="external", team=person.team)
-            return messages.EXTERNAL_NOT_ALLOWED
+            return Distrust.EXTERNAL
         if self._allow_guests and person.team is not None:
             return None  # of this workspace, as the payload says; guests may act
         profile = await self.profile(person.user)
         if profile is None:
-            return messages.PERSON_NOT_CHECKED
+            return Distrust.UNCHECKED
         external = profile.team != self._team or profile.stranger
         if external and not self._allow_external:
-            log.info("trust.refused", user=person.user, reason="external", team=profile.team)
-            return messages.EXTERNAL_NOT_ALLOWED
+            return Distrust.EXTERNAL
         if profile.guest and not self._allow_guests:
-            log.info("trust.refused", user=person.user, reason="guest")
-            return messages.GUEST_NOT_ALLOWED
+            return Distrust.GUEST
         return None
+
+    async def untrusted(self, thread: Iterable[Mapping[str, Any]]) -> dict[str, Distrust]:
+        """The people who wrote ``thread``'s messages (as ``conversations.replies`` gives
+        them; apps' posts are not people's) whom the gate would refuse, and why: their
+        words are data, not a coworker's (all looked up at once, each bounded as before)."""
+        if self._allow_external and self._allow_guests:
+            return {}
+        people: dict[str, Person] = {}
+        for message in thread:
+            user, team = message.get("user"), message.get("user_team")
+            if message.get("bot_id") or message.get("subtype") == "bot_message":
+                continue
+            if (person := _person(user, team)) is not None:
+                people.setdefault(person.user, person)
+        found = await asyncio.gather(*(self.distrust(p) for p in people.values()))
+        return {user: why for user, why in zip(people, found, strict=True) if why is not None}
 
     async def profile(self, user: str) -> Profile | None:
         """``users.info`` about ``user``, from the cache or within the budget; None if

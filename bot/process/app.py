@@ -58,6 +58,7 @@ from agent_core import (
 )
 from agent_core.delegation import DELEGATE
 from agent_core.mcp import McpManager
+from agent_core.redact import public_url, redact
 from agent_core.stores.factory import open_store
 from bot import messages
 from bot.approvals.clicks import ApprovalClicks
@@ -198,7 +199,7 @@ class ThreadpilotApp:
             port=self.port,
             metrics_port=self.metrics_port,
             bot_user_id=me.user_id,
-            api_url=settings.SLACK_API_URL,
+            api_url=public_url(settings.SLACK_API_URL),
             mcp_tools=len(self.mcp.tools),
         )
 
@@ -207,7 +208,7 @@ class ThreadpilotApp:
         proves its token works."""
         settings = self.settings
         unreachable = _slack_fault(settings)
-        at = settings.SLACK_API_URL
+        at = public_url(settings.SLACK_API_URL)
         me = await _step(unreachable, f"Slack at {at} (auth.test)", _who_am_i(client, unreachable))
         if settings.SLACK_APP_TOKEN is None:
             return me, None
@@ -222,16 +223,17 @@ class ThreadpilotApp:
         """Build the parts that take work, each wired when it is built: the worker (and its
         supervisor), the stop service, the App Home."""
         settings = self.settings
-        workspaces = Workspaces(client, metrics=self.metrics)
+        workspaces = Workspaces(client, me, metrics=self.metrics)
         trust = TrustGate(settings, workspaces, me.team_id)
         desk = ApprovalDesk(store, workspaces, metrics=self.metrics)
         worker = Worker(
             store,
-            self._agent(workspaces, me, store, desk),
+            self._agent(workspaces, me, trust, store, desk),
             workspaces,
             settings,
             worker_id=settings.WORKER_ID or default_worker_id(),
             me=me,
+            trust=trust,
             metrics=self.metrics,
             approvals=desk,
         )
@@ -264,12 +266,17 @@ class ThreadpilotApp:
         )
 
     def _agent(
-        self, workspaces: Workspaces, me: AppIdentity, store: Store, desk: ApprovalDesk
+        self,
+        workspaces: Workspaces,
+        me: AppIdentity,
+        trust: TrustGate,
+        store: Store,
+        desk: ApprovalDesk,
     ) -> Agent:
         settings = self.settings
         return Agent(
             self._model or self._own_model(),
-            [*BUILTIN_TOOLS, slack_read_thread(workspaces, me), *self.mcp.tools],
+            [*BUILTIN_TOOLS, slack_read_thread(workspaces, me, trust), *self.mcp.tools],
             config=AgentConfig(
                 max_turns=settings.MAX_TURNS,
                 final_turn_timeout_s=settings.FINAL_TURN_TIMEOUT,
@@ -482,7 +489,9 @@ async def _who_am_i(client: AsyncWebClient, unreachable: Callable[[str], Excepti
             "SLACK_BOT_TOKEN", f"Slack refused it ({exc.response.get('error')})"
         ) from exc
     except (SlackClientError, aiohttp.ClientError, OSError) as exc:
-        raise unreachable(f"cannot reach Slack at {client.base_url} ({exc})") from exc
+        raise unreachable(
+            f"cannot reach Slack at {public_url(client.base_url)} ({redact(str(exc))})"
+        ) from exc
     return AppIdentity.from_auth_test(auth.data if isinstance(auth.data, dict) else {})
 
 
@@ -517,7 +526,9 @@ async def _socket_url(
             "token of this app with the connections:write scope",
         ) from None
     except (SlackClientError, aiohttp.ClientError, OSError) as exc:
-        raise unreachable(f"cannot reach Slack at {client.base_url} ({exc})") from None
+        raise unreachable(
+            f"cannot reach Slack at {public_url(client.base_url)} ({redact(str(exc))})"
+        ) from None
     url = response.get("url")
     if not isinstance(url, str):
         raise ConfigError("SLACK_APP_TOKEN", "Slack gave no Socket Mode URL for it")

@@ -32,6 +32,7 @@ from agent_core import ConfigError, ModelAPI
 from agent_core.mcp import McpManager
 from agent_core.model_anthropic import DEFAULT_BASE_URL as ANTHROPIC_API_URL
 from agent_core.model_anthropic import VERSION as ANTHROPIC_VERSION
+from agent_core.redact import public_url, redact
 from agent_core.stores.factory import parse_database_url
 from agent_core.stores.migrations import VERSION_TABLE, head_revision
 from bot.process.settings import load_settings
@@ -118,7 +119,7 @@ async def _database(settings: Settings) -> Check:
     except _Missing as exc:
         return Check(name, True, f"{exc}; it is created at start-up")
     except (OSError, sqlite3.Error, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-        return Check(name, False, f"cannot read it: {exc}")
+        return Check(name, False, f"cannot read it: {redact(str(exc))}")
     except TimeoutError:
         return Check(name, False, f"no answer within {CHECK_TIMEOUT_S:g} s")
     where = target.where
@@ -183,7 +184,9 @@ async def _slack_bot(settings: Settings) -> Check:
             return Check(name, False, f"Slack refused it ({exc.response.get('error')})")
         except (SlackClientError, aiohttp.ClientError, OSError, TimeoutError) as exc:
             return Check(
-                name, False, f"cannot reach Slack at {settings.SLACK_API_URL} ({_brief(exc)})"
+                name,
+                False,
+                f"cannot reach Slack at {public_url(settings.SLACK_API_URL)} ({_brief(exc)})",
             )
     return Check(
         name, True, f"bot {auth.get('user')} ({auth.get('user_id')}) in {auth.get('team')}"
@@ -217,10 +220,10 @@ async def _model(settings: Settings) -> Check:
     endpoint = settings.model_endpoint
     name = "model endpoint"
     if endpoint.api is ModelAPI.ANTHROPIC:
-        where = endpoint.base_url or "the Anthropic API"
+        where = public_url(endpoint.base_url) if endpoint.base_url else "the Anthropic API"
         found = await _anthropic_models(endpoint.base_url, endpoint.api_key, where)
     else:
-        where = endpoint.base_url or "the OpenAI API"
+        where = public_url(endpoint.base_url) if endpoint.base_url else "the OpenAI API"
         found = await _openai_models(endpoint.base_url, endpoint.api_key, where)
     api = f"MODEL_API={endpoint.api.value}"
     if isinstance(found, str):
@@ -243,7 +246,7 @@ async def _openai_models(base_url: str | None, key: str, where: str) -> list[str
     except openai.APIStatusError as exc:
         return f"{where} answered {exc.status_code} to a model listing"
     except openai.APIError as exc:
-        return f"cannot reach {where} ({exc})"
+        return f"cannot reach {where} ({redact(str(exc))})"
     finally:
         await client.close()
 
@@ -296,4 +299,4 @@ async def _mcp(settings: Settings) -> list[Check]:
 
 
 def _brief(exc: BaseException) -> str:
-    return str(exc) or type(exc).__name__
+    return redact(str(exc)) or type(exc).__name__

@@ -64,6 +64,7 @@ if TYPE_CHECKING:
     from agent_core import ChatMessage, ResumeSettings, ThreadKey
     from agent_core.records import StopRequestRecord
     from bot.inbound.identity import AppIdentity
+    from bot.inbound.trust import TrustGate
     from bot.process.metrics import Metrics
     from bot.runs.supervisor import Supervisor
     from bot.slack_api.click_answer import ClickAnswer
@@ -127,6 +128,7 @@ class RunQueue:
         *,
         worker_id: str,
         me: AppIdentity,
+        trust: TrustGate,
         lease_ttl_s: float,
         reconciler: Reconciler,
         watcher: StopWatcher,
@@ -138,6 +140,7 @@ class RunQueue:
         self._workspaces = workspaces
         self._worker_id = worker_id
         self._me = me
+        self._trust = trust
         self._ttl = lease_ttl_s
         self._reconciler = reconciler
         self._watcher = watcher
@@ -286,6 +289,7 @@ class RunQueue:
             surface,
             record.thread,
             self._me,
+            self._trust,
             requester=record.requester,
             task=record.task,
         )

@@ -32,6 +32,7 @@ from bot.views.status import RUN_EVENT_TYPE
 if TYPE_CHECKING:
     from agent_core import Run
     from bot.inbound.identity import AppIdentity
+    from bot.inbound.trust import TrustGate
     from bot.slack_api.surface import Workspaces
 
 __all__ = ["SLACK_READ_THREAD", "slack_read_thread"]
@@ -39,8 +40,9 @@ __all__ = ["SLACK_READ_THREAD", "slack_read_thread"]
 SLACK_READ_THREAD = "slack_read_thread"
 
 
-def slack_read_thread(workspaces: Workspaces, me: AppIdentity) -> Tool:
-    """The ``slack_read_thread`` tool of this app (its own posts read as the assistant's)."""
+def slack_read_thread(workspaces: Workspaces, me: AppIdentity, trust: TrustGate) -> Tool:
+    """The ``slack_read_thread`` tool of this app (its own posts read as the assistant's;
+    those of people ``trust`` would refuse labelled untrusted)."""
 
     @tool(name=SLACK_READ_THREAD)
     async def read_thread() -> str:
@@ -61,7 +63,8 @@ def slack_read_thread(workspaces: Workspaces, me: AppIdentity) -> Tool:
             raise ToolError(f"Slack would not give the thread ({exc.error})") from exc
         except BudgetNotRunning as exc:
             raise ToolError("threadpilot is shutting down") from exc
-        history = history_from(replies.newest, me, exclude_ts="")
+        untrusted = await trust.untrusted(replies.newest)
+        history = history_from(replies.newest, me, exclude_ts="", untrusted=untrusted)
         lines = [_line(m["role"], str(m["content"])) for m in history]
         return _heading(len(lines), replies.read, replies.complete) + "\n".join(lines)
 
@@ -84,7 +87,8 @@ def _run_of(message: dict[str, Any]) -> str | None:
 
 
 def _line(role: str, content: str) -> str:
-    # Others' messages already read "<@U…>: text" or "[app: name]: text" (history_from).
+    # Others' messages already read "<@U…>: text", "[untrusted, …: <@U…>]: text" or
+    # "[app: name]: text" (history_from).
     # A message's later lines are indented: only a message's first line starts a line.
     said = content if role == "user" else f"threadpilot (an agent run): {content}"
     return said.replace("\n", "\n    ")

@@ -53,6 +53,7 @@ if TYPE_CHECKING:
     from slack_sdk.web.async_client import AsyncWebClient
     from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
+    from bot.inbound.identity import AppIdentity
     from bot.process.metrics import Metrics
 
 __all__ = ["LIMITS_PER_MINUTE", "WINDOW_SHARE", "SlackBudget", "TokenBucket"]
@@ -145,6 +146,7 @@ class SlackBudget:
         client: AsyncWebClient,
         *,
         team_id: str,
+        me: AppIdentity,
         tiers: Mapping[str, float] | None = None,
         clock: Callable[[], float] = time.monotonic,
         metrics: Metrics | None = None,
@@ -155,6 +157,8 @@ class SlackBudget:
         self._client = copy.copy(client)
         self._client.retry_handlers = []
         self.team_id = team_id
+        self._me = me
+        """Whose messages :meth:`find_messages` accepts: this app's only."""
         self._limits = {**LIMITS_PER_MINUTE, **(tiers or {})}
         self._clock = clock
         self._metrics = metrics
@@ -330,7 +334,9 @@ class SlackBudget:
     async def find_messages(
         self, channel: str, thread_ts: str, metadata: dict[str, Any]
     ) -> list[str]:
-        """The ts of each message in the thread that carries ``metadata``, oldest first.
+        """The ts of each message of this app's (:meth:`AppIdentity.wrote`) in the thread
+        that carries ``metadata``, oldest first. Another app can post the same metadata;
+        its message is never taken for ours.
 
         Reads ``conversations.replies`` with ``include_all_metadata`` (at most
         LOOKUP_PAGES pages); raises SlackError when the thread cannot be read.
@@ -346,7 +352,11 @@ class SlackBudget:
                 limit=LOOKUP_PAGE_SIZE,
                 **({"cursor": cursor} if cursor else {}),
             )
-            found += [str(m["ts"]) for m in page.get("messages", []) if _carries(m, metadata)]
+            found += [
+                str(m["ts"])
+                for m in page.get("messages", [])
+                if _carries(m, metadata) and self._me.wrote(m)
+            ]
             cursor = str((page.get("response_metadata") or {}).get("next_cursor") or "")
             if not cursor:
                 break

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
     from slack_sdk.web.async_client import AsyncWebClient
 
+    from bot.inbound.identity import AppIdentity
     from bot.process.metrics import Metrics
 
 __all__ = ["RECHECK_AFTER_S", "Feature", "SlackSurface", "Workspaces", "means_unavailable"]
@@ -151,10 +152,14 @@ class SlackSurface:
 
 
 class Workspaces:
-    """One :class:`SlackSurface` (and budget) per team, created on first use."""
+    """One :class:`SlackSurface` (and budget) per team, created on first use; ``me`` is
+    this app (``auth.test``), whose messages alone the budgets take for ours."""
 
-    def __init__(self, client: AsyncWebClient, *, metrics: Metrics | None = None) -> None:
+    def __init__(
+        self, client: AsyncWebClient, me: AppIdentity, *, metrics: Metrics | None = None
+    ) -> None:
         self._client = client
+        self._me = me
         self._metrics = metrics
         self._surfaces: dict[str, SlackSurface] = {}
         self._lock = asyncio.Lock()
@@ -166,7 +171,9 @@ class Workspaces:
         async with self._lock:
             surface = self._surfaces.get(team_id)
             if surface is None:
-                budget = SlackBudget(self._client, team_id=team_id, metrics=self._metrics)
+                budget = SlackBudget(
+                    self._client, team_id=team_id, me=self._me, metrics=self._metrics
+                )
                 await budget.start()
                 surface = SlackSurface(team_id, budget)
                 self._surfaces[team_id] = surface

@@ -56,6 +56,7 @@ __all__ = [
     "StopAsk",
     "Verdict",
     "comes_from",
+    "may_continue",
     "may_stop",
     "needs_own_stops",
     "needs_participants",
@@ -202,6 +203,13 @@ def may_stop(
     if policy is StopPolicy.ANYONE:
         return True
     return policy is StopPolicy.PARTICIPANTS and user in participants
+
+
+def may_continue(user: str, *, requester: str, admins: Collection[str]) -> bool:
+    """True if ``user`` may press Continue under ``requester``'s run that spent its
+    budget: it spends one more budget on the requester's behalf, so only they and the
+    admins may, whatever ``STOP_POLICY`` says."""
+    return user == requester or user in admins
 
 
 def needs_participants(user: str, requester: str, settings: Settings) -> bool:

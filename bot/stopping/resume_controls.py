@@ -11,14 +11,18 @@ message and the person's answer (docs/stopping.md).
 - ``Continue`` (:attr:`ResumeAction.CONTINUE`), under a run that spent its budget (never
   resumed on its own), schedules it once, now: any worker's schedule starts the
   continuation, a new run in the thread from the run's checkpoint with one more budget
-  of the same size (:meth:`bot.workers.resume.Resumes.continue_budget`).
+  of the same size (:meth:`bot.workers.resume.Resumes.continue_budget`). It spends on the
+  requester's behalf, so only the requester and admins may press it, whatever
+  ``STOP_POLICY`` says (:func:`bot.stopping.policy.may_continue`), and it counts towards
+  the requester's ``MAX_RUNS_PER_USER`` like a new run: past it, the press is refused.
 - A Stop or Abort (button, native stop, stop word, App Home, the command) that finds no
   live run but a run whose resume is ahead cancels that resume, and posts its handoff
   without the resume. It is committed as a stop request too (handled at once), so it
   counts as a person's stop for ``USER_EXIT_GRACE``.
 
-Who may: the same people ``STOP_POLICY`` lets stop the run; a button counts only on the
-run's own status message (:func:`bot.stopping.policy.comes_from`).
+Who may: for ``Resume now`` and ``Don't resume``, the same people ``STOP_POLICY`` lets stop
+the run; for ``Continue``, the requester and admins. A button counts only on the run's own
+status message (:func:`bot.stopping.policy.comes_from`).
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from bot.stopping.policy import (
     RunView,
     Verdict,
     comes_from,
+    may_continue,
     may_stop,
     read_participants,
     verdict_for,
@@ -93,6 +98,8 @@ class ResumeVerdict(StrEnum):
     """Continue on a run a newer run in its thread took over."""
     NOT_CONTINUABLE = "not_continuable"
     """Continue on a run that did not spend its budget."""
+    PERSON_FULL = "person_full"
+    """Continue while the requester has ``MAX_RUNS_PER_USER`` requests counted already."""
     NOT_ALLOWED = "not_allowed"
     NOT_THIS_RUN = "not_this_run"
     NOT_FOUND = "not_found"
@@ -151,14 +158,16 @@ class ResumeControls:
         return ResumeDecided(ask, verdict if won else ResumeVerdict.NOTHING_SCHEDULED, record)
 
     async def _continue(self, ask: ResumeAsk, record: RunRecord) -> ResumeDecided:
-        """Continue: only a run that spent its budget, by whoever may stop it, once (the
-        compare-and-set from ``declined`` is the commit), and not once a newer run has
-        the thread. A re-delivered click is taken before the run's state is read, so it
-        changes nothing and is not answered twice."""
+        """Continue: only a run that spent its budget, by its requester or an admin, once
+        (the compare-and-set from ``declined`` is the commit), within the requester's
+        ``MAX_RUNS_PER_USER``, and not once a newer run has the thread. A re-delivered
+        click is taken before the run's state is read, so it changes nothing and is not
+        answered twice."""
         spent = record.state.is_terminal and record.ended_because is EndedBecause.BUDGET_EXHAUSTED
         if not spent:
             return ResumeDecided(ask, ResumeVerdict.NOT_CONTINUABLE, record)
-        if not await self._may(ask.user, record):
+        admins = self._settings.ADMIN_USER_IDS
+        if not may_continue(ask.user, requester=record.requester, admins=admins):
             return ResumeDecided(ask, ResumeVerdict.NOT_ALLOWED, record)
         if ask.delivery is not None and not await self._deliveries.first(f"resume:{ask.delivery}"):
             return ResumeDecided(ask, ResumeVerdict.REDELIVERED, record)
@@ -167,9 +176,13 @@ class ResumeControls:
             return ResumeDecided(ask, ResumeVerdict.ALREADY_CONTINUED, record)
         if await resumes.superseded(record):
             return ResumeDecided(ask, ResumeVerdict.SUPERSEDED, record)
-        if not await resumes.continue_budget(record, ask.user):
-            return ResumeDecided(ask, ResumeVerdict.ALREADY_CONTINUED, record)  # a race lost
-        return ResumeDecided(ask, ResumeVerdict.CONTINUED, record)
+        limit = self._settings.MAX_RUNS_PER_USER or None
+        if await resumes.continue_budget(record, ask.user, limit=limit):
+            return ResumeDecided(ask, ResumeVerdict.CONTINUED, record)
+        fresh = await self._store.get_run(record.id) or record
+        if fresh.resume is ResumeState.DECLINED and fresh.resume_by is None:
+            return ResumeDecided(ask, ResumeVerdict.PERSON_FULL, fresh)
+        return ResumeDecided(ask, ResumeVerdict.ALREADY_CONTINUED, fresh)  # a race lost
 
     async def after(self, decided: ResumeDecided, *, answer: ClickAnswer | None = None) -> None:
         """The audit event, the status message (first through the click's ``answer``),
@@ -299,10 +312,13 @@ def _answer(decided: ResumeDecided, settings: Settings) -> str | None:
             return messages.CONTINUE_SUPERSEDED
         case ResumeVerdict.NOT_CONTINUABLE:
             return messages.CONTINUE_NOT_BUDGET
+        case ResumeVerdict.PERSON_FULL:
+            requester = decided.record.requester if decided.record else ""
+            return messages.continue_person_full(requester, settings.MAX_RUNS_PER_USER)
         case ResumeVerdict.NOT_ALLOWED:
             requester = decided.record.requester if decided.record else ""
             if decided.ask.action is ResumeAction.CONTINUE:
-                return messages.continue_not_allowed(settings.STOP_POLICY.value, requester)
+                return messages.continue_not_allowed(requester)
             return messages.resume_not_allowed(settings.STOP_POLICY.value, requester)
         case ResumeVerdict.NOT_THIS_RUN:
             return messages.CLICK_NOT_FROM_RUN

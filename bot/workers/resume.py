@@ -441,17 +441,13 @@ class Resumes:
         since): continuing it would put an old task back over the newer one."""
         return self._busy(record) or await thread_moved_on(self._store, record)
 
-    async def continue_budget(self, record: RunRecord, user: str) -> bool:
+    async def continue_budget(self, record: RunRecord, user: str, *, limit: int | None) -> bool:
         """``Continue`` on a run that spent its budget: its continuation, with one more
-        budget, is due now (any worker's schedule starts it). False if it was continued
+        budget, is due now (any worker's schedule starts it), unless its requester has
+        ``limit`` requests counted already (``MAX_RUNS_PER_USER``; a Continue not started
+        yet counts too). False if not written: the person is full, or it was continued
         already (exactly one press wins)."""
-        won = await self._store.set_resume(
-            record.id,
-            ResumeState.SCHEDULED,
-            expected=[ResumeState.DECLINED],
-            resume_at=utcnow(),
-            resume_by=user,
-        )
+        won = await self._store.admit_continuation(record.id, user, at=utcnow(), limit=limit)
         if won:
             self.wake()
         return won

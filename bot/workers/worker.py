@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from agent_core.records import Checkpoint, RunRecord
     from bot.approvals.desk import ApprovalDesk
     from bot.inbound.identity import AppIdentity
+    from bot.inbound.trust import TrustGate
     from bot.process.metrics import Metrics
     from bot.process.settings import Settings
     from bot.slack_api.surface import Workspaces
@@ -67,11 +68,13 @@ class Worker:
         *,
         worker_id: str,
         me: AppIdentity,
+        trust: TrustGate,
         metrics: Metrics | None = None,
         approvals: ApprovalDesk | None = None,
     ) -> None:
         """``approvals``: where this process's held tool calls wait; the stop watcher
-        hands them the decisions other workers commit."""
+        hands them the decisions other workers commit. ``trust``: whose words in a thread
+        a run reads as untrusted."""
         self.id = worker_id
         self.store = store
         self._settings = settings
@@ -99,7 +102,7 @@ class Worker:
         )
         self.reconciler = self._reconciler(workspaces, approvals)
         self.resumes = self._resumes()
-        self.queue = self._queue(workspaces, me, metrics)
+        self.queue = self._queue(workspaces, me, trust, metrics)
         self._task: asyncio.Task[None] | None = None
         self._reconciling: asyncio.Task[None] | None = None
         self._purging: asyncio.Task[None] | None = None
@@ -131,13 +134,20 @@ class Worker:
             poll_s=min(RESUME_POLL_S, ttl / 3),
         )
 
-    def _queue(self, workspaces: Workspaces, me: AppIdentity, metrics: Metrics | None) -> RunQueue:
+    def _queue(
+        self,
+        workspaces: Workspaces,
+        me: AppIdentity,
+        trust: TrustGate,
+        metrics: Metrics | None,
+    ) -> RunQueue:
         return RunQueue(
             self.store,
             self.supervisor,
             workspaces,
             worker_id=self.id,
             me=me,
+            trust=trust,
             lease_ttl_s=self._settings.LEASE_TTL,
             reconciler=self.reconciler,
             watcher=self.watcher,

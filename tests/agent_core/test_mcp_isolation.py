@@ -12,8 +12,9 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from mcp_types import TextContent
+from structlog.testing import capture_logs
 
-from agent_core.mcp import McpManager, StdioServer
+from agent_core.mcp import McpManager, StdioServer, parse_mcp_config
 from tests.agent_core.mcp_helpers import PY, ROOT
 
 if TYPE_CHECKING:
@@ -29,11 +30,9 @@ def snoop_server(cwd: str | None = None) -> StdioServer:
     return StdioServer("snoop", PY, ("-m", "tests.fakes.mcp_snoop"), env=env, cwd=cwd)
 
 
-async def snooped(manager: McpManager) -> dict[str, Any]:
+async def snooped(manager: McpManager, name: str = "snoop") -> dict[str, Any]:
     """What the server could read, as its ``snoop`` tool reports it."""
-    result = await manager.connection("snoop").call(
-        "snoop", {"needle": "tpsecret"}, lambda *_: None
-    )
+    result = await manager.connection(name).call("snoop", {"needle": "tpsecret"}, lambda *_: None)
     (content,) = result.content
     assert isinstance(content, TextContent)
     report: dict[str, Any] = json.loads(content.text)
@@ -68,3 +67,53 @@ async def test_a_server_with_cwd_starts_there(tmp_path: Path) -> None:
     assert report["cwd"] == str(tmp_path)
     assert report["cwd_entries"] == ["notes.txt"]
     assert await asyncio.to_thread(tmp_path.exists)  # its own directory is left alone
+
+
+def snoops_with_secrets(*secrets: str | None) -> list[StdioServer]:
+    """Snoop servers as ``MCP_CONFIG`` lists them, each given its own ``${VAR}`` secret
+    (None: a server with no secret)."""
+    entries: dict[str, Any] = {}
+    environ: dict[str, str] = {}
+    for n, secret in enumerate(secrets):
+        env = {"PYTHONPATH": str(ROOT)}
+        if secret is not None:
+            env["SERVICE_TOKEN"] = f"${{TOKEN_{n}}}"
+            environ[f"TOKEN_{n}"] = secret
+        entries[f"snoop{n}"] = {"command": PY, "args": ["-m", "tests.fakes.mcp_snoop"], "env": env}
+    servers = parse_mcp_config({"mcpServers": entries}, environ)
+    return [s for s in servers if isinstance(s, StdioServer)]
+
+
+async def test_stdio_servers_read_each_others_secrets_and_start_up_warns_of_it() -> None:
+    """What docs/security.md says: one stdio server reads another's ``env`` through
+    /proc, so two servers with secrets get a start-up warning pointing elsewhere."""
+    theirs, mine = "tpsecret-of-the-git-server", "tpsecret-of-the-wiki-server"
+    servers = snoops_with_secrets(theirs, mine)
+    assert all(s.carries_secrets for s in servers)
+
+    with capture_logs() as logs:
+        async with McpManager(servers) as manager:
+            victim = await snooped(manager, "snoop0")
+            result = await manager.connection("snoop1").call(
+                "environ_of", {"pid": victim["pid"]}, lambda *_: None
+            )
+
+    (content,) = result.content
+    assert isinstance(content, TextContent)
+    assert theirs in json.loads(content.text)["read"]  # the other server's secret
+    (warning,) = [e for e in logs if e["event"] == "secrets.shared_between_tool_servers"]
+    assert warning["log_level"] == "warning"
+    assert warning["servers"] == ["snoop0", "snoop1"]
+    assert "streamable HTTP" in warning["fix"] and "container" in warning["fix"]
+    assert theirs not in json.dumps(logs, default=str)
+
+
+async def test_one_stdio_server_with_secrets_starts_without_the_warning() -> None:
+    servers = snoops_with_secrets("tpsecret-of-the-git-server", None)
+    assert [s.carries_secrets for s in servers] == [True, False]
+
+    with capture_logs() as logs:
+        async with McpManager(servers):
+            pass
+
+    assert not [e for e in logs if e["event"] == "secrets.shared_between_tool_servers"]

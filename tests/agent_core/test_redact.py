@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent_core.redact import MASK, MAX_ERROR_CHARS, public_error, redact
+from agent_core.redact import MASK, MAX_ERROR_CHARS, public_error, public_url, redact
 
 HIDDEN = [
     ("Incorrect API key provided: sk-proj-AbCdEf1234567890abcdEFGH.", "sk-proj-AbCdEf"),
@@ -75,3 +75,25 @@ def test_a_public_error_is_masked_before_it_is_clipped_and_fits_on_one_line() ->
     assert len(shown) <= MAX_ERROR_CHARS
     assert "\n" not in shown
     assert "Ab1Ab1" not in shown  # no fragment of the key survives the cut
+
+
+PUBLIC_URLS = [
+    (
+        "https://user:pa55word@gw.example.com/openai/v1?api-version=2025-01&api-key=abc123",
+        "https://gw.example.com/openai/v1?api-version=2025-01&api-key=***",
+    ),
+    ("https://gw.example.com/v1?key=abc&token=def", "https://gw.example.com/v1?key=***&token=***"),
+    (
+        "https://blob.example.com/x?sv=2024&sig=AbC%2Bdef&X-Amz-Signature=ff00",
+        "https://blob.example.com/x?sv=2024&sig=***&X-Amz-Signature=***",
+    ),
+    ("http://127.0.0.1:8080/v1", "http://127.0.0.1:8080/v1"),
+    ("https://only-user@host.example.com/", "https://host.example.com/"),
+    ("https://host.example.com/#access_token=abc", "https://host.example.com/#***"),
+    ("postgresql:user:pass@host/db", "***@host/db"),
+]
+
+
+@pytest.mark.parametrize(("url", "shown"), PUBLIC_URLS)
+def test_a_public_url_drops_user_info_and_masks_credential_parameters(url: str, shown: str) -> None:
+    assert public_url(url) == shown

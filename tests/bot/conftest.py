@@ -10,6 +10,7 @@ import pytest
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agent_core.stores.factory import open_store
+from bot.inbound.identity import AppIdentity
 from bot.process.app import ThreadpilotApp
 from bot.process.settings import Settings
 from bot.slack_api.surface import Workspaces
@@ -48,7 +49,12 @@ async def workspaces(slack: FakeSlack) -> AsyncIterator[Workspaces]:
     """The workspaces' Slack surfaces, talking to the fake Slack (no app around them)."""
     async with aiohttp.ClientSession() as http:
         client = AsyncWebClient(token="xoxb-test-token", base_url=slack.api_url, session=http)
-        opened = Workspaces(client)
+        me = AppIdentity(
+            user_id=slack.workspace.bot_user_id,
+            bot_id=slack.workspace.bot_id,
+            team_id=slack.workspace.team_id,
+        )
+        opened = Workspaces(client, me)
         yield opened
         await opened.close()
 

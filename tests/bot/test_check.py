@@ -193,6 +193,37 @@ async def test_the_model_check_names_the_api_it_checked(
         assert f"{model} is listed" in line
 
 
+@pytest.mark.parametrize("api", ["openai-chat", "anthropic"])
+@pytest.mark.parametrize("reachable", [True, False], ids=["answers", "unreachable"])
+async def test_the_model_check_never_prints_the_base_urls_credentials(
+    slack: FakeSlack, llm: LLMock, tmp_path: Path, api: str, reachable: bool
+) -> None:
+    """A base URL with user info and an ``?api-key=`` (Azure-style gateways take one)
+    is named by its host and path only, whether the endpoint answers or not."""
+    password, key = "hunter2-gateway-pass", "k3y-in-the-query-9f8e7d"
+    provider = "anthropic" if api == "anthropic" else "openai"
+    base = llm.base_url(provider) if reachable else "http://127.0.0.1:9/v1"
+    scheme, _, rest = base.partition("://")
+    secret_url = f"{scheme}://gateway-user:{password}@{rest}?api-version=2025-01&api-key={key}"
+    settings = {**good_settings(slack, llm.base_url(), tmp_path), "MODEL_API": api}
+    if api == "anthropic":
+        for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_MODEL"):
+            del settings[name]
+        settings |= {"ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_MODEL": "claude-sonnet-4-6"}
+        settings["ANTHROPIC_BASE_URL"] = secret_url
+    else:
+        settings["OPENAI_BASE_URL"] = secret_url
+
+    ran = await run_bot(tmp_path, "--check", **settings)
+
+    printed = ran.stdout + ran.stderr
+    assert password not in printed and "gateway-user" not in printed
+    assert key not in printed
+    line = ran.line("model endpoint")
+    assert rest.partition("/")[0] in line  # the host and port are still named
+    assert "api-version=2025-01" in line and "api-key=***" in line
+
+
 async def test_an_anthropic_setting_missing_is_named_with_the_api(tmp_path: Path) -> None:
     ran = await run_bot(
         tmp_path,

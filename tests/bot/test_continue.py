@@ -2,10 +2,11 @@
 
 The real app against the fake Slack and llmock, on a real SQLite file. A run whose
 budget runs out wraps up (blocked, ``EXIT-BUDGET``) and is never resumed on its own; its
-final message names the budget and what was spent, and offers ``Continue`` to whoever may
-stop it. One press, through the stop service, gives it one more budget of the same size:
-a new run in the thread, from the run's checkpoint. Every other press is answered
-ephemerally and changes nothing.
+final message names the budget and what was spent, and offers ``Continue`` to the
+requester and admins (whatever ``STOP_POLICY`` says), within the requester's
+``MAX_RUNS_PER_USER``. One press, through the stop service, gives it one more budget of
+the same size: a new run in the thread, from the run's checkpoint. Every other press is
+answered ephemerally and changes nothing.
 
 An automatic resume is the same request, not a new one: it goes on with what the request
 had spent (stored in the ended run's result), so its budget runs out at the request's
@@ -26,6 +27,7 @@ from bot import messages
 from bot.views.status import ACTION_CONTINUE
 from tests.agent_core.helpers import offered_tools, tool_results
 from tests.bot.harness import (
+    ACTION_ABORT,
     SECRET,
     SHORT_TEXT,
     WAIT_S,
@@ -165,7 +167,7 @@ async def test_continue_by_someone_not_allowed_changes_nothing(
     assert await bot.click(final, ACTION_CONTINUE, user=OTHER_USER) == 200
 
     (answer,) = await bot.ephemerals(OTHER_USER)
-    assert answer == messages.continue_not_allowed("requester", DEFAULT_USER)
+    assert answer == messages.continue_not_allowed(DEFAULT_USER)
     assert "can continue this run" in answer
     record = await stored(bot, run_id)
     assert (record.resume, record.resume_by) == (ResumeState.DECLINED, None)
@@ -173,6 +175,67 @@ async def test_continue_by_someone_not_allowed_changes_nothing(
     assert await events(bot, run_id, "resume.continued") == []
     assert offers_continue(bot.slack.message(final.channel, final.ts))
     assert len(llm.requests) == 2
+
+
+async def test_under_stop_policy_anyone_only_the_requester_or_an_admin_may_continue(
+    make_bot: BotFactory, llm: LLMock
+) -> None:
+    """The attack: anyone may stop a run here, and someone presses Continue to spend one
+    more budget on the requester's behalf. Refused; an admin's press counts."""
+    admin = "U0TPADMIN01"
+    bot = await make_bot(**ONE_TOOL_CALL, STOP_POLICY="anyone", ADMIN_USER_IDS=admin)
+    thread_ts, final = await spend_the_budget(bot, llm)
+    run_id = run_id_of_done(final, bot)
+
+    assert await bot.click(final, ACTION_CONTINUE, user=OTHER_USER) == 200
+
+    (answer,) = await bot.ephemerals(OTHER_USER)
+    assert answer == messages.continue_not_allowed(DEFAULT_USER)
+    record = await stored(bot, run_id)
+    assert (record.resume, record.resume_by) == (ResumeState.DECLINED, None)
+    assert await store_of(bot).pending_resumes() == []
+    assert await events(bot, run_id, "resume.continued") == []
+    assert offers_continue(bot.slack.message(final.channel, final.ts))
+    assert len(llm.requests) == 2
+
+    llm.reply(DONE)
+    assert await bot.click(final, ACTION_CONTINUE, user=admin) == 200
+    second = await new_status_message(bot, thread_ts, after=final.ts)
+    await bot.final(second)
+    assert (await stored(bot, run_id)).resume_by == admin
+    assert bot.ephemerals_for(admin, final.channel) == []
+
+
+async def test_a_continue_counts_towards_max_runs_per_user(
+    make_bot: BotFactory, llm: LLMock
+) -> None:
+    """With ``MAX_RUNS_PER_USER=1`` and another run of the requester's working, Continue
+    is refused with an ephemeral and starts nothing; once that run ends, it continues."""
+    bot = await make_bot(**ONE_TOOL_CALL, MAX_RUNS_PER_USER="1")
+    thread_ts, final = await spend_the_budget(bot, llm)
+    run_id = run_id_of_done(final, bot)
+    llm.add(*stalled_answer(60.0, with_tool=False, text=SHORT_TEXT))
+    _, working = await bot.mention("and meanwhile, something else")
+    await bot.slack.wait_for_call("chat.startStream", timeout=WAIT_S)
+
+    assert await bot.click(final, ACTION_CONTINUE) == 200
+
+    (answer,) = await bot.ephemerals(DEFAULT_USER)
+    assert answer == messages.continue_person_full(DEFAULT_USER, 1)
+    record = await stored(bot, run_id)
+    assert (record.resume, record.resume_by) == (ResumeState.DECLINED, None)
+    assert await store_of(bot).pending_resumes() == []
+    assert await events(bot, run_id, "resume.continued") == []
+    assert offers_continue(bot.slack.message(final.channel, final.ts))
+
+    assert await bot.click(working, ACTION_ABORT) == 200
+    await bot.final(working)
+    llm.reply(DONE)
+    assert await bot.click(final, ACTION_CONTINUE) == 200
+    second = await new_status_message(bot, thread_ts, after=final.ts)
+    await bot.final(second)
+    assert (await stored(bot, run_id)).resume_by == DEFAULT_USER
+    assert len(await bot.ephemerals(DEFAULT_USER)) == 1  # only the refusal
 
 
 async def test_a_second_press_and_a_redelivered_press_change_nothing(

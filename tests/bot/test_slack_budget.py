@@ -31,6 +31,7 @@ from bot.errors import (
     SlackRefused,
     SlackUnavailable,
 )
+from bot.inbound.identity import AppIdentity
 from bot.slack_api import budget as slack_budget
 from bot.slack_api.budget import LIMITS_PER_MINUTE, WINDOW_SHARE, SlackBudget, TokenBucket
 from tests.fakes.slack_api import FakeSlack
@@ -45,6 +46,7 @@ BOT_TOKEN = "xoxb-fake-bot-token"
 TEAM = DEFAULT_WORKSPACE.team_id
 BOT = DEFAULT_WORKSPACE.bot_user_id
 CHANNEL = DEFAULT_CHANNEL
+ME = AppIdentity(user_id=BOT, bot_id=DEFAULT_WORKSPACE.bot_id, team_id=TEAM)
 # The fake stamps arrival times; the budget times sends. Calls to a local server arrive a
 # few ms after they are sent, and timers may fire a hair early.
 ARRIVAL_JITTER_S = 0.02
@@ -68,7 +70,7 @@ async def client(slack: FakeSlack) -> AsyncIterator[AsyncWebClient]:
 async def running(
     client: AsyncWebClient, tiers: Mapping[str, float] | None = None
 ) -> AsyncIterator[SlackBudget]:
-    budget = SlackBudget(client, team_id=TEAM, tiers=tiers)
+    budget = SlackBudget(client, team_id=TEAM, me=ME, tiers=tiers)
     await budget.start()
     try:
         yield budget
@@ -329,7 +331,7 @@ async def test_a_cancelled_caller_does_not_withdraw_its_final(
     slack: FakeSlack, client: AsyncWebClient
 ) -> None:
     # As at shutdown: the run is cancelled while its final waits, then the budget closes.
-    budget = SlackBudget(client, team_id=TEAM, tiers={"chat.update": 300.0})
+    budget = SlackBudget(client, team_id=TEAM, me=ME, tiers={"chat.update": 300.0})
     await budget.start()
     await drain(budget, slack, 300.0)
     ts = status_message(slack)
@@ -408,6 +410,30 @@ async def test_a_tagged_post_of_unknown_fate_is_looked_for_before_posting_again(
     assert [c.status for c in posts] == ([500] if landed else [500, 200])
     (lookup,) = slack.calls("conversations.replies")
     assert lookup.at > posts[0].at and (len(posts) == 1 or lookup.at < posts[1].at)
+
+
+async def test_another_apps_message_with_our_metadata_is_never_taken_for_our_lost_post(
+    slack: FakeSlack, client: AsyncWebClient
+) -> None:
+    """Another app (or a webhook) can post our metadata in the thread: after a post whose
+    answer was lost, that message is not adopted as ours; ours is posted."""
+    parent = slack.seed_message(CHANNEL, "<@bot> do it")
+    forged = slack.seed_message(
+        CHANNEL,
+        "status",
+        thread_ts=parent,
+        metadata=METADATA,
+        app={"bot_id": "B0ATTACKER1", "app_id": "A0ATTACKER1", "username": "threadpilot"},
+    )
+    slack.fail_next("chat.postMessage", status=500, landed=False)
+    async with running(client) as budget:
+        ts = await tagged_post(budget, parent)
+        found = await budget.find_messages(CHANNEL, parent, METADATA)
+
+    assert ts != forged and found == [ts]
+    (ours,) = [m for m in slack.thread(CHANNEL, parent) if m.is_bot]
+    assert ours.ts == ts
+    assert [c.status for c in slack.calls("chat.postMessage")] == [500, 200]
 
 
 async def test_a_tagged_post_is_not_resent_when_the_thread_cannot_be_read(
@@ -492,7 +518,7 @@ async def test_methods_without_a_tier_entry_go_through_api_call(
 
 
 async def test_the_budget_refuses_misuse(slack: FakeSlack, client: AsyncWebClient) -> None:
-    budget = SlackBudget(client, team_id=TEAM)
+    budget = SlackBudget(client, team_id=TEAM, me=ME)
     with pytest.raises(BudgetNotRunning):
         await budget.post_message(CHANNEL, text="too early")
     await budget.start()
@@ -514,7 +540,7 @@ async def test_the_budget_refuses_misuse(slack: FakeSlack, client: AsyncWebClien
 async def test_close_writes_pending_finals_and_drops_progress(
     slack: FakeSlack, client: AsyncWebClient
 ) -> None:
-    budget = SlackBudget(client, team_id=TEAM, tiers={"chat.update": 300.0})
+    budget = SlackBudget(client, team_id=TEAM, me=ME, tiers={"chat.update": 300.0})
     await budget.start()
     await drain(budget, slack, 300.0)
     ts, other = status_message(slack), status_message(slack)
@@ -532,7 +558,7 @@ async def test_close_gives_up_on_finals_it_cannot_write_in_time(
 ) -> None:
     slack.fail_next("chat.update", status=429, retry_after=30)
     with capture_logs() as logs:
-        budget = SlackBudget(client, team_id=TEAM)
+        budget = SlackBudget(client, team_id=TEAM, me=ME)
         await budget.start()
         ts = status_message(slack)
         async with asyncio.TaskGroup() as group:

@@ -12,6 +12,9 @@ reach the app's settings, and answers with a JSON report of what each one gave:
   directory;
 - ``own_environ``: its own environment.
 
+A second tool, ``environ_of(pid)``, reads another process's ``/proc/<pid>/environ`` (a
+sibling tool server's, say) the same way.
+
 Each entry is ``{"read": text}`` (clipped) or ``{"error": "PermissionError: ..."}``. The
 report also says who it ran as (``pid``, ``ppid``, ``uid``), where (``cwd``) and what its
 working directory held when the call came (``cwd_entries``).
@@ -52,6 +55,11 @@ def build() -> MCPServer:
     def snoop(needle: str) -> str:
         """Try to read the secrets of the process that started this server."""
         return json.dumps(report(needle))
+
+    @server.tool()
+    def environ_of(pid: int) -> str:
+        """Try to read another process's environment."""
+        return json.dumps(_read(Path(f"/proc/{pid}/environ")))
 
     return server
 

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from agent_core.records import RunRecord, ThreadKey
+from agent_core.ended import EndedBecause
+from agent_core.records import ResumeState, RunRecord, ThreadKey
 from agent_core.states import RunState
 from agent_core.stop import StopReason
 
@@ -245,3 +246,59 @@ async def test_admissions_at_once_never_pass_the_limit(backend: Backend) -> None
     assert sum(results) == 2
     live = await stores[1].find_runs(states=[RunState.QUEUED], limit=100)
     assert len(live) == 3
+
+
+# -- Continue's admission (MAX_RUNS_PER_USER counts continuations) ----------------------
+
+
+def spent(n: int, **fields: Any) -> RunRecord:
+    """A run that spent its budget: blocked, never resumed on its own (Continue may)."""
+    return waiting(
+        n,
+        state=RunState.BLOCKED,
+        ended_because=EndedBecause.BUDGET_EXHAUSTED,
+        resume=ResumeState.DECLINED,
+        **fields,
+    )
+
+
+async def test_a_continue_counts_towards_the_persons_limit_until_it_starts(
+    backend: Backend,
+) -> None:
+    store = await backend.open()
+    now = datetime.now(UTC)
+    for n in (1, 2):
+        await store.create_run(spent(n))
+    assert await store.admit_run(accepted(3), limit=2)
+
+    assert await store.admit_continuation("run-001", "U9", at=now, limit=2)
+    continued = await store.get_run("run-001")
+    assert continued is not None
+    assert (continued.resume, continued.resume_by) == (ResumeState.SCHEDULED, "U9")
+    # The continuation not started yet holds a place: a mention, or another Continue,
+    # of the same person is past the limit.
+    assert not await store.admit_run(accepted(4), limit=2)
+    assert not await store.admit_continuation("run-002", "U1", at=now, limit=2)
+    untouched = await store.get_run("run-002")
+    assert untouched is not None
+    assert (untouched.resume, untouched.resume_by) == (ResumeState.DECLINED, None)
+    # Continued once only; a run that did not spend its budget is not continued.
+    assert not await store.admit_continuation("run-001", "U1", at=now, limit=None)
+    assert not await store.admit_continuation("run-003", "U1", at=now, limit=None)
+    # Someone else's limit is their own.
+    await store.create_run(spent(5, requester="U2"))
+    assert await store.admit_continuation("run-005", "U2", at=now, limit=1)
+
+
+async def test_continues_and_mentions_at_once_never_pass_the_limit(backend: Backend) -> None:
+    """Three Continues and three mentions of one person at once, through three workers'
+    stores, with one place left: one of them wins."""
+    stores = [await backend.open() for _ in range(3)]
+    now = datetime.now(UTC)
+    for n in (1, 2, 3):
+        await stores[0].create_run(spent(n))
+    results = await asyncio.gather(
+        *(stores[n % 3].admit_continuation(f"run-00{n}", "U1", at=now, limit=1) for n in (1, 2, 3)),
+        *(stores[n % 3].admit_run(accepted(n), limit=1) for n in (4, 5, 6)),
+    )
+    assert sum(results) == 1
