@@ -1,5 +1,5 @@
 """A per-tool approval rule naming a tool its server does not offer is a settings error
-(SPEC §4 Approvals): ``"tools": {"git_comit": {"approval": "always"}}`` used to be
+(docs/tools.md, Approvals): ``"tools": {"git_comit": {"approval": "always"}}`` used to be
 accepted, match nothing, and leave ``git_commit`` running unasked.
 
 The real ``mcp-server-git`` over stdio: its tools are what it lists.

@@ -1,5 +1,5 @@
 """A tool call's arguments are read once, strictly, and shown as the call receives them
-(:mod:`agent_core.tool_arguments`; SPEC §4 Approvals: what the approver sees is what
+(:mod:`agent_core.tool_arguments`; docs/tools.md, Approvals: what the approver sees is what
 runs)."""
 
 from __future__ import annotations

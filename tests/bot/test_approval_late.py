@@ -1,4 +1,4 @@
-"""What a person is told of their Approve or Deny is what the store holds (SPEC §4
+"""What a person is told of their Approve or Deny is what the store holds (docs/tools.md,
 Approvals), when the database answers only after the click's budget.
 
 Before: the click was answered "not recorded", yet the row was approved and the call ran,

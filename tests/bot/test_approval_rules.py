@@ -1,5 +1,5 @@
 """A per-tool approval rule naming a tool its server does not offer stops the app's
-start-up with one line, and fails ``--check`` (SPEC §4 Approvals). ``python -m bot`` as a
+start-up with one line, and fails ``--check`` (docs/tools.md, Approvals). ``python -m bot`` as a
 real process, with the real ``mcp-server-git`` over stdio."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What the approver sees is what runs (SPEC §4 Approvals, docs/tools.md).
+"""What the approver sees is what runs (docs/tools.md, Approvals).
 
 The app runs for real (tests/bot harness) with our own MCP server over streamable HTTP
 (:mod:`tests.fakes.mcp_server`), whose ``write_note`` waits for approval and which
