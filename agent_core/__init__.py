@@ -116,6 +116,7 @@ from agent_core.resume_policy import (
 from agent_core.retry import RetryPolicy
 from agent_core.states import LIVE_STATES, TERMINAL_STATES, RunState, transition
 from agent_core.stop import RunControl, StopReason, StopRequest, StopSource, strongest
+from agent_core.tool_arguments import ArgumentsError, parse_arguments, shown_arguments
 from agent_core.tool_progress import report_progress
 from agent_core.tools import Tool, ToolError, remote_tool, tool
 
@@ -137,6 +138,7 @@ __all__ = [
     "ApprovalStatus",
     "ApprovalStore",
     "Approvals",
+    "ArgumentsError",
     "AuditEvent",
     "Budget",
     "BudgetKind",
@@ -227,11 +229,13 @@ __all__ = [
     "normalize_outcome",
     "outcome_label",
     "parse_approval_timeout",
+    "parse_arguments",
     "parse_auto_resume",
     "parse_max_auto_resumes",
     "parse_user_exit_grace",
     "remote_tool",
     "report_progress",
+    "shown_arguments",
     "strip_softeners",
     "strongest",
     "tool",

@@ -115,6 +115,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         result, spent = asyncio.run(_session(model, servers, config, args, shutdowns))
     except KeyboardInterrupt:  # Ctrl+C while the MCP servers started: no run yet
         return 128 + signal.SIGINT
+    except ConfigError as exc:  # found as the MCP servers started: no run yet
+        print(f"threadpilot: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     out = sys.stdout
     if args.json:
         # The whole request's usage, sub-agents included, in place of the run's own.

@@ -6,6 +6,10 @@ a time (calls of one step that need approval queue for the prompt). Only ``y`` o
 terminal (a script, a pipe, CI) nobody can answer, so every such call is denied at once;
 ``--yes`` approves every call without asking.
 
+The prompt shows the arguments in full, as the tool will receive them
+(:func:`~agent_core.tool_arguments.shown_arguments`: indented JSON, with invisible
+characters and terminal control characters written as ``\\uXXXX``).
+
 stdin is read with the event loop's reader, not a thread: a Ctrl+C (Stop) or an Abort
 while the prompt waits ends the wait at once, and no thread is left reading.
 """
@@ -17,6 +21,7 @@ import os
 from typing import TYPE_CHECKING, TextIO
 
 from agent_core.approvals import ApprovalDecision, ApprovalStatus
+from agent_core.tool_arguments import shown_arguments
 
 if TYPE_CHECKING:
     from agent_core.approvals import ApprovalRequest
@@ -26,7 +31,6 @@ __all__ = ["NOT_A_TERMINAL", "TERMINAL_USER", "TerminalApprovals"]
 TERMINAL_USER = "the person at the terminal"
 NOT_A_TERMINAL = "threadpilot: stdin is not a terminal (run with --yes to approve tool calls)"
 """Who denied a call when nobody could be asked: the model reads it after "denied by"."""
-PREVIEW_CHARS = 500
 
 
 class TerminalApprovals:
@@ -45,10 +49,9 @@ class TerminalApprovals:
         if not self._stdin.isatty():
             return ApprovalDecision(ApprovalStatus.DENIED, NOT_A_TERMINAL)
         async with self._turn:
-            arguments = request.arguments
-            if len(arguments) > PREVIEW_CHARS:
-                arguments = arguments[:PREVIEW_CHARS] + "…"
-            self._prompt.write(f"\nApprove {request.tool} {arguments}? [y/N] ")
+            arguments = shown_arguments(request.arguments)
+            question = f"Approve {request.tool} with these arguments?"
+            self._prompt.write(f"\n{question}\n{arguments}\n[y/N] ")
             self._prompt.flush()
             answer = (await self._read_line()).strip().lower()
         if answer in ("y", "yes"):

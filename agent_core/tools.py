@@ -10,12 +10,14 @@
 schema, and arguments beyond them are refused before the tool runs.
 
 A tool that raises gives the model an error result, never a crash; arguments that are
-not valid JSON, or do not match the signature, are reported back to the model the same
-way. Every call is bounded by the toolbox's timeout (``TOOL_TIMEOUT``, default 120 s):
-after it the call is cancelled and the model reads ``error: <tool> timed out after N s``.
-The one exception is a tool that bounds itself (:attr:`Tool.bounded` false): ``delegate``,
-whose child run has limits of its own. Cancellation is never caught here: an Abort
-cancels a running tool at once.
+not one JSON object (:func:`~agent_core.tool_arguments.parse_arguments`: no repeated key,
+no ``NaN``), or do not match the signature, are reported back to the model the same way,
+before anyone is asked to approve the call and before the tool runs. Every call is
+bounded by the toolbox's timeout (``TOOL_TIMEOUT``, default 120 s): after it the call is
+cancelled and the model reads ``error: <tool> timed out after N s``. The one exception
+is a tool that bounds itself (:attr:`Tool.bounded` false): ``delegate``, whose child run
+has limits of its own. Cancellation is never caught here: an Abort cancels a running
+tool at once.
 
 Prefer ``async def`` tools. An async tool that is timed out or aborted is really
 cancelled: its awaits raise ``CancelledError`` and its HTTP streams close. A sync tool
@@ -61,6 +63,7 @@ import structlog
 
 from agent_core.chat import ToolCall, ToolSpec
 from agent_core.errors import ThreadpilotError
+from agent_core.tool_arguments import ArgumentsError, parse_arguments
 from agent_core.tool_progress import OnProgress, reporting_progress
 from agent_core.tool_threads import SHARED_TOOL_THREADS, ToolThreads
 
@@ -372,10 +375,8 @@ class Toolbox:
                 call, f"error: there is no tool named {call.name!r} (available: {known})", ok=False
             )
         try:
-            arguments = json.loads(call.arguments or "{}")
-            if not isinstance(arguments, dict):
-                raise ValueError("arguments must be a JSON object")
-        except ValueError as exc:
+            arguments = parse_arguments(call.arguments)
+        except ArgumentsError as exc:
             return ToolOutcome(
                 call,
                 f"error: the arguments were not a valid JSON object "

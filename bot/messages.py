@@ -849,9 +849,10 @@ COMMAND_HELP = (
 
 APPROVE_LABEL = "Approve"
 DENY_LABEL = "Deny"
-APPROVAL_PREVIEW_CHARS = 600
-"""The most of a held call's arguments the approval message shows (they are the model's
-words: clipped, escaped, in a code block that cannot be closed early)."""
+SHOW_ALL_LABEL = "Show all"
+ARGUMENTS_TITLE = "Tool call arguments"
+"""The title of the modal **Show all** opens (Slack allows 24 characters)."""
+CLOSE_LABEL = "Close"
 HEADING_APPROVALS = "Waiting for your approval"
 
 
@@ -865,15 +866,19 @@ def approval_request(tool: str, requester: str) -> str:
     return f":raised_hand: {mention(requester)}, the agent wants to run {_code(tool)}."
 
 
-def approval_arguments(arguments: str) -> str:
-    """A clipped, escaped preview of a held call's arguments, as a code block."""
-    shown = (
-        arguments
-        if len(arguments) <= APPROVAL_PREVIEW_CHARS
-        else (arguments[:APPROVAL_PREVIEW_CHARS] + f"… ({len(arguments):,} characters in all)")
-    )
-    # Three backticks in the arguments would end the block: break them up.
-    return "```" + escape(shown.replace("```", "`\u200b`\u200b`")) + "```"
+def arguments_left_out(count: int) -> str:
+    """Under a held call's arguments, when only their start fits in the message."""
+    return f"{count:,} more characters of the arguments are not shown here: *Show all* shows them."
+
+
+def arguments_heading(tool: str) -> str:
+    """The top of the modal **Show all** opens."""
+    return f"The arguments {_code(tool)} will receive, in full:"
+
+
+def arguments_too_long(count: int) -> str:
+    """At the end of that modal, when even it cannot hold them all."""
+    return f"{count:,} more characters do not fit in Slack. If you cannot check the call, deny it."
 
 
 def approval_decided(status: str, decided_by: str | None) -> str:
@@ -897,6 +902,21 @@ def approval_not_allowed(policy: str, requester: str) -> str:
     return not_allowed(policy, requester).replace("stop or abort this run", "decide this call")
 
 
+def approval_recorded_late(status: str, decided_by: str | None) -> str:
+    """To the person whose decision the database took only after the click was answered."""
+    return (
+        f"{approval_decided(status, decided_by)} (threadpilot's database was slow, so your "
+        "click was recorded a little late.)"
+    )
+
+
+APPROVAL_NOT_CONFIRMED = (
+    "threadpilot's database has not answered for a minute, so it cannot tell whether your "
+    "click was recorded. The approval message shows what was: if it still has its "
+    "buttons, please press again."
+)
+
+
 def approval_already_decided(status: str, decided_by: str | None) -> str:
     return f"{approval_decided(status, decided_by)} Nothing changed."
 
@@ -912,3 +932,7 @@ APPROVAL_CLOSED_RUN_ENDED = (
 """The approval message of a call whose run ended for good while it waited (its resume
 declined or cancelled, or it ended in a way that is never resumed)."""
 APPROVAL_NOT_FOUND = "This approval is not known here. Nothing changed."
+ARGUMENTS_NOT_SHOWN = (
+    "The arguments could not be shown just now (threadpilot's database or Slack did not "
+    "answer in time). Please press *Show all* again."
+)

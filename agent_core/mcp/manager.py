@@ -13,6 +13,13 @@ line, and a line in :meth:`McpManager.check_lines` for a ``--check`` command); i
 are not offered, and the other servers work as usual. A server that stops later is
 restarted on the next call to one of its tools.
 
+A per-tool approval rule (``"tools": {"TOOL": ...}``) naming a tool its server does not
+offer is a settings error, never ignored: a typo (``git_comit``) would otherwise leave
+``git_commit`` running unasked. :meth:`McpManager.start` raises
+:class:`~agent_core.errors.ConfigError` naming ``MCP_CONFIG``, the server and the name,
+with the nearest tool name it offers (a server that did not start cannot be checked; its
+tools are not offered either).
+
 stdio servers run in a session of their own, so a signal to threadpilot's process group
 does not reach them: :meth:`McpManager.close` ends them (stdin closed, then SIGTERM, then
 SIGKILL). If threadpilot dies without closing (``kill -9``), their stdin closes with it
@@ -27,13 +34,15 @@ arguments through ``/proc``: :meth:`McpManager.start` warns
 from __future__ import annotations
 
 import asyncio
+import difflib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TextIO
 
 import structlog
 
+from agent_core.errors import ConfigError
 from agent_core.mcp.adapter import mcp_tool
-from agent_core.mcp.config import StdioServer
+from agent_core.mcp.config import SETTING, StdioServer
 from agent_core.mcp.connection import DEFAULT_START_TIMEOUT_S, ServerConnection
 from agent_core.mcp.naming import assign_tool_names
 from agent_core.tools import ASK_USER, FINAL_REPORT, Tool
@@ -100,7 +109,9 @@ class McpManager:
         """Every tool of every server that started, once :meth:`start` returned."""
 
     async def start(self) -> None:
-        """Start every server at once and list its tools; failures are reported, not raised."""
+        """Start every server at once and list its tools; a server's failure is reported,
+        not raised. Raises :class:`~agent_core.errors.ConfigError` for an approval rule
+        naming a tool its server does not offer (the servers are left for :meth:`close`)."""
         _warn_of_shared_secrets([c.config for c in self._connections])
         async with asyncio.TaskGroup() as group:
             tasks = [group.create_task(self._start(c)) for c in self._connections]
@@ -129,6 +140,14 @@ class McpManager:
                 ServerStatus(connection.name, where, offered_names, connection.protocol_version)
             )
         self.tools = tuple(tools)
+        unknown = [
+            problem
+            for connection in self._connections
+            if not isinstance(listed := started[connection.name], str)
+            for problem in _unknown_rules(connection.config, [t.name for t in listed])
+        ]
+        if unknown:
+            raise ConfigError(SETTING, "; ".join(unknown))
 
     def connection(self, name: str) -> ServerConnection:
         """The connection to the server named ``name`` in the config."""
@@ -152,7 +171,11 @@ class McpManager:
                 group.create_task(connection.close())
 
     async def __aenter__(self) -> McpManager:
-        await self.start()
+        try:
+            await self.start()
+        except BaseException:
+            await asyncio.shield(self.close())
+            raise
         return self
 
     async def __aexit__(
@@ -171,6 +194,20 @@ class McpManager:
             error = connection.config.redact(str(exc) or type(exc).__name__)
             log.error("mcp.server_unavailable", server=connection.name, error=error)
             return error
+
+
+def _unknown_rules(config: ServerConfig, offered: Sequence[str]) -> list[str]:
+    """A line for each per-tool rule of ``config`` naming none of ``offered``."""
+    problems = []
+    for name in config.tool_approvals:
+        if name in offered:
+            continue
+        nearest = difflib.get_close_matches(name, offered, n=1)
+        hint = f"did you mean {nearest[0]!r}?" if nearest else f"it offers {len(offered)} tools"
+        problems.append(
+            f"server {config.name!r}: tools[{name!r}] names no tool the server offers ({hint})"
+        )
+    return problems
 
 
 def _warn_of_shared_secrets(servers: Sequence[ServerConfig]) -> None:

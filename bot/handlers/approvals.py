@@ -1,8 +1,9 @@
-"""Approve and Deny clicks, on an approval message in a thread or on App Home.
+"""Approve, Deny and Show all clicks, on an approval message in a thread or on App Home.
 
 A click is read into an :class:`~bot.approvals.clicks.ApprovalAsk` and decided and
 committed before the ack (:func:`bot.handlers.acking.control`), as Stop is; the message
-is updated in place and the audit event written after it.
+is updated in place and the audit event written after it. Show all changes nothing: it
+is acknowledged at once, then opens its modal with the click's ``trigger_id``.
 """
 
 from __future__ import annotations
@@ -15,10 +16,10 @@ from bot.approvals.clicks import ApprovalAsk
 from bot.handlers.acking import control
 from bot.handlers.actions import click_origin, first_item, payload_field, presser_team
 from bot.slack_api.click_answer import click_answer
-from bot.views.approval import ACTION_APPROVE, ACTION_DENY
+from bot.views.approval import ACTION_APPROVE, ACTION_DENY, ACTION_SHOW_ALL
 
 if TYPE_CHECKING:
-    from slack_bolt.async_app import AsyncApp, AsyncRespond
+    from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncRespond
 
     from bot.approvals.clicks import ApprovalClick
     from bot.dashboard.refresh import HomeRefresher
@@ -44,7 +45,7 @@ def register(app: AsyncApp, ctx: BotContext, home: HomeRefresher) -> None:
                 return await ctx.approvals.decide(ask)
 
         async def after(click: ApprovalClick, respond: AsyncRespond) -> None:
-            await ctx.approvals.after(click, click_answer(respond))
+            click = await ctx.approvals.after(click, click_answer(respond))
             if click.ask.on_home and click.ask.team is not None:
                 home.show(click.ask.team, click.ask.user, notice=click.notice)
 
@@ -52,6 +53,17 @@ def register(app: AsyncApp, ctx: BotContext, home: HomeRefresher) -> None:
 
     button(ACTION_APPROVE, True)
     button(ACTION_DENY, False)
+
+    @app.action(ACTION_SHOW_ALL)
+    async def show_all(ack: AsyncAck, body: dict[str, Any]) -> None:
+        await ack()
+        ask = _ask(body, approve=False)
+        trigger = body.get("trigger_id")
+        if ask is None or not isinstance(trigger, str) or not trigger:
+            log.warning("click.malformed", action=ACTION_SHOW_ALL)
+            return
+        with structlog.contextvars.bound_contextvars(approval_id=ask.approval_id):
+            await ctx.approvals.show_all(ask, trigger)
 
 
 def _ask(body: dict[str, Any], approve: bool) -> ApprovalAsk | None:

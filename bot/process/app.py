@@ -434,6 +434,7 @@ class ThreadpilotApp:
                 if self._home is not None:
                     await self._home.close()
                 if self.ctx is not None:
+                    await self.ctx.approvals.close()  # clicks whose decision is still late
                     await self.ctx.worker.close()
                     await _bounded(self.ctx.workspaces.close(), timeout_s * 0.25, "slack.flush")
                 if self._store is not None:

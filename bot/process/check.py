@@ -5,7 +5,8 @@ what Slack must be told for events to arrive; the database (reachable, and at th
 migratable to it); the Slack tokens (``auth.test`` for the bot token, ``apps.connections.open``
 for the app token in Socket Mode); the model endpoint of ``MODEL_API`` (it lists its
 models with the key; the line names the API);
-each MCP server in ``MCP_CONFIG`` (it starts and lists its tools). A check whose
+each MCP server in ``MCP_CONFIG`` (it starts and lists its tools, and each per-tool
+approval rule names one of them). A check whose
 prerequisite failed is skipped and says so. Nothing is started for good and nothing is
 written: the database is read, never migrated, and a missing SQLite file is not created.
 
@@ -283,14 +284,18 @@ async def _mcp(settings: Settings) -> list[Check]:
     if not settings.mcp_servers:
         return []
     manager = McpManager(settings.mcp_servers)
+    rules: list[Check] = []
     try:
         await manager.start()
-        return [
-            Check(f"MCP server {s.name}", s.ok, s.error or _tools_line(s.tools, s.protocol))
-            for s in manager.status()
-        ]
+    except ConfigError as exc:  # an approval rule naming a tool no server offers
+        rules.append(Check("settings", False, str(exc)))
     finally:
         await manager.close()
+    servers = [
+        Check(f"MCP server {s.name}", s.ok, s.error or _tools_line(s.tools, s.protocol))
+        for s in manager.status()
+    ]
+    return servers + rules
 
 
 def _brief(exc: BaseException) -> str:

@@ -44,6 +44,7 @@ LIMITS_PER_MINUTE: dict[str, float] = {
     "reactions.add": TIER_3,
     "reactions.remove": TIER_2,
     "views.publish": TIER_4,
+    "views.open": TIER_4,  # Show all: a modal with a held call's arguments
     "agents.sessions.setStatus": TIER_3,
     "assistant.threads.setStatus": TIER_3,  # Slack: "like chat.postMessage"; 3 is safe
     "conversations.replies": TIER_3,

@@ -44,6 +44,10 @@ def terminal() -> Iterator[tuple[int, int]]:
         os.close(runner_side)
 
 
+def prompt(tool: str, arguments: str) -> str:
+    return f"Approve {tool} with these arguments?\n{arguments}\n[y/N] "
+
+
 def write_twice(llm: LLMock) -> None:
     llm.add(Reply(tool_calls=(ToolCall("notes__write_note", {"text": "first"}),)))
     llm.add(Reply(tool_calls=(ToolCall("notes__write_note", {"text": "second"}),)))
@@ -58,10 +62,10 @@ async def test_the_terminal_asks_and_only_yes_runs_the_call(
         cli = await Cli.start(
             llm, "write the notes", "--json", env={"MCP_CONFIG": notes_config}, stdin=tty
         )
-        await cli.wait_for_stderr('Approve notes__write_note {"text": "first"}? [y/N] ')
+        await cli.wait_for_stderr(prompt("notes__write_note", '{\n  "text": "first"\n}'))
         assert fake.notes == []
         os.write(keyboard, b"y\n")
-        await cli.wait_for_stderr('Approve notes__write_note {"text": "second"}? [y/N] ')
+        await cli.wait_for_stderr(prompt("notes__write_note", '{\n  "text": "second"\n}'))
         os.write(keyboard, b"\n")  # Enter alone is No
         status, result = await cli.finish_json()
 
@@ -72,6 +76,24 @@ async def test_the_terminal_asks_and_only_yes_runs_the_call(
         f"error: notes__write_note: denied by {TERMINAL_USER}"
     )
     assert result["summary"] == "Wrote what I was allowed to."
+
+
+async def test_the_terminal_shows_every_character_the_call_will_get(
+    llm: LLMock, fake: FakeMcpServer, notes_config: str
+) -> None:
+    # Before: the prompt cut at 500 characters without saying so; the tail is what runs.
+    text = "harmless " * 100 + "rm -rf ~ \u202e\u200b\x1b[2J"
+    llm.add(Reply(tool_calls=(ToolCall("notes__write_note", {"text": text}),)))
+    llm.reply("Done.")
+    shown = "harmless " * 100 + "rm -rf ~ \\u202e\\u200b\\u001b[2J"
+    with terminal() as (keyboard, tty):
+        cli = await Cli.start(llm, "go", "--json", env={"MCP_CONFIG": notes_config}, stdin=tty)
+        await cli.wait_for_stderr(prompt("notes__write_note", f'{{\n  "text": "{shown}"\n}}'))
+        os.write(keyboard, b"y\n")
+        status, _ = await cli.finish_json()
+
+    assert status == 0, cli.stderr
+    assert fake.notes == [("write_note", text)]
 
 
 async def test_without_a_terminal_the_call_is_denied_and_never_reaches_the_server(

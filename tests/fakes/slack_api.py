@@ -73,6 +73,7 @@ SLACK_TIERS: dict[str, int] = {
     "reactions.add": TIER_3,
     "reactions.remove": TIER_2,
     "views.publish": TIER_4,
+    "views.open": TIER_4,
     "agents.sessions.setStatus": TIER_3,
     "assistant.threads.setStatus": TIER_3,
     "conversations.replies": TIER_3,

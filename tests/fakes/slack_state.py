@@ -16,6 +16,7 @@ import time
 from typing import TYPE_CHECKING
 
 from bot.views import limits
+from bot.views.blocks import units
 from tests.fakes.slack_messages import (
     Ephemeral,
     Message,
@@ -39,6 +40,9 @@ MAX_PAGE = 1000
 """conversations.* give at most this many messages a page, whatever `limit` asks."""
 MAX_VIEW_BYTES = limits.VIEW_BYTES
 MAX_VIEW_BLOCKS = limits.VIEW_BLOCKS
+MODAL_TITLE = 24
+"""A modal's title and its buttons' labels (Slack's `views.open` reference)."""
+TRIGGER_LIFE_S = 3
 SESSION_STATUSES = frozenset({"processing", "active", "suspended", "closed"})
 STREAM_TTL_S = 300.0
 """Slack ends a stream about 5 minutes after it starts."""
@@ -56,6 +60,7 @@ class SlackState:
         self._messages: dict[str, dict[str, StoredMessage]] = {}
         self._ephemerals: dict[str, list[Ephemeral]] = {}
         self._views: dict[str, Json] = {}
+        self._modals: list[Json] = []
         self.home_tab_enabled = True
         """False: the app's Home tab is off (manifest ``features.app_home``), and
         `views.publish` of a home view answers `not_enabled`, as Slack does."""
@@ -81,6 +86,7 @@ class SlackState:
             "agents.sessions.setStatus": self._session_set_status,
             "assistant.threads.setStatus": self._assistant_set_status,
             "views.publish": self._views_publish,
+            "views.open": self._views_open,
         }
 
     def handles(self, method: str) -> bool:
@@ -161,6 +167,10 @@ class SlackState:
         """The last view `views.publish` showed on `user_id`'s App Home."""
         view = self._views.get(user_id)
         return copy.deepcopy(view) if view is not None else None
+
+    def modals(self) -> list[Json]:
+        """Every view `views.open` opened, in order."""
+        return copy.deepcopy(self._modals)
 
     def session_status(self, channel: str, thread_ts: str) -> str | None:
         return self._session_status.get((channel, thread_ts))
@@ -531,6 +541,47 @@ class SlackState:
         stored["hash"] = stored["id"].lower()
         self._views[user_id] = stored
         return {"view": copy.deepcopy(stored)}
+
+    def _views_open(self, args: Json) -> Json:
+        """Slack's documented answers: `invalid_trigger_id` without a trigger, and
+        `expired_trigger_id` for one more than 3 s old (tests/fakes/slack_requests.py
+        makes a click's trigger from its time, in whole seconds, so 4 s here);
+        `invalid_arguments` for a view that is not a modal with a title (and a close
+        button, if any) of at most 24 characters and at most 100 blocks;
+        `invalid_blocks` and `view_too_large` as for `views.publish`."""
+        trigger = required_arg(args, "trigger_id", "invalid_trigger_id")
+        made, _, _ = trigger.partition(".")
+        if not made.isdigit():
+            raise Refused("invalid_trigger_id")
+        if time.time() - int(made) > TRIGGER_LIFE_S + 1:
+            raise Refused("expired_trigger_id")
+        view = args.get("view")
+        if not isinstance(view, dict) or view.get("type") != "modal":
+            raise Refused("invalid_arguments")
+        for key in ("title", "close"):
+            text = view.get(key)
+            if text is None and key == "close":
+                continue
+            if not _plain_text(text, MODAL_TITLE):
+                raise Refused("invalid_arguments")
+        blocks = view.get("blocks")
+        if not isinstance(blocks, list) or len(blocks) > MAX_VIEW_BLOCKS:
+            raise Refused("invalid_arguments")
+        if limits.problems(blocks, max_blocks=MAX_VIEW_BLOCKS):
+            raise Refused("invalid_blocks")
+        if len(json.dumps(view).encode()) > MAX_VIEW_BYTES:
+            raise Refused("view_too_large")
+        stored = {**copy.deepcopy(view), "id": f"V{next_ts().replace('.', '')}"}
+        self._modals.append(stored)
+        return {"view": copy.deepcopy(stored)}
+
+
+def _plain_text(value: object, most: int) -> bool:
+    """A `plain_text` object of 1 to `most` characters."""
+    if not isinstance(value, dict) or value.get("type") != "plain_text":
+        return False
+    text = value.get("text")
+    return isinstance(text, str) and 0 < units(text) <= most
 
 
 def _cursor_start(found: list[StoredMessage], cursor: str) -> int:
