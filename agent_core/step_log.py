@@ -1,8 +1,9 @@
 """The run's checkpoint within a step, and how a resumed run finishes that step.
 
 A step is one model reply and the tool calls it asked for. So that a resume never asks
-the model again for a turn it already answered (SPEC §4, Why a run ended), the run's
-checkpoint is rewritten during the step, not only at its end::
+the model again for a turn it already answered (docs/stopping.md, "A resume keeps the
+turn it paid for"), the run's checkpoint is rewritten during the step, not only at its
+end::
 
     reply complete ──► checkpoint (the reply, before any call runs)
     each call starts ─► checkpoint (its id in ``started``)

@@ -1,4 +1,4 @@
-"""A resume keeps the turn it paid for (SPEC §4, Why a run ended; :mod:`agent_core.step_log`).
+"""A resume keeps the turn it paid for (docs/stopping.md; :mod:`agent_core.step_log`).
 
 The run's checkpoint is written as soon as the model's reply is complete, before any of
 its calls runs, and again as each call starts and each result arrives. A run resumed from

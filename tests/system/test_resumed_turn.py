@@ -1,4 +1,4 @@
-"""A resume keeps the turn it paid for (SPEC §4, Why a run ended), on SQLite and PostgreSQL.
+"""A resume keeps the turn it paid for (docs/stopping.md), on SQLite and PostgreSQL.
 
 The owner is killed with SIGKILL while its run's tool call waits for approval. The turn
 that asked for the call was answered and checkpointed before the call was held, so the
