@@ -177,6 +177,7 @@ class Run:
                 control=self.control,
                 events=self.events,
                 timeout_s=agent.config.approval_timeout_s,
+                time_left=self.budget.time_left,
             )
         )
         self._toolbox = Toolbox(tools, timeout_s=agent.config.tool_timeout_s, gate=gate)
