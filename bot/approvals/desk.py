@@ -45,7 +45,7 @@ from agent_core import (
 from agent_core.clock import utcnow
 from agent_core.records import ResumeState
 from bot.errors import BudgetNotRunning, SlackError
-from bot.views.approval import approval_metadata, render_approval
+from bot.views.approval import NotRun, approval_metadata, render_approval
 
 if TYPE_CHECKING:
     from collections.abc import Collection
@@ -85,6 +85,19 @@ def decision_of(record: ApprovalRecord) -> ApprovalDecision:
     """The decision a decided row holds, as the run reads it (``<@U…>`` for a person)."""
     by = f"<@{record.decided_by}>" if record.decided_by else None
     return ApprovalDecision(record.status, by)
+
+
+def _asked_for(earlier: ApprovalRecord, request: ApprovalRequest) -> bool:
+    """Whether ``earlier`` (not taken yet) was asked for the call ``request`` holds.
+
+    By the call's id. A resumed run whose model turn was asked again (no checkpointed
+    reply: its calls have new ids) finds a request still ``requested`` by the same tool
+    and arguments: nobody has said yes to it, so waiting on it gives nothing away; a
+    decided one is never taken by another call."""
+    if earlier.call_id == request.call_id:
+        return True
+    same = (earlier.tool, earlier.arguments) == (request.tool, request.arguments)
+    return same and earlier.status is ApprovalStatus.REQUESTED
 
 
 class ApprovalDesk:
@@ -135,6 +148,11 @@ class ApprovalDesk:
         if moved:
             await self.show(record)
             await self.audit(record, actor="threadpilot")
+        elif status is ApprovalStatus.CANCELLED and record.status is ApprovalStatus.APPROVED:
+            # Approved, but the Stop reached the call first: it is not run (the gate's
+            # rule), and the message must not say it runs.
+            log.info("approval.not_run", approval_id=record.id, run_id=record.run_id)
+            await self.show(record, not_run=NotRun.STOPPED)
         await self._taken(record.id)
         return decision_of(record)
 
@@ -148,13 +166,18 @@ class ApprovalDesk:
     def waiting_here(self, approval_id: str) -> bool:
         return approval_id in self._waiting
 
-    async def deliver(self, run_ids: Collection[str]) -> int:
+    def waits_for(self, run_id: str) -> bool:
+        """True if a call of ``run_id`` waits here (a sub-agent's run, which the stop
+        watcher does not know: the parent is the supervisor's)."""
+        return any(record.run_id == run_id for record, _ in self._waiting.values())
+
+    async def deliver(self, run_ids: Collection[str] | None = None) -> int:
         """Hand over the decisions committed elsewhere for calls waiting here (the stop
-        watcher's scan); how many."""
-        wanted = set(run_ids)
+        watcher's scan), of ``run_ids`` or (None) of every run; how many."""
+        wanted = None if run_ids is None else set(run_ids)
         delivered = 0
         for record, _ in list(self._waiting.values()):
-            if record.run_id not in wanted:
+            if wanted is not None and record.run_id not in wanted:
                 continue
             stored = await self._store.get_approval(record.id)
             if stored is not None and stored.status.terminal and self._hand_over(stored):
@@ -178,7 +201,7 @@ class ApprovalDesk:
             stored = await self._store.get_approval(record.id)
             cancelled = stored or dataclasses.replace(record, status=ApprovalStatus.CANCELLED)
             log.info("approval.closed", approval_id=record.id, run_id=run_id, reason="run_ended")
-            await self.show(cancelled, run_ended=True)
+            await self.show(cancelled, not_run=NotRun.RUN_ENDED)
             await self.audit(cancelled, actor="threadpilot", reason="run_ended")
             closed += 1
         return closed
@@ -194,12 +217,12 @@ class ApprovalDesk:
 
     # -- the message and the trail --------------------------------------------------------
 
-    async def show(self, record: ApprovalRecord, *, run_ended: bool = False) -> None:
+    async def show(self, record: ApprovalRecord, *, not_run: NotRun | None = None) -> None:
         """Update the approval message in place (a decision and who made it; or, with
-        ``run_ended``, that the call was not run because its run ended)."""
+        ``not_run``, why the call was not run)."""
         if record.message_ts is None:
             return
-        text, blocks = render_approval(record, run_ended=run_ended)
+        text, blocks = render_approval(record, not_run=not_run)
         try:
             surface = await self._workspaces.get(record.thread.team)
             await surface.budget.update_final(
@@ -229,13 +252,14 @@ class ApprovalDesk:
     # -- helpers --------------------------------------------------------------------------
 
     async def _open(self, request: ApprovalRequest) -> ApprovalRecord:
-        """The row this call waits on: the one a resumed run had not taken yet for the
-        same call, else a new one."""
+        """The row this call waits on: the one asked for this very call (by its id) that
+        its run had not taken yet (a resumed run's), else a new one. An approval is used
+        by the call it was asked for, never by a later identical call."""
         for earlier in await self._store.approvals_for(request.run_id):
-            same = (earlier.tool, earlier.arguments) == (request.tool, request.arguments)
-            if same and earlier.taken_at is None and earlier.id not in self._waiting:
-                log.info("approval.reused", approval_id=earlier.id, run_id=request.run_id)
-                return earlier
+            if earlier.taken_at is None and earlier.id not in self._waiting:
+                if _asked_for(earlier, request):
+                    log.info("approval.reused", approval_id=earlier.id, run_id=request.run_id)
+                    return earlier
         record = ApprovalRecord(
             id=request.id,
             run_id=request.run_id,

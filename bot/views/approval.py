@@ -4,6 +4,7 @@ the words come from :mod:`bot.messages`."""
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from bot import messages as m
@@ -20,6 +21,7 @@ __all__ = [
     "ACTION_DENY",
     "APPROVAL_EVENT_TYPE",
     "HOME_APPROVALS_SHOWN",
+    "NotRun",
     "approval_buttons",
     "approval_metadata",
     "home_approvals",
@@ -34,6 +36,16 @@ APPROVAL_EVENT_TYPE = "threadpilot_approval"
 """The ``event_type`` of the message metadata that ties a message to its approval."""
 ACTION_APPROVE = "approval_approve"
 ACTION_DENY = "approval_deny"
+
+
+class NotRun(StrEnum):
+    """Why a decided call was not run, where its status alone does not say."""
+
+    RUN_ENDED = "run_ended"
+    """Cancelled: its run ended for good while it waited."""
+    STOPPED = "stopped"
+    """Approved, but the run was stopped (or aborted) while the call still waited: the
+    approval had not reached it yet."""
 
 
 def approval_metadata(approval_id: str) -> dict[str, Any]:
@@ -66,15 +78,19 @@ def approval_buttons(approval_id: str) -> Block:
     }
 
 
-def render_approval(record: ApprovalRecord, *, run_ended: bool = False) -> tuple[str, list[Block]]:
-    """The message's text and blocks for ``record`` as it stands (``run_ended``: it was
-    cancelled because its run ended for good while it waited)."""
+def render_approval(
+    record: ApprovalRecord, *, not_run: NotRun | None = None
+) -> tuple[str, list[Block]]:
+    """The message's text and blocks for ``record`` as it stands (``not_run``: why the
+    decided call was not run, where its status does not say)."""
     blocks: list[Block] = [
         section(m.approval_request(record.tool, record.requester)),
         section(m.approval_arguments(record.arguments)),
     ]
-    if run_ended and record.status.terminal:
+    if not_run is NotRun.RUN_ENDED and record.status.terminal:
         blocks.append(context(m.APPROVAL_CLOSED_RUN_ENDED))
+    elif not_run is NotRun.STOPPED and record.status.terminal:
+        blocks.append(context(m.approval_stopped_first(record.decided_by)))
     elif record.status.terminal:
         blocks.append(context(m.approval_decided(record.status.value, record.decided_by)))
     else:

@@ -224,6 +224,76 @@ async def test_stop_while_waiting_cancels_the_call_then_takes_the_final_turn(
     assert fake.notes == [("read_note", "")]
 
 
+async def test_a_stop_before_an_approval_from_elsewhere_reaches_the_call_runs_nothing(
+    bot: Bot, llm: LLMock, fake: FakeMcpServer
+) -> None:
+    status, approval = await waiting(bot, llm, fake)
+    ctx = bot.app.ctx
+    assert ctx is not None
+    # Another worker commits the approval; its wake-up has not reached this worker (its
+    # stop watcher is held still) when the person presses Stop here.
+    await ctx.worker.watcher.close()
+    approval_id = approval_id_of(approval)
+    assert await ctx.store.decide_approval(
+        approval_id, ApprovalStatus.APPROVED, decided_by=OTHER_USER
+    )
+
+    assert await bot.click(status, ACTION_STOP) == 200
+    shown = await bot.until(approval, lambda m: not buttons(m))
+    final = await bot.final(status)
+
+    assert block_text(shown).endswith(messages.approval_stopped_first(OTHER_USER))
+    assert f"User interlude: stopped by <@{DEFAULT_USER}>" in block_text(final)
+    assert tool_messages(llm.requests[-1])[1] == (
+        "error: notes__write_note: not run: the run was stopped before it could run "
+        f"(approved by <@{OTHER_USER}>, too late)"
+    )
+    assert fake.notes == [("read_note", "")]
+
+
+async def test_a_leftover_approval_is_not_used_by_a_later_identical_call(
+    bot: Bot, llm: LLMock, fake: FakeMcpServer
+) -> None:
+    llm.call_tool("notes__write_note", {"text": "first"})
+    llm.call_tool("notes__write_note", {"text": "second"})
+    llm.reply("Both written.")
+    _, status = await bot.mention("write two notes")
+    first = await approval_message(bot, status)
+    ctx = bot.app.ctx
+    assert ctx is not None
+    # An approval of the run's, approved and never used (asked for another call: one the
+    # run made in an earlier life, say), for the very call the model makes next.
+    [asked] = await ctx.store.approvals_for(run_id_of(status))
+    leftover = dataclasses.replace(
+        asked,
+        id="leftover",
+        call_id="call_of_an_earlier_life",
+        arguments=json.dumps({"text": "second"}),
+        message_ts=None,
+    )
+    assert await ctx.store.add_approval(leftover)
+    assert await ctx.store.decide_approval("leftover", ApprovalStatus.APPROVED, decided_by="U1")
+
+    assert await bot.click(first, ACTION_APPROVE) == 200
+    assert status.thread_ts is not None
+    thread_ts = status.thread_ts
+
+    def second_message(slack: FakeSlack) -> Message | None:
+        found = [
+            m
+            for m in slack.thread(DEFAULT_CHANNEL, thread_ts)
+            if ACTION_APPROVE in buttons(m) and m.ts != first.ts
+        ]
+        return found[0] if found else None
+
+    second = await bot.slack.wait_until(second_message, timeout=WAIT_S)
+    assert second is not None  # the second call asks for itself
+    assert fake.notes == [("write_note", "first")]
+    assert await bot.click(second, ACTION_APPROVE) == 200
+    await bot.final(status)
+    assert fake.notes == [("write_note", "first"), ("write_note", "second")]
+
+
 async def test_abort_while_waiting_cancels_the_call_and_ends_the_run(
     bot: Bot, llm: LLMock, fake: FakeMcpServer
 ) -> None:
