@@ -18,13 +18,13 @@ from llmock.scenarios import Reply, ToolCall
 from structlog.testing import capture_logs
 
 from agent_core.agent import AgentConfig
-from agent_core.budget import BudgetLimits
 from agent_core.approvals import ApprovalDecision, ApprovalRule, ApprovalStatus
+from agent_core.budget import BudgetLimits
+from agent_core.ended import EndedBecause
 from agent_core.errors import ConfigError, StorageError
 from agent_core.events import ApprovalDecided, ApprovalRequested
 from agent_core.mcp import HttpServer, McpManager, parse_mcp_config
 from agent_core.outcomes import Outcome
-from agent_core.ended import EndedBecause
 from agent_core.stop import StopReason, StopSource
 from agent_core.testing import HandApprovals
 from tests.agent_core.helpers import EventLog

@@ -339,6 +339,24 @@ async def test_under_anyone_another_person_may_approve(
     assert ("write_note", HOSTILE) in fake.notes
 
 
+async def test_under_participants_whoever_wrote_in_the_thread_may_approve_whatever_stop_policy(
+    make_bot: BotFactory, notes_config: str, llm: LLMock, fake: FakeMcpServer
+) -> None:
+    # STOP_POLICY stays ``requester``: who writes in the thread must be recorded anyway.
+    bot = await make_bot(MCP_CONFIG=notes_config, APPROVAL_POLICY="participants")
+    status, approval = await waiting(bot, llm, fake)
+    assert status.thread_ts is not None
+    reply = slack_requests.thread_reply("fine by me", thread_ts=status.thread_ts, user=OTHER_USER)
+    assert await bot.event(reply) == 200
+
+    assert await bot.click(approval, ACTION_APPROVE, user=OTHER_USER) == 200
+    decided = await bot.until(approval, lambda m: not buttons(m))
+    await bot.final(status)
+
+    assert f"Approved by <@{OTHER_USER}>" in block_text(decided)
+    assert ("write_note", HOSTILE) in fake.notes
+
+
 async def test_app_home_lists_the_waiting_call_with_the_same_buttons(
     bot: Bot, llm: LLMock, fake: FakeMcpServer
 ) -> None:
