@@ -72,12 +72,14 @@ class ApprovalMetrics(Protocol):
 
 def still_counts(run: RunRecord | None) -> bool:
     """True while a decision on one of ``run``'s approvals may still be taken by a run:
-    it is live, or it ended in a way that is resumed in place (a shutdown, a lost worker)
-    and its resume is still ahead or not decided yet."""
+    it is live, or it is a top-level run that ended in a way that is resumed in place (a
+    shutdown, a lost worker) and its resume is still ahead or not decided yet."""
     if run is None:
         return False
     if not run.state.is_terminal:
         return True
+    if run.parent_id is not None:
+        return False  # a sub-agent is never resumed on its own: its resumed parent delegates anew
     return run.ended_because in _RESUMED and run.resume in _STILL_AHEAD
 
 
@@ -207,12 +209,14 @@ class ApprovalDesk:
         return closed
 
     async def close_all_ended(self) -> int:
-        """:meth:`close_ended` for every run with a ``requested`` approval (the pass that
-        catches what no ending's display did: an owner gone between its decision and
-        this, an ending that never resumes). How many were closed."""
+        """:meth:`close_ended` for every ended run with a ``requested`` approval (the pass
+        that catches what no ending's display did: an owner gone between its decision and
+        this, an ending that never resumes, a sub-agent ended with its lost parent). One
+        query finds them; a run is read again only if it has approvals to close. How many
+        were closed."""
         closed = 0
-        for run_id in dict.fromkeys(r.run_id for r in await self._store.pending_approvals()):
-            closed += await self.close_ended(run_id, await self._store.get_run(run_id))
+        for run in await self._store.ended_runs_with_open_approvals():
+            closed += await self.close_ended(run.id, run)
         return closed
 
     # -- the message and the trail --------------------------------------------------------

@@ -14,15 +14,23 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 from llmock.scenarios import Reply, ToolCall
 
-from agent_core import ApprovalStatus, EndedBecause, RunRecord, RunState, ThreadKey
+from agent_core import (
+    ApprovalRecord,
+    ApprovalStatus,
+    EndedBecause,
+    RunRecord,
+    RunState,
+    ThreadKey,
+)
 from agent_core.records import ResumeState
+from agent_core.stores.memory import MemoryStore
 from bot import messages
-from bot.approvals.desk import still_counts
+from bot.approvals.desk import ApprovalDesk, still_counts
 from bot.views.approval import ACTION_APPROVE, ACTION_DENY
 from bot.workers.reconciler import Reconciler
 from tests.bot.harness import ACTION_ABORT, ACTION_STOP, WAIT_S, block_text, buttons, run_id_of
@@ -40,6 +48,8 @@ if TYPE_CHECKING:
     from llmock.pytest_plugin import LLMock
 
     from agent_core import Checkpoint
+    from bot.slack_api.surface import Workspaces
+    from bot.store_needs import ApprovalDeskStore
     from tests.bot.conftest import BotFactory
     from tests.bot.harness import Bot
     from tests.fakes.slack_api import FakeSlack
@@ -410,6 +420,23 @@ async def test_a_sub_agents_call_waits_for_approval_the_same_way(
     assert fake.notes == [("write_note", "from the sub-agent")]
 
 
+async def test_app_home_lists_a_sub_agents_waiting_call(
+    bot: Bot, llm: LLMock, fake: FakeMcpServer
+) -> None:
+    llm.call_tool("delegate", {"task": "Write the note", "tools": ["notes__write_note"]})
+    llm.call_tool("notes__write_note", {"text": "from the sub-agent"})
+    llm.reply("Wrote it.")
+    llm.reply("The sub-agent wrote the note.")
+    _, status = await bot.mention("have a sub-agent write the note")
+    await approval_message(bot, status)
+    await open_home(bot)
+    view = await home(bot, DEFAULT_USER, says(messages.HEADING_APPROVALS, "notes__write_note"))
+
+    assert await press(bot, slack_requests.home_click(view, ACTION_APPROVE)) == 200
+    await bot.final(status)
+    assert fake.notes == [("write_note", "from the sub-agent")]
+
+
 async def _no_resume(record: RunRecord, checkpoint: Checkpoint | None) -> None:
     raise AssertionError("this run's resume is declined")
 
@@ -501,3 +528,33 @@ def test_a_click_counts_only_while_a_run_may_still_take_it(
     run = dataclasses.replace(run, ended_because=ended_because, resume=resume)
     assert still_counts(run) is counts
     assert still_counts(None) is False
+    # A sub-agent is never resumed on its own (its resumed parent delegates anew): once
+    # ended, however, no run will take its approvals.
+    sub_agent = dataclasses.replace(run, id="r2", parent_id="r1")
+    assert still_counts(sub_agent) is (counts and not state.is_terminal)
+
+
+class _Counting:
+    """A store that counts the reads it is asked for."""
+
+    def __init__(self, store: MemoryStore) -> None:
+        self.store = store
+        self.calls: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        self.calls.append(name)
+        return getattr(self.store, name)
+
+
+async def test_the_reconcilers_pass_finds_ended_runs_with_open_approvals_in_one_query() -> None:
+    store = MemoryStore()
+    thread = ThreadKey("T1", "C1", "1.0")
+    for i in range(20):  # live runs with held calls: nothing to close, nothing to read again
+        await store.create_run(RunRecord(f"r{i}", thread, DEFAULT_USER, "task"))
+        record = ApprovalRecord(f"a{i}", f"r{i}", thread, DEFAULT_USER, "t", "{}", f"c{i}")
+        assert await store.add_approval(record)
+    counting = _Counting(store)
+    desk = ApprovalDesk(cast("ApprovalDeskStore", counting), cast("Workspaces", None))
+
+    assert await desk.close_all_ended() == 0
+    assert counting.calls == ["ended_runs_with_open_approvals"]

@@ -158,6 +158,55 @@ async def test_a_stop_on_another_worker_while_a_sub_agents_call_waits_never_runs
     assert fake.notes == []
 
 
+async def test_a_sub_agents_approval_after_its_worker_was_lost_is_closed_and_takes_no_click(
+    cluster: Cluster, llm: LLMock, fake: FakeMcpServer, notes_config: str, store: Store
+) -> None:
+    # A sub-agent is never resumed on its own: its lost worker's run is resumed, and it
+    # delegates anew. The old sub-agent's approval must not take a click any more.
+    a, b = await cluster.start("a", "b", MCP_CONFIG=notes_config)
+    for _ in range(2):  # the first life, then the resumed one: delegate, the held call
+        llm.call_tool("delegate", {"task": "Write the note", "tools": ["notes__write_note"]})
+        llm.call_tool("notes__write_note", {"text": NOTE})
+    llm.reply("Wrote it.")
+    llm.reply("The sub-agent wrote the note.")
+    _, status = await cluster.mention(a, "have a sub-agent write the note")
+    old = await approval_message(cluster, status)
+    [old_id] = button_values(old, ACTION_APPROVE)
+
+    async def ts_stored() -> bool:
+        record = await store.get_approval(old_id)
+        return record is not None and record.message_ts is not None
+
+    await until_async(ts_stored, what="the approval message's ts stored")
+    assert await a.kill() == -9
+
+    # b ends the lost run and its sub-agent, and resumes the run, which delegates again
+    # (the rest of the script). Once the sub-agent has ended, nothing will take a click
+    # on its approval: it is answered so, and the approval closes (the same pass).
+    await b.wait_log("run.sub_agent_ended", timeout=LEASE_TTL_S + 20)
+    assert await b.click(old, ACTION_APPROVE) == 200
+
+    def answered(slack: FakeSlack) -> list[str] | None:
+        found = [e.text for e in slack.ephemerals(DEFAULT_CHANNEL) if e.user == DEFAULT_USER]
+        return found or None
+
+    assert await cluster.slack.wait_until(answered, timeout=WAIT_S) == [messages.APPROVAL_RUN_ENDED]
+    closed = await cluster.until_message(old, lambda m: not buttons(m))
+    assert messages.APPROVAL_CLOSED_RUN_ENDED in block_text(closed)
+    stored = await store.get_approval(old_id)
+    assert stored is not None and stored.status is ApprovalStatus.CANCELLED
+    assert b.logged("approval.closed", approval_id=old_id)
+    new = await approval_message(cluster, status)  # the only one with buttons
+    assert new.ts != old.ts
+    assert await b.click(new, ACTION_APPROVE) == 200
+    final = await cluster.final(status, timeout=WAIT_S)
+    assert "The sub-agent wrote the note." in block_text(final)
+    assert fake.notes == [("write_note", NOTE)]  # once
+    decided = await cluster.until_message(new, lambda m: not buttons(m))
+    assert f"Approved by <@{DEFAULT_USER}>" in block_text(decided)
+    assert len(approval_messages(cluster.slack, status)) == 2  # the old one, closed; the new
+
+
 async def forget_message_ts(database_url: str) -> None:
     """As if the owner had died between posting the approval message and storing its ts."""
     sql = "UPDATE approvals SET message_ts = NULL"
