@@ -13,8 +13,10 @@ waits. A decision reaches the waiting call two ways, whichever comes first:
 
 The row is the truth: the first decision committed wins, whoever makes it (a click, the
 timeout, a Stop). A run resumed after a shutdown or a lost worker asks again for the same
-call (its model turn is replayed from the checkpoint); it finds the approval it had not
-taken yet and waits on that row and its message, so a click made meanwhile counts.
+call; it finds the approval it had not taken yet (by the call's id) and waits on that row
+and its message, so a click made meanwhile counts. An approval is used only by the call
+it was asked for, never by a later identical one. A sub-agent's calls wait here too,
+stored under the sub-agent's run id (the stop watcher asks :meth:`ApprovalDesk.waits_for`).
 
 An approval counts only while its run may still take it (:func:`still_counts`): the run
 is live, or it ended in a way that is resumed and its resume is still ahead or undecided.
