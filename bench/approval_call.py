@@ -12,7 +12,7 @@ approval (``"approval": "always"``). Each trial mentions worker A in a channel o
 the model calls ``notes__write_note``; once the approval message is posted, Approve is
 clicked (signed, over HTTP) on A (same worker) or on B (other worker); in a third row the
 call is a sub-agent's (the run delegates first: the approval is stored under the
-sub-agent's run id) and the click goes to B. Latency = the
+sub-agent's run id; a quarter as many trials) and the click goes to B. Latency = the
 moment the MCP server receives the call - the moment the click was sent, both on this
 process's monotonic clock. Trials run one after another.
 
@@ -170,9 +170,11 @@ async def measure(trials: int) -> bool:
                     other = [
                         await one_trial(cluster, llm, fake, a, b, f"O{i}") for i in range(trials)
                     ]
+                    # Fewer: a sub-agent's run makes more Slack writes (its section in the
+                    # status), which pile up behind chat.update's budget until runs queue.
                     sub_agents = [
                         await one_trial(cluster, llm, fake, a, b, f"D{i}", sub_agent=True)
-                        for i in range(trials)
+                        for i in range(max(1, trials // 4))
                     ]
                 finally:
                     await cluster.close()
@@ -204,8 +206,9 @@ async def measure(trials: int) -> bool:
         "approval_call: an Approve click -> the approved call reaches the MCP server",
         rows,
         [
-            f"{trials} trials each, one at a time; worker A owns every run; the click goes "
-            "to A (same worker) or B (other worker); sub-agent: the run delegates the call",
+            f"{trials} trials each ({max(1, trials // 4)} for the sub-agent), one at a time; "
+            "worker A owns every run; the click goes to A (same worker) or B (other worker); "
+            "sub-agent: the run delegates the call",
             "workers: real python -m bot (HTTP, PostgreSQL, LEASE_TTL 3 s); fake Slack, "
             "llmock and the MCP server (streamable HTTP) in this process",
             machine_line(),
