@@ -7,11 +7,15 @@ terminal's y/N). The gate is the one place that decides what the model reads:
 
 - approved: the call runs as usual (the server never sees a call before this);
 - denied: ``error: <tool>: denied by <who>``;
-- nobody decided within ``APPROVAL_TIMEOUT``: denied as expired;
-- a Stop while waiting: cancelled, not run; the run goes on to its final turn;
+- nobody decided within ``APPROVAL_TIMEOUT``, or before the request's time budget ran
+  out (whichever came first): denied as expired;
+- a Stop while waiting: cancelled, not run, even if an approval was stored meanwhile
+  that had not reached the call yet; the run goes on to its final turn;
 - an Abort while waiting: cancelled, and the cancellation goes on (the run ends);
 - a shutdown while waiting, or an abort because another worker took the run over: the
   request stays ``requested``, for the resumed run (or, if none, the app closes it).
+- the request could not be asked for (the database failed): not run; the model reads a
+  plain sentence (it may repeat it in the thread), the log has the detail.
 
 The other calls of the same step are not held: each call waits on its own.
 
@@ -38,6 +42,7 @@ from agent_core.resume_policy import parse_duration
 from agent_core.stop import StopReason, StopSource
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from datetime import datetime
 
     from agent_core.chat import ToolCall
@@ -143,7 +148,11 @@ class ApprovalGate:
         control: RunControl,
         events: EventHub,
         timeout_s: float = DEFAULT_APPROVAL_TIMEOUT_S,
+        time_left: Callable[[], float | None] = lambda: None,
     ) -> None:
+        """``time_left``: seconds until the request's time budget runs out (None without
+        one, :meth:`agent_core.budget.Budget.time_left`): a wait ends at that or at
+        ``timeout_s``, whichever comes first."""
         if not timeout_s > 0:
             raise ValueError(f"timeout_s must be positive, not {timeout_s}")
         self._approvals = approvals
@@ -153,6 +162,7 @@ class ApprovalGate:
         self._control = control
         self._events = events
         self._timeout_s = timeout_s
+        self._time_left = time_left
         self._log = log.bind(run_id=run_id)
 
     async def clear(self, call: ToolCall) -> str | None:
@@ -174,8 +184,11 @@ class ApprovalGate:
         try:
             decision = await self._wait(request)
         except Exception as exc:  # the call is not run: the model reads why, the run goes on
-            self._log.exception("approval.failed", approval_id=request.id, tool=call.name)
-            return f"error: {call.name}: not run: its approval could not be asked for ({exc})"
+            # The detail (a host, a DSN) is the operator's; the model may repeat its text.
+            self._log.exception(
+                "approval.failed", approval_id=request.id, tool=call.name, error=str(exc)
+            )
+            return f"error: {call.name}: not run: {_NOT_ASKED}"
         self._log.info(
             "approval.decided",
             approval_id=request.id,
@@ -186,12 +199,18 @@ class ApprovalGate:
         self._events.emit(ApprovalDecided(self._run_id, request, decision))
         return None if decision.approved else _refusal(call, decision)
 
+    def _deadline_s(self) -> float:
+        """How long a wait may last: ``APPROVAL_TIMEOUT``, or less if the request's time
+        budget runs out first (the wait holds a live run's place meanwhile)."""
+        left = self._time_left()
+        return self._timeout_s if left is None else min(self._timeout_s, left)
+
     async def _wait(self, request: ApprovalRequest) -> ApprovalDecision:
         approvals = self._approvals
         asking = asyncio.create_task(approvals.ask(request), name=f"approval:{request.id}")
         stopped = asyncio.create_task(self._stop_requested(), name=f"approval-stop:{request.id}")
         try:
-            async with asyncio.timeout(self._timeout_s):
+            async with asyncio.timeout(self._deadline_s()):
                 await asyncio.wait({asking, stopped}, return_when=asyncio.FIRST_COMPLETED)
         except TimeoutError:
             return await self._settle(asking, request, ApprovalStatus.EXPIRED)
@@ -212,7 +231,13 @@ class ApprovalGate:
             await _drain(stopped)
         if asking.done():
             return asking.result()
-        return await self._settle(asking, request, ApprovalStatus.CANCELLED)
+        # A Stop while the call waited: it is not run, whatever the row says. An approval
+        # stored meanwhile that had not reached the call (its wake-up still on the way)
+        # came too late; the approval message says so (the desk shows it).
+        decision = await self._settle(asking, request, ApprovalStatus.CANCELLED)
+        if decision.approved:
+            return ApprovalDecision(ApprovalStatus.CANCELLED, decision.decided_by)
+        return decision
 
     def _taken_over(self) -> bool:
         request = self._control.request
@@ -244,11 +269,23 @@ async def _drain(task: asyncio.Task[Any]) -> None:
         await asyncio.wait([task])
 
 
+_NOT_ASKED = (
+    "its approval could not be asked for (the app could not record the request); try again later"
+)
+"""What the model reads when the request could not be asked for: no error text, which may
+name a host or a DSN, and which the model may repeat in the thread."""
+
+
 def _refusal(call: ToolCall, decision: ApprovalDecision) -> str:
     match decision.status:
         case ApprovalStatus.DENIED:
             return f"error: {call.name}: denied by {decision.decided_by or 'a person'}"
         case ApprovalStatus.EXPIRED:
             return f"error: {call.name}: denied: nobody approved it in time (the request expired)"
+        case _ if decision.decided_by is not None:  # approved, but the Stop came first
+            return (
+                f"error: {call.name}: not run: the run was stopped before it could run "
+                f"(approved by {decision.decided_by}, too late)"
+            )
         case _:
             return f"error: {call.name}: not run: the run was stopped before anyone approved it"

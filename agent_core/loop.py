@@ -178,6 +178,7 @@ class Run:
                 control=self.control,
                 events=self.events,
                 timeout_s=agent.config.approval_timeout_s,
+                time_left=self.budget.time_left,
             )
         )
         self._steps = StepLog(self._write_step)

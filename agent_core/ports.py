@@ -699,6 +699,18 @@ class ApprovalStore(Protocol):
         """Every approval of a run, oldest first."""
         ...
 
+    async def pending_approvals_under(self, run_ids: Collection[str]) -> list[ApprovalRecord]:
+        """``requested`` approvals of these runs and of their sub-agents (any depth),
+        oldest first: App Home lists a live run's held calls, its sub-agents' included."""
+        ...
+
+    async def ended_runs_with_open_approvals(self, *, limit: int = 100) -> list[RunRecord]:
+        """Runs that have ended (any terminal state) with an approval still ``requested``,
+        in one query (the reconciler's pass), oldest ``updated_at`` first, at most
+        ``limit``. Runs and their approvals are purged together: an approval without
+        its run is not listed."""
+        ...
+
 
 class Store(
     RunStore,

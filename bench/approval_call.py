@@ -10,7 +10,9 @@ database, the fake Slack and llmock of this process, and our own MCP server
 approval (``"approval": "always"``). Each trial mentions worker A in a channel of its own
 (without waiting for the previous run's last Slack writes, which queue for chat.update);
 the model calls ``notes__write_note``; once the approval message is posted, Approve is
-clicked (signed, over HTTP) on A (same worker) or on B (other worker). Latency = the
+clicked (signed, over HTTP) on A (same worker) or on B (other worker); in a third row the
+call is a sub-agent's (the run delegates first: the approval is stored under the
+sub-agent's run id; a quarter as many trials) and the click goes to B. Latency = the
 moment the MCP server receives the call - the moment the click was sent, both on this
 process's monotonic clock. Trials run one after another.
 
@@ -86,13 +88,21 @@ async def one_trial(
     owner: WorkerProcess,
     clicker: WorkerProcess,
     label: str,
+    *,
+    sub_agent: bool = False,
 ) -> float:
-    """Milliseconds from the Approve click sent to ``clicker`` to the call's arrival."""
+    """Milliseconds from the Approve click sent to ``clicker`` to the call's arrival
+    (``sub_agent``: the call is a sub-agent's)."""
     text = f"note {label}"
-    llm.state.scenarios.add(
-        Reply(tool_calls=(ToolCall("notes__write_note", {"text": text}),), times=1),
-        Reply(text=f"Wrote {label}.", times=1),
-    )
+    write = Reply(tool_calls=(ToolCall("notes__write_note", {"text": text}),), times=1)
+    if sub_agent:
+        task = {"task": f"Write {label}", "tools": ["notes__write_note"]}
+        delegate = Reply(tool_calls=(ToolCall("delegate", task),), times=1)
+        llm.state.scenarios.add(
+            delegate, write, Reply(text="Wrote it.", times=1), Reply(text="Done.", times=1)
+        )
+    else:
+        llm.state.scenarios.add(write, Reply(text=f"Wrote {label}.", times=1))
     slack = cluster.slack
     channel = f"CA{label}"
     envelope = slack_requests.app_mention(
@@ -160,6 +170,12 @@ async def measure(trials: int) -> bool:
                     other = [
                         await one_trial(cluster, llm, fake, a, b, f"O{i}") for i in range(trials)
                     ]
+                    # Fewer: a sub-agent's run makes more Slack writes (its section in the
+                    # status), which pile up behind chat.update's budget until runs queue.
+                    sub_agents = [
+                        await one_trial(cluster, llm, fake, a, b, f"D{i}", sub_agent=True)
+                        for i in range(max(1, trials // 4))
+                    ]
                 finally:
                     await cluster.close()
                     kill_leftovers()
@@ -178,13 +194,21 @@ async def measure(trials: int) -> bool:
             TARGETS_MS["other"],
             target_id="approval_call_other",
         ),
+        Row(
+            "Approve -> a sub-agent's call at the MCP server, other worker (PostgreSQL)",
+            sub_agents,
+            "ms",
+            TARGETS_MS["other"],
+            target_id="approval_call_other",
+        ),
     ]
     print_table(
         "approval_call: an Approve click -> the approved call reaches the MCP server",
         rows,
         [
-            f"{trials} trials each, one at a time; worker A owns every run; the click goes "
-            "to A (same worker) or B (other worker)",
+            f"{trials} trials each ({max(1, trials // 4)} for the sub-agent), one at a time; "
+            "worker A owns every run; the click goes to A (same worker) or B (other worker); "
+            "sub-agent: the run delegates the call",
             "workers: real python -m bot (HTTP, PostgreSQL, LEASE_TTL 3 s); fake Slack, "
             "llmock and the MCP server (streamable HTTP) in this process",
             machine_line(),

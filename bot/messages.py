@@ -892,6 +892,15 @@ def approval_decided(status: str, decided_by: str | None) -> str:
     return ":black_square_for_stop: Not run: the run was stopped before anyone decided."
 
 
+def approval_stopped_first(decided_by: str | None) -> str:
+    """The approval message of a call approved while its run was being stopped: the
+    approval had not reached the call when the Stop did, so it was not run."""
+    return (
+        f":black_square_for_stop: Approved by {mention(decided_by or '')}, "
+        "but not run: the run was stopped first."
+    )
+
+
 def approval_fallback(tool: str) -> str:
     """The approval message's notification text."""
     return f"The agent wants to run {tool.replace('<', '').replace('>', '')}: approve or deny."

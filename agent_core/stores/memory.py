@@ -590,6 +590,22 @@ class MemoryStore:
             key=lambda a: a.requested_at,
         )
 
+    async def pending_approvals_under(self, run_ids: Collection[str]) -> list[ApprovalRecord]:
+        tree = set(run_ids)
+        grown = True
+        while grown:  # down the sub-agents, level by level
+            below = {r.id for r in self._runs.values() if r.parent_id in tree}
+            grown = not below <= tree
+            tree |= below
+        return await self.pending_approvals(tree)
+
+    async def ended_runs_with_open_approvals(self, *, limit: int = 100) -> list[RunRecord]:
+        if limit < 0:
+            raise ValueError(f"limit must not be negative, got {limit}")
+        open_ids = {a.run_id for a in self._approvals.values() if not a.status.terminal}
+        ended = [r for r in self._runs.values() if r.id in open_ids and r.state.is_terminal]
+        return sorted(ended, key=lambda r: (r.updated_at, r.id))[:limit]
+
     # -- ResumeStore -------------------------------------------------------------------
 
     async def set_resume(

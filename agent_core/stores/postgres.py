@@ -970,6 +970,24 @@ class PostgresStore(PostgresQueue):
         rows = await self._fetch("read a run's approvals", sql, run_id)
         return [codec.approval_from_row(r) for r in rows]
 
+    async def pending_approvals_under(self, run_ids: Collection[str]) -> list[ApprovalRecord]:
+        sql = (
+            "WITH RECURSIVE tree(id) AS (SELECT unnest($1::text[]) "
+            "UNION SELECT r.id FROM runs r JOIN tree ON r.parent_id = tree.id) "
+            "SELECT * FROM approvals WHERE status = 'requested' "
+            "AND run_id IN (SELECT id FROM tree) ORDER BY requested_at, seq"
+        )
+        rows = await self._fetch("read requested approvals", sql, list(run_ids))
+        return [codec.approval_from_row(r) for r in rows]
+
+    async def ended_runs_with_open_approvals(self, *, limit: int = 100) -> list[RunRecord]:
+        sql = (
+            "SELECT * FROM runs WHERE id IN "
+            "(SELECT run_id FROM approvals WHERE status = 'requested') "
+            'AND NOT state = ANY($1::text[]) ORDER BY updated_at, id COLLATE "C" LIMIT $2'
+        )
+        return await self._runs("read ended runs with open approvals", sql, _LIVE, _limit(limit))
+
     # -- ResumeStore -------------------------------------------------------------------
 
     async def set_resume(

@@ -744,6 +744,28 @@ class SqliteStore(SqliteQueue):
         rows = await self._rows("read a run's approvals", sql, [run_id])
         return [codec.approval_from_row(r) for r in rows]
 
+    async def pending_approvals_under(self, run_ids: Collection[str]) -> list[ApprovalRecord]:
+        wanted = sorted(set(run_ids))
+        if not wanted:
+            return []
+        sql = (
+            f"WITH RECURSIVE tree(id) AS (SELECT id FROM runs WHERE id IN ({_marks(len(wanted))}) "
+            "UNION SELECT r.id FROM runs r JOIN tree ON r.parent_id = tree.id) "
+            "SELECT * FROM approvals WHERE status = 'requested' "
+            "AND run_id IN (SELECT id FROM tree) ORDER BY requested_at, seq"
+        )
+        rows = await self._rows("read requested approvals", sql, wanted)
+        return [codec.approval_from_row(r) for r in rows]
+
+    async def ended_runs_with_open_approvals(self, *, limit: int = 100) -> list[RunRecord]:
+        sql = (
+            "SELECT * FROM runs WHERE id IN "
+            "(SELECT run_id FROM approvals WHERE status = 'requested') "
+            f"AND state NOT IN ({_marks(len(_LIVE))}) ORDER BY updated_at, id LIMIT ?"
+        )
+        rows = await self._rows("read ended runs with open approvals", sql, [*_LIVE, _limit(limit)])
+        return [codec.run_from_row(r) for r in rows]
+
     # -- ResumeStore -------------------------------------------------------------------
 
     async def set_resume(

@@ -2,7 +2,7 @@
 
 :class:`ApprovalDesk` is the app's :class:`agent_core.Approvals` port. For each held call
 (:mod:`agent_core.approvals`) it commits an ``approvals`` row, posts one approval message
-in the run's thread (the tool, a clipped preview of its arguments, Approve and Deny) and
+in the run's thread (the tool, its arguments as far as a section holds them, Approve and Deny) and
 waits. A decision reaches the waiting call two ways, whichever comes first:
 
 - the click was taken by this worker: :meth:`ApprovalDesk.decided` hands it over at once
@@ -14,8 +14,10 @@ waits. A decision reaches the waiting call two ways, whichever comes first:
 The row is the truth: the first decision committed wins, whoever makes it (a click, the
 timeout, a Stop). A run resumed after a shutdown or a lost worker asks again for the same
 call (the checkpointed reply's call, not a new model turn: :mod:`agent_core.step_log`); it
-finds the approval it had not taken yet and waits on that row and its message, so a click
-made meanwhile counts.
+finds the approval it had not taken yet (by the call's id) and waits on that row and its
+message, so a click made meanwhile counts. An approval is used only by the call it was
+asked for, never by a later identical one. A sub-agent's calls wait here too, stored
+under the sub-agent's run id (the stop watcher asks :meth:`ApprovalDesk.waits_for`).
 
 An approval counts only while its run may still take it (:func:`still_counts`): the run
 is live, or it ended in a way that is resumed and its resume is still ahead or undecided.
@@ -46,7 +48,7 @@ from agent_core import (
 from agent_core.clock import utcnow
 from agent_core.records import ResumeState
 from bot.errors import BudgetNotRunning, SlackError
-from bot.views.approval import approval_metadata, render_approval
+from bot.views.approval import NotRun, approval_metadata, render_approval
 
 if TYPE_CHECKING:
     from collections.abc import Collection
@@ -73,12 +75,14 @@ class ApprovalMetrics(Protocol):
 
 def still_counts(run: RunRecord | None) -> bool:
     """True while a decision on one of ``run``'s approvals may still be taken by a run:
-    it is live, or it ended in a way that is resumed in place (a shutdown, a lost worker)
-    and its resume is still ahead or not decided yet."""
+    it is live, or it is a top-level run that ended in a way that is resumed in place (a
+    shutdown, a lost worker) and its resume is still ahead or not decided yet."""
     if run is None:
         return False
     if not run.state.is_terminal:
         return True
+    if run.parent_id is not None:
+        return False  # a sub-agent is never resumed on its own: its resumed parent delegates anew
     return run.ended_because in _RESUMED and run.resume in _STILL_AHEAD
 
 
@@ -86,6 +90,19 @@ def decision_of(record: ApprovalRecord) -> ApprovalDecision:
     """The decision a decided row holds, as the run reads it (``<@U…>`` for a person)."""
     by = f"<@{record.decided_by}>" if record.decided_by else None
     return ApprovalDecision(record.status, by)
+
+
+def _asked_for(earlier: ApprovalRecord, request: ApprovalRequest) -> bool:
+    """Whether ``earlier`` (not taken yet) was asked for the call ``request`` holds.
+
+    By the call's id. A resumed run whose model turn was asked again (no checkpointed
+    reply: its calls have new ids) finds a request still ``requested`` by the same tool
+    and arguments: nobody has said yes to it, so waiting on it gives nothing away; a
+    decided one is never taken by another call."""
+    if earlier.call_id == request.call_id:
+        return True
+    same = (earlier.tool, earlier.arguments) == (request.tool, request.arguments)
+    return same and earlier.status is ApprovalStatus.REQUESTED
 
 
 class ApprovalDesk:
@@ -136,6 +153,11 @@ class ApprovalDesk:
         if moved:
             await self.show(record)
             await self.audit(record, actor="threadpilot")
+        elif status is ApprovalStatus.CANCELLED and record.status is ApprovalStatus.APPROVED:
+            # Approved, but the Stop reached the call first: it is not run (the gate's
+            # rule), and the message must not say it runs.
+            log.info("approval.not_run", approval_id=record.id, run_id=record.run_id)
+            await self.show(record, not_run=NotRun.STOPPED)
         await self._taken(record.id)
         return decision_of(record)
 
@@ -149,13 +171,18 @@ class ApprovalDesk:
     def waiting_here(self, approval_id: str) -> bool:
         return approval_id in self._waiting
 
-    async def deliver(self, run_ids: Collection[str]) -> int:
+    def waits_for(self, run_id: str) -> bool:
+        """True if a call of ``run_id`` waits here (a sub-agent's run, which the stop
+        watcher does not know: the parent is the supervisor's)."""
+        return any(record.run_id == run_id for record, _ in self._waiting.values())
+
+    async def deliver(self, run_ids: Collection[str] | None = None) -> int:
         """Hand over the decisions committed elsewhere for calls waiting here (the stop
-        watcher's scan); how many."""
-        wanted = set(run_ids)
+        watcher's scan), of ``run_ids`` or (None) of every run; how many."""
+        wanted = None if run_ids is None else set(run_ids)
         delivered = 0
         for record, _ in list(self._waiting.values()):
-            if record.run_id not in wanted:
+            if wanted is not None and record.run_id not in wanted:
                 continue
             stored = await self._store.get_approval(record.id)
             if stored is not None and stored.status.terminal and self._hand_over(stored):
@@ -179,28 +206,30 @@ class ApprovalDesk:
             stored = await self._store.get_approval(record.id)
             cancelled = stored or dataclasses.replace(record, status=ApprovalStatus.CANCELLED)
             log.info("approval.closed", approval_id=record.id, run_id=run_id, reason="run_ended")
-            await self.show(cancelled, run_ended=True)
+            await self.show(cancelled, not_run=NotRun.RUN_ENDED)
             await self.audit(cancelled, actor="threadpilot", reason="run_ended")
             closed += 1
         return closed
 
     async def close_all_ended(self) -> int:
-        """:meth:`close_ended` for every run with a ``requested`` approval (the pass that
-        catches what no ending's display did: an owner gone between its decision and
-        this, an ending that never resumes). How many were closed."""
+        """:meth:`close_ended` for every ended run with a ``requested`` approval (the pass
+        that catches what no ending's display did: an owner gone between its decision and
+        this, an ending that never resumes, a sub-agent ended with its lost parent). One
+        query finds them; a run is read again only if it has approvals to close. How many
+        were closed."""
         closed = 0
-        for run_id in dict.fromkeys(r.run_id for r in await self._store.pending_approvals()):
-            closed += await self.close_ended(run_id, await self._store.get_run(run_id))
+        for run in await self._store.ended_runs_with_open_approvals():
+            closed += await self.close_ended(run.id, run)
         return closed
 
     # -- the message and the trail --------------------------------------------------------
 
-    async def show(self, record: ApprovalRecord, *, run_ended: bool = False) -> None:
+    async def show(self, record: ApprovalRecord, *, not_run: NotRun | None = None) -> None:
         """Update the approval message in place (a decision and who made it; or, with
-        ``run_ended``, that the call was not run because its run ended)."""
+        ``not_run``, why the call was not run)."""
         if record.message_ts is None:
             return
-        text, blocks = render_approval(record, run_ended=run_ended)
+        text, blocks = render_approval(record, not_run=not_run)
         try:
             surface = await self._workspaces.get(record.thread.team)
             await surface.budget.update_final(
@@ -230,13 +259,14 @@ class ApprovalDesk:
     # -- helpers --------------------------------------------------------------------------
 
     async def _open(self, request: ApprovalRequest) -> ApprovalRecord:
-        """The row this call waits on: the one a resumed run had not taken yet for the
-        same call, else a new one."""
+        """The row this call waits on: the one asked for this very call (by its id) that
+        its run had not taken yet (a resumed run's), else a new one. An approval is used
+        by the call it was asked for, never by a later identical call."""
         for earlier in await self._store.approvals_for(request.run_id):
-            same = (earlier.tool, earlier.arguments) == (request.tool, request.arguments)
-            if same and earlier.taken_at is None and earlier.id not in self._waiting:
-                log.info("approval.reused", approval_id=earlier.id, run_id=request.run_id)
-                return earlier
+            if earlier.taken_at is None and earlier.id not in self._waiting:
+                if _asked_for(earlier, request):
+                    log.info("approval.reused", approval_id=earlier.id, run_id=request.run_id)
+                    return earlier
         record = ApprovalRecord(
             id=request.id,
             run_id=request.run_id,

@@ -135,7 +135,8 @@ class Dashboard:
         live_ids = [r.id for r in live]
         turns = await store.checkpoint_turns(live_ids) if live_ids else {}
         pending = _strongest(await store.pending_stop_requests(live_ids) if live_ids else [])
-        held = await store.pending_approvals(live_ids) if live_ids else []
+        # Sub-agents' held calls too: they wait in the same thread, for the same people.
+        held = await store.pending_approvals_under(live_ids) if live_ids else []
         ended_ids = [r.id for r in ended]
         votes = await store.events_of_kind(ended_ids, [FEEDBACK_KIND]) if ended_ids else []
         # Someone else's request is shown only where the channel is public. Slack is

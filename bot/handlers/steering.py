@@ -54,7 +54,7 @@ from bot import messages
 from bot.errors import BudgetNotRunning, SlackError
 from bot.inbound.trust import Person, person_of
 from bot.stopping.guidance import guidance_id, reply_text, stop_word
-from bot.stopping.policy import StopAsk, may_stop, needs_participants, read_participants
+from bot.stopping.policy import StopAsk, may_stop, read_participants
 from bot.stopping.stops import ACK_BUDGET_S
 
 if TYPE_CHECKING:
@@ -248,10 +248,11 @@ class Steering:
         return None
 
     async def _allowed(self, reply: Reply, target: _Target) -> bool:
-        """``STOP_POLICY`` decides who may steer, as it decides who may stop. Under
-        ``participants`` the reply makes its author one (they wrote in the thread)."""
+        """``STOP_POLICY`` decides who may steer, as it decides who may stop. Under a
+        ``participants`` policy (stop or approval) the reply makes its author one (they
+        wrote in the thread)."""
         settings = self._ctx.settings
-        if needs_participants(reply.user, target.requester, settings):
+        if reply.user != target.requester and reply.user not in settings.ADMIN_USER_IDS:
             await self._ctx.stops.note_participant(reply.thread, reply.user)
         participants = await read_participants(
             self._ctx.store, reply.user, target.requester, reply.thread, settings

@@ -212,6 +212,12 @@ def may_continue(user: str, *, requester: str, admins: Collection[str]) -> bool:
     return user == requester or user in admins
 
 
+def records_participants(settings: Settings) -> bool:
+    """True if who writes in a run's thread is recorded: ``STOP_POLICY`` or
+    ``APPROVAL_POLICY`` is ``participants`` (either needs them, whatever the other says)."""
+    return StopPolicy.PARTICIPANTS in (settings.STOP_POLICY, settings.APPROVAL_POLICY)
+
+
 def needs_participants(user: str, requester: str, settings: Settings) -> bool:
     """True if :func:`may_stop` depends on who wrote in the thread for this user."""
     return (

@@ -73,7 +73,6 @@ from agent_core.records import is_waiting
 from bot import messages
 from bot.errors import BudgetNotRunning, SlackError
 from bot.inbound.trust import Person
-from bot.process.settings import StopPolicy
 from bot.stopping.decisions import StopDecision
 from bot.stopping.policy import (
     DOUBLE_PRESS_S,
@@ -83,6 +82,7 @@ from bot.stopping.policy import (
     Verdict,
     needs_own_stops,
     read_participants,
+    records_participants,
     verdict_for,
 )
 from bot.stopping.resume_controls import ResumeControls, ResumeDecided
@@ -142,9 +142,11 @@ class StopService:
 
     async def note_participant(self, thread: ThreadKey, user: str) -> None:
         """``user`` wrote in ``thread``: under ``STOP_POLICY=participants`` they may stop
-        its run, whichever worker their click lands on. Recorded only under that policy;
-        a failure is logged (the next message records them again)."""
-        if self._settings.STOP_POLICY is not StopPolicy.PARTICIPANTS:
+        its run, under ``APPROVAL_POLICY=participants`` decide its held calls, whichever
+        worker their click lands on. Recorded only under either policy
+        (:func:`~bot.stopping.policy.records_participants`); a failure is logged (the next
+        message records them again)."""
+        if not records_participants(self._settings):
             return
         try:
             await self._store.add_participant(thread, user)

@@ -11,6 +11,7 @@ what Slack holds even there, all it can hold and how many characters are missing
 from __future__ import annotations
 
 import json
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from agent_core import shown_arguments
@@ -33,6 +34,7 @@ __all__ = [
     "ARGUMENTS_UNITS",
     "HOME_APPROVALS_SHOWN",
     "HOME_ARGUMENTS_UNITS",
+    "NotRun",
     "approval_buttons",
     "approval_metadata",
     "arguments_view",
@@ -58,6 +60,16 @@ HOME_ARGUMENTS_UNITS = 600
 _VIEW_SECTIONS = limits.VIEW_BLOCKS - 5
 _VIEW_BYTES = 200_000
 """What the modal's pieces of the arguments may take (``view_too_large`` is at 250 kB)."""
+
+
+class NotRun(StrEnum):
+    """Why a decided call was not run, where its status alone does not say."""
+
+    RUN_ENDED = "run_ended"
+    """Cancelled: its run ended for good while it waited."""
+    STOPPED = "stopped"
+    """Approved, but the run was stopped (or aborted) while the call still waited: the
+    approval had not reached it yet."""
 
 
 def approval_metadata(approval_id: str) -> dict[str, Any]:
@@ -90,15 +102,19 @@ def approval_buttons(approval_id: str) -> Block:
     }
 
 
-def render_approval(record: ApprovalRecord, *, run_ended: bool = False) -> tuple[str, list[Block]]:
-    """The message's text and blocks for ``record`` as it stands (``run_ended``: it was
-    cancelled because its run ended for good while it waited)."""
+def render_approval(
+    record: ApprovalRecord, *, not_run: NotRun | None = None
+) -> tuple[str, list[Block]]:
+    """The message's text and blocks for ``record`` as it stands (``not_run``: why the
+    decided call was not run, where its status does not say)."""
     blocks: list[Block] = [
         section(m.approval_request(record.tool, record.requester)),
         *_arguments(record, ARGUMENTS_UNITS),
     ]
-    if run_ended and record.status.terminal:
+    if not_run is NotRun.RUN_ENDED and record.status.terminal:
         blocks.append(context(m.APPROVAL_CLOSED_RUN_ENDED))
+    elif not_run is NotRun.STOPPED and record.status.terminal:
+        blocks.append(context(m.approval_stopped_first(record.decided_by)))
     elif record.status.terminal:
         blocks.append(context(m.approval_decided(record.status.value, record.decided_by)))
     else:

@@ -17,7 +17,10 @@ ended (the click path has up to its ack budget to do so), and a request must nev
 ``requested`` on a run that has ended.
 
 Approvals decided in another worker (docs/tools.md, Approvals) are found by the same
-scans, and the same wake-up (a decision's commit NOTIFYs on PostgreSQL).
+scans, and the same wake-up (a decision's commit NOTIFYs on PostgreSQL). A sub-agent's
+approval is stored under the sub-agent's run id, which no top-level list names: a full
+scan hands over every call waiting here, and a wake-up for a run id this worker does not
+hold at top level goes to the approval desk, which knows the sub-agents' waiting calls.
 
 Guidance (replies to a live run, docs/stopping.md) travels the same way: committed to
 the ``guidance`` table by whichever worker got the reply, found here by the same scans
@@ -58,7 +61,14 @@ log = structlog.get_logger("bot.workers.stop_watch")
 class ApprovalDecisions(Protocol):
     """Hands decisions committed elsewhere to the calls waiting here."""
 
-    async def deliver(self, run_ids: Collection[str]) -> int: ...
+    async def deliver(self, run_ids: Collection[str] | None = None) -> int:
+        """Hand over the decisions stored for calls waiting here (of ``run_ids``; None:
+        every call waiting here); how many."""
+        ...
+
+    def waits_for(self, run_id: str) -> bool:
+        """True if a call of ``run_id`` (a sub-agent's, say) waits here."""
+        ...
 
 
 POLL_BACKSTOP_S = 2.0
@@ -117,16 +127,18 @@ class StopWatcher:
         """Deliver every pending request, then every queued guidance, for the given
         (default: all local) runs; returns how many were delivered."""
         wanted = run_ids if run_ids is not None else [r.run.id for r in self._supervisor.live_runs]
-        if not wanted:
-            return 0
-        pending = await self._store.pending_stop_requests(wanted)
-        delivered = sum(self._deliver(request) for request in pending)
-        for guidance in await self._store.pending_guidance(wanted):
-            if self._supervisor.guide(guidance):
-                delivered += 1
-                log.info("guidance.taken", run_id=guidance.run_id, guidance_id=guidance.id)
+        delivered = 0
+        if wanted:
+            pending = await self._store.pending_stop_requests(wanted)
+            delivered += sum(self._deliver(request) for request in pending)
+            for guidance in await self._store.pending_guidance(wanted):
+                if self._supervisor.guide(guidance):
+                    delivered += 1
+                    log.info("guidance.taken", run_id=guidance.run_id, guidance_id=guidance.id)
         if self._approvals is not None:
-            delivered += await self._approvals.deliver(wanted)
+            # A full scan: every call waiting here, sub-agents' included (their approvals
+            # are stored under their own run ids, which ``wanted`` does not name).
+            delivered += await self._approvals.deliver(run_ids)
         return delivered
 
     def applied_here(self, request_id: str) -> None:
@@ -224,6 +236,8 @@ class StopWatcher:
             return
         if self._supervisor.get(run_id) is not None:
             await self.scan([run_id])
+        elif self._approvals is not None and self._approvals.waits_for(run_id):
+            await self._approvals.deliver([run_id])  # a sub-agent's call waits here
         elif run_id in self._ended:
             await self._settle([run_id])
 

@@ -15,9 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from llmock.scenarios import Reply, ToolCall
+from structlog.testing import capture_logs
 
 from agent_core.agent import AgentConfig
 from agent_core.approvals import ApprovalDecision, ApprovalRule, ApprovalStatus
+from agent_core.budget import BudgetLimits
+from agent_core.ended import EndedBecause
 from agent_core.errors import ConfigError, StorageError
 from agent_core.events import ApprovalDecided, ApprovalRequested
 from agent_core.mcp import HttpServer, McpManager, parse_mcp_config
@@ -217,6 +220,50 @@ async def test_stop_while_waiting_cancels_the_call_then_takes_the_final_turn(
     assert len(llm.requests) == 2  # the final turn, and nothing after it
 
 
+async def test_a_stop_while_waiting_runs_nothing_even_if_an_approval_was_stored_first(
+    llm: LLMock, make_agent: AgentFactory, fake: FakeMcpServer
+) -> None:
+    # Approved in another worker, its wake-up not here yet, when the Stop lands: the
+    # call waited when the run was stopped, so it is not run (and the model reads why).
+    approvals = HandApprovals()
+    read_and_write(llm)
+    async with notes_server(fake) as manager:
+        run = make_agent(manager.tools, approvals=approvals).new_run("go")
+        task = asyncio.create_task(run.run())
+        request = await approvals.next_request()
+        await fake.until(lambda: fake.notes, "the read-only call")
+        approvals.decisions[request.id] = ApprovalDecision(ApprovalStatus.APPROVED, "<@UB>")
+        run.request_stop(StopReason.STOP, "UADA")
+        result = await task
+
+    assert fake.notes == [("read_note", "")]
+    assert tool_messages(llm, 1)[1] == (
+        "error: notes__write_note: not run: the run was stopped before it could run "
+        "(approved by <@UB>, too late)"
+    )
+    assert result.stop_reason is StopReason.STOP
+
+
+async def test_the_wait_ends_when_the_time_budget_runs_out_before_the_approval_timeout(
+    llm: LLMock, make_agent: AgentFactory, fake: FakeMcpServer
+) -> None:
+    approvals = HandApprovals()
+    read_and_write(llm)
+    config = AgentConfig(budget=BudgetLimits(time_s=1.0), approval_timeout_s=3600.0)
+    async with notes_server(fake) as manager:
+        run = make_agent(manager.tools, config=config, approvals=approvals).new_run("go")
+        async with asyncio.timeout(30):  # APPROVAL_TIMEOUT is an hour
+            result = await run.run()
+
+    [request] = approvals.requests
+    assert approvals.decisions[request.id].status is ApprovalStatus.EXPIRED
+    assert fake.notes == [("read_note", "")]
+    assert tool_messages(llm, 1)[1] == (
+        "error: notes__write_note: denied: nobody approved it in time (the request expired)"
+    )
+    assert result.ended_because is EndedBecause.BUDGET_EXHAUSTED
+
+
 async def test_abort_while_waiting_cancels_the_request_and_ends_the_run(
     llm: LLMock, make_agent: AgentFactory, fake: FakeMcpServer
 ) -> None:
@@ -329,21 +376,29 @@ async def test_mcp_server_git_over_stdio_runs_only_what_was_approved(
     assert "error: git__git_create_branch: denied by <@UADA>" in results
 
 
+DSN_ERROR = "PostgreSQL could not read approvals at db.internal:5432/threadpilot: reset"
+
+
 class _Broken(HandApprovals):
     async def ask(self, request: ApprovalRequest) -> ApprovalDecision:
-        raise StorageError("the database is gone")
+        raise StorageError(DSN_ERROR)
 
 
 async def test_an_approval_that_cannot_be_asked_for_is_a_tool_error_not_a_crash(
     llm: LLMock, make_agent: AgentFactory, fake: FakeMcpServer
 ) -> None:
     read_and_write(llm)
-    async with notes_server(fake) as manager:
-        result = await make_agent(manager.tools, approvals=_Broken()).new_run("go").run()
+    with capture_logs() as logs:
+        async with notes_server(fake) as manager:
+            result = await make_agent(manager.tools, approvals=_Broken()).new_run("go").run()
 
     assert fake.notes == [("read_note", "")]
+    # The model reads a plain sentence (it may repeat it in the thread); the detail is
+    # for the operator's log.
     assert tool_messages(llm, 1)[1] == (
         "error: notes__write_note: not run: its approval could not be asked for "
-        "(the database is gone)"
+        "(the app could not record the request); try again later"
     )
     assert result.outcome is Outcome.FINISHED
+    [failed] = [e for e in logs if e["event"] == "approval.failed"]
+    assert failed["error"] == DSN_ERROR

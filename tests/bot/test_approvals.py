@@ -14,15 +14,23 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 from llmock.scenarios import Reply, ToolCall
 
-from agent_core import ApprovalStatus, EndedBecause, RunRecord, RunState, ThreadKey
+from agent_core import (
+    ApprovalRecord,
+    ApprovalStatus,
+    EndedBecause,
+    RunRecord,
+    RunState,
+    ThreadKey,
+)
 from agent_core.records import ResumeState
+from agent_core.stores.memory import MemoryStore
 from bot import messages
-from bot.approvals.desk import still_counts
+from bot.approvals.desk import ApprovalDesk, still_counts
 from bot.views.approval import ACTION_APPROVE, ACTION_DENY
 from bot.workers.reconciler import Reconciler
 from tests.bot.harness import ACTION_ABORT, ACTION_STOP, WAIT_S, block_text, buttons, run_id_of
@@ -40,6 +48,8 @@ if TYPE_CHECKING:
     from llmock.pytest_plugin import LLMock
 
     from agent_core import Checkpoint
+    from bot.slack_api.surface import Workspaces
+    from bot.store_needs import ApprovalDeskStore
     from tests.bot.conftest import BotFactory
     from tests.bot.harness import Bot
     from tests.fakes.slack_api import FakeSlack
@@ -224,6 +234,76 @@ async def test_stop_while_waiting_cancels_the_call_then_takes_the_final_turn(
     assert fake.notes == [("read_note", "")]
 
 
+async def test_a_stop_before_an_approval_from_elsewhere_reaches_the_call_runs_nothing(
+    bot: Bot, llm: LLMock, fake: FakeMcpServer
+) -> None:
+    status, approval = await waiting(bot, llm, fake)
+    ctx = bot.app.ctx
+    assert ctx is not None
+    # Another worker commits the approval; its wake-up has not reached this worker (its
+    # stop watcher is held still) when the person presses Stop here.
+    await ctx.worker.watcher.close()
+    approval_id = approval_id_of(approval)
+    assert await ctx.store.decide_approval(
+        approval_id, ApprovalStatus.APPROVED, decided_by=OTHER_USER
+    )
+
+    assert await bot.click(status, ACTION_STOP) == 200
+    shown = await bot.until(approval, lambda m: not buttons(m))
+    final = await bot.final(status)
+
+    assert block_text(shown).endswith(messages.approval_stopped_first(OTHER_USER))
+    assert f"User interlude: stopped by <@{DEFAULT_USER}>" in block_text(final)
+    assert tool_messages(llm.requests[-1])[1] == (
+        "error: notes__write_note: not run: the run was stopped before it could run "
+        f"(approved by <@{OTHER_USER}>, too late)"
+    )
+    assert fake.notes == [("read_note", "")]
+
+
+async def test_a_leftover_approval_is_not_used_by_a_later_identical_call(
+    bot: Bot, llm: LLMock, fake: FakeMcpServer
+) -> None:
+    llm.call_tool("notes__write_note", {"text": "first"})
+    llm.call_tool("notes__write_note", {"text": "second"})
+    llm.reply("Both written.")
+    _, status = await bot.mention("write two notes")
+    first = await approval_message(bot, status)
+    ctx = bot.app.ctx
+    assert ctx is not None
+    # An approval of the run's, approved and never used (asked for another call: one the
+    # run made in an earlier life, say), for the very call the model makes next.
+    [asked] = await ctx.store.approvals_for(run_id_of(status))
+    leftover = dataclasses.replace(
+        asked,
+        id="leftover",
+        call_id="call_of_an_earlier_life",
+        arguments=json.dumps({"text": "second"}),
+        message_ts=None,
+    )
+    assert await ctx.store.add_approval(leftover)
+    assert await ctx.store.decide_approval("leftover", ApprovalStatus.APPROVED, decided_by="U1")
+
+    assert await bot.click(first, ACTION_APPROVE) == 200
+    assert status.thread_ts is not None
+    thread_ts = status.thread_ts
+
+    def second_message(slack: FakeSlack) -> Message | None:
+        found = [
+            m
+            for m in slack.thread(DEFAULT_CHANNEL, thread_ts)
+            if ACTION_APPROVE in buttons(m) and m.ts != first.ts
+        ]
+        return found[0] if found else None
+
+    second = await bot.slack.wait_until(second_message, timeout=WAIT_S)
+    assert second is not None  # the second call asks for itself
+    assert fake.notes == [("write_note", "first")]
+    assert await bot.click(second, ACTION_APPROVE) == 200
+    await bot.final(status)
+    assert fake.notes == [("write_note", "first"), ("write_note", "second")]
+
+
 async def test_abort_while_waiting_cancels_the_call_and_ends_the_run(
     bot: Bot, llm: LLMock, fake: FakeMcpServer
 ) -> None:
@@ -260,6 +340,24 @@ async def test_under_anyone_another_person_may_approve(
 ) -> None:
     bot = await make_bot(MCP_CONFIG=notes_config, APPROVAL_POLICY="anyone")
     status, approval = await waiting(bot, llm, fake)
+
+    assert await bot.click(approval, ACTION_APPROVE, user=OTHER_USER) == 200
+    decided = await bot.until(approval, lambda m: not buttons(m))
+    await bot.final(status)
+
+    assert f"Approved by <@{OTHER_USER}>" in block_text(decided)
+    assert ("write_note", HOSTILE) in fake.notes
+
+
+async def test_under_participants_whoever_wrote_in_the_thread_may_approve_whatever_stop_policy(
+    make_bot: BotFactory, notes_config: str, llm: LLMock, fake: FakeMcpServer
+) -> None:
+    # STOP_POLICY stays ``requester``: who writes in the thread must be recorded anyway.
+    bot = await make_bot(MCP_CONFIG=notes_config, APPROVAL_POLICY="participants")
+    status, approval = await waiting(bot, llm, fake)
+    assert status.thread_ts is not None
+    reply = slack_requests.thread_reply("fine by me", thread_ts=status.thread_ts, user=OTHER_USER)
+    assert await bot.event(reply) == 200
 
     assert await bot.click(approval, ACTION_APPROVE, user=OTHER_USER) == 200
     decided = await bot.until(approval, lambda m: not buttons(m))
@@ -319,6 +417,23 @@ async def test_a_sub_agents_call_waits_for_approval_the_same_way(
     final = await bot.final(status)
 
     assert "The sub-agent wrote the note." in block_text(final)
+    assert fake.notes == [("write_note", "from the sub-agent")]
+
+
+async def test_app_home_lists_a_sub_agents_waiting_call(
+    bot: Bot, llm: LLMock, fake: FakeMcpServer
+) -> None:
+    llm.call_tool("delegate", {"task": "Write the note", "tools": ["notes__write_note"]})
+    llm.call_tool("notes__write_note", {"text": "from the sub-agent"})
+    llm.reply("Wrote it.")
+    llm.reply("The sub-agent wrote the note.")
+    _, status = await bot.mention("have a sub-agent write the note")
+    await approval_message(bot, status)
+    await open_home(bot)
+    view = await home(bot, DEFAULT_USER, says(messages.HEADING_APPROVALS, "notes__write_note"))
+
+    assert await press(bot, slack_requests.home_click(view, ACTION_APPROVE)) == 200
+    await bot.final(status)
     assert fake.notes == [("write_note", "from the sub-agent")]
 
 
@@ -413,3 +528,33 @@ def test_a_click_counts_only_while_a_run_may_still_take_it(
     run = dataclasses.replace(run, ended_because=ended_because, resume=resume)
     assert still_counts(run) is counts
     assert still_counts(None) is False
+    # A sub-agent is never resumed on its own (its resumed parent delegates anew): once
+    # ended, however, no run will take its approvals.
+    sub_agent = dataclasses.replace(run, id="r2", parent_id="r1")
+    assert still_counts(sub_agent) is (counts and not state.is_terminal)
+
+
+class _Counting:
+    """A store that counts the reads it is asked for."""
+
+    def __init__(self, store: MemoryStore) -> None:
+        self.store = store
+        self.calls: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        self.calls.append(name)
+        return getattr(self.store, name)
+
+
+async def test_the_reconcilers_pass_finds_ended_runs_with_open_approvals_in_one_query() -> None:
+    store = MemoryStore()
+    thread = ThreadKey("T1", "C1", "1.0")
+    for i in range(20):  # live runs with held calls: nothing to close, nothing to read again
+        await store.create_run(RunRecord(f"r{i}", thread, DEFAULT_USER, "task"))
+        record = ApprovalRecord(f"a{i}", f"r{i}", thread, DEFAULT_USER, "t", "{}", f"c{i}")
+        assert await store.add_approval(record)
+    counting = _Counting(store)
+    desk = ApprovalDesk(cast("ApprovalDeskStore", counting), cast("Workspaces", None))
+
+    assert await desk.close_all_ended() == 0
+    assert counting.calls == ["ended_runs_with_open_approvals"]

@@ -13,6 +13,7 @@ import pytest
 
 from agent_core.clock import utcnow
 from agent_core.records import ApprovalRecord, ApprovalStatus, ThreadKey, Wakeup
+from agent_core.states import RunState
 from agent_core.stores.postgres import PostgresStore
 from tests.stores.test_dashboard_queries import a_run
 
@@ -157,3 +158,50 @@ async def test_forgetting_a_person_deletes_the_approvals_they_decided(store: Sto
     await store.forget_requester("U9")
 
     assert [a.id for a in await store.approvals_for("run-1")] == ["a2", "a3"]
+
+
+async def test_ended_runs_with_open_approvals_come_from_one_query_each_once(store: Store) -> None:
+    for run in (
+        a_run("live"),
+        a_run("ended", state=RunState.FINISHED),
+        a_run("ended-decided", state=RunState.BLOCKED),
+        a_run("stopped", state=RunState.USERINTERLUDE),
+    ):
+        await store.create_run(run)
+    for record in (
+        held("a1", "live"),
+        held("a2", "ended"),
+        held("a3", "ended"),
+        held("a4", "ended-decided"),
+        held("a5", "stopped"),
+        held("a6", "no-such-run"),
+    ):
+        assert await store.add_approval(record)
+    assert await store.decide_approval("a4", ApprovalStatus.APPROVED, decided_by="U1")
+
+    ended = await store.ended_runs_with_open_approvals()
+    assert sorted(r.id for r in ended) == ["ended", "stopped"]
+    assert len(await store.ended_runs_with_open_approvals(limit=1)) == 1
+    with pytest.raises(ValueError, match="negative"):
+        await store.ended_runs_with_open_approvals(limit=-1)
+
+
+async def test_a_runs_held_calls_include_its_sub_agents_at_any_depth(store: Store) -> None:
+    for run in (
+        a_run("top"),
+        a_run("child", parent_id="top"),
+        a_run("grandchild", parent_id="child"),
+        a_run("other"),
+    ):
+        await store.create_run(run)
+    now = utcnow()
+    for i, run_id in enumerate(("grandchild", "top", "child", "other")):
+        assert await store.add_approval(
+            held(f"a{i}", run_id, requested_at=now + timedelta(seconds=i))
+        )
+    assert await store.decide_approval("a2", ApprovalStatus.DENIED, decided_by="U1")
+
+    under = await store.pending_approvals_under(["top"])
+    assert [a.id for a in under] == ["a0", "a1"]  # the child's is decided
+    assert [a.id for a in await store.pending_approvals_under(["child"])] == ["a0"]
+    assert await store.pending_approvals_under([]) == []

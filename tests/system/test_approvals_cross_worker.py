@@ -23,7 +23,7 @@ from llmock.scenarios import Reply, ToolCall
 from agent_core import ApprovalStatus
 from bot import messages
 from bot.views.approval import ACTION_APPROVE
-from tests.bot.harness import block_text, buttons, run_id_of
+from tests.bot.harness import ACTION_STOP, block_text, buttons, run_id_of
 from tests.fakes.mcp_server import FakeMcpServer, serve_http
 from tests.fakes.slack_workspace import DEFAULT_CHANNEL, DEFAULT_USER
 from tests.system.workers import LEASE_TTL_S, WAIT_S, until_async
@@ -102,6 +102,109 @@ async def test_approve_clicked_on_another_worker_runs_the_call_in_the_owner(
     run_id = run_id_of(status)
     assert b.logged("approval.decided", run_id=run_id, local=False)
     assert a.logged("approval.decided", tool="notes__write_note", status="approved")
+
+
+def sub_agent_writes(llm: LLMock) -> None:
+    llm.call_tool("delegate", {"task": "Write the note", "tools": ["notes__write_note"]})
+    llm.call_tool("notes__write_note", {"text": NOTE})  # the sub-agent's turn 1
+    llm.reply("Wrote it.")  # its turn 2
+    llm.reply("The sub-agent wrote the note.")  # the parent's turn 2
+
+
+async def test_a_sub_agents_approval_clicked_on_another_worker_reaches_its_call(
+    cluster: Cluster, llm: LLMock, fake: FakeMcpServer, notes_config: str
+) -> None:
+    # The approval is stored under the sub-agent's run id, which the owner does not hold
+    # at top level: the decision must still reach the call (not wait for the timeout).
+    a, b = await cluster.start("a", "b", MCP_CONFIG=notes_config)
+    sub_agent_writes(llm)
+    _, status = await cluster.mention(a, "have a sub-agent write the note")
+    approval = await approval_message(cluster, status)
+    assert fake.notes == []
+
+    assert await b.click(approval, ACTION_APPROVE) == 200
+    final = await cluster.final(status)
+
+    assert "The sub-agent wrote the note." in block_text(final)
+    assert fake.notes == [("write_note", NOTE)]
+    assert b.logged("approval.decided", local=False)
+    assert a.logged("approval.decided", tool="notes__write_note", status="approved")
+
+
+async def test_a_stop_on_another_worker_while_a_sub_agents_call_waits_never_runs_it(
+    cluster: Cluster, llm: LLMock, fake: FakeMcpServer, notes_config: str
+) -> None:
+    a, b = await cluster.start("a", "b", MCP_CONFIG=notes_config)
+    sub_agent_writes(llm)
+    _, status = await cluster.mention(a, "have a sub-agent write the note")
+    approval = await approval_message(cluster, status)
+
+    assert await b.click(status, ACTION_STOP) == 200
+    closed = await cluster.until_message(approval, lambda m: not buttons(m))
+    final = await cluster.final(status)
+    assert "Not run" in block_text(closed)
+    assert f"stopped by <@{DEFAULT_USER}>" in block_text(final)
+
+    # A client still showing the buttons: the click changes nothing, on either worker.
+    assert await b.click(approval, ACTION_APPROVE) == 200
+    assert await a.click(approval, ACTION_APPROVE) == 200
+
+    def answered(slack: FakeSlack) -> list[str] | None:
+        found = [e.text for e in slack.ephemerals(DEFAULT_CHANNEL) if e.user == DEFAULT_USER]
+        return found if len(found) == 2 else None
+
+    for answer in await cluster.slack.wait_until(answered, timeout=WAIT_S) or []:
+        assert answer.endswith("Nothing changed.")
+    assert fake.notes == []
+
+
+async def test_a_sub_agents_approval_after_its_worker_was_lost_is_closed_and_takes_no_click(
+    cluster: Cluster, llm: LLMock, fake: FakeMcpServer, notes_config: str, store: Store
+) -> None:
+    # A sub-agent is never resumed on its own: its lost worker's run is resumed, and it
+    # delegates anew. The old sub-agent's approval must not take a click any more.
+    a, b = await cluster.start("a", "b", MCP_CONFIG=notes_config)
+    for _ in range(2):  # the first life, then the resumed one: delegate, the held call
+        llm.call_tool("delegate", {"task": "Write the note", "tools": ["notes__write_note"]})
+        llm.call_tool("notes__write_note", {"text": NOTE})
+    llm.reply("Wrote it.")
+    llm.reply("The sub-agent wrote the note.")
+    _, status = await cluster.mention(a, "have a sub-agent write the note")
+    old = await approval_message(cluster, status)
+    [old_id] = button_values(old, ACTION_APPROVE)
+
+    async def ts_stored() -> bool:
+        record = await store.get_approval(old_id)
+        return record is not None and record.message_ts is not None
+
+    await until_async(ts_stored, what="the approval message's ts stored")
+    assert await a.kill() == -9
+
+    # b ends the lost run and its sub-agent, and resumes the run, which delegates again
+    # (the rest of the script). Once the sub-agent has ended, nothing will take a click
+    # on its approval: it is answered so, and the approval closes (the same pass).
+    await b.wait_log("run.sub_agent_ended", timeout=LEASE_TTL_S + 20)
+    assert await b.click(old, ACTION_APPROVE) == 200
+
+    def answered(slack: FakeSlack) -> list[str] | None:
+        found = [e.text for e in slack.ephemerals(DEFAULT_CHANNEL) if e.user == DEFAULT_USER]
+        return found or None
+
+    assert await cluster.slack.wait_until(answered, timeout=WAIT_S) == [messages.APPROVAL_RUN_ENDED]
+    closed = await cluster.until_message(old, lambda m: not buttons(m))
+    assert messages.APPROVAL_CLOSED_RUN_ENDED in block_text(closed)
+    stored = await store.get_approval(old_id)
+    assert stored is not None and stored.status is ApprovalStatus.CANCELLED
+    assert b.logged("approval.closed", approval_id=old_id)
+    new = await approval_message(cluster, status)  # the only one with buttons
+    assert new.ts != old.ts
+    assert await b.click(new, ACTION_APPROVE) == 200
+    final = await cluster.final(status, timeout=WAIT_S)
+    assert "The sub-agent wrote the note." in block_text(final)
+    assert fake.notes == [("write_note", NOTE)]  # once
+    decided = await cluster.until_message(new, lambda m: not buttons(m))
+    assert f"Approved by <@{DEFAULT_USER}>" in block_text(decided)
+    assert len(approval_messages(cluster.slack, status)) == 2  # the old one, closed; the new
 
 
 async def forget_message_ts(database_url: str) -> None:
