@@ -237,7 +237,8 @@ class ApprovalRecord:
     tool: str
     """As offered to the model: ``server__tool``."""
     arguments: str
-    """The model's JSON text: hostile data, shown only clipped and escaped."""
+    """The model's JSON text: hostile data, shown only parsed and escaped (all of it behind
+    **Show all** when a message cannot hold it)."""
     call_id: str = ""
     """The model's id for the call."""
     status: ApprovalStatus = ApprovalStatus.REQUESTED

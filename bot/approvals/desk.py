@@ -2,8 +2,8 @@
 
 :class:`ApprovalDesk` is the app's :class:`agent_core.Approvals` port. For each held call
 (:mod:`agent_core.approvals`) it commits an ``approvals`` row, posts one approval message
-in the run's thread (the tool, its arguments as far as a section holds them, Approve and Deny) and
-waits. A decision reaches the waiting call two ways, whichever comes first:
+in the run's thread (the tool, its arguments as far as a section holds them, Approve and
+Deny) and waits. A decision reaches the waiting call two ways, whichever comes first:
 
 - the click was taken by this worker: :meth:`ApprovalDesk.decided` hands it over at once
   (after the click's commit);
