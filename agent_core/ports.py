@@ -334,6 +334,14 @@ class DeliveryLog(Protocol):
         """
         ...
 
+    async def forget_delivery(self, key: str) -> None:
+        """Remove ``key`` from the log, so that the next delivery of it is a first one
+        again (on any worker): for a delivery whose handling failed before Slack was
+        answered, which Slack will deliver again. Nothing happens for a key not there.
+        Raises :class:`agent_core.errors.StorageError` when the database cannot be told.
+        """
+        ...
+
 
 # -- guidance (docs/stopping.md, Guidance) ---------------------------------------------
 

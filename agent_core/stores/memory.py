@@ -457,6 +457,10 @@ class MemoryStore:
             self._deliveries[key] = seen_at
             return True
 
+    async def forget_delivery(self, key: str) -> None:
+        async with self._lock:
+            self._deliveries.pop(key, None)
+
     # -- ParticipantStore --------------------------------------------------------------
 
     async def add_participant(

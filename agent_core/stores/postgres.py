@@ -812,6 +812,10 @@ class PostgresStore(PostgresQueue):
 
         return await self._call("record a delivery", work, idempotent=True)
 
+    async def forget_delivery(self, key: str) -> None:
+        sql = "DELETE FROM deliveries WHERE key = $1"
+        await self._execute("forget a delivery", sql, key, idempotent=True)
+
     # -- ParticipantStore --------------------------------------------------------------
 
     async def add_participant(

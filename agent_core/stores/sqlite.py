@@ -609,6 +609,10 @@ class SqliteStore(SqliteQueue):
         params = [key, uuid.uuid4().hex, now or utcnow()]
         return await self._change("record a delivery", _TAKE_DELIVERY, params) == 1
 
+    async def forget_delivery(self, key: str) -> None:
+        sql = "DELETE FROM deliveries WHERE key = ?"
+        await self._change("forget a delivery", sql, [key])
+
     # -- ParticipantStore --------------------------------------------------------------
 
     async def add_participant(

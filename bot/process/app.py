@@ -81,6 +81,8 @@ from bot.workers.worker import Worker, default_worker_id
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
+    from slack_bolt.request.async_request import AsyncBoltRequest
+    from slack_bolt.response import BoltResponse
     from slack_sdk.socket_mode.async_client import AsyncBaseSocketModeClient
     from slack_sdk.socket_mode.request import SocketModeRequest
 
@@ -329,9 +331,17 @@ class ThreadpilotApp:
             # multi-line suggestion of a listener to write.
             raise_error_for_unhandled_request=True,
         )
-        bolt.error(on_bolt_error)
         # Durable and shared by every worker: a retry delivered elsewhere is dropped too.
         deduper = EventDeduper(ctx.deliveries, ctx.store, ctx.me, budget_s=ACK_BUDGET_S)
+
+        async def on_error(
+            error: Exception, request: AsyncBoltRequest, response: BoltResponse | None
+        ) -> BoltResponse | None:
+            if response is not None:  # before the ack: Slack delivers it again
+                await deduper.forget(request.body)
+            return await on_bolt_error(error, request, response)
+
+        bolt.error(on_error)
         bolt.middleware(deduper.middleware)
         mentions.register(bolt, ctx)
         # Before actions.register, whose last listener takes every button nobody took.
