@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from agent_core.clock import utcnow
 from agent_core.records import (
+    Admission,
     ApprovalRecord,
     ApprovalStatus,
     AuditEvent,
@@ -34,6 +35,7 @@ from agent_core.stores._queue import (
     check_admitted,
     check_waiting,
     fair_key,
+    holds_thread,
     person_key,
 )
 from agent_core.stores._retention import BATCH_SIZE, check_batch_size
@@ -654,21 +656,25 @@ class MemoryStore:
         check_waiting(run)
         await self.create_run(run)
 
-    async def admit_run(self, run: RunRecord, *, limit: int | None) -> bool:
+    async def admit_run(self, run: RunRecord, *, limit: int | None) -> Admission:
         check_admitted(run)
+        now = utcnow()
         async with self._lock:
             if run.id in self._runs:
                 raise ValueError(f"run {run.id} already exists")
+            runs = self._runs.values()
+            if any(r.thread == run.thread and holds_thread(r, now) for r in runs):
+                return Admission.THREAD_BUSY
             person = person_key(run)
             held = sum(
                 1
-                for r in self._runs.values()
+                for r in runs
                 if person_key(r) == person and r.parent_id is None and r.state in LIVE_STATES
             )
             if limit is not None and held >= limit:
-                return False
+                return Admission.PERSON_FULL
             self._runs[run.id] = run
-            return True
+            return Admission.ACCEPTED
 
     async def claim_queued(
         self, owner: str, ttl_s: float, *, now: datetime | None = None

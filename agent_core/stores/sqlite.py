@@ -89,12 +89,7 @@ T = TypeVar("T")
 _LIVE = tuple(sorted(LIVE_STATES))
 
 
-def _param(value: Any) -> Any:
-    return codec.sqlite_time(value) if isinstance(value, datetime) else value
-
-
-def _params(values: Sequence[Any]) -> tuple[Any, ...]:
-    return tuple(_param(v) for v in values)
+_params = codec.sqlite_params
 
 
 _TAKE_DELIVERY = (

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from agent_core import LIVE_STATES, StorageError, ThreadKey
+from agent_core import LIVE_STATES, Admission, StorageError, ThreadKey
 from agent_core.clock import utcnow
 from agent_core.records import is_accepted, is_waiting
 from bot import messages
@@ -41,7 +41,6 @@ from bot.errors import BudgetNotRunning, SlackError
 from bot.handlers.steering import STEERED, Steering
 from bot.inbound.thread_history import read_thread, task_of
 from bot.inbound.trust import Person, person_of
-from bot.runs.supervisor import Admission
 from bot.stopping.stops import ACK_BUDGET_S
 
 if TYPE_CHECKING:

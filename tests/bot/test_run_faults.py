@@ -24,6 +24,7 @@ from structlog.testing import capture_logs
 
 from agent_core import (
     LIVE_STATES,
+    Admission,
     Checkpoint,
     RunRecord,
     RunState,
@@ -110,7 +111,7 @@ class FaultyStore:
             raise StorageError("PostgreSQL could not create a run: connection lost")
         await self._inner.create_run(run)
 
-    async def admit_run(self, run: RunRecord, *, limit: int | None) -> bool:
+    async def admit_run(self, run: RunRecord, *, limit: int | None) -> Admission:
         if self._faults.fail_create_run:
             if self._faults.create_run_lands:
                 await self._inner.admit_run(run, limit=limit)

@@ -20,6 +20,7 @@ import pytest
 
 from agent_core.errors import StorageError
 from agent_core.records import (
+    Admission,
     Checkpoint,
     GuidanceRecord,
     GuidanceStatus,
@@ -526,7 +527,7 @@ async def test_a_connection_lost_inside_a_transaction_is_retried_not_used_after_
     async with proxied_store(own_pg_url) as (store, proxy):
         proxy.cut_before_send("INSERT INTO runs")
 
-        assert await store.admit_run(run, limit=3) is True
+        assert await store.admit_run(run, limit=3) is Admission.ACCEPTED
 
         assert proxy.cuts == 1
         stored = await store.get_run("run-1")
