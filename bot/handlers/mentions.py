@@ -38,6 +38,7 @@ from agent_core.clock import utcnow
 from agent_core.records import is_accepted, is_waiting
 from bot import messages
 from bot.errors import BudgetNotRunning, SlackError
+from bot.handlers.late_admissions import LateAdmissions
 from bot.handlers.steering import STEERED, Steering
 from bot.inbound.thread_history import read_thread, task_of
 from bot.inbound.trust import Person, person_of
@@ -85,7 +86,9 @@ class Asked:
     (:mod:`bot.inbound.trust`), or have ``MAX_RUNS_PER_USER`` runs live or queued."""
 
 
-def register(app: AsyncApp, ctx: BotContext) -> None:
+def register(app: AsyncApp, ctx: BotContext) -> LateAdmissions:
+    """The mention listeners; the late admissions they start, for the app to shut down
+    first."""
     steering = Steering(ctx)
     mentions = Mentions(ctx)
 
@@ -117,6 +120,7 @@ def register(app: AsyncApp, ctx: BotContext) -> None:
     middleware = [steering.before_ack, mentions.before_ack]
     app.event("app_mention", middleware=middleware)(on_mention)
     app.event("message", middleware=middleware)(on_message)
+    return mentions.late
 
 
 def _from_a_person(event: dict[str, Any], bot_user_id: str) -> bool:
@@ -127,6 +131,8 @@ def _from_a_person(event: dict[str, Any], bot_user_id: str) -> bool:
 class Mentions:
     def __init__(self, ctx: BotContext) -> None:
         self._ctx = ctx
+        self.late = LateAdmissions(self)
+        """Runs not recorded before the ack, recorded after it."""
 
     # -- before the ack ------------------------------------------------------------------
 
@@ -178,21 +184,46 @@ class Mentions:
         return Asked(_thread(team, event), event["user"], event["ts"], task)
 
     async def _accept(self, asked: Asked) -> Asked:
-        """Store the run (held here), unless the thread has a live run already."""
-        supervisor = self._ctx.supervisor
-        if supervisor.thread_held(asked.thread):
-            return replace(asked, busy=True)
+        """Store the run (held here), unless the thread has a live run already. A
+        database that does not answer within the ack budget leaves it not stored: it
+        is recorded after the ack (:mod:`bot.handlers.late_admissions`)."""
         run_id = uuid.uuid4().hex
         try:
             # One budget for every database call before the ack.
             async with asyncio.timeout(ACK_BUDGET_S):
-                busy, orphans = await _live_elsewhere(self._ctx, asked.thread)
-                if busy:
-                    return replace(asked, busy=True)
-                taken = await supervisor.accept(run_id, asked.thread, asked.user, asked.task)
+                return await self._accept_once(replace(asked, run_id=run_id))
         except (TimeoutError, StorageError) as exc:
-            log.error("run.not_recorded", run_id=run_id, error=str(exc) or "timed out")
+            log.warning("run.not_recorded_yet", run_id=run_id, error=str(exc) or "timed out")
             return replace(asked, run_id=run_id)
+
+    async def admit_again(self, asked: Asked) -> Asked:
+        """:class:`bot.handlers.late_admissions.Admitter`: another try, under a new run id
+        (the row of the try before is ended first, had it landed unseen)."""
+        if asked.run_id is not None:
+            await self._ctx.supervisor.abandon_row(asked.run_id)
+        return await self._accept_once(replace(asked, run_id=uuid.uuid4().hex))
+
+    async def admitted(self, asked: Asked) -> None:
+        await self.after_ack(asked)
+
+    async def not_recorded(self, asked: Asked) -> None:
+        surface = await self._ctx.workspaces.get(asked.thread.team)
+        await _post(surface, asked.thread, messages.RUN_NOT_RECORDED)
+        if asked.run_id is not None:
+            await self._ctx.supervisor.abandon_row(asked.run_id)
+
+    async def _accept_once(self, asked: Asked) -> Asked:
+        """One try at storing ``asked``'s run (its ``run_id``); raises StorageError when
+        the database does not answer."""
+        supervisor = self._ctx.supervisor
+        run_id = asked.run_id
+        assert run_id is not None
+        if supervisor.thread_held(asked.thread):
+            return replace(asked, busy=True)
+        busy, orphans = await _live_elsewhere(self._ctx, asked.thread)
+        if busy:
+            return replace(asked, busy=True)
+        taken = await supervisor.accept(run_id, asked.thread, asked.user, asked.task)
         if taken is Admission.THREAD_BUSY:
             return replace(asked, busy=True)
         if taken is Admission.PERSON_FULL:
@@ -216,8 +247,7 @@ class Mentions:
             elif asked.busy or asked.run_id is None:
                 await _ephemeral(surface, asked, messages.THREAD_BUSY)
             elif not asked.stored:
-                await _post(surface, thread, messages.RUN_NOT_RECORDED)
-                await ctx.supervisor.abandon_row(asked.run_id)
+                self.late.admit(asked)  # recorded after the ack, then started
             else:
                 await self._end_orphans(asked.orphans)
                 await self._start(asked, asked.run_id, surface)

@@ -88,6 +88,7 @@ if TYPE_CHECKING:
 
     from agent_core import ChatModel
     from agent_core.ports import Store
+    from bot.handlers.late_admissions import LateAdmissions
     from bot.process.loop_load import LoopLoad
     from bot.process.settings import Settings
 
@@ -135,6 +136,7 @@ class ThreadpilotApp:
         self._store: Store | None = None
         self._dashboard: Dashboard | None = None
         self._home: HomeRefresher | None = None
+        self._late: LateAdmissions | None = None
         self._load: LoopLoad | None = None
         self._guard: SlackRequestGuard | None = None
         self._started = False
@@ -343,7 +345,7 @@ class ThreadpilotApp:
 
         bolt.error(on_error)
         bolt.middleware(deduper.middleware)
-        mentions.register(bolt, ctx)
+        self._late = mentions.register(bolt, ctx)
         # Before actions.register, whose last listener takes every button nobody took.
         assert self._dashboard is not None and self._home is not None
         home.register(bolt, ctx, self._dashboard, self._home)
@@ -424,6 +426,8 @@ class ThreadpilotApp:
             self._load.close()
         try:
             async with asyncio.timeout(timeout_s + 2):
+                if self._late is not None:  # first: nothing new is recorded from here on
+                    await self._late.shutdown()
                 if self._socket is not None:
                     await _bounded(
                         self._socket.close_async(),  # type: ignore[no-untyped-call]
