@@ -18,6 +18,8 @@ mention was still waiting that nothing runs.
 from __future__ import annotations
 
 import asyncio
+import uuid
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Protocol
 
 import structlog
@@ -25,6 +27,8 @@ import structlog
 from agent_core import StorageError
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from bot.handlers.mentions import Asked
 
 __all__ = ["FIRST_PAUSE_S", "LONGEST_PAUSE_S", "RECORD_RETRY_S", "Admitter", "LateAdmissions"]
@@ -44,15 +48,28 @@ TELL_S = 5.0
 class Admitter(Protocol):
     """What a late admission calls back (:class:`bot.handlers.mentions.Mentions`)."""
 
-    async def admit_again(self, asked: Asked) -> Asked:
-        """Try once more to record ``asked``'s run; raises StorageError or TimeoutError
-        when the database still does not answer."""
+    async def admit_again(self, asked: Asked, *, earlier: Sequence[str]) -> Asked:
+        """Try once more to record ``asked``'s run, under its new ``run_id``, after ending
+        the rows of the tries before (``earlier`` run ids), had any landed unseen.
+        Raises StorageError or TimeoutError when the database still does not answer."""
 
     async def admitted(self, asked: Asked) -> None:
         """Go on with a mention whose run is now decided, as after the ack."""
 
-    async def not_recorded(self, asked: Asked) -> None:
-        """Tell the thread nothing runs: the run could not be recorded."""
+    async def not_recorded(self, asked: Asked, *, earlier: Sequence[str]) -> None:
+        """Tell the thread nothing runs: the run could not be recorded (and end the rows
+        of the tries, ``earlier``, had any landed unseen)."""
+
+
+@dataclass
+class _Pending:
+    """One mention being recorded late."""
+
+    asked: Asked
+    tried: list[str] = field(default_factory=list)
+    """The run ids of its tries, any of whose rows may have landed unseen."""
+    recorded: bool = False
+    """Its run is recorded: from here on its thread hears from the run."""
 
 
 class LateAdmissions:
@@ -60,8 +77,7 @@ class LateAdmissions:
 
     def __init__(self, admitter: Admitter) -> None:
         self._admitter = admitter
-        self._tasks: dict[asyncio.Task[None], Asked] = {}
-        self._recorded: set[asyncio.Task[None]] = set()
+        self._tasks: dict[asyncio.Task[None], _Pending] = {}
         self._closed = False
 
     def admit(self, asked: Asked) -> None:
@@ -69,37 +85,38 @@ class LateAdmissions:
         if self._closed:
             log.warning("run.not_recorded", reason="shutting down")
             return
-        task = asyncio.get_running_loop().create_task(self._admit(asked), name="late admission")
-        self._tasks[task] = asked
+        pending = _Pending(asked, [asked.run_id] if asked.run_id is not None else [])
+        task = asyncio.get_running_loop().create_task(self._admit(pending), name="late admission")
+        self._tasks[task] = pending
         task.add_done_callback(self._done)
 
     def _done(self, task: asyncio.Task[None]) -> None:
         self._tasks.pop(task, None)
-        self._recorded.discard(task)
         if not task.cancelled() and (exc := task.exception()) is not None:
             log.error("run.late_admission_failed", error=f"{type(exc).__name__}: {exc}")
 
-    async def _admit(self, asked: Asked) -> None:
+    async def _admit(self, pending: _Pending) -> None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + RECORD_RETRY_S
         pause = FIRST_PAUSE_S
-        tries = 1  # the one before the ack
         while True:
             await asyncio.sleep(min(pause, max(0.0, deadline - loop.time())))
-            tries += 1
+            attempt = replace(pending.asked, run_id=uuid.uuid4().hex)
+            earlier = list(pending.tried)
+            pending.tried.append(str(attempt.run_id))  # its row may land unseen
             try:
                 async with asyncio.timeout(min(ATTEMPT_S, max(0.01, deadline - loop.time()))):
-                    recorded = await self._admitter.admit_again(asked)
+                    recorded = await self._admitter.admit_again(attempt, earlier=earlier)
             except (StorageError, TimeoutError) as exc:
                 if loop.time() >= deadline:
+                    tries = len(pending.tried)
                     log.error("run.not_recorded", tries=tries, error=str(exc) or "timed out")
-                    await self._admitter.not_recorded(asked)
+                    await self._admitter.not_recorded(pending.asked, earlier=pending.tried)
                     return
                 pause = min(pause * 2, LONGEST_PAUSE_S)
                 continue
-            log.info("run.recorded_late", tries=tries, run_id=recorded.run_id)
-            if (me := asyncio.current_task()) is not None:
-                self._recorded.add(me)  # from here on its thread hears from its run
+            pending.recorded = True
+            log.info("run.recorded_late", tries=len(pending.tried), run_id=recorded.run_id)
             await self._admitter.admitted(recorded)
             return
 
@@ -111,11 +128,12 @@ class LateAdmissions:
         for task in waiting:
             task.cancel()
         await asyncio.gather(*waiting, return_exceptions=True)
-        untold = [a for t, a in waiting.items() if t.cancelled() and t not in self._recorded]
+        untold = [p for t, p in waiting.items() if t.cancelled() and not p.recorded]
         if not untold:
             return
         try:
             async with asyncio.timeout(TELL_S):
-                await asyncio.gather(*(self._admitter.not_recorded(a) for a in untold))
+                told = (self._admitter.not_recorded(p.asked, earlier=p.tried) for p in untold)
+                await asyncio.gather(*told)
         except TimeoutError:
             log.error("run.not_recorded_untold", threads=len(untold))

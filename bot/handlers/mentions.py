@@ -35,6 +35,7 @@ import structlog
 
 from agent_core import LIVE_STATES, Admission, StorageError, ThreadKey
 from agent_core.clock import utcnow
+from agent_core.recording import abandon_run
 from agent_core.records import is_accepted, is_waiting
 from bot import messages
 from bot.errors import BudgetNotRunning, SlackError
@@ -45,7 +46,7 @@ from bot.inbound.trust import Person, person_of
 from bot.stopping.stops import ACK_BUDGET_S
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import Awaitable, Callable, Sequence
     from datetime import datetime
 
     from slack_bolt.async_app import AsyncApp
@@ -196,21 +197,22 @@ class Mentions:
             log.warning("run.not_recorded_yet", run_id=run_id, error=str(exc) or "timed out")
             return replace(asked, run_id=run_id)
 
-    async def admit_again(self, asked: Asked) -> Asked:
+    async def admit_again(self, asked: Asked, *, earlier: Sequence[str]) -> Asked:
         """:class:`bot.handlers.late_admissions.Admitter`: another try, under a new run id
-        (the row of the try before is ended first, had it landed unseen)."""
-        if asked.run_id is not None:
-            await self._ctx.supervisor.abandon_row(asked.run_id)
-        return await self._accept_once(replace(asked, run_id=uuid.uuid4().hex))
+        (the rows of the tries before are ended first, had any landed unseen: a row
+        left live would hold the thread, and be queued and run)."""
+        for run_id in earlier:
+            await abandon_run(self._ctx.store, run_id)  # StorageError: the try failed
+        return await self._accept_once(asked)
 
     async def admitted(self, asked: Asked) -> None:
         await self.after_ack(asked)
 
-    async def not_recorded(self, asked: Asked) -> None:
+    async def not_recorded(self, asked: Asked, *, earlier: Sequence[str]) -> None:
         surface = await self._ctx.workspaces.get(asked.thread.team)
         await _post(surface, asked.thread, messages.RUN_NOT_RECORDED)
-        if asked.run_id is not None:
-            await self._ctx.supervisor.abandon_row(asked.run_id)
+        for run_id in earlier:
+            await self._ctx.supervisor.abandon_row(run_id)
 
     async def _accept_once(self, asked: Asked) -> Asked:
         """One try at storing ``asked``'s run (its ``run_id``); raises StorageError when

@@ -118,3 +118,21 @@ async def test_a_blip_longer_than_the_retry_time_gets_the_honest_message(
     assert await bot.app.ctx.store.find_runs(thread=thread) == []
     blip.on = False
     assert llm.requests == []
+
+
+async def test_shutting_down_during_a_blip_tells_the_thread_and_leaves_nothing_running(
+    make_bot: BotFactory, llm: LLMock, blip: Blip
+) -> None:
+    bot = await make_bot()
+    thread_ts = await mention(bot)
+    await blip.changes.until(
+        lambda: blip.failed >= 2, timeout=WAIT_S, describe=lambda: f"{blip.failed} tries"
+    )
+
+    await bot.app.shutdown()  # the late admission first: cancelled, drained, told
+
+    assert said_not_recorded(bot, thread_ts)
+    tries = blip.failed
+    blip.on = False
+    assert blip.failed == tries  # no try after the shutdown
+    assert llm.requests == []
