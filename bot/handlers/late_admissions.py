@@ -8,7 +8,7 @@ tried again with a growing pause (:data:`FIRST_PAUSE_S` doubling to
 :data:`LONGEST_PAUSE_S`) for :data:`RECORD_RETRY_S`, then started as any accepted run
 is. The storms that break a first try last seconds; only when the whole time is spent is
 the thread told the run could not be started (``messages.RUN_NOT_RECORDED``), so no
-mention is lost to a blip (SPEC §5).
+mention is lost to a blip.
 
 Every retry is a task held here; :meth:`LateAdmissions.shutdown` (the first step of
 the process's shutdown) cancels them, waits for them, and tells each thread whose

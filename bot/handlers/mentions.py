@@ -9,14 +9,18 @@ The run is *accepted* before Slack's event is acknowledged (:meth:`Mentions.befo
 a listener middleware, within :data:`bot.stopping.stops.ACK_BUDGET_S`): its row is written, held
 by this worker (:meth:`bot.runs.supervisor.Supervisor.accept`). Slack is told "received" only
 once the run cannot be lost: if this process dies before it starts the run, the row goes
-back in the queue and another worker runs it. After the ack, the listener reads the
+back in the queue and another worker runs it. A row that cannot be written in that time
+(a database blip) is written after the ack, tried again for a bounded time
+(:mod:`bot.handlers.late_admissions`). After the ack, the listener reads the
 thread's history, and starts the run, or queues it when this worker already drives
 ``MAX_LIVE_RUNS`` runs (:mod:`bot.runs.run_queue`).
 
 One person has at most ``MAX_RUNS_PER_USER`` runs live or queued per workspace: past it
 their message gets an ephemeral saying so and starts nothing (no row, no status message);
 the database counts, with the insert, so two mentions at once on two workers cannot both
-take the last place (:meth:`bot.runs.supervisor.Supervisor.accept`).
+take the last place (:meth:`bot.runs.supervisor.Supervisor.accept`). It also looks for a
+live run in the thread in the same transaction: of two mentions at once in one thread,
+on any workers, one starts a run and the other is told the thread is busy.
 
 A reply (or a mention) in a thread whose run is still live (or queued) starts nothing: it
 is guidance for that run, or a stop word (:mod:`bot.handlers.steering`, whose middleware

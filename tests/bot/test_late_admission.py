@@ -1,5 +1,5 @@
 """A mention whose run cannot be recorded before the ack is recorded after it (issue 28,
-item 2; SPEC §5: no mention lost to a database blip).
+item 2: no mention lost to a database blip).
 
 The app runs for real (tests/bot harness) on its SQLite file; the admission of a run
 fails, as in a blip (a :class:`StorageError`, what every adapter raises when the database

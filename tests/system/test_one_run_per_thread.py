@@ -1,4 +1,4 @@
-"""One live run per thread, across workers (SPEC §2; issue 28, item 4).
+"""One live run per thread, across workers (issue 28, item 4).
 
 Two mentions sent at once in a finished thread, one to each of two real workers, used to
 start two runs (two status messages, two model streams) in most trials: each worker
