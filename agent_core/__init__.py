@@ -91,6 +91,7 @@ from agent_core.outcomes import (
 )
 from agent_core.ports import Approvals, ApprovalStore, ChatModel, RunStore, StopRequestStore
 from agent_core.records import (
+    Admission,
     ApprovalRecord,
     ApprovalStatus,
     AuditEvent,
@@ -127,6 +128,7 @@ __all__ = [
     "DEFAULT_APPROVAL_TIMEOUT_S",
     "LIVE_STATES",
     "TERMINAL_STATES",
+    "Admission",
     "Agent",
     "AgentConfig",
     "ApprovalDecided",

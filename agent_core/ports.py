@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from agent_core.chat import ModelRequest, ModelResponse
     from agent_core.outcomes import ExitCode
     from agent_core.records import (
+        Admission,
         ApprovalRecord,
         ApprovalStatus,
         AuditEvent,
@@ -334,6 +335,14 @@ class DeliveryLog(Protocol):
         """
         ...
 
+    async def forget_delivery(self, key: str) -> None:
+        """Remove ``key`` from the log, so that the next delivery of it is a first one
+        again (on any worker): for a delivery whose handling failed before Slack was
+        answered, which Slack will deliver again. Nothing happens for a key not there.
+        Raises :class:`agent_core.errors.StorageError` when the database cannot be told.
+        """
+        ...
+
 
 # -- guidance (docs/stopping.md, Guidance) ---------------------------------------------
 
@@ -586,16 +595,19 @@ class QueueStore(Protocol):
     the fewest runs holding room (top-level, live, not waiting), then the oldest
     ``created_at`` (ties by id)."""
 
-    async def admit_run(self, run: RunRecord, *, limit: int | None) -> bool:
+    async def admit_run(self, run: RunRecord, *, limit: int | None) -> Admission:
         """Store ``run``, a person's new run (``queued`` and top-level; leased to the
-        worker that accepted it, or waiting), unless its requester already has ``limit``
-        live top-level runs in its workspace, waiting ones included (and Continues not
-        started yet: :meth:`admit_continuation`): then nothing is written and the answer
-        is False. ``limit`` None: no limit. The count and the
-        insert are one transaction, serialised per person across every store on the
-        database: of two admissions at once for the last place, one wins. ValueError if
-        ``run`` is not such a run, or if the id exists. A waiting ``run`` wakes the
-        other workers as :meth:`enqueue_run` does."""
+        worker that accepted it, or waiting), unless its thread already has a live
+        top-level run that someone answers for (waiting, or leased: one live run per
+        thread), or its requester already has ``limit`` live top-level runs in its
+        workspace, waiting ones included (and Continues not started yet:
+        :meth:`admit_continuation`); then nothing is written and the answer says which
+        (:class:`~agent_core.records.Admission`). ``limit`` None: no limit per person.
+        The checks and the insert are one transaction, serialised per thread and per
+        person across every store on the database: of two admissions at once for one
+        thread, or for a person's last place, one wins. ValueError if ``run`` is not such
+        a run, or if the id exists. A waiting ``run`` wakes the other workers as
+        :meth:`enqueue_run` does."""
         ...
 
     async def admit_continuation(

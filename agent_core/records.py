@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from agent_core.stop import StopReason
 
 __all__ = [
+    "Admission",
     "ApprovalRecord",
     "ApprovalStatus",
     "AuditEvent",
@@ -52,6 +53,18 @@ class ThreadKey:
 
     def __str__(self) -> str:
         return f"{self.team}/{self.channel}/{self.thread_ts}"
+
+
+class Admission(StrEnum):
+    """What became of a person's new run at its admission
+    (:meth:`agent_core.ports.QueueStore.admit_run`)."""
+
+    ACCEPTED = "accepted"
+    """Stored."""
+    THREAD_BUSY = "thread_busy"
+    """Its thread has a live run already (one live run per thread): nothing was stored."""
+    PERSON_FULL = "person_full"
+    """Its person has ``MAX_RUNS_PER_USER`` runs live or queued: nothing was stored."""
 
 
 class ResumeState(StrEnum):

@@ -168,6 +168,11 @@ def sqlite_time(value: datetime) -> str:
     return to_utc(value).isoformat(timespec="microseconds")
 
 
+def sqlite_params(values: Sequence[Any]) -> tuple[Any, ...]:
+    """Statement parameters for SQLite: each time as :func:`sqlite_time` text."""
+    return tuple(sqlite_time(v) if isinstance(v, datetime) else v for v in values)
+
+
 def from_db_time(value: datetime | str | None) -> datetime | None:
     if value is None:
         return None

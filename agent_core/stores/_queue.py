@@ -32,8 +32,10 @@ __all__ = [
     "counts_for_person",
     "fair_key",
     "holds_room",
+    "holds_thread",
     "person_key",
     "person_runs_sql",
+    "thread_held_sql",
 ]
 
 WAITING_SQL = "state = 'queued' AND owner IS NULL AND parent_id IS NULL"
@@ -87,6 +89,26 @@ def counts_for_person(run: RunRecord) -> bool:
         and run.resume in (ResumeState.SCHEDULED, ResumeState.CLAIMED)
     )
     return run.state in LIVE_STATES or continuing
+
+
+def thread_held_sql(team: str, channel: str, thread_ts: str, now: str) -> str:
+    """A condition: the thread (``team``, ``channel``, ``thread_ts``: SQL expressions) has
+    a live top-level run that someone answers for: waiting in the queue, or leased past
+    ``now``. A live row whose lease ran out lost its worker (ended by whoever finds it)
+    and holds nothing. What :func:`holds_thread` says for one run."""
+    return (
+        f"EXISTS (SELECT 1 FROM runs t WHERE t.team = {team} AND t.channel = {channel} "
+        f"AND t.thread_ts = {thread_ts} AND t.parent_id IS NULL "
+        f"AND t.state IN ({_LIVE_SQL}) "
+        f"AND (t.owner IS NULL OR t.lease_expires_at > {now}))"
+    )
+
+
+def holds_thread(run: RunRecord, now: datetime) -> bool:
+    """``run`` keeps its thread from a second live run (:func:`thread_held_sql`)."""
+    if run.parent_id is not None or run.state not in LIVE_STATES:
+        return False
+    return run.owner is None or (run.lease_expires_at is not None and run.lease_expires_at > now)
 
 
 _HELD_SQL = (

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from agent_core.clock import utcnow
 from agent_core.ended import EndedBecause
 from agent_core.records import (
+    Admission,
     ApprovalRecord,
     ApprovalStatus,
     AuditEvent,
@@ -36,6 +37,7 @@ from agent_core.stores._queue import (
     check_waiting,
     counts_for_person,
     fair_key,
+    holds_thread,
     person_key,
 )
 from agent_core.stores._retention import BATCH_SIZE, check_batch_size
@@ -459,6 +461,10 @@ class MemoryStore:
             self._deliveries[key] = seen_at
             return True
 
+    async def forget_delivery(self, key: str) -> None:
+        async with self._lock:
+            self._deliveries.pop(key, None)
+
     # -- ParticipantStore --------------------------------------------------------------
 
     async def add_participant(
@@ -692,15 +698,18 @@ class MemoryStore:
         check_waiting(run)
         await self.create_run(run)
 
-    async def admit_run(self, run: RunRecord, *, limit: int | None) -> bool:
+    async def admit_run(self, run: RunRecord, *, limit: int | None) -> Admission:
         check_admitted(run)
+        now = utcnow()
         async with self._lock:
             if run.id in self._runs:
                 raise ValueError(f"run {run.id} already exists")
+            if any(r.thread == run.thread and holds_thread(r, now) for r in self._runs.values()):
+                return Admission.THREAD_BUSY
             if limit is not None and self._counted(person_key(run)) >= limit:
-                return False
+                return Admission.PERSON_FULL
             self._runs[run.id] = run
-            return True
+            return Admission.ACCEPTED
 
     async def admit_continuation(
         self, run_id: str, by: str, *, at: datetime, limit: int | None

@@ -93,6 +93,20 @@ async def _give_back(pool: Any, conn: Any) -> None:
         await pool.release(conn, timeout=RELEASE_TIMEOUT_S)
 
 
+def _closed(conn: Any) -> bool:
+    """Whether the pool's connection ``conn``, which a call still holds, is closed.
+
+    A connection the server ended under the call (a terminated backend, a transaction
+    whose exit failed on it) is closed by asyncpg, which hands it back to the pool at
+    once and detaches it from ``conn``: asking it anything then raises InterfaceError
+    ("connection has been released back to the pool"). That connection is closed too.
+    """
+    try:
+        return bool(conn.is_closed())
+    except asyncpg.InterfaceError:
+        return True
+
+
 async def _close_pools(*pools: Any) -> None:
     for pool in dict.fromkeys(p for p in pools if p is not None):  # each once
         await pool.close()
@@ -286,13 +300,18 @@ class PostgresStore(PostgresQueue):
             raise _Failed(exc, sent=False, lost=True) from exc
         try:
             result = await work(conn, retrying)
-        except BaseException as exc:
-            # Also on cancellation: the connection goes back in a task of the store's, so a
+        except Exception as exc:
+            if not is_driver_error(exc):
+                self._release(pool, conn)
+                raise
+            # Asked while the connection is still held: after it goes back it is not ours.
+            lost = connection_lost(exc) or _closed(conn)
+            self._release(pool, conn)
+            raise _Failed(exc, sent=True, lost=lost) from exc
+        except BaseException:
+            # A cancellation too: the connection goes back in a task of the store's, so a
             # cancelled caller does not wait for asyncpg to cancel the query and reset.
             self._release(pool, conn)
-            if isinstance(exc, Exception) and is_driver_error(exc):
-                lost = connection_lost(exc) or conn.is_closed()
-                raise _Failed(exc, sent=True, lost=lost) from exc
             raise
         self._release(pool, conn)
         return result
@@ -792,6 +811,10 @@ class PostgresStore(PostgresQueue):
             return retrying and await conn.fetchval(mine, key, token) is not None
 
         return await self._call("record a delivery", work, idempotent=True)
+
+    async def forget_delivery(self, key: str) -> None:
+        sql = "DELETE FROM deliveries WHERE key = $1"
+        await self._execute("forget a delivery", sql, key, idempotent=True)
 
     # -- ParticipantStore --------------------------------------------------------------
 

@@ -11,12 +11,14 @@ together each get another run, and none waits on another's lock. Queueing a run 
 worker already has), which wakes the workers with room at once; their periodic tick is
 the backstop.
 
-Admitting a person's run (``MAX_RUNS_PER_USER``) is a transaction that first takes a
-transaction-scoped advisory lock on the person (their workspace and user id), then
-counts their live runs and inserts the new one only below the limit: a second mention
-from the same person, on any worker, waits for the first's commit and counts its run,
-so two cannot both take the last place. (One statement would not do: under READ
-COMMITTED its count is read before it could wait on anything.)
+Admitting a person's run is a transaction that first takes transaction-scoped advisory
+locks on its thread and on its person (their workspace and user id), then looks for a
+live run in the thread (one live run per thread) and counts the person's live runs
+(``MAX_RUNS_PER_USER``), and inserts the new one only if the thread is free and the
+person below the limit: a second mention in the same thread or from the same person, on
+any worker, waits for the first's commit and sees its run, so two cannot both start a
+run in one thread nor both take the last place. (One statement would not do: under
+READ COMMITTED its reads are made before it could wait on anything.)
 
 A claim is not retried after its statement may have reached the server: a retry could
 take a second run while the first, claimed unseen, is left to expire and be reconciled.
@@ -30,6 +32,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import asyncpg  # type: ignore[import-untyped]
 
 from agent_core.clock import utcnow
+from agent_core.records import Admission
 from agent_core.stores import _codec as codec
 from agent_core.stores._pg import QUEUE_WAKEUP, STOP_CHANNEL
 from agent_core.stores._queue import (
@@ -41,6 +44,7 @@ from agent_core.stores._queue import (
     check_admitted,
     check_waiting,
     person_runs_sql,
+    thread_held_sql,
 )
 
 if TYPE_CHECKING:
@@ -55,10 +59,12 @@ _T = TypeVar("_T")
 _ORDER = "ORDER BY created_at, id"
 _ANNOUNCE = f"SELECT pg_notify('{STOP_CHANNEL}', '{QUEUE_WAKEUP}')"
 _ADMISSION_LOCK = 0x7470  # "tp": this app's advisory locks' first key
-_LOCK_PERSON = "SELECT pg_advisory_xact_lock($1, hashtext($2))"
+_LOCK = "SELECT pg_advisory_xact_lock($1, hashtext($2))"
 _PERSON_RUNS = "SELECT " + person_runs_sql("$1", "$2")
 _CONTINUE = CONTINUE_SQL.format(at="$2", by="$3", now="$4", id="$1") + " RETURNING id"
 _PERSON_OF = "SELECT team, requester FROM runs WHERE id = $1"
+_THREAD_HELD = "SELECT " + thread_held_sql("$1", "$2", "$3", "$4")
+_EXISTS = "SELECT 1 FROM runs WHERE id = $1"
 _SAME_RUN = "SELECT 1 FROM runs WHERE id = $1 AND created_at = $2 AND requester = $3 AND task = $4"
 
 
@@ -88,35 +94,40 @@ class PostgresQueue:
         await self.create_run(run)
         await self._announce()
 
-    async def admit_run(self, run: RunRecord, *, limit: int | None) -> bool:
+    async def admit_run(self, run: RunRecord, *, limit: int | None) -> Admission:
         check_admitted(run)
-        if limit is None:
-            await self.create_run(run)
-        elif not await self._admit(run, limit):
-            return False
-        if run.owner is None:
+        admission = await self._admit(run, limit)
+        if admission is Admission.ACCEPTED and run.owner is None:
             await self._announce()
-        return True
+        return admission
 
-    async def _admit(self, run: RunRecord, limit: int) -> bool:
+    async def _admit(self, run: RunRecord, limit: int | None) -> Admission:
         values = codec.run_values(run)
         marks = ", ".join(f"${i}" for i in range(1, len(values) + 1))
         insert = f"INSERT INTO runs ({', '.join(values)}) VALUES ({marks})"
+        thread = (run.thread.team, run.thread.channel, run.thread.thread_ts)
         person = (run.thread.team, run.requester)
         mine = (values["id"], values["created_at"], values["requester"], values["task"])
 
-        async def work(conn: Any, retrying: bool) -> bool:
+        async def work(conn: Any, retrying: bool) -> Admission:
             async with conn.transaction():
-                await conn.execute(_LOCK_PERSON, _ADMISSION_LOCK, "\x1f".join(person))
+                # The thread's lock, then the person's: every admission takes them in
+                # this order, so two never wait on each other.
+                await conn.execute(_LOCK, _ADMISSION_LOCK, "\x1f".join(thread))
+                await conn.execute(_LOCK, _ADMISSION_LOCK, "\x1f".join(person))
                 if retrying and await conn.fetchval(_SAME_RUN, *mine) is not None:
-                    return True  # our first attempt landed
-                if await conn.fetchval(_PERSON_RUNS, *person) >= limit:
-                    return False
+                    return Admission.ACCEPTED  # our first attempt landed
+                if await conn.fetchval(_EXISTS, run.id) is not None:
+                    raise ValueError(f"run {run.id} already exists")
+                if await conn.fetchval(_THREAD_HELD, *thread, utcnow()):
+                    return Admission.THREAD_BUSY
+                if limit is not None and await conn.fetchval(_PERSON_RUNS, *person) >= limit:
+                    return Admission.PERSON_FULL
                 try:
                     await conn.execute(insert, *values.values())
                 except asyncpg.UniqueViolationError as exc:
                     raise ValueError(f"run {run.id} already exists") from exc
-                return True
+                return Admission.ACCEPTED
 
         return await self._call("admit a run", work, idempotent=True)
 
@@ -129,7 +140,7 @@ class PostgresQueue:
                 if person is None:
                     return False
                 key = (person["team"], person["requester"])
-                await conn.execute(_LOCK_PERSON, _ADMISSION_LOCK, "\x1f".join(key))
+                await conn.execute(_LOCK, _ADMISSION_LOCK, "\x1f".join(key))
                 if limit is not None and await conn.fetchval(_PERSON_RUNS, *key) >= limit:
                     return False
                 return await conn.fetchval(_CONTINUE, run_id, at, by, utcnow()) is not None

@@ -88,12 +88,7 @@ T = TypeVar("T")
 _LIVE = tuple(sorted(LIVE_STATES))
 
 
-def _param(value: Any) -> Any:
-    return codec.sqlite_time(value) if isinstance(value, datetime) else value
-
-
-def _params(values: Sequence[Any]) -> tuple[Any, ...]:
-    return tuple(_param(v) for v in values)
+_params = codec.sqlite_params
 
 
 _TAKE_DELIVERY = (
@@ -608,6 +603,10 @@ class SqliteStore(SqliteQueue):
         # (a row inserted or not) is the whole truth.
         params = [key, uuid.uuid4().hex, now or utcnow()]
         return await self._change("record a delivery", _TAKE_DELIVERY, params) == 1
+
+    async def forget_delivery(self, key: str) -> None:
+        sql = "DELETE FROM deliveries WHERE key = ?"
+        await self._change("forget a delivery", sql, [key])
 
     # -- ParticipantStore --------------------------------------------------------------
 

@@ -6,8 +6,9 @@ RETURNING *`` inside the store's ``BEGIN IMMEDIATE`` transaction: the file's wri
 is held from the start, so two processes claiming at once are serialised and the second
 finds the first's run already gone from the queue. The head is the oldest run of the
 people with the fewest runs holding room (``FAIR_ORDER_SQL``). Admitting a person's run
-is one ``INSERT ... SELECT ... WHERE`` their live runs are fewer than the limit, in the
-same kind of transaction, so two mentions at once cannot both take the last place.
+reads whether its thread has a live run (``thread_held_sql``) and how many live runs its
+person has, then inserts it, in the same kind of transaction, so two mentions at once
+cannot both start a run in one thread, nor both take a person's last place.
 There are no wake-ups: workers look at the queue when one of their runs ends and on
 their periodic tick.
 """
@@ -17,10 +18,11 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from agent_core.clock import utcnow
 from agent_core.errors import StorageError
+from agent_core.records import Admission
 from agent_core.stores import _codec as codec
 from agent_core.stores._queue import (
     CONTINUE_SQL,
@@ -31,10 +33,11 @@ from agent_core.stores._queue import (
     check_admitted,
     check_waiting,
     person_runs_sql,
+    thread_held_sql,
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Sequence
+    from collections.abc import Callable, Iterator, Sequence
     from datetime import datetime
 
     from agent_core.records import RunRecord
@@ -42,6 +45,7 @@ if TYPE_CHECKING:
 __all__ = ["SqliteQueue", "one_run_per_id"]
 
 _ORDER = "ORDER BY created_at, id"
+_T = TypeVar("_T")
 
 
 class SqliteQueue:
@@ -57,24 +61,39 @@ class SqliteQueue:
 
         async def create_run(self, run: RunRecord) -> None: ...
 
+        async def _transaction(
+            self, action: str, body: Callable[[sqlite3.Connection], _T]
+        ) -> _T: ...
+
     async def enqueue_run(self, run: RunRecord) -> None:
         check_waiting(run)
         await self.create_run(run)
 
-    async def admit_run(self, run: RunRecord, *, limit: int | None) -> bool:
+    async def admit_run(self, run: RunRecord, *, limit: int | None) -> Admission:
         check_admitted(run)
-        if limit is None:
-            await self.create_run(run)
-            return True
         values = codec.run_values(run)
-        held = person_runs_sql("?", "?")
-        sql = (
-            f"INSERT INTO runs ({', '.join(values)}) "
-            f"SELECT {', '.join('?' * len(values))} WHERE {held} < ?"
-        )
-        params = [*values.values(), run.thread.team, run.requester, limit]
+        thread = run.thread
+        busy = f"SELECT {thread_held_sql('?', '?', '?', '?')}"
+        busy_params = codec.sqlite_params([thread.team, thread.channel, thread.thread_ts, utcnow()])
+        full = f"SELECT {person_runs_sql('?', '?')} >= ?"
+        full_params = (thread.team, run.requester, limit)
+        insert = f"INSERT INTO runs ({', '.join(values)}) VALUES ({', '.join('?' * len(values))})"
+        insert_params = codec.sqlite_params(list(values.values()))
+
+        def admit(db: sqlite3.Connection) -> Admission:
+            # BEGIN IMMEDIATE: the write lock is held from the first read, so a second
+            # admission for the thread (or the person) reads after this one's commit.
+            if db.execute("SELECT 1 FROM runs WHERE id = ?", (run.id,)).fetchone():
+                raise ValueError(f"run {run.id} already exists")
+            if db.execute(busy, busy_params).fetchone()[0]:
+                return Admission.THREAD_BUSY
+            if limit is not None and db.execute(full, full_params).fetchone()[0]:
+                return Admission.PERSON_FULL
+            db.execute(insert, insert_params)
+            return Admission.ACCEPTED
+
         with one_run_per_id(run.id):
-            return await self._change("admit a run", sql, params) == 1
+            return await self._transaction("admit a run", admit)
 
     async def admit_continuation(
         self, run_id: str, by: str, *, at: datetime, limit: int | None

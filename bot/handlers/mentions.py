@@ -9,14 +9,18 @@ The run is *accepted* before Slack's event is acknowledged (:meth:`Mentions.befo
 a listener middleware, within :data:`bot.stopping.stops.ACK_BUDGET_S`): its row is written, held
 by this worker (:meth:`bot.runs.supervisor.Supervisor.accept`). Slack is told "received" only
 once the run cannot be lost: if this process dies before it starts the run, the row goes
-back in the queue and another worker runs it. After the ack, the listener reads the
+back in the queue and another worker runs it. A row that cannot be written in that time
+(a database blip) is written after the ack, tried again for a bounded time
+(:mod:`bot.handlers.late_admissions`). After the ack, the listener reads the
 thread's history, and starts the run, or queues it when this worker already drives
 ``MAX_LIVE_RUNS`` runs (:mod:`bot.runs.run_queue`).
 
 One person has at most ``MAX_RUNS_PER_USER`` runs live or queued per workspace: past it
 their message gets an ephemeral saying so and starts nothing (no row, no status message);
 the database counts, with the insert, so two mentions at once on two workers cannot both
-take the last place (:meth:`bot.runs.supervisor.Supervisor.accept`).
+take the last place (:meth:`bot.runs.supervisor.Supervisor.accept`). It also looks for a
+live run in the thread in the same transaction: of two mentions at once in one thread,
+on any workers, one starts a run and the other is told the thread is busy.
 
 A reply (or a mention) in a thread whose run is still live (or queued) starts nothing: it
 is guidance for that run, or a stop word (:mod:`bot.handlers.steering`, whose middleware
@@ -33,19 +37,20 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from agent_core import LIVE_STATES, StorageError, ThreadKey
+from agent_core import LIVE_STATES, Admission, StorageError, ThreadKey
 from agent_core.clock import utcnow
+from agent_core.recording import abandon_run
 from agent_core.records import is_accepted, is_waiting
 from bot import messages
 from bot.errors import BudgetNotRunning, SlackError
+from bot.handlers.late_admissions import LateAdmissions
 from bot.handlers.steering import STEERED, Steering
 from bot.inbound.thread_history import read_thread, task_of
 from bot.inbound.trust import Person, person_of
-from bot.runs.supervisor import Admission
 from bot.stopping.stops import ACK_BUDGET_S
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import Awaitable, Callable, Sequence
     from datetime import datetime
 
     from slack_bolt.async_app import AsyncApp
@@ -86,7 +91,9 @@ class Asked:
     (:mod:`bot.inbound.trust`), or have ``MAX_RUNS_PER_USER`` runs live or queued."""
 
 
-def register(app: AsyncApp, ctx: BotContext) -> None:
+def register(app: AsyncApp, ctx: BotContext) -> LateAdmissions:
+    """The mention listeners; the late admissions they start, for the app to shut down
+    first."""
     steering = Steering(ctx)
     mentions = Mentions(ctx)
 
@@ -118,6 +125,7 @@ def register(app: AsyncApp, ctx: BotContext) -> None:
     middleware = [steering.before_ack, mentions.before_ack]
     app.event("app_mention", middleware=middleware)(on_mention)
     app.event("message", middleware=middleware)(on_message)
+    return mentions.late
 
 
 def _from_a_person(event: dict[str, Any], bot_user_id: str) -> bool:
@@ -128,6 +136,8 @@ def _from_a_person(event: dict[str, Any], bot_user_id: str) -> bool:
 class Mentions:
     def __init__(self, ctx: BotContext) -> None:
         self._ctx = ctx
+        self.late = LateAdmissions(self)
+        """Runs not recorded before the ack, recorded after it."""
 
     # -- before the ack ------------------------------------------------------------------
 
@@ -179,21 +189,47 @@ class Mentions:
         return Asked(_thread(team, event), event["user"], event["ts"], task)
 
     async def _accept(self, asked: Asked) -> Asked:
-        """Store the run (held here), unless the thread has a live run already."""
-        supervisor = self._ctx.supervisor
-        if supervisor.thread_held(asked.thread):
-            return replace(asked, busy=True)
+        """Store the run (held here), unless the thread has a live run already. A
+        database that does not answer within the ack budget leaves it not stored: it
+        is recorded after the ack (:mod:`bot.handlers.late_admissions`)."""
         run_id = uuid.uuid4().hex
         try:
             # One budget for every database call before the ack.
             async with asyncio.timeout(ACK_BUDGET_S):
-                busy, orphans = await _live_elsewhere(self._ctx, asked.thread)
-                if busy:
-                    return replace(asked, busy=True)
-                taken = await supervisor.accept(run_id, asked.thread, asked.user, asked.task)
+                return await self._accept_once(replace(asked, run_id=run_id))
         except (TimeoutError, StorageError) as exc:
-            log.error("run.not_recorded", run_id=run_id, error=str(exc) or "timed out")
+            log.warning("run.not_recorded_yet", run_id=run_id, error=str(exc) or "timed out")
             return replace(asked, run_id=run_id)
+
+    async def admit_again(self, asked: Asked, *, earlier: Sequence[str]) -> Asked:
+        """:class:`bot.handlers.late_admissions.Admitter`: another try, under a new run id
+        (the rows of the tries before are ended first, had any landed unseen: a row
+        left live would hold the thread, and be queued and run)."""
+        for run_id in earlier:
+            await abandon_run(self._ctx.store, run_id)  # StorageError: the try failed
+        return await self._accept_once(asked)
+
+    async def admitted(self, asked: Asked) -> None:
+        await self.after_ack(asked)
+
+    async def not_recorded(self, asked: Asked, *, earlier: Sequence[str]) -> None:
+        surface = await self._ctx.workspaces.get(asked.thread.team)
+        await _post(surface, asked.thread, messages.RUN_NOT_RECORDED)
+        for run_id in earlier:
+            await self._ctx.supervisor.abandon_row(run_id)
+
+    async def _accept_once(self, asked: Asked) -> Asked:
+        """One try at storing ``asked``'s run (its ``run_id``); raises StorageError when
+        the database does not answer."""
+        supervisor = self._ctx.supervisor
+        run_id = asked.run_id
+        assert run_id is not None
+        if supervisor.thread_held(asked.thread):
+            return replace(asked, busy=True)
+        busy, orphans = await _live_elsewhere(self._ctx, asked.thread)
+        if busy:
+            return replace(asked, busy=True)
+        taken = await supervisor.accept(run_id, asked.thread, asked.user, asked.task)
         if taken is Admission.THREAD_BUSY:
             return replace(asked, busy=True)
         if taken is Admission.PERSON_FULL:
@@ -217,8 +253,7 @@ class Mentions:
             elif asked.busy or asked.run_id is None:
                 await _ephemeral(surface, asked, messages.THREAD_BUSY)
             elif not asked.stored:
-                await _post(surface, thread, messages.RUN_NOT_RECORDED)
-                await ctx.supervisor.abandon_row(asked.run_id)
+                self.late.admit(asked)  # recorded after the ack, then started
             else:
                 await self._end_orphans(asked.orphans)
                 await self._start(asked, asked.run_id, surface)

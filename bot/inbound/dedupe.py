@@ -14,6 +14,10 @@ click or event that asks a run to stop has its key recorded by the stop request'
 transaction (:meth:`Deliveries.take`): the key is taken exactly when the request is
 committed, never one without the other.
 
+An event whose handling fails before Slack is answered (Slack will deliver it again) has
+its key forgotten (:meth:`EventDeduper.forget`, from the app's error handler), so the
+re-delivery is handled, on any worker.
+
 The log records that a delivery was *taken*, not that its work was done: a worker killed
 between the two (before the run's row is written, which is still before the ack) would
 lose a mention to Slack's retries of it. So a repeated mention or message that another
@@ -109,6 +113,14 @@ class Deliveries:
         self.remember(key)
         return first
 
+    async def forget(self, key: str) -> None:
+        """``key``'s delivery was not handled after all (it failed before Slack was
+        answered, and Slack will deliver it again): its next delivery is a first one, on
+        this worker or any other. Raises :class:`agent_core.StorageError` when the
+        database cannot be told; callers bound the wait."""
+        self._seen.pop(key, None)
+        await self._store.forget_delivery(key)
+
     async def take(self, key: str, commit: Callable[[str], Awaitable[T | None]]) -> T | None:
         """What ``commit(key)`` committed, for exactly one delivery of ``key`` among all
         workers; None for every other (a repeat), and nothing committed for it.
@@ -200,6 +212,24 @@ class EventDeduper:
             )
             self._deliveries.remember(key)
             return True
+
+    async def forget(self, body: dict[str, Any]) -> None:
+        """Handling ``body``'s event failed before Slack was answered: Slack delivers it
+        again, and that delivery must be handled, not dropped as a repeat of one that
+        was (an event counts as seen only once its handling got past the ack). A
+        database that cannot be told within the budget is logged: the retry that
+        comes after :data:`RETAKE_AFTER` is still taken again if no run came of it."""
+        event_id = body.get("event_id") if body.get("type") == "event_callback" else None
+        key = event_key(str(event_id))
+        if not event_id or not self._deliveries.seen_here(key):
+            return  # not taken here (not recorded, or dropped as a repeat)
+        try:
+            async with asyncio.timeout(self._budget_s):
+                await self._deliveries.forget(key)
+        except (StorageError, TimeoutError) as exc:
+            log.error("event.not_forgotten", event_id=event_id, error=str(exc) or "timed out")
+            return
+        log.info("event.forgotten", event_id=event_id, reason="handling failed before the ack")
 
     async def work_lost(self, body: dict[str, Any]) -> bool:
         """For a repeat: True if it is a person's message whose taker left no run behind

@@ -82,11 +82,14 @@ from bot.workers.worker import Worker, default_worker_id
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
+    from slack_bolt.request.async_request import AsyncBoltRequest
+    from slack_bolt.response import BoltResponse
     from slack_sdk.socket_mode.async_client import AsyncBaseSocketModeClient
     from slack_sdk.socket_mode.request import SocketModeRequest
 
     from agent_core import ChatModel
     from agent_core.ports import Store
+    from bot.handlers.late_admissions import LateAdmissions
     from bot.process.loop_load import LoopLoad
     from bot.process.settings import Settings
 
@@ -134,6 +137,7 @@ class ThreadpilotApp:
         self._store: Store | None = None
         self._dashboard: Dashboard | None = None
         self._home: HomeRefresher | None = None
+        self._late: LateAdmissions | None = None
         self._load: LoopLoad | None = None
         self._guard: SlackRequestGuard | None = None
         self._started = False
@@ -336,11 +340,19 @@ class ThreadpilotApp:
             # multi-line suggestion of a listener to write.
             raise_error_for_unhandled_request=True,
         )
-        bolt.error(on_bolt_error)
         # Durable and shared by every worker: a retry delivered elsewhere is dropped too.
         deduper = EventDeduper(ctx.deliveries, ctx.store, ctx.me, budget_s=ACK_BUDGET_S)
+
+        async def on_error(
+            error: Exception, request: AsyncBoltRequest, response: BoltResponse | None
+        ) -> BoltResponse | None:
+            if response is not None:  # before the ack: Slack delivers it again
+                await deduper.forget(request.body)
+            return await on_bolt_error(error, request, response)
+
+        bolt.error(on_error)
         bolt.middleware(deduper.middleware)
-        mentions.register(bolt, ctx)
+        self._late = mentions.register(bolt, ctx)
         # Before actions.register, whose last listener takes every button nobody took.
         assert self._dashboard is not None and self._home is not None
         home.register(bolt, ctx, self._dashboard, self._home)
@@ -421,6 +433,8 @@ class ThreadpilotApp:
             self._load.close()
         try:
             async with asyncio.timeout(timeout_s + 2):
+                if self._late is not None:  # first: nothing new is recorded from here on
+                    await self._late.shutdown()
                 if self._socket is not None:
                     await _bounded(
                         self._socket.close_async(),  # type: ignore[no-untyped-call]

@@ -41,12 +41,12 @@ import contextlib
 import time
 from dataclasses import dataclass, replace
 from datetime import timedelta
-from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 
 from agent_core import (
+    Admission,
     EndedBecause,
     RunRecord,
     RunState,
@@ -84,20 +84,9 @@ if TYPE_CHECKING:
     """Stores a continuation's row in the transaction that starts its resume
     (:meth:`agent_core.ports.ResumeStore.start_continuation`); False if it lost."""
 
-__all__ = ["Admission", "LiveRun", "RunLifecycle", "Supervisor"]
+__all__ = ["LiveRun", "RunLifecycle", "Supervisor"]
 
 log = structlog.get_logger("bot.runs.supervisor")
-
-
-class Admission(StrEnum):
-    """What became of a person's new run at :meth:`Supervisor.accept`."""
-
-    ACCEPTED = "accepted"
-    """Stored: held here to start, or waiting in the queue (this worker is shutting down)."""
-    THREAD_BUSY = "thread_busy"
-    """The thread has a run here already: nothing was stored."""
-    PERSON_FULL = "person_full"
-    """Its person has ``MAX_RUNS_PER_USER`` runs live or queued: nothing was stored."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,8 +276,9 @@ class Supervisor:
 
     async def accept(self, run_id: str, thread: ThreadKey, requester: str, task: str) -> Admission:
         """Store ``run_id``, a person's new run for ``thread``, before their message is
-        acknowledged, unless the thread has a run here already or the person has
-        ``MAX_RUNS_PER_USER`` runs live or queued (any worker's).
+        acknowledged, unless the thread has a live run (here, or any worker's: the
+        database decides with the insert) or the person has ``MAX_RUNS_PER_USER`` runs
+        live or queued (any worker's).
 
         While this worker takes work the row is leased here and the thread held for it,
         until :meth:`start` runs it or :meth:`hand_over` gives it to the queue. While
@@ -300,10 +290,10 @@ class Supervisor:
             return Admission.THREAD_BUSY
         record = RunRecord(id=run_id, thread=thread, requester=requester, task=task)
         if not self._accepting:
-            if not await self._store.admit_run(record, limit=self._max_per_user):
-                return Admission.PERSON_FULL
-            log.info("run.accepted_into_queue", run_id=run_id, reason="shutting down")
-            return Admission.ACCEPTED
+            admission = await self._store.admit_run(record, limit=self._max_per_user)
+            if admission is Admission.ACCEPTED:
+                log.info("run.accepted_into_queue", run_id=run_id, reason="shutting down")
+            return admission
         self._by_thread[thread] = run_id
         self._accepted[run_id] = _Accepted(thread, requester, task)
         try:
@@ -312,14 +302,13 @@ class Supervisor:
                 owner=self._worker_id,
                 lease_expires_at=utcnow() + timedelta(seconds=self._lease_ttl_s),
             )
-            admitted = await self._store.admit_run(leased, limit=self._max_per_user)
+            admission = await self._store.admit_run(leased, limit=self._max_per_user)
         except BaseException:
             self.hand_over(run_id)
             raise
-        if not admitted:
+        if admission is not Admission.ACCEPTED:
             self.hand_over(run_id)
-            return Admission.PERSON_FULL
-        return Admission.ACCEPTED
+        return admission
 
     def hand_over(self, run_id: str) -> None:
         """An accepted run is no longer this process's to start (it was queued, or not

@@ -53,3 +53,18 @@ async def test_a_naive_time_is_refused(store: Store) -> None:
     with pytest.raises(ValueError, match="naive"):
         await store.first_delivery("event:Ev1", now=utcnow().replace(tzinfo=None))
     assert await store.first_delivery("event:Ev1")
+
+
+async def test_a_forgotten_key_is_taken_again_by_any_worker_once(backend: Backend) -> None:
+    """A delivery whose handling failed before Slack was answered is forgotten: Slack's
+    re-delivery, to this worker or another, is a first delivery again, and only once."""
+    receiver = await backend.open()
+    workers = [await backend.open() for _ in range(3)]
+    assert await receiver.first_delivery("event:Ev1")
+
+    await receiver.forget_delivery("event:Ev1")
+
+    answers = await asyncio.gather(*(w.first_delivery("event:Ev1") for w in workers))
+    assert answers.count(True) == 1, answers
+    assert not await receiver.first_delivery("event:Ev1")
+    await receiver.forget_delivery("event:never-seen")  # nothing to forget: no error

@@ -12,6 +12,7 @@ import asyncio
 import collections
 import contextlib
 import dataclasses
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import asyncpg  # type: ignore[import-untyped]
@@ -19,6 +20,7 @@ import pytest
 
 from agent_core.errors import StorageError
 from agent_core.records import (
+    Admission,
     Checkpoint,
     GuidanceRecord,
     GuidanceStatus,
@@ -506,3 +508,28 @@ async def test_only_storage_errors_escape_while_backends_are_terminated(
                 assert run.state == winners[0]
     finally:
         await after.close()
+
+
+# -- a connection that closes inside a transaction -------------------------------------
+
+
+async def test_a_connection_lost_inside_a_transaction_is_retried_not_used_after_release(
+    own_pg_url: str,
+) -> None:
+    """The admission of a mention is a transaction; when its connection dies mid-way,
+    asyncpg closes it and hands it back to the pool before the store looks at it (the
+    transaction's exit then fails on the closed connection). The store must see a lost
+    connection, not use the released one: the mention is admitted on a fresh connection
+    (before: ``InterfaceError: cannot call Connection.is_closed(): connection has been
+    released back to the pool`` escaped, and the mention was answered with an error)."""
+    lease = datetime.now(UTC) + timedelta(seconds=30)
+    run = dataclasses.replace(a_run("run-1", RunState.QUEUED), owner="w", lease_expires_at=lease)
+    async with proxied_store(own_pg_url) as (store, proxy):
+        proxy.cut_before_send("INSERT INTO runs")
+
+        assert await store.admit_run(run, limit=3) is Admission.ACCEPTED
+
+        assert proxy.cuts == 1
+        stored = await store.get_run("run-1")
+        assert stored is not None
+        assert stored.owner == "w"

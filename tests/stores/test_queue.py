@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from agent_core.ended import EndedBecause
-from agent_core.records import ResumeState, RunRecord, ThreadKey
+from agent_core.records import Admission, ResumeState, RunRecord, ThreadKey
 from agent_core.states import RunState
 from agent_core.stop import StopReason
 
@@ -194,6 +194,10 @@ async def test_a_waiting_run_holds_no_room_for_its_person(backend: Backend) -> N
 # -- admission (MAX_RUNS_PER_USER) ----------------------------------------------------
 
 
+OK = Admission.ACCEPTED
+FULL = Admission.PERSON_FULL
+
+
 def accepted(n: int, **fields: Any) -> RunRecord:
     """A person's new run as a worker accepts it: held by it, with a lease."""
     lease = datetime.now(UTC) + timedelta(seconds=30)
@@ -202,21 +206,21 @@ def accepted(n: int, **fields: Any) -> RunRecord:
 
 async def test_admission_counts_the_persons_live_and_waiting_runs(backend: Backend) -> None:
     store = await backend.open()
-    assert await store.admit_run(accepted(1), limit=3)
-    assert await store.admit_run(waiting(2), limit=3)  # waiting counts too
+    assert await store.admit_run(accepted(1), limit=3) is OK
+    assert await store.admit_run(waiting(2), limit=3) is OK  # waiting counts too
     await store.create_run(waiting(3, owner="w", lease_expires_at=T0, parent_id="run-001"))
-    assert await store.admit_run(accepted(4), limit=3)  # a sub-agent does not count
-    assert not await store.admit_run(accepted(5), limit=3)
+    assert await store.admit_run(accepted(4), limit=3) is OK  # a sub-agent does not count
+    assert await store.admit_run(accepted(5), limit=3) is FULL
     assert await store.get_run("run-005") is None
     # Someone else, or the same user id in another workspace, is another person.
-    assert await store.admit_run(accepted(6, requester="U2"), limit=3)
+    assert await store.admit_run(accepted(6, requester="U2"), limit=3) is OK
     other = dataclasses.replace(accepted(7), thread=ThreadKey("T2", "C1", "1700000000.7"))
-    assert await store.admit_run(other, limit=3)
+    assert await store.admit_run(other, limit=3) is OK
     # An ended run gives its place back; no limit admits anything.
     assert await store.set_state("run-001", RunState.FINISHED, expected=[RunState.QUEUED])
-    assert await store.admit_run(accepted(8), limit=3)
-    assert not await store.admit_run(accepted(9), limit=3)
-    assert await store.admit_run(accepted(9), limit=None)
+    assert await store.admit_run(accepted(8), limit=3) is OK
+    assert await store.admit_run(accepted(9), limit=3) is FULL
+    assert await store.admit_run(accepted(9), limit=None) is OK
     stored = await store.get_run("run-008")
     assert stored is not None and stored.owner == "w" and stored.state is RunState.QUEUED
     assert await store.count_queued() == 1  # run-002
@@ -230,7 +234,7 @@ async def test_admission_refuses_what_is_not_a_persons_new_run(backend: Backend)
         await store.admit_run(waiting(2, parent_id="run-000"), limit=3)
     with pytest.raises(ValueError):
         await store.admit_run(waiting(3, owner="w"), limit=3)  # an owner with no lease
-    assert await store.admit_run(accepted(4), limit=3)
+    assert await store.admit_run(accepted(4), limit=3) is OK
     with pytest.raises(ValueError):
         await store.admit_run(accepted(4), limit=3)
 
@@ -239,11 +243,12 @@ async def test_admissions_at_once_never_pass_the_limit(backend: Backend) -> None
     """Ten mentions from one person at once, through three workers' stores, with two
     places left: two are admitted, whatever the interleaving."""
     stores = [await backend.open() for _ in range(3)]
-    assert await stores[0].admit_run(accepted(0), limit=3)
+    assert await stores[0].admit_run(accepted(0), limit=3) is OK
     results = await asyncio.gather(
         *(stores[n % 3].admit_run(accepted(n), limit=3) for n in range(1, 11))
     )
-    assert sum(results) == 2
+    assert results.count(OK) == 2
+    assert results.count(FULL) == 8
     live = await stores[1].find_runs(states=[RunState.QUEUED], limit=100)
     assert len(live) == 3
 
@@ -269,7 +274,7 @@ async def test_a_continue_counts_towards_the_persons_limit_until_it_starts(
     now = datetime.now(UTC)
     for n in (1, 2):
         await store.create_run(spent(n))
-    assert await store.admit_run(accepted(3), limit=2)
+    assert await store.admit_run(accepted(3), limit=2) is OK
 
     assert await store.admit_continuation("run-001", "U9", at=now, limit=2)
     continued = await store.get_run("run-001")
@@ -277,7 +282,7 @@ async def test_a_continue_counts_towards_the_persons_limit_until_it_starts(
     assert (continued.resume, continued.resume_by) == (ResumeState.SCHEDULED, "U9")
     # The continuation not started yet holds a place: a mention, or another Continue,
     # of the same person is past the limit.
-    assert not await store.admit_run(accepted(4), limit=2)
+    assert await store.admit_run(accepted(4), limit=2) is Admission.PERSON_FULL
     assert not await store.admit_continuation("run-002", "U1", at=now, limit=2)
     untouched = await store.get_run("run-002")
     assert untouched is not None
@@ -301,4 +306,39 @@ async def test_continues_and_mentions_at_once_never_pass_the_limit(backend: Back
         *(stores[n % 3].admit_continuation(f"run-00{n}", "U1", at=now, limit=1) for n in (1, 2, 3)),
         *(stores[n % 3].admit_run(accepted(n), limit=1) for n in (4, 5, 6)),
     )
-    assert sum(results) == 1
+    assert results.count(True) + results.count(OK) == 1, results
+
+
+async def test_admissions_at_once_in_one_thread_admit_exactly_one(backend: Backend) -> None:
+    """Ten mentions in one thread at once (people of their own, so no person is full),
+    through three workers' stores: one run is admitted, the others find the thread
+    busy (one live run per thread, issue 28 item 4)."""
+    stores = [await backend.open() for _ in range(3)]
+    thread = ThreadKey("T1", "C1", "1700000000.000001")
+    runs = [accepted(n, thread=thread, requester=f"U{n}") for n in range(10)]
+    results = await asyncio.gather(
+        *(stores[n % 3].admit_run(run, limit=3) for n, run in enumerate(runs))
+    )
+    assert results.count(OK) == 1, results
+    assert results.count(Admission.THREAD_BUSY) == 9
+    assert len(await stores[1].find_runs(thread=thread)) == 1
+
+
+async def test_a_thread_is_held_by_a_waiting_or_leased_run_not_by_an_orphan(
+    backend: Backend,
+) -> None:
+    store = await backend.open()
+    thread = ThreadKey("T1", "C1", "1700000000.000001")
+    assert await store.admit_run(waiting(1, thread=thread), limit=None) is OK
+    assert await store.admit_run(accepted(2, thread=thread), limit=None) is Admission.THREAD_BUSY
+    assert await store.set_state("run-001", RunState.FINISHED, expected=[RunState.QUEUED])
+    assert await store.admit_run(accepted(3, thread=thread), limit=None) is OK
+    # Its worker is gone (the lease ran out): the row holds nothing, whoever finds it ends it.
+    assert await store.set_state(
+        "run-003", RunState.RUNNING, expected=[RunState.QUEUED], lease_expires_at=T0
+    )
+    assert await store.admit_run(accepted(4, thread=thread), limit=None) is OK
+    # A sub-agent's row is its parent's business.
+    other = ThreadKey("T1", "C1", "1700000000.000002")
+    await store.create_run(waiting(5, thread=other, owner="w", lease_expires_at=T0, parent_id="x"))
+    assert await store.admit_run(accepted(6, thread=other), limit=None) is OK
