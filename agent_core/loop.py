@@ -470,6 +470,7 @@ class Run:
     async def _take_step(self, response: ModelResponse) -> Step:
         calls = response.tool_calls
         self._messages.append(assistant_message(response))
+        results_from = len(self._messages)
         if not calls:
             return FinalAnswer(response.text)
         for call in calls:
@@ -499,11 +500,18 @@ class Run:
                     )
                 )
         await self._run_calls(admitted)
+        # Refusals were written before the admitted calls ran (so a resume finds them
+        # answered); the model reads every result in the order of its calls.
+        order = {call.id: n for n, call in enumerate(calls)}
+        self._messages[results_from:] = sorted(
+            self._messages[results_from:], key=lambda m: order.get(str(m.get("tool_call_id")), 0)
+        )
         return Continue()
 
     async def _run_calls(self, calls: Sequence[ToolCall]) -> None:
         """Run the step's ``calls`` once the step so far is checkpointed (the reply,
-        before any of them runs); their results join the conversation in call order."""
+        before any of them runs); their results join the conversation in ``calls``'
+        order."""
         if not calls:
             return  # nothing runs: the step's own checkpoint follows at once
         await self._steps.replied(self._tally.turns, self._messages)
