@@ -8,29 +8,29 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from agent_core.approvals import DEFAULT_APPROVAL_TIMEOUT_S
-from agent_core.budget import (
+from agent_core.delegation import CHILD_HOW_TO_CONTINUE, DELEGATE
+from agent_core.loop import Run
+from agent_core.retry import RetryPolicy
+from agent_core.tools import DEFAULT_TOOL_TIMEOUT_S
+from agent_core.values.approvals import DEFAULT_APPROVAL_TIMEOUT_S
+from agent_core.values.budget import (
     DEFAULT_BUDGET,
     DEFAULT_MAX_CHILDREN_PER_RUN,
     DEFAULT_MAX_TOOL_CALLS_PER_STEP,
     BudgetLimits,
 )
-from agent_core.delegation import CHILD_HOW_TO_CONTINUE, DELEGATE
-from agent_core.ended import EndedBecause
-from agent_core.loop import Run
-from agent_core.prompts import SYSTEM_PROMPT
-from agent_core.records import ThreadKey
-from agent_core.retry import RetryPolicy
-from agent_core.tools import DEFAULT_TOOL_TIMEOUT_S
+from agent_core.values.ended import EndedBecause
+from agent_core.values.prompts import SYSTEM_PROMPT
+from agent_core.values.records import ThreadKey
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from agent_core.budget import Spent
-    from agent_core.chat import ChatMessage
     from agent_core.ports import Approvals, ChatModel, RunStore
-    from agent_core.records import Checkpoint
     from agent_core.tools import Tool
+    from agent_core.values.budget import Spent
+    from agent_core.values.chat import ChatMessage
+    from agent_core.values.records import Checkpoint
 
 __all__ = ["Agent", "AgentConfig"]
 
@@ -61,7 +61,7 @@ class AgentConfig:
 
     budget: BudgetLimits = DEFAULT_BUDGET
     """One request's budget (tokens, tool calls, time, cost), shared by the run and its
-    sub-agents (:mod:`agent_core.budget`)."""
+    sub-agents (:mod:`agent_core.values.budget`)."""
     max_tool_calls_per_step: int = DEFAULT_MAX_TOOL_CALLS_PER_STEP
     """Calls of one model reply that run; the rest get a tool error saying so."""
     max_children_per_run: int = DEFAULT_MAX_CHILDREN_PER_RUN
@@ -103,7 +103,7 @@ class Agent:
         approvals: Approvals | None = None,
     ) -> None:
         """``approvals``: where a call that needs approval gets a person's decision;
-        without it such calls are refused (:mod:`agent_core.approvals`)."""
+        without it such calls are refused (:mod:`agent_core.values.approvals`)."""
         self.model = model
         self.tools = tuple(tools)
         self.config = config or AgentConfig()
@@ -146,7 +146,7 @@ class Agent:
         ``continued_from``: the run this one continues from a summary (its context filled
         up; see :func:`agent_core.compaction.continue_from`); kept on the result.
         ``spent``: what the request had already spent, when this run continues it (its
-        budget goes on from there, :mod:`agent_core.budget`).
+        budget goes on from there, :mod:`agent_core.values.budget`).
         """
         run_id = run_id or uuid.uuid4().hex
         return Run(

@@ -4,10 +4,10 @@ Ctrl+C once asks for a Stop (the current step finishes, one final turn reports),
 for an Abort; SIGTERM and SIGHUP (the terminal closed) are a shutdown. Exit statuses
 (docs/stopping.md, In a terminal): 0 finished or stopped, 130 aborted, 143 shutdown (129 when SIGHUP
 asked for it), 1 failed, 2 bad usage or configuration. ``--json`` carries
-``ended_because`` (:mod:`agent_core.ended`) with the rest of the result, and ``usage`` is
+``ended_because`` (:mod:`agent_core.values.ended`) with the rest of the result, and ``usage`` is
 the whole request's (the run and its sub-agents: tokens by kind, tool calls, wall time,
 and ``cost_usd`` when prices are set). The app's budgets apply here too
-(:mod:`agent_core.budget`): a spent one ends the run ``blocked`` with ``EXIT-BUDGET``,
+(:mod:`agent_core.values.budget`): a spent one ends the run ``blocked`` with ``EXIT-BUDGET``,
 exit status 0.
 
 Settings are read as the app reads them (:mod:`agent_core.settings_file`): the
@@ -45,28 +45,14 @@ import sys
 from typing import TYPE_CHECKING, TextIO, TypeVar, overload
 
 from agent_core.agent import Agent, AgentConfig
-from agent_core.approvals import APPROVAL_TIMEOUT, parse_approval_timeout
-from agent_core.budget_settings import RunLimits, limits_from_settings
 from agent_core.builtin_tools import BUILTIN_TOOLS
 from agent_core.delegation import DELEGATE
-from agent_core.errors import ConfigError
-from agent_core.events import (
-    ChildFinished,
-    ChildStarted,
-    RunEvent,
-    TextDelta,
-    ToolFinished,
-    ToolStarted,
-    TurnStarted,
-)
 from agent_core.isolation import make_undumpable
 from agent_core.logs import configure_logging
 from agent_core.mcp import SETTING as MCP_SETTING
 from agent_core.mcp import McpManager, load_mcp_config
 from agent_core.model_api import HTTPChatModel, ModelAPI, build_model
 from agent_core.model_http import DEFAULT_REPLY_TIMEOUT_S
-from agent_core.outcomes import ExitCode
-from agent_core.redact import public_url
 from agent_core.settings_file import (
     ENV_FILE,
     REQUIRED_WITH_API,
@@ -75,17 +61,31 @@ from agent_core.settings_file import (
     raise_all,
     settings_text,
 )
-from agent_core.stop import StopReason, StopSource
 from agent_core.terminal_approvals import TerminalApprovals
 from agent_core.tools import DEFAULT_TOOL_TIMEOUT_S
+from agent_core.values.approvals import APPROVAL_TIMEOUT, parse_approval_timeout
+from agent_core.values.budget_settings import RunLimits, limits_from_settings
+from agent_core.values.errors import ConfigError
+from agent_core.values.events import (
+    ChildFinished,
+    ChildStarted,
+    RunEvent,
+    TextDelta,
+    ToolFinished,
+    ToolStarted,
+    TurnStarted,
+)
+from agent_core.values.outcomes import ExitCode
+from agent_core.values.redact import public_url
+from agent_core.values.stop import StopReason, StopSource
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
-    from agent_core.budget import Spent
     from agent_core.loop import Run
     from agent_core.mcp import ServerConfig
-    from agent_core.outcomes import RunResult
+    from agent_core.values.budget import Spent
+    from agent_core.values.outcomes import RunResult
 
 __all__ = ["main"]
 

@@ -8,7 +8,7 @@ history is that summary, linked to the old run (``RunResult.continued_from``).
 :class:`Compaction` is a run-like task, not a :class:`~agent_core.loop.Run`: it makes
 exactly one model request (no tools, no retries: a failure is a value, and the caller's
 resume policy decides whether to try again) and has its own
-:class:`~agent_core.stop.RunControl`, so the stop service reaches it like any run. Every
+:class:`~agent_core.values.stop.RunControl`, so the stop service reaches it like any run. Every
 request ends it at once, a Stop included: there is no step boundary inside a single
 request and no final turn to take, and the previous run's handoff already stands. The
 cancellation closes the model's HTTP stream like an Abort does in a run.
@@ -31,21 +31,21 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from agent_core.chat import ModelRequest
-from agent_core.errors import ModelError
-from agent_core.prompts import SUMMARY_INSTRUCTION, continuation_note
-from agent_core.stop import RunControl, StopReason, StopSource
+from agent_core.values.chat import ModelRequest
+from agent_core.values.errors import ModelError
+from agent_core.values.prompts import SUMMARY_INSTRUCTION, continuation_note
+from agent_core.values.stop import RunControl, StopReason, StopSource
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from agent_core.agent import Agent
-    from agent_core.budget import Spent
-    from agent_core.chat import ChatMessage, Usage
     from agent_core.loop import Run
     from agent_core.ports import ChatModel, TextSink
-    from agent_core.records import ThreadKey
-    from agent_core.stop import StopRequest
+    from agent_core.values.budget import Spent
+    from agent_core.values.chat import ChatMessage, Usage
+    from agent_core.values.records import ThreadKey
+    from agent_core.values.stop import StopRequest
 
 __all__ = [
     "DEFAULT_SUMMARY_WINDOW",

@@ -19,7 +19,7 @@ top-level run is at depth 0, its children at 1 may delegate once more, and grand
 
 At most :data:`MAX_LIVE_CHILDREN` children of one run are live at once, and at most
 ``max_children_per_run`` (:class:`~agent_core.agent.AgentConfig`, ``MAX_CHILDREN_PER_RUN``)
-are started in all; children spend from their parent's budget (:mod:`agent_core.budget`).
+are started in all; children spend from their parent's budget (:mod:`agent_core.values.budget`).
 A further call is refused at once with a tool error rather than held until a slot frees:
 a held call is work a Stop would have to find and cancel, and a wait the model cannot
 see; the model reads the refusal with the other results of its batch and delegates again
@@ -42,16 +42,16 @@ from typing import TYPE_CHECKING, Annotated
 import pydantic
 import structlog
 
-from agent_core.events import ChildFinished, ChildStarted, RunEvent, ToolStarted, TurnStarted
 from agent_core.tool_progress import current_progress
 from agent_core.tools import ASK_USER, FINAL_REPORT, Tool, ToolError
+from agent_core.values.events import ChildFinished, ChildStarted, RunEvent, ToolStarted, TurnStarted
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from agent_core.loop import Run
-    from agent_core.outcomes import RunResult
     from agent_core.tool_progress import ProgressFn
+    from agent_core.values.outcomes import RunResult
 
 __all__ = [
     "CHILD_HOW_TO_CONTINUE",

@@ -9,7 +9,7 @@ appears on every line logged within that context, whichever logger wrote it.
 Above DEBUG, libraries that log a line per request or per start (:data:`QUIET_AT_INFO`:
 the HTTP clients, the access log, asyncpg, alembic's migration steps) show only their
 warnings and errors; at DEBUG everything is shown. Their lines (and tracebacks) are
-passed through :func:`agent_core.redact.redact` first: an MCP server's URL, which the
+passed through :func:`agent_core.values.redact.redact` first: an MCP server's URL, which the
 HTTP clients log with each request, loses its user info and query, and anything shaped
 like a key is masked. Our own lines say what they show on purpose.
 """
@@ -22,7 +22,7 @@ from typing import Literal, TextIO
 
 import structlog
 
-from agent_core.redact import redact
+from agent_core.values.redact import redact
 
 __all__ = ["QUIET_AT_INFO", "LogFormat", "configure_logging"]
 

@@ -29,39 +29,8 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from agent_core.approvals import ApprovalGate
-from agent_core.budget import Budget, admit_calls
-from agent_core.chat import ModelRequest
-from agent_core.clock import utcnow
 from agent_core.delegation import MAX_DEPTH, SUB_AGENT_NOTE, Delegation
-from agent_core.ended import EndedBecause, classify
-from agent_core.errors import (
-    ContextOverflow,
-    FatalModelError,
-    ModelError,
-    RateLimited,
-    RetryableModelError,
-)
-from agent_core.events import (
-    EventHub,
-    GuidanceDelivered,
-    Retrying,
-    RunFinished,
-    StepRestarted,
-    StopHonoured,
-    StopRequested,
-    TextDelta,
-    ToolFinished,
-    ToolProgress,
-    ToolStarted,
-    TurnFinished,
-    TurnStarted,
-)
-from agent_core.guidance import Guidance, GuidanceInbox
-from agent_core.outcomes import ExitCode, Handoff, Outcome, RunResult, Timings
-from agent_core.prompts import FinalTurnReason, final_turn_instruction, resumed_note
 from agent_core.recording import RunRecorder
-from agent_core.records import ThreadKey
 from agent_core.step_log import InterruptedStep, StepLog, interrupted_step, unknown_effect
 from agent_core.steps import (
     AskedUser,
@@ -85,19 +54,50 @@ from agent_core.steps import (
     stopped_before_work,
     tool_result,
 )
-from agent_core.stop import RunControl, StopReason, StopSource
 from agent_core.tally import RunTally
 from agent_core.tools import ASK_USER, FINAL_REPORT, Tool, Toolbox, ToolOutcome, gather_tools
+from agent_core.values.approvals import ApprovalGate
+from agent_core.values.budget import Budget, admit_calls
+from agent_core.values.chat import ModelRequest
+from agent_core.values.clock import utcnow
+from agent_core.values.ended import EndedBecause, classify
+from agent_core.values.errors import (
+    ContextOverflow,
+    FatalModelError,
+    ModelError,
+    RateLimited,
+    RetryableModelError,
+)
+from agent_core.values.events import (
+    EventHub,
+    GuidanceDelivered,
+    Retrying,
+    RunFinished,
+    StepRestarted,
+    StopHonoured,
+    StopRequested,
+    TextDelta,
+    ToolFinished,
+    ToolProgress,
+    ToolStarted,
+    TurnFinished,
+    TurnStarted,
+)
+from agent_core.values.guidance import Guidance, GuidanceInbox
+from agent_core.values.outcomes import ExitCode, Handoff, Outcome, RunResult, Timings
+from agent_core.values.prompts import FinalTurnReason, final_turn_instruction, resumed_note
+from agent_core.values.records import ThreadKey
+from agent_core.values.stop import RunControl, StopReason, StopSource
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from datetime import datetime
 
     from agent_core.agent import Agent
-    from agent_core.budget import Exhaustion, Spent
-    from agent_core.chat import ChatMessage, ModelResponse, ToolCall
-    from agent_core.records import Checkpoint, ThreadKey
-    from agent_core.stop import StopRequest
+    from agent_core.values.budget import Exhaustion, Spent
+    from agent_core.values.chat import ChatMessage, ModelResponse, ToolCall
+    from agent_core.values.records import Checkpoint, ThreadKey
+    from agent_core.values.stop import StopRequest
 
 __all__ = ["Run", "current_run"]
 
@@ -237,7 +237,7 @@ class Run:
         return self.control.request_stop(reason, requested_by, source=source)
 
     def add_guidance(self, guidance: Guidance) -> bool:
-        """Queue a person's reply for the next turn boundary (see :mod:`agent_core.guidance`).
+        """Queue a person's reply for the next turn boundary (:mod:`agent_core.values.guidance`).
 
         False if the run has ended or this reply was already queued.
         """

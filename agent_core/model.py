@@ -14,7 +14,7 @@ streamed chunk than everything else a chunk does: first its typed chunk objects,
 once those were gone, the layers between its HTTP client and the socket.
 
 Nothing retries here: the loop does, because only the loop can make a retry wait
-interruptible by Stop. Every failure leaves here as a :class:`agent_core.errors.ModelError`
+interruptible by Stop. Every failure leaves here as a :class:`agent_core.values.errors.ModelError`
 (the mapping is in :func:`agent_core.model_http.refused` for answers with an error status,
 and in :class:`agent_core.model_http.ModelEndpoint` for what happens on the wire).
 
@@ -29,8 +29,6 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from agent_core.chat import ModelRequest, ModelResponse, ToolCall, Usage, detail_tokens
-from agent_core.errors import RetryableModelError
 from agent_core.model_http import (
     DEFAULT_REPLY_TIMEOUT_S,
     MAX_ARGUMENT_CHARS,
@@ -40,11 +38,13 @@ from agent_core.model_http import (
     endpoint_url,
     event_object,
 )
+from agent_core.values.chat import ModelRequest, ModelResponse, ToolCall, Usage, detail_tokens
+from agent_core.values.errors import RetryableModelError
 
 if TYPE_CHECKING:
-    from agent_core.chat import ChatMessage
     from agent_core.ports import TextSink
     from agent_core.sse import ServerSentEvent
+    from agent_core.values.chat import ChatMessage
 
 __all__ = ["READS_PER_S", "OpenAIChatModel"]
 

@@ -31,14 +31,6 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from agent_core.chat import ModelRequest, ModelResponse, Reasoning, ToolCall, Usage
-from agent_core.errors import (
-    ContextOverflow,
-    FatalModelError,
-    ModelError,
-    RateLimited,
-    RetryableModelError,
-)
 from agent_core.model_http import (
     DEFAULT_REPLY_TIMEOUT_S,
     MAX_ARGUMENT_CHARS,
@@ -49,13 +41,21 @@ from agent_core.model_http import (
     event_object,
     refused,
 )
+from agent_core.values.chat import ModelRequest, ModelResponse, Reasoning, ToolCall, Usage
+from agent_core.values.errors import (
+    ContextOverflow,
+    FatalModelError,
+    ModelError,
+    RateLimited,
+    RetryableModelError,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-    from agent_core.chat import ChatMessage
     from agent_core.ports import TextSink
     from agent_core.sse import ServerSentEvent
+    from agent_core.values.chat import ChatMessage
 
 __all__ = ["AnthropicModel"]
 

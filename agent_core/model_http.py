@@ -14,10 +14,10 @@ does the rest, the same way for all of them:
   reply that has not ended ``reply_timeout_s`` after it was sent is cut off, whatever
   keep-alives kept it busy (``MODEL_REPLY_TIMEOUT``); an event or a tool call's arguments
   may not grow past :data:`MAX_EVENT_BYTES` / :data:`MAX_ARGUMENT_CHARS`;
-- an answer with an error status becomes a :class:`agent_core.errors.ModelError`
+- an answer with an error status becomes a :class:`agent_core.values.errors.ModelError`
   (:func:`refused`; an adapter may pass its own mapping), and so does what fails on the
-  wire: no connection at all is :class:`~agent_core.errors.ModelUnreachable`, naming
-  the URL (as :func:`~agent_core.redact.public_url` shows it) and its setting.
+  wire: no connection at all is :class:`~agent_core.values.errors.ModelUnreachable`, naming
+  the URL (as :func:`~agent_core.values.redact.public_url` shows it) and its setting.
 
 An adapter's URL is its base URL setting with the API's path appended
 (:func:`endpoint_url`), before any query the setting carries (Azure's ``?api-version=``).
@@ -33,7 +33,7 @@ Abort's cancellation) hangs up at once, before the exception propagates: the soc
 shut down (the FIN leaves then) and the connection closed (:func:`_hang_up`); the server
 sees it go at that moment. A complete answer leaves the connection in the pool. While
 the answer is read, its socket's shutdown is registered with the run
-(:mod:`agent_core.hang_ups`), so an Abort sends the FIN itself, before the run's task is
+(:mod:`agent_core.values.hang_ups`), so an Abort sends the FIN itself, before the run's task is
 even cancelled.
 
 Pacing: a model sends one event per token, tens a second per stream, and each network
@@ -69,7 +69,8 @@ import orjson
 from aiohttp.helpers import get_env_proxy_for_url
 from yarl import URL
 
-from agent_core.errors import (
+from agent_core.sse import SSEDecoder
+from agent_core.values.errors import (
     ContextOverflow,
     FatalModelError,
     ModelError,
@@ -77,9 +78,8 @@ from agent_core.errors import (
     RateLimited,
     RetryableModelError,
 )
-from agent_core.hang_ups import registered
-from agent_core.redact import public_url
-from agent_core.sse import SSEDecoder
+from agent_core.values.hang_ups import registered
+from agent_core.values.redact import public_url
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -279,7 +279,7 @@ def _hang_up(response: aiohttp.ClientResponse) -> None:
 
 def _shut_down(response: aiohttp.ClientResponse) -> None:
     """Shut the answer's socket down (the FIN leaves now), and only that: what an Abort
-    calls from outside the reading (:mod:`agent_core.hang_ups`). The reader's state is
+    calls from outside the reading (:mod:`agent_core.values.hang_ups`). The reader's state is
     left alone, so the cancellation that follows is what ends it, even when the Abort
     came from inside the reading itself; its unwinding then closes the connection."""
     connection = response.connection

@@ -31,21 +31,6 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from agent_core.chat import (
-    ModelRequest,
-    ModelResponse,
-    Reasoning,
-    ToolCall,
-    Usage,
-    detail_tokens,
-)
-from agent_core.errors import (
-    ContextOverflow,
-    FatalModelError,
-    ModelError,
-    RateLimited,
-    RetryableModelError,
-)
 from agent_core.model_http import (
     DEFAULT_REPLY_TIMEOUT_S,
     MAX_ARGUMENT_CHARS,
@@ -55,13 +40,28 @@ from agent_core.model_http import (
     endpoint_url,
     event_object,
 )
+from agent_core.values.chat import (
+    ModelRequest,
+    ModelResponse,
+    Reasoning,
+    ToolCall,
+    Usage,
+    detail_tokens,
+)
+from agent_core.values.errors import (
+    ContextOverflow,
+    FatalModelError,
+    ModelError,
+    RateLimited,
+    RetryableModelError,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from agent_core.chat import ChatMessage, ToolSpec
     from agent_core.ports import TextSink
     from agent_core.sse import ServerSentEvent
+    from agent_core.values.chat import ChatMessage, ToolSpec
 
 __all__ = ["OpenAIResponsesModel"]
 

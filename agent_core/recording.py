@@ -31,21 +31,21 @@ from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar
 
 import structlog
 
-from agent_core.clock import utcnow
-from agent_core.errors import StorageError
-from agent_core.outcomes import Outcome
 from agent_core.ports import RunQueries, RunStore
-from agent_core.records import AuditEvent, Checkpoint, RunRecord
-from agent_core.states import LIVE_STATES, RunState, state_for_outcome
+from agent_core.values.clock import utcnow
+from agent_core.values.errors import StorageError
+from agent_core.values.outcomes import Outcome
+from agent_core.values.records import AuditEvent, Checkpoint, RunRecord
+from agent_core.values.states import LIVE_STATES, RunState, state_for_outcome
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Collection, Sequence
 
-    from agent_core.budget import Spent
-    from agent_core.chat import ChatMessage
-    from agent_core.outcomes import RunResult
-    from agent_core.records import ThreadKey
-    from agent_core.stop import StopRequest
+    from agent_core.values.budget import Spent
+    from agent_core.values.chat import ChatMessage
+    from agent_core.values.outcomes import RunResult
+    from agent_core.values.records import ThreadKey
+    from agent_core.values.stop import StopRequest
 
 __all__ = [
     "TERMINAL_WRITE_DEADLINE_S",

@@ -3,7 +3,7 @@
 Settings come from the environment and from ``.env`` in the working directory
 (:data:`ENV_FILE`). A variable of the environment wins over the file's line, even when
 it is empty, and an empty value means the setting's default (docs/operations.md), but
-for the budgets (:data:`~agent_core.budget_settings.OFF_WHEN_EMPTY`), which it turns
+for the budgets (:data:`~agent_core.values.budget_settings.OFF_WHEN_EMPTY`), which it turns
 off. :func:`settings_text` is that rule; :func:`missing` is what a missing setting's line
 says, and :class:`SettingsInvalid` carries every bad setting at once, one line each.
 """
@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 
 from dotenv import dotenv_values
 
-from agent_core.budget_settings import OFF_WHEN_EMPTY
-from agent_core.errors import ConfigError
+from agent_core.values.budget_settings import OFF_WHEN_EMPTY
+from agent_core.values.errors import ConfigError
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence

@@ -15,12 +15,12 @@ every piece), and is split only once its end has come.
 
 The stream is someone else's: an event, or a line not yet ended, may not grow past
 ``max_event_bytes``. Past it the decoder raises
-:class:`agent_core.errors.RetryableModelError` rather than keep the bytes.
+:class:`agent_core.values.errors.RetryableModelError` rather than keep the bytes.
 """
 
 from __future__ import annotations
 
-from agent_core.errors import RetryableModelError
+from agent_core.values.errors import RetryableModelError
 
 __all__ = ["SSEDecoder", "ServerSentEvent"]
 

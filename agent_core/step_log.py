@@ -32,14 +32,14 @@ import asyncio
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from agent_core.chat import ToolCall
+from agent_core.values.chat import ToolCall
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Sequence
 
-    from agent_core.chat import ChatMessage
-    from agent_core.records import Checkpoint
     from agent_core.tools import ToolOutcome
+    from agent_core.values.chat import ChatMessage
+    from agent_core.values.records import Checkpoint
 
     WriteStep = Callable[[int, Sequence[ChatMessage], tuple[str, ...]], Awaitable[None]]
 

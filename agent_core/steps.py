@@ -18,17 +18,17 @@ from typing import TYPE_CHECKING
 
 import pydantic
 
-from agent_core.ended import Clues
-from agent_core.errors import ModelUnreachable
-from agent_core.outcomes import ExitCode, Outcome, exit_code_of, strip_softeners
-from agent_core.prompts import FinalTurnReason
-from agent_core.stop import StopReason
 from agent_core.tools import AskUser, FinalReport
+from agent_core.values.ended import Clues
+from agent_core.values.errors import ModelUnreachable
+from agent_core.values.outcomes import ExitCode, Outcome, exit_code_of, strip_softeners
+from agent_core.values.prompts import FinalTurnReason
+from agent_core.values.stop import StopReason
 
 if TYPE_CHECKING:
-    from agent_core.chat import ChatMessage, ModelResponse, ToolCall
-    from agent_core.errors import ModelError
     from agent_core.tally import RunTally
+    from agent_core.values.chat import ChatMessage, ModelResponse, ToolCall
+    from agent_core.values.errors import ModelError
 
 __all__ = [
     "AskedUser",
@@ -92,7 +92,7 @@ class Ending:
     question: str | None = None
     error: str | None = None
     clues: Clues = field(default_factory=Clues)
-    """What ended the run, for :func:`agent_core.ended.classify` (the loop adds the stop)."""
+    """What ended the run, for :func:`agent_core.values.ended.classify` (the loop adds the stop)."""
     retry_after_s: float | None = None
     """For a rate-limited ending: the provider's Retry-After, when it sent one."""
 

@@ -9,12 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from agent_core.chat import Usage
-from agent_core.counting import count
-from agent_core.errors import ModelUnreachable
+from agent_core.values.chat import Usage
+from agent_core.values.counting import count
+from agent_core.values.errors import ModelUnreachable
 
 if TYPE_CHECKING:
-    from agent_core.errors import ModelError
+    from agent_core.values.errors import ModelError
 
 __all__ = ["RunTally"]
 

@@ -20,11 +20,11 @@ import asyncio
 import os
 from typing import TYPE_CHECKING, TextIO
 
-from agent_core.approvals import ApprovalDecision, ApprovalStatus
 from agent_core.tool_arguments import shown_arguments
+from agent_core.values.approvals import ApprovalDecision, ApprovalStatus
 
 if TYPE_CHECKING:
-    from agent_core.approvals import ApprovalRequest
+    from agent_core.values.approvals import ApprovalRequest
 
 __all__ = ["NOT_A_TERMINAL", "TERMINAL_USER", "TerminalApprovals"]
 

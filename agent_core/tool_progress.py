@@ -23,7 +23,7 @@ import contextvars
 import threading
 from collections.abc import Callable, Iterator
 
-from agent_core.chat import ToolCall
+from agent_core.values.chat import ToolCall
 
 __all__ = ["OnProgress", "ProgressFn", "current_progress", "report_progress", "reporting_progress"]
 

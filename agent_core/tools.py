@@ -61,11 +61,11 @@ from typing import Any, Literal, overload
 import pydantic
 import structlog
 
-from agent_core.chat import ToolCall, ToolSpec
-from agent_core.errors import ThreadpilotError
 from agent_core.tool_arguments import ArgumentsError, parse_arguments
 from agent_core.tool_progress import OnProgress, reporting_progress
 from agent_core.tool_threads import SHARED_TOOL_THREADS, ToolThreads
+from agent_core.values.chat import ToolCall, ToolSpec
+from agent_core.values.errors import ThreadpilotError
 
 __all__ = [
     "ASK_USER",
@@ -131,7 +131,7 @@ class Tool:
     calls, the model's idle timeout) and obeys its parent's Stop and Abort."""
     needs_approval: bool = False
     """A person approves each call before it runs (an MCP tool marked in ``MCP_CONFIG``,
-    :mod:`agent_core.approvals`); the wait does not count against ``TOOL_TIMEOUT``."""
+    :mod:`agent_core.values.approvals`); the wait does not count against ``TOOL_TIMEOUT``."""
 
     spec: ToolSpec = field(init=False, repr=False, compare=False)
     """The tool as the model sees it, made once: every model request offers it."""
@@ -283,7 +283,7 @@ ASK_USER = _builtin_spec("ask_user", AskUser)
 
 
 class Gate(typing.Protocol):
-    """Holds a call until it may run (:class:`~agent_core.approvals.ApprovalGate`)."""
+    """Holds a call until it may run (:class:`~agent_core.values.approvals.ApprovalGate`)."""
 
     async def clear(self, call: ToolCall) -> str | None:
         """None when ``call`` may run; otherwise the error the model reads instead."""
@@ -329,7 +329,7 @@ class Toolbox:
         calls: CallLog | None = None,
     ) -> None:
         """``gate``: holds each call of a tool that :attr:`Tool.needs_approval` until a
-        person decides (the run's :class:`~agent_core.approvals.ApprovalGate`); without
+        person decides (the run's :class:`~agent_core.values.approvals.ApprovalGate`); without
         one, such calls are refused. ``calls``: told of each call's start and result."""
         if not timeout_s > 0:
             raise ValueError(f"timeout_s must be positive, not {timeout_s}")

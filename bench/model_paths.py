@@ -35,8 +35,8 @@ import openai
 from llmock.scenarios import Reply, StreamFault
 
 from agent_core import ModelAPI
-from agent_core.chat import ModelRequest
 from agent_core.model_http import READS_PER_S
+from agent_core.values.chat import ModelRequest
 from bench._llmock import LONG_TEXT, api_model, llmock_process, llmock_server, stall_point
 from bench._setup import NOT_RUN, bench_main, parser
 from bench._stats import Row, machine_line, print_table, revision_line

@@ -616,7 +616,7 @@ def resume_cancelled(by: str | None) -> str:
 
 
 # Why the app does not resume a run, beside the policy's own reasons
-# (agent_core.resume_policy): stored as the run's resume reason, logged and audited in
+# (agent_core.values.resume_policy): stored as the run's resume reason, logged and audited in
 # these words, and shown by :func:`not_resuming`.
 RESUME_SUB_AGENT = "A sub-agent resumes only with its parent run"
 RESUME_PERSON_STOPPED = "Session ended by user, not auto-resuming"

@@ -12,7 +12,7 @@ The file has the shape MCP clients share (Claude Desktop, Claude Code's ``.mcp.j
     }
 
 Either kind may say which of its tools wait for a person's approval before each call
-(:mod:`agent_core.approvals`)::
+(:mod:`agent_core.values.approvals`)::
 
     "git": {"command": "mcp-server-git", "approval": "unless_read_only",
             "tools": {"git_status": {"approval": "never"}, "git_commit": {"approval": "always"}}}
@@ -41,9 +41,9 @@ the same user, so each can read the others' environment through ``/proc``
 What came from a ``${VAR}`` is a secret as far as descriptions go: :attr:`StdioServer.where`,
 :attr:`HttpServer.where`, ``repr()`` and every error and log line about a server pass
 through the server's :meth:`~StdioServer.redact`, which shows ``${VAR}`` instead of its
-value and hides a URL's user info and query (:func:`agent_core.redact.redact`).
+value and hides a URL's user info and query (:func:`agent_core.values.redact.redact`).
 
-Every problem raises :class:`~agent_core.errors.ConfigError` with one line naming
+Every problem raises :class:`~agent_core.values.errors.ConfigError` with one line naming
 ``MCP_CONFIG`` and the entry.
 """
 
@@ -56,9 +56,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from agent_core.approvals import ApprovalRule
-from agent_core.errors import ConfigError
-from agent_core.redact import redact
+from agent_core.values.approvals import ApprovalRule
+from agent_core.values.errors import ConfigError
+from agent_core.values.redact import redact
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

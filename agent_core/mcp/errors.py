@@ -7,7 +7,7 @@
 
 A server's own refusal (an error response, or a result flagged ``isError``) is a plain
 :class:`~agent_core.tools.ToolError` with the server's words. Configuration problems are
-:class:`~agent_core.errors.ConfigError` (see :mod:`agent_core.mcp.config`).
+:class:`~agent_core.values.errors.ConfigError` (see :mod:`agent_core.mcp.config`).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ restarted on the next call to one of its tools.
 A per-tool approval rule (``"tools": {"TOOL": ...}``) naming a tool its server does not
 offer is a settings error, never ignored: a typo (``git_comit``) would otherwise leave
 ``git_commit`` running unasked. :meth:`McpManager.start` raises
-:class:`~agent_core.errors.ConfigError` naming ``MCP_CONFIG``, the server and the name,
+:class:`~agent_core.values.errors.ConfigError` naming ``MCP_CONFIG``, the server and the name,
 with the nearest tool name it offers (a server that did not start cannot be checked; its
 tools are not offered either).
 
@@ -40,12 +40,12 @@ from typing import TYPE_CHECKING, TextIO
 
 import structlog
 
-from agent_core.errors import ConfigError
 from agent_core.mcp.adapter import mcp_tool
 from agent_core.mcp.config import SETTING, StdioServer
 from agent_core.mcp.connection import DEFAULT_START_TIMEOUT_S, ServerConnection
 from agent_core.mcp.naming import assign_tool_names
 from agent_core.tools import ASK_USER, FINAL_REPORT, Tool
+from agent_core.values.errors import ConfigError
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Sequence
@@ -110,7 +110,7 @@ class McpManager:
 
     async def start(self) -> None:
         """Start every server at once and list its tools; a server's failure is reported,
-        not raised. Raises :class:`~agent_core.errors.ConfigError` for an approval rule
+        not raised. Raises :class:`~agent_core.values.errors.ConfigError` for an approval rule
         naming a tool its server does not offer (the servers are left for :meth:`close`)."""
         _warn_of_shared_secrets([c.config for c in self._connections])
         async with asyncio.TaskGroup() as group:

@@ -58,8 +58,8 @@ from agent_core import (
 )
 from agent_core.delegation import DELEGATE
 from agent_core.mcp import McpManager
-from agent_core.redact import public_url, redact
 from agent_core.stores.factory import open_store
+from agent_core.values.redact import public_url, redact
 from bot import messages
 from bot.approvals.clicks import ApprovalClicks
 from bot.approvals.desk import ApprovalDesk

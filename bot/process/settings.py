@@ -44,7 +44,6 @@ from agent_core import (
     parse_max_auto_resumes,
     parse_user_exit_grace,
 )
-from agent_core.errors import ConfigError
 from agent_core.model_api import ModelAPI
 from agent_core.model_http import DEFAULT_REPLY_TIMEOUT_S
 from agent_core.settings_file import (
@@ -57,6 +56,7 @@ from agent_core.settings_file import (
 )
 from agent_core.stores.defaults import ANSWERING_POOL_SIZE, MIGRATION_TIMEOUT_S, POOL_SIZE
 from agent_core.stores.factory import parse_database_url
+from agent_core.values.errors import ConfigError
 from bot.process.loop_load import BUSY_LAG_S
 
 if TYPE_CHECKING:

@@ -55,8 +55,8 @@ from agent_core import (
     StorageError,
     continue_from,
 )
-from agent_core.clock import utcnow
 from agent_core.recording import abandon_run, leased, record_delivery, until_landed
+from agent_core.values.clock import utcnow
 from bot.runs.session import RunSession
 from bot.stopping.guidance import to_guidance
 from bot.workers.resume import spent_of, stored_ended_because

@@ -15,11 +15,11 @@ if TYPE_CHECKING:
     from llmock.pytest_plugin import LLMock
 
     from agent_core.agent import Agent, AgentConfig
-    from agent_core.events import RunEvent
     from agent_core.loop import Run
     from agent_core.ports import Approvals
     from agent_core.stores.memory import MemoryStore
     from agent_core.tools import Tool
+    from agent_core.values.events import RunEvent
 
 WAIT_S = 10.0
 

@@ -12,18 +12,18 @@ import pytest
 from llmock.scenarios import Reply, ToolCall
 
 from agent_core.agent import AgentConfig
-from agent_core.budget import Budget, BudgetKind, BudgetLimits, Prices, Spent
-from agent_core.budget_settings import SETTINGS as BUDGET_SETTINGS
-from agent_core.budget_settings import limits_from_settings
-from agent_core.chat import Usage
 from agent_core.delegation import MAX_DEPTH
-from agent_core.ended import EndedBecause
-from agent_core.errors import ConfigError
-from agent_core.events import RunEvent, TextDelta, ToolFinished, TurnFinished
 from agent_core.model_api import ModelAPI, build_model
-from agent_core.outcomes import ExitCode, Outcome
 from agent_core.settings_file import settings_text
 from agent_core.tools import tool
+from agent_core.values.budget import Budget, BudgetKind, BudgetLimits, Prices, Spent
+from agent_core.values.budget_settings import SETTINGS as BUDGET_SETTINGS
+from agent_core.values.budget_settings import limits_from_settings
+from agent_core.values.chat import Usage
+from agent_core.values.ended import EndedBecause
+from agent_core.values.errors import ConfigError
+from agent_core.values.events import RunEvent, TextDelta, ToolFinished, TurnFinished
+from agent_core.values.outcomes import ExitCode, Outcome
 from tests.agent_core.helpers import (
     EventLog,
     base_url_for,

@@ -19,10 +19,10 @@ import pytest
 from llmock.scenarios import Reply, ToolCall
 
 from agent_core.agent import AgentConfig
-from agent_core.events import ToolFinished, ToolProgress
 from agent_core.mcp import HttpServer, McpManager
-from agent_core.outcomes import ExitCode
-from agent_core.stop import StopReason
+from agent_core.values.events import ToolFinished, ToolProgress
+from agent_core.values.outcomes import ExitCode
+from agent_core.values.stop import StopReason
 from tests.agent_core.helpers import EventLog, offered_tools
 from tests.agent_core.mcp_helpers import PROMPT_S
 from tests.fakes.mcp_server import FakeMcpServer, serve_http

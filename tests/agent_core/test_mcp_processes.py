@@ -12,10 +12,10 @@ import signal
 import sys
 from typing import TYPE_CHECKING, Any
 
-from agent_core.chat import ToolCall
 from agent_core.mcp import McpManager, StdioServer
-from agent_core.outcomes import ExitCode
 from agent_core.tools import Toolbox
+from agent_core.values.chat import ToolCall
+from agent_core.values.outcomes import ExitCode
 from tests.agent_core.mcp_helpers import (
     ROOT,
     WAIT_S,

@@ -18,14 +18,14 @@ import pytest
 from aiohttp import web
 
 from agent_core.agent import Agent, AgentConfig
-from agent_core.chat import ModelRequest
-from agent_core.errors import RetryableModelError
 from agent_core.model_api import ModelAPI, build_model
 from agent_core.model_http import MAX_ARGUMENT_CHARS, MAX_EVENT_BYTES
-from agent_core.outcomes import ExitCode
 from agent_core.retry import RetryPolicy
 from agent_core.sse import SSEDecoder
-from agent_core.stop import StopReason
+from agent_core.values.chat import ModelRequest
+from agent_core.values.errors import RetryableModelError
+from agent_core.values.outcomes import ExitCode
+from agent_core.values.stop import StopReason
 from tests.fakes.waiting import Changes
 
 if TYPE_CHECKING:

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from agent_core.chat import ToolCall
 from agent_core.tool_arguments import ArgumentsError, parse_arguments, shown_arguments
 from agent_core.tools import Toolbox, remote_tool
+from agent_core.values.chat import ToolCall
 
 REFUSED = [
     ('{"path": "notes/todo.md", "pad": 1, "path": "~/.ssh/authorized_keys"}', "appears"),

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from agent_core.ended import EndedBecause
+from agent_core.values.ended import EndedBecause
 
 __all__ = [
     "RESUMED_NOTE",
@@ -89,7 +89,7 @@ class FinalTurnReason(StrEnum):
     TOKEN_LIMIT = "token_limit"
     MAX_RETRIES = "max_retries"
     BUDGET = "budget"
-    """The request's budget is spent (:mod:`agent_core.budget`)."""
+    """The request's budget is spent (:mod:`agent_core.values.budget`)."""
 
 
 _REPORT = (

@@ -14,12 +14,12 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-from agent_core.budget import Spent
-from agent_core.chat import Usage
-from agent_core.ended import Clues, EndedBecause, classify
-from agent_core.errors import UnknownOutcome
-from agent_core.guidance import Guidance
-from agent_core.stop import StopReason
+from agent_core.values.budget import Spent
+from agent_core.values.chat import Usage
+from agent_core.values.ended import Clues, EndedBecause, classify
+from agent_core.values.errors import UnknownOutcome
+from agent_core.values.guidance import Guidance
+from agent_core.values.stop import StopReason
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -277,7 +277,7 @@ class RunResult:
     undelivered_guidance: tuple[Guidance, ...] = field(default=())
     """Guidance still queued when the run ended (a stop won, or it came too late)."""
     ended_because: EndedBecause = EndedBecause.UNKNOWN
-    """Why the run ended (:mod:`agent_core.ended`). A result built without it (older
+    """Why the run ended (:mod:`agent_core.values.ended`). A result built without it (older
     code, a stored result from before it existed) is classified from what it records."""
     retry_after_s: float | None = None
     """For ``rate_limit``: the provider's Retry-After in seconds, when it sent one."""
@@ -286,7 +286,7 @@ class RunResult:
     spent: Spent | None = None
     """What the whole request had spent when this (top-level) run ended, earlier legs and
     sub-agents included: an automatic resume or continuation of the request goes on from
-    it (:mod:`agent_core.budget`). None for a sub-agent (its parent's counts it), and in
+    it (:mod:`agent_core.values.budget`). None for a sub-agent (its parent's counts it), and in
     results stored before it existed."""
 
     def __post_init__(self) -> None:

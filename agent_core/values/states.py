@@ -24,12 +24,12 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
-from agent_core.errors import IllegalTransition
+from agent_core.values.errors import IllegalTransition
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from agent_core.outcomes import Outcome
+    from agent_core.values.outcomes import Outcome
 
 __all__ = [
     "LIVE_STATES",

@@ -22,7 +22,7 @@ setting                    what it bounds                                 defaul
 ========================= ============================================== ===========
 
 ``0`` turns one off; a cost budget needs both prices (the settings are read by
-:mod:`agent_core.budget_settings`). The per-step cap
+:mod:`agent_core.values.budget_settings`). The per-step cap
 (``MAX_TOOL_CALLS_PER_STEP``) is applied by :func:`admit_calls` too: one model reply runs
 at most that many calls, and the rest get a tool error saying so.
 """
@@ -34,12 +34,12 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from agent_core.counting import count
+from agent_core.values.counting import count
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
-    from agent_core.chat import Usage
+    from agent_core.values.chat import Usage
 
 __all__ = [
     "DEFAULT_BUDGET",

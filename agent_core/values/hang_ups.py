@@ -6,7 +6,7 @@ event loop's next turn, behind every callback already waiting there: on a busy w
 the model server sees the connection go late (the Abort → close target in
 bench/README.md). So the stop hangs up first, in its own call, and cancels after:
 
-- each :class:`~agent_core.stop.RunControl` owns one :class:`HangUps`, and starts its
+- each :class:`~agent_core.values.stop.RunControl` owns one :class:`HangUps`, and starts its
   run's task with it bound to that task's context (:func:`bind`), so whatever the task
   awaits (the model's turns, a compaction's summary request) finds it;
 - while a streamed answer is read, the model registers how to hang up its connection
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 __all__ = ["HangUps", "bind", "registered"]
 
-log = structlog.get_logger("agent_core.hang_ups")
+log = structlog.get_logger("agent_core.values.hang_ups")
 
 _bound: contextvars.ContextVar[HangUps | None] = contextvars.ContextVar(
     "threadpilot_hang_ups", default=None

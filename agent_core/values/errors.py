@@ -17,12 +17,12 @@ Foreign errors (aiohttp, httpx, database drivers) are translated at the boundary
 
 A :class:`ModelError`'s message carries a provider's words to the thread (the status while
 a retry waits, the evidence of a failed run), so it is kept as
-:func:`agent_core.redact.public_error` makes it: keys and tokens masked, clipped.
+:func:`agent_core.values.redact.public_error` makes it: keys and tokens masked, clipped.
 """
 
 from __future__ import annotations
 
-from agent_core.redact import public_error
+from agent_core.values.redact import public_error
 
 __all__ = [
     "ConfigError",

@@ -34,22 +34,22 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from agent_core.clock import utcnow
-from agent_core.errors import ConfigError, IllegalTransition
-from agent_core.events import ApprovalDecided, ApprovalRequested
-from agent_core.records import ApprovalStatus
-from agent_core.resume_policy import parse_duration
-from agent_core.stop import StopReason, StopSource
+from agent_core.values.clock import utcnow
+from agent_core.values.errors import ConfigError, IllegalTransition
+from agent_core.values.events import ApprovalDecided, ApprovalRequested
+from agent_core.values.records import ApprovalStatus
+from agent_core.values.resume_policy import parse_duration
+from agent_core.values.stop import StopReason, StopSource
 
 if TYPE_CHECKING:
     from collections.abc import Callable
     from datetime import datetime
 
-    from agent_core.chat import ToolCall
-    from agent_core.events import EventHub
     from agent_core.ports import Approvals
-    from agent_core.records import ThreadKey
-    from agent_core.stop import RunControl
+    from agent_core.values.chat import ToolCall
+    from agent_core.values.events import EventHub
+    from agent_core.values.records import ThreadKey
+    from agent_core.values.stop import RunControl
 
 __all__ = [
     "APPROVAL_TIMEOUT",
@@ -72,12 +72,12 @@ _SETTLE_S = 2.0
 cancellation goes on regardless (the row then stays ``requested``; a later click on
 it is answered as after the run ended)."""
 
-log = structlog.get_logger("agent_core.approvals")
+log = structlog.get_logger("agent_core.values.approvals")
 
 
 def parse_approval_timeout(raw: str | None) -> float:
     """``APPROVAL_TIMEOUT`` in seconds: ``90s``, ``10m``, ``1h`` or plain seconds; empty
-    means the default (1 h). Raises :class:`~agent_core.errors.ConfigError`."""
+    means the default (1 h). Raises :class:`~agent_core.values.errors.ConfigError`."""
     if raw is None or not raw.strip():
         return DEFAULT_APPROVAL_TIMEOUT_S
     seconds = parse_duration(APPROVAL_TIMEOUT, raw).total_seconds()
@@ -152,7 +152,7 @@ class ApprovalGate:
         time_left: Callable[[], float | None] = lambda: None,
     ) -> None:
         """``time_left``: seconds until the request's time budget runs out (None without
-        one, :meth:`agent_core.budget.Budget.time_left`): a wait ends at that or at
+        one, :meth:`agent_core.values.budget.Budget.time_left`): a wait ends at that or at
         ``timeout_s``, whichever comes first."""
         if not timeout_s > 0:
             raise ValueError(f"timeout_s must be positive, not {timeout_s}")

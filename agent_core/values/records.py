@@ -11,18 +11,18 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-from agent_core.clock import utcnow
-from agent_core.states import RunState
+from agent_core.values.clock import utcnow
+from agent_core.values.states import RunState
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
     from datetime import datetime
 
-    from agent_core.budget import Spent
-    from agent_core.chat import ChatMessage
-    from agent_core.ended import EndedBecause
-    from agent_core.outcomes import ExitCode, Outcome
-    from agent_core.stop import StopReason
+    from agent_core.values.budget import Spent
+    from agent_core.values.chat import ChatMessage
+    from agent_core.values.ended import EndedBecause
+    from agent_core.values.outcomes import ExitCode, Outcome
+    from agent_core.values.stop import StopReason
 
 __all__ = [
     "Admission",
@@ -107,7 +107,7 @@ class RunRecord:
     exit_code: ExitCode | None = None
     stopped_by: str | None = None
     result: Mapping[str, Any] | None = None
-    """The stored :meth:`agent_core.outcomes.RunResult.to_dict`, once terminal."""
+    """The stored :meth:`agent_core.values.outcomes.RunResult.to_dict`, once terminal."""
     created_at: datetime = field(default_factory=utcnow)
     updated_at: datetime = field(default_factory=utcnow)
     final_posted_at: datetime | None = None
@@ -221,7 +221,7 @@ class GuidanceRecord:
 
 
 class ApprovalStatus(StrEnum):
-    """Where one approval request is (:mod:`agent_core.approvals`). ``requested`` moves
+    """Where one approval request is (:mod:`agent_core.values.approvals`). ``requested`` moves
     once (compare-and-set: the first decision wins); every other status is terminal."""
 
     REQUESTED = "requested"

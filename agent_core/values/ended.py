@@ -5,7 +5,7 @@ The reasons and their order are explained for people in docs/stopping.md.
 The loop, the reconciler and the terminal runner each gather what they saw when a run
 ended (the exception that ended it, an HTTP status, a provider error code, the stop
 request, a signal, a process exit status, a lost lease) and :func:`classify` names the
-reason. Nothing here does I/O; the resume decision is :mod:`agent_core.resume_policy`.
+reason. Nothing here does I/O; the resume decision is :mod:`agent_core.values.resume_policy`.
 
 When clues conflict, the highest class in :data:`PRIORITY` wins::
 
@@ -21,7 +21,7 @@ the original order. The four it leaves out sit where they are for these reasons:
   what to do next (continue from a summary) than the budget that ran out with it.
 - ``user_exit`` > ``shutdown``: a person's Stop or Abort says "do not resume this"; a
   restart that lands during the final turn must not undo it (the same reason ``abort``
-  outranks ``shutdown`` in :mod:`agent_core.stop`).
+  outranks ``shutdown`` in :mod:`agent_core.values.stop`).
 - ``shutdown`` > ``worker_lost``: both resume from the checkpoint, but a shutdown is
   something the process said (a signal it handled); a lost worker is inferred from a
   lease that ran out, the weaker clue.
@@ -47,10 +47,10 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
-from agent_core.errors import ContextOverflow, RateLimited
+from agent_core.values.errors import ContextOverflow, RateLimited
 
 if TYPE_CHECKING:
-    from agent_core.stop import StopReason
+    from agent_core.values.stop import StopReason
 
 __all__ = ["PRIORITY", "Clues", "EndedBecause", "classify"]
 
@@ -72,7 +72,7 @@ class EndedBecause(StrEnum):
     """The worker running it vanished without a word (kill -9, a crashed host)."""
     BUDGET_EXHAUSTED = "budget_exhausted"
     """The request spent its budget (tokens, tool calls, time or cost): never resumed on
-    its own (:mod:`agent_core.budget`)."""
+    its own (:mod:`agent_core.values.budget`)."""
     ERROR = "error"
     """A failure retrying cannot fix, or a bug."""
     UNKNOWN = "unknown"
@@ -102,7 +102,7 @@ PRIORITY: tuple[EndedBecause, ...] = (
 class Clues:
     """Everything known about a run's end; every field is optional.
 
-    ``error``'s own ``status`` and ``code`` (a :class:`~agent_core.errors.ModelError`'s)
+    ``error``'s own ``status`` and ``code`` (a :class:`~agent_core.values.errors.ModelError`'s)
     are read too; ``status``, ``code`` and ``message`` add what a stored record or a log
     line says when there is no exception object.
     """

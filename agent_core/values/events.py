@@ -17,11 +17,11 @@ import structlog
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
 
-    from agent_core.approvals import ApprovalDecision, ApprovalRequest
-    from agent_core.chat import Usage
-    from agent_core.guidance import Guidance
-    from agent_core.outcomes import RunResult
-    from agent_core.stop import StopReason, StopSource
+    from agent_core.values.approvals import ApprovalDecision, ApprovalRequest
+    from agent_core.values.chat import Usage
+    from agent_core.values.guidance import Guidance
+    from agent_core.values.outcomes import RunResult
+    from agent_core.values.stop import StopReason, StopSource
 
 __all__ = [
     "ApprovalDecided",
@@ -44,7 +44,7 @@ __all__ = [
     "TurnStarted",
 ]
 
-log = structlog.get_logger("agent_core.events")
+log = structlog.get_logger("agent_core.values.events")
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,7 +191,7 @@ class ChildFinished:
 
 @dataclass(frozen=True, slots=True)
 class ApprovalRequested:
-    """A call waits for a person's approval (:mod:`agent_core.approvals`)."""
+    """A call waits for a person's approval (:mod:`agent_core.values.approvals`)."""
 
     run_id: str
     request: ApprovalRequest

@@ -19,7 +19,8 @@ The rules every part of the app asks about a stop live here, once: which of seve
 requests is in force (:func:`strongest`: the highest rank, the first of it, as a run's
 :class:`RunControl` keeps it) and whether a person asked (:attr:`StopReason.by_person`).
 A reason's exit code and the ending a person's stop writes outside the loop are
-:func:`agent_core.outcomes.exit_code_of` and :func:`agent_core.outcomes.ended_by_person`.
+:func:`agent_core.values.outcomes.exit_code_of` and
+:func:`agent_core.values.outcomes.ended_by_person`.
 
 "Requested" and "took effect" are different moments and both are recorded: the loop calls
 :meth:`RunControl.mark_honoured` when it actually acts on the request.
@@ -35,8 +36,8 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import structlog
 
-from agent_core import hang_ups
-from agent_core.clock import utcnow
+from agent_core.values import hang_ups
+from agent_core.values.clock import utcnow
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine, Iterable
@@ -51,7 +52,7 @@ __all__ = [
     "strongest",
 ]
 
-log = structlog.get_logger("agent_core.stop")
+log = structlog.get_logger("agent_core.values.stop")
 
 
 class StopReason(StrEnum):
@@ -175,7 +176,7 @@ class RunControl:
     Delivery inside the process is event-driven: :meth:`request_stop` sets an
     :class:`asyncio.Event` that interruptible waits select on, and for cancelling reasons
     it cancels the run's task directly, having first hung up the model connections that
-    task has open (:mod:`agent_core.hang_ups`). Nothing polls.
+    task has open (:mod:`agent_core.values.hang_ups`). Nothing polls.
 
     Child runs (sub-agents) register with :meth:`adopt`; every request reaches them with
     the same reason until they end and :meth:`release` them.

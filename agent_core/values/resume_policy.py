@@ -20,7 +20,7 @@ the order they are checked:
    past or present is "now".
 
 The parsers read the three settings' raw text (blank means the default) and raise
-:class:`~agent_core.errors.ConfigError` naming the setting.
+:class:`~agent_core.values.errors.ConfigError` naming the setting.
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from agent_core.counting import count
-from agent_core.ended import EndedBecause
-from agent_core.errors import ConfigError
+from agent_core.values.counting import count
+from agent_core.values.ended import EndedBecause
+from agent_core.values.errors import ConfigError
 
 __all__ = [
     "DEFAULT_AUTO_RESUME",

@@ -2,10 +2,10 @@
 
 :func:`limits_from_settings` reads :data:`SETTINGS` from the settings' text (the
 environment and ``.env``, as each surface reads them) and answers a :class:`RunLimits`:
-the request's :class:`~agent_core.budget.BudgetLimits` and the per-step, per-run and
+the request's :class:`~agent_core.values.budget.BudgetLimits` and the per-step, per-run and
 per-reply caps. A budget (:data:`OFF_WHEN_EMPTY`) set to ``0`` or to nothing at all
 (``RUN_TOKEN_BUDGET=``) is off, and one not set is the default; any other setting left
-empty is its default. A problem raises :class:`~agent_core.errors.ConfigError` naming
+empty is its default. A problem raises :class:`~agent_core.values.errors.ConfigError` naming
 the setting.
 """
 
@@ -15,15 +15,15 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from agent_core.budget import (
+from agent_core.values.budget import (
     DEFAULT_BUDGET,
     DEFAULT_MAX_CHILDREN_PER_RUN,
     DEFAULT_MAX_TOOL_CALLS_PER_STEP,
     BudgetLimits,
     Prices,
 )
-from agent_core.errors import ConfigError
-from agent_core.resume_policy import parse_duration
+from agent_core.values.errors import ConfigError
+from agent_core.values.resume_policy import parse_duration
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

@@ -17,14 +17,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from agent_core.clock import utcnow
-from agent_core.prompts import guidance_note
+from agent_core.values.clock import utcnow
+from agent_core.values.prompts import guidance_note
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
     from datetime import datetime
 
-    from agent_core.chat import ChatMessage
+    from agent_core.values.chat import ChatMessage
 
 __all__ = ["Guidance", "GuidanceInbox"]
 
