@@ -21,10 +21,10 @@ from agent_core.compaction import (
 from agent_core.isolation import make_undumpable, warn_if_root
 from agent_core.logs import configure_logging
 from agent_core.loop import Run, current_run
-from agent_core.model import OpenAIChatModel
-from agent_core.model_api import HTTPChatModel, ModelAPI, build_model
+from agent_core.models.api import HTTPChatModel, ModelAPI, build_model
+from agent_core.models.openai_chat import OpenAIChatModel
+from agent_core.models.retry import RetryPolicy
 from agent_core.ports import Approvals, ApprovalStore, ChatModel, RunStore, StopRequestStore
-from agent_core.retry import RetryPolicy
 from agent_core.tool_arguments import ArgumentsError, parse_arguments, shown_arguments
 from agent_core.tool_progress import report_progress
 from agent_core.tools import Tool, ToolError, remote_tool, tool

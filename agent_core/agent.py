@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from agent_core.delegation import CHILD_HOW_TO_CONTINUE, DELEGATE
 from agent_core.loop import Run
-from agent_core.retry import RetryPolicy
+from agent_core.models.retry import RetryPolicy
 from agent_core.tools import DEFAULT_TOOL_TIMEOUT_S
 from agent_core.values.approvals import DEFAULT_APPROVAL_TIMEOUT_S
 from agent_core.values.budget import (

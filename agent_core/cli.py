@@ -51,8 +51,8 @@ from agent_core.isolation import make_undumpable
 from agent_core.logs import configure_logging
 from agent_core.mcp import SETTING as MCP_SETTING
 from agent_core.mcp import McpManager, load_mcp_config
-from agent_core.model_api import HTTPChatModel, ModelAPI, build_model
-from agent_core.model_http import DEFAULT_REPLY_TIMEOUT_S
+from agent_core.models.api import HTTPChatModel, ModelAPI, build_model
+from agent_core.models.http_exchange import DEFAULT_REPLY_TIMEOUT_S
 from agent_core.settings_file import (
     ENV_FILE,
     REQUIRED_WITH_API,

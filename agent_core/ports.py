@@ -5,8 +5,9 @@ Adapters live beside each other in :mod:`agent_core.stores` (``memory`` here; ``
 and ``postgres`` for durable, multi-worker state) and one contract test suite runs against
 all of them. The core never imports an adapter.
 
-- :class:`ChatModel` streams one model turn (one adapter per API: :mod:`agent_core.model`
-  for Chat Completions, :mod:`agent_core.model_responses`, :mod:`agent_core.model_anthropic`).
+- :class:`ChatModel` streams one model turn (one adapter per API:
+  :mod:`agent_core.models.openai_chat` for Chat Completions,
+  :mod:`agent_core.models.openai_responses`, :mod:`agent_core.models.anthropic_messages`).
 - :class:`RunStore` keeps runs, their checkpoints (the conversation after each turn) and
   the audit trail. Terminal state is written by compare-and-set: exactly one wins.
 - :class:`StopRequestStore` keeps stop requests so that a click landing in any worker
@@ -96,8 +97,8 @@ class ChatModel(Protocol):
 
     The request's messages are in the core's shape (OpenAI chat messages, with a
     :class:`Reasoning` under an assistant message's ``reasoning`` key); each adapter
-    translates them to its API (``MODEL_API``: :mod:`agent_core.model`,
-    :mod:`agent_core.model_responses`, :mod:`agent_core.model_anthropic`).
+    translates them to its API (``MODEL_API``: :mod:`agent_core.models.openai_chat`,
+    :mod:`agent_core.models.openai_responses`, :mod:`agent_core.models.anthropic_messages`).
     """
 
     async def complete(self, request: ModelRequest, on_text: TextSink) -> ModelResponse: ...

@@ -1,7 +1,7 @@
 """The model connections a run has open, so that an Abort can hang them up first.
 
 An Abort (or a shutdown) cancels the run's task, and the task's unwinding closes the
-model's connection (:mod:`agent_core.model_http`). But the unwinding only starts on the
+model's connection (:mod:`agent_core.models.http_exchange`). But the unwinding only starts on the
 event loop's next turn, behind every callback already waiting there: on a busy worker
 the model server sees the connection go late (the Abort → close target in
 bench/README.md). So the stop hangs up first, in its own call, and cancels after:

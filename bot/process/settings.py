@@ -44,8 +44,8 @@ from agent_core import (
     parse_max_auto_resumes,
     parse_user_exit_grace,
 )
-from agent_core.model_api import ModelAPI
-from agent_core.model_http import DEFAULT_REPLY_TIMEOUT_S
+from agent_core.models.api import ModelAPI
+from agent_core.models.http_exchange import DEFAULT_REPLY_TIMEOUT_S
 from agent_core.settings_file import (
     ENV_FILE,
     REQUIRED_WITH_API,

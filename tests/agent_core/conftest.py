@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from agent_core.agent import Agent, AgentConfig
-from agent_core.model_api import HTTPChatModel, ModelAPI, build_model
+from agent_core.models.api import HTTPChatModel, ModelAPI, build_model
 from tests.agent_core.helpers import base_url_for
 
 if TYPE_CHECKING:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any, Protocol
 
-from agent_core.model_api import ModelAPI
+from agent_core.models.api import ModelAPI
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence

@@ -13,7 +13,7 @@ from llmock.scenarios import Reply, ToolCall
 
 from agent_core.agent import AgentConfig
 from agent_core.delegation import MAX_DEPTH
-from agent_core.model_api import ModelAPI, build_model
+from agent_core.models.api import ModelAPI, build_model
 from agent_core.settings_file import settings_text
 from agent_core.tools import tool
 from agent_core.values.budget import Budget, BudgetKind, BudgetLimits, Prices, Spent

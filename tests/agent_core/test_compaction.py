@@ -20,7 +20,7 @@ from agent_core.compaction import (
     transcript,
     window_from_error,
 )
-from agent_core.model_api import ModelAPI
+from agent_core.models.api import ModelAPI
 from agent_core.stores.memory import MemoryStore
 from agent_core.tools import tool
 from agent_core.values.ended import EndedBecause

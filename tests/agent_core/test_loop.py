@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import pytest
 from llmock.scenarios import Reply, ToolCall
 
-from agent_core.model_api import ModelAPI
+from agent_core.models.api import ModelAPI
 from agent_core.stores.memory import MemoryStore
 from agent_core.tools import tool
 from agent_core.values.events import ToolFinished, ToolStarted, TurnFinished

@@ -16,7 +16,7 @@ import pytest
 from aiohttp import web
 
 from agent_core.agent import Agent
-from agent_core.model_api import HTTPChatModel, ModelAPI, build_model
+from agent_core.models.api import HTTPChatModel, ModelAPI, build_model
 from agent_core.steps import assistant_message
 from agent_core.stores.memory import MemoryStore
 from agent_core.tools import FINAL_REPORT

@@ -17,8 +17,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from llmock.scenarios import Reply, ToolCall
 
-from agent_core.model_api import HTTPChatModel, ModelAPI, build_model
-from agent_core.sse import SSEDecoder
+from agent_core.models.api import HTTPChatModel, ModelAPI, build_model
+from agent_core.models.sse import SSEDecoder
 from agent_core.values.chat import ModelRequest
 from agent_core.values.errors import (
     ContextOverflow,

@@ -14,8 +14,8 @@ import pytest
 from llmock.scenarios import Reply
 
 from agent_core.agent import AgentConfig
-from agent_core.model_api import ModelAPI
-from agent_core.retry import RetryPolicy
+from agent_core.models.api import ModelAPI
+from agent_core.models.retry import RetryPolicy
 from agent_core.stores.memory import MemoryStore
 from agent_core.values.ended import EndedBecause
 from agent_core.values.events import Retrying, RunEvent, TextDelta, ToolStarted, TurnStarted

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import pytest
 from llmock.scenarios import Reply, StreamFault, ToolCall
 
-from agent_core.model_api import ModelAPI
+from agent_core.models.api import ModelAPI
 from agent_core.tools import tool
 from agent_core.values.events import (
     Retrying,

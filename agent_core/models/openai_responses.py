@@ -2,9 +2,9 @@
 (``MODEL_API=openai-responses``).
 
 One call is one streamed ``POST {base_url}/responses`` (``OPENAI_BASE_URL``, bearer key),
-sent and read by :class:`agent_core.model_http.ModelEndpoint`, as the Chat Completions
+sent and read by :class:`agent_core.models.http_exchange.ModelEndpoint`, as the Chat Completions
 adapter is, and for the same reason: measured, the ``openai`` SDK's Responses stream
-costs 5 times the CPU per streamed event (:mod:`agent_core.model_http` has the figures).
+costs 5 times the CPU per streamed event (:mod:`agent_core.models.http_exchange` has the figures).
 
 The conversation (the core's chat messages) becomes ``input`` items: system and user
 messages as messages of their role, an assistant message as its reasoning items (when
@@ -31,7 +31,7 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from agent_core.model_http import (
+from agent_core.models.http_exchange import (
     DEFAULT_REPLY_TIMEOUT_S,
     MAX_ARGUMENT_CHARS,
     READS_PER_S,
@@ -59,8 +59,8 @@ from agent_core.values.errors import (
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from agent_core.models.sse import ServerSentEvent
     from agent_core.ports import TextSink
-    from agent_core.sse import ServerSentEvent
     from agent_core.values.chat import ChatMessage, ToolSpec
 
 __all__ = ["OpenAIResponsesModel"]

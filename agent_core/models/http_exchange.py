@@ -1,14 +1,15 @@
 """The streamed HTTP exchange every model adapter makes, whatever its API.
 
-An adapter (:mod:`agent_core.model` for Chat Completions, :mod:`agent_core.model_responses`,
-:mod:`agent_core.model_anthropic`) builds its API's request body and a *turn*: the object
+An adapter (:mod:`agent_core.models.openai_chat` for Chat Completions,
+:mod:`agent_core.models.openai_responses`, :mod:`agent_core.models.anthropic_messages`)
+builds its API's request body and a *turn*: the object
 that reads its API's server-sent events (:class:`StreamedTurn`). :class:`ModelEndpoint`
 does the rest, the same way for all of them:
 
 - one aiohttp ``POST`` with a JSON body, on one session per model, so connections are
   pooled and reused across turns; the proxy comes from the environment, looked up once;
 - the streamed body is read with ``readany`` (one await per network read, no generator
-  layers) and decoded by :mod:`agent_core.sse`;
+  layers) and decoded by :mod:`agent_core.models.sse`;
 - reads are paced when many streams are open (:class:`ReadPacer`);
 - limits: no data for ``idle_timeout_s`` (the answer's head included) is a stall; a
   reply that has not ended ``reply_timeout_s`` after it was sent is cut off, whatever
@@ -69,7 +70,7 @@ import orjson
 from aiohttp.helpers import get_env_proxy_for_url
 from yarl import URL
 
-from agent_core.sse import SSEDecoder
+from agent_core.models.sse import SSEDecoder
 from agent_core.values.errors import (
     ContextOverflow,
     FatalModelError,
@@ -84,7 +85,7 @@ from agent_core.values.redact import public_url
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-    from agent_core.sse import ServerSentEvent
+    from agent_core.models.sse import ServerSentEvent
 
     Refusal = Callable[[int, Mapping[str, str], str], ModelError]
     """Maps an answer with an error status (its headers and body text) to a ModelError."""

@@ -2,20 +2,20 @@
 
 One port in the core (:class:`agent_core.ports.ChatModel`); one adapter module per API:
 
-- ``openai-chat``: Chat Completions, :mod:`agent_core.model` (OpenAI, Azure OpenAI, any
+- ``openai-chat``: Chat Completions, :mod:`agent_core.models.openai_chat` (OpenAI, Azure OpenAI, any
   OpenAI-compatible server);
-- ``openai-responses``: the Responses API, :mod:`agent_core.model_responses`;
-- ``anthropic``: the Messages API, :mod:`agent_core.model_anthropic`.
+- ``openai-responses``: the Responses API, :mod:`agent_core.models.openai_responses`;
+- ``anthropic``: the Messages API, :mod:`agent_core.models.anthropic_messages`.
 """
 
 from __future__ import annotations
 
 from enum import StrEnum
 
-from agent_core.model import OpenAIChatModel
-from agent_core.model_anthropic import AnthropicModel
-from agent_core.model_http import DEFAULT_REPLY_TIMEOUT_S, READS_PER_S
-from agent_core.model_responses import OpenAIResponsesModel
+from agent_core.models.anthropic_messages import AnthropicModel
+from agent_core.models.http_exchange import DEFAULT_REPLY_TIMEOUT_S, READS_PER_S
+from agent_core.models.openai_chat import OpenAIChatModel
+from agent_core.models.openai_responses import OpenAIResponsesModel
 
 __all__ = ["HTTPChatModel", "ModelAPI", "build_model"]
 
@@ -43,7 +43,7 @@ def build_model(
     max_output_tokens: int | None = None,
 ) -> HTTPChatModel:
     """The adapter of ``api``, for ``model`` at ``base_url`` (None: the API's default);
-    ``reads_per_s`` paces its streams' reads (:mod:`agent_core.model_http`);
+    ``reads_per_s`` paces its streams' reads (:mod:`agent_core.models.http_exchange`);
     ``max_output_tokens`` caps each reply (``MODEL_MAX_OUTPUT_TOKENS``)."""
     kind: type[HTTPChatModel] = OpenAIChatModel
     if api is ModelAPI.OPENAI_RESPONSES:

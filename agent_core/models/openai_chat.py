@@ -7,7 +7,8 @@ streamed turn: text deltas go to the caller as they arrive, tool-call fragments 
 reassembled, and usage is read from the final chunk.
 
 The request is ours: ``POST {base_url}/chat/completions`` (bearer key, JSON body,
-``stream: true`` with usage), sent and read by :class:`agent_core.model_http.ModelEndpoint`
+``stream: true`` with usage), sent and read by
+:class:`agent_core.models.http_exchange.ModelEndpoint`
 (pooled connections, paced reads, the idle and reply limits, hanging up at once). Each
 chunk is parsed with ``orjson.loads`` into plain dicts. The OpenAI SDK cost more CPU per
 streamed chunk than everything else a chunk does: first its typed chunk objects, then,
@@ -15,8 +16,8 @@ once those were gone, the layers between its HTTP client and the socket.
 
 Nothing retries here: the loop does, because only the loop can make a retry wait
 interruptible by Stop. Every failure leaves here as a :class:`agent_core.values.errors.ModelError`
-(the mapping is in :func:`agent_core.model_http.refused` for answers with an error status,
-and in :class:`agent_core.model_http.ModelEndpoint` for what happens on the wire).
+(the mapping is in :func:`agent_core.models.http_exchange.refused` for answers with an error status,
+and in :class:`agent_core.models.http_exchange.ModelEndpoint` for what happens on the wire).
 
 The conversation is already in this API's shape (the core keeps it so); reasoning that
 another API's adapter stored with an assistant message (its ``reasoning`` key) is left
@@ -29,7 +30,7 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from agent_core.model_http import (
+from agent_core.models.http_exchange import (
     DEFAULT_REPLY_TIMEOUT_S,
     MAX_ARGUMENT_CHARS,
     READS_PER_S,
@@ -42,8 +43,8 @@ from agent_core.values.chat import ModelRequest, ModelResponse, ToolCall, Usage,
 from agent_core.values.errors import RetryableModelError
 
 if TYPE_CHECKING:
+    from agent_core.models.sse import ServerSentEvent
     from agent_core.ports import TextSink
-    from agent_core.sse import ServerSentEvent
     from agent_core.values.chat import ChatMessage
 
 __all__ = ["READS_PER_S", "OpenAIChatModel"]
@@ -58,7 +59,7 @@ class OpenAIChatModel:
     ``base_url`` defaults to ``OPENAI_BASE_URL`` from the environment, then to OpenAI's.
     ``reads_per_s`` paces the reads of many open streams (0: every piece is read as it
     arrives, however many are open); ``reply_timeout_s`` bounds one reply however busy
-    its stream keeps (see :mod:`agent_core.model_http`); ``max_output_tokens`` caps each
+    its stream keeps (see :mod:`agent_core.models.http_exchange`); ``max_output_tokens`` caps each
     reply (``max_completion_tokens``; None: the endpoint's own cap).
     """
 

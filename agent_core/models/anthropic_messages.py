@@ -2,9 +2,9 @@
 (``MODEL_API=anthropic``).
 
 One call is one streamed ``POST {base_url}/v1/messages`` (``ANTHROPIC_BASE_URL``, the
-``x-api-key`` header), sent and read by :class:`agent_core.model_http.ModelEndpoint`, as
+``x-api-key`` header), sent and read by :class:`agent_core.models.http_exchange.ModelEndpoint`, as
 the Chat Completions adapter is, and for the same reason: measured, the ``anthropic``
-SDK's stream costs 4 times the CPU per streamed event (:mod:`agent_core.model_http` has
+SDK's stream costs 4 times the CPU per streamed event (:mod:`agent_core.models.http_exchange` has
 the figures).
 
 The conversation (the core's chat messages) becomes the API's shape: every system
@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from agent_core.model_http import (
+from agent_core.models.http_exchange import (
     DEFAULT_REPLY_TIMEOUT_S,
     MAX_ARGUMENT_CHARS,
     READS_PER_S,
@@ -53,8 +53,8 @@ from agent_core.values.errors import (
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
+    from agent_core.models.sse import ServerSentEvent
     from agent_core.ports import TextSink
-    from agent_core.sse import ServerSentEvent
     from agent_core.values.chat import ChatMessage
 
 __all__ = ["AnthropicModel"]
@@ -352,7 +352,7 @@ def _stream_error(error: Mapping[str, Any]) -> ModelError:
 
 
 def _refused(status: int, headers: Mapping[str, str], text: str) -> ModelError:
-    """:func:`agent_core.model_http.refused`, with Anthropic's error ``type`` as the code
+    """:func:`agent_core.models.http_exchange.refused`, with Anthropic's error ``type`` as the code
     when the answer gives no ``code`` (``{"type": "error", "error": {"type", "message"}}``)."""
     error = refused(status, headers, text)
     if error.code is None:
