@@ -8,7 +8,6 @@ core (tests/agent_core/test_public_api.py holds both to it).
 """
 
 from agent_core.agent import Agent, AgentConfig
-from agent_core.builtin_tools import BUILTIN_TOOLS
 from agent_core.compaction import (
     Compacted,
     Compaction,
@@ -25,9 +24,10 @@ from agent_core.models.api import HTTPChatModel, ModelAPI, build_model
 from agent_core.models.openai_chat import OpenAIChatModel
 from agent_core.models.retry import RetryPolicy
 from agent_core.ports import Approvals, ApprovalStore, ChatModel, RunStore, StopRequestStore
-from agent_core.tool_arguments import ArgumentsError, parse_arguments, shown_arguments
-from agent_core.tool_progress import report_progress
-from agent_core.tools import Tool, ToolError, remote_tool, tool
+from agent_core.tools.arguments import ArgumentsError, parse_arguments, shown_arguments
+from agent_core.tools.builtin import BUILTIN_TOOLS
+from agent_core.tools.progress import report_progress
+from agent_core.tools.toolbox import Tool, ToolError, remote_tool, tool
 from agent_core.values.approvals import (
     DEFAULT_APPROVAL_TIMEOUT_S,
     ApprovalDecision,

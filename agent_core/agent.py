@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from agent_core.delegation import CHILD_HOW_TO_CONTINUE, DELEGATE
 from agent_core.loop import Run
 from agent_core.models.retry import RetryPolicy
-from agent_core.tools import DEFAULT_TOOL_TIMEOUT_S
+from agent_core.tools.toolbox import DEFAULT_TOOL_TIMEOUT_S
 from agent_core.values.approvals import DEFAULT_APPROVAL_TIMEOUT_S
 from agent_core.values.budget import (
     DEFAULT_BUDGET,
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from agent_core.ports import Approvals, ChatModel, RunStore
-    from agent_core.tools import Tool
+    from agent_core.tools.toolbox import Tool
     from agent_core.values.budget import Spent
     from agent_core.values.chat import ChatMessage
     from agent_core.values.records import Checkpoint

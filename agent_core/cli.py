@@ -19,7 +19,7 @@ because a ``.env`` written for the app asks for INFO and its lines would bury th
 
 The agent has the app's tools, less Slack's: the built-in ones, ``delegate``, and the
 tools of every MCP server ``MCP_CONFIG`` lists, started and closed here with the app's
-:class:`~agent_core.mcp.McpManager` (a server that does not start is logged and left
+:class:`~agent_core.tools.mcp.McpManager` (a server that does not start is logged and left
 out). A Stop lets their calls finish; an Abort or a shutdown cancels them.
 
 A tool call that ``MCP_CONFIG`` marks for approval asks ``Approve TOOL {arguments}?
@@ -45,12 +45,9 @@ import sys
 from typing import TYPE_CHECKING, TextIO, TypeVar, overload
 
 from agent_core.agent import Agent, AgentConfig
-from agent_core.builtin_tools import BUILTIN_TOOLS
 from agent_core.delegation import DELEGATE
 from agent_core.isolation import make_undumpable
 from agent_core.logs import configure_logging
-from agent_core.mcp import SETTING as MCP_SETTING
-from agent_core.mcp import McpManager, load_mcp_config
 from agent_core.models.api import HTTPChatModel, ModelAPI, build_model
 from agent_core.models.http_exchange import DEFAULT_REPLY_TIMEOUT_S
 from agent_core.settings_file import (
@@ -62,7 +59,10 @@ from agent_core.settings_file import (
     settings_text,
 )
 from agent_core.terminal_approvals import TerminalApprovals
-from agent_core.tools import DEFAULT_TOOL_TIMEOUT_S
+from agent_core.tools.builtin import BUILTIN_TOOLS
+from agent_core.tools.mcp import SETTING as MCP_SETTING
+from agent_core.tools.mcp import McpManager, load_mcp_config
+from agent_core.tools.toolbox import DEFAULT_TOOL_TIMEOUT_S
 from agent_core.values.approvals import APPROVAL_TIMEOUT, parse_approval_timeout
 from agent_core.values.budget_settings import RunLimits, limits_from_settings
 from agent_core.values.errors import ConfigError
@@ -83,7 +83,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
     from agent_core.loop import Run
-    from agent_core.mcp import ServerConfig
+    from agent_core.tools.mcp import ServerConfig
     from agent_core.values.budget import Spent
     from agent_core.values.outcomes import RunResult
 

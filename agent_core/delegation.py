@@ -42,15 +42,15 @@ from typing import TYPE_CHECKING, Annotated
 import pydantic
 import structlog
 
-from agent_core.tool_progress import current_progress
-from agent_core.tools import ASK_USER, FINAL_REPORT, Tool, ToolError
+from agent_core.tools.progress import current_progress
+from agent_core.tools.toolbox import ASK_USER, FINAL_REPORT, Tool, ToolError
 from agent_core.values.events import ChildFinished, ChildStarted, RunEvent, ToolStarted, TurnStarted
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from agent_core.loop import Run
-    from agent_core.tool_progress import ProgressFn
+    from agent_core.tools.progress import ProgressFn
     from agent_core.values.outcomes import RunResult
 
 __all__ = [

@@ -1,8 +1,8 @@
 """Keeping the app's secrets from the processes it starts (docs/security.md).
 
 A stdio MCP server runs as the app's own user. Its scrubbed environment
-(:mod:`agent_core.mcp.config`) and its own empty working directory
-(:mod:`agent_core.mcp.transport`) keep the settings out of its reach, except through
+(:mod:`agent_core.tools.mcp.config`) and its own empty working directory
+(:mod:`agent_core.tools.mcp.transport`) keep the settings out of its reach, except through
 ``/proc``: a process may read ``/proc/<pid>/environ``, ``cmdline`` and ``mem`` of any
 process of its own user, its parent included. :func:`make_undumpable` closes that door:
 a process that is not dumpable has its ``/proc`` files owned by root, and the kernel lets

@@ -55,7 +55,14 @@ from agent_core.steps import (
     tool_result,
 )
 from agent_core.tally import RunTally
-from agent_core.tools import ASK_USER, FINAL_REPORT, Tool, Toolbox, ToolOutcome, gather_tools
+from agent_core.tools.toolbox import (
+    ASK_USER,
+    FINAL_REPORT,
+    Tool,
+    Toolbox,
+    ToolOutcome,
+    gather_tools,
+)
 from agent_core.values.approvals import ApprovalGate
 from agent_core.values.budget import Budget, admit_calls
 from agent_core.values.chat import ModelRequest

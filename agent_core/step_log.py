@@ -10,8 +10,8 @@ end::
     each result ─────► checkpoint (its result appended)
     step ends ───────► checkpoint (the loop's own, every call answered)
 
-:class:`StepLog` keeps the open step and writes it; the :class:`~agent_core.tools.Toolbox`
-reports starts and results to it (its :class:`~agent_core.tools.CallLog` port). A call is
+:class:`StepLog` keeps the open step and writes it; the :class:`~agent_core.tools.toolbox.Toolbox`
+reports starts and results to it (its :class:`~agent_core.tools.toolbox.CallLog` port). A call is
 "started" once it has cleared its approval, just before the tool is invoked: a call still
 waiting for a person has not started.
 
@@ -37,7 +37,7 @@ from agent_core.values.chat import ToolCall
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Sequence
 
-    from agent_core.tools import ToolOutcome
+    from agent_core.tools.toolbox import ToolOutcome
     from agent_core.values.chat import ChatMessage
     from agent_core.values.records import Checkpoint
 

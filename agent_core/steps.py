@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 import pydantic
 
-from agent_core.tools import AskUser, FinalReport
+from agent_core.tools.toolbox import AskUser, FinalReport
 from agent_core.values.ended import Clues
 from agent_core.values.errors import ModelUnreachable
 from agent_core.values.outcomes import ExitCode, Outcome, exit_code_of, strip_softeners

@@ -7,7 +7,7 @@ terminal (a script, a pipe, CI) nobody can answer, so every such call is denied 
 ``--yes`` approves every call without asking.
 
 The prompt shows the arguments in full, as the tool will receive them
-(:func:`~agent_core.tool_arguments.shown_arguments`: indented JSON, with invisible
+(:func:`~agent_core.tools.arguments.shown_arguments`: indented JSON, with invisible
 characters and terminal control characters written as ``\\uXXXX``).
 
 stdin is read with the event loop's reader, not a thread: a Ctrl+C (Stop) or an Abort
@@ -20,7 +20,7 @@ import asyncio
 import os
 from typing import TYPE_CHECKING, TextIO
 
-from agent_core.tool_arguments import shown_arguments
+from agent_core.tools.arguments import shown_arguments
 from agent_core.values.approvals import ApprovalDecision, ApprovalStatus
 
 if TYPE_CHECKING:

@@ -111,7 +111,7 @@ def transition(current: ApprovalStatus, new: ApprovalStatus) -> ApprovalStatus:
 @dataclass(frozen=True, slots=True)
 class ApprovalRequest:
     """One held call. ``arguments`` is the model's JSON text: hostile data, shown
-    parsed and escaped (:mod:`agent_core.tool_arguments`)."""
+    parsed and escaped (:mod:`agent_core.tools.arguments`)."""
 
     id: str
     run_id: str

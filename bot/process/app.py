@@ -57,8 +57,8 @@ from agent_core import (
     build_model,
 )
 from agent_core.delegation import DELEGATE
-from agent_core.mcp import McpManager
 from agent_core.stores.factory import open_store
+from agent_core.tools.mcp import McpManager
 from agent_core.values.redact import public_url, redact
 from bot import messages
 from bot.approvals.clicks import ApprovalClicks

@@ -64,7 +64,7 @@ if TYPE_CHECKING:
 
     # Only a private attribute's annotation, which pydantic does not resolve: importing
     # it for real would load the MCP SDK before the settings are read.
-    from agent_core.mcp import ServerConfig  # noqa: TC004
+    from agent_core.tools.mcp import ServerConfig  # noqa: TC004
 
 __all__ = [
     "DEPRECATED_SETTINGS",
@@ -393,7 +393,7 @@ class Settings(BaseSettings):
         # Read and checked here, with the other settings: a bad file stops start-up with
         # one line naming MCP_CONFIG and the file, before anything is started.
         if self.MCP_CONFIG is not None:
-            from agent_core.mcp import load_mcp_config  # the MCP SDK comes with it
+            from agent_core.tools.mcp import load_mcp_config  # the MCP SDK comes with it
 
             try:
                 self._mcp_servers = load_mcp_config(self.MCP_CONFIG)

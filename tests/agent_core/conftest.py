@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
     from agent_core.ports import Approvals
     from agent_core.stores.memory import MemoryStore
-    from agent_core.tools import Tool
+    from agent_core.tools.toolbox import Tool
     from tests.agent_core.helpers import AgentFactory
 
 

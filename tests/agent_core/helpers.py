@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from agent_core.loop import Run
     from agent_core.ports import Approvals
     from agent_core.stores.memory import MemoryStore
-    from agent_core.tools import Tool
+    from agent_core.tools.toolbox import Tool
     from agent_core.values.events import RunEvent
 
 WAIT_S = 10.0

@@ -15,7 +15,7 @@ from agent_core.agent import AgentConfig
 from agent_core.delegation import MAX_DEPTH
 from agent_core.models.api import ModelAPI, build_model
 from agent_core.settings_file import settings_text
-from agent_core.tools import tool
+from agent_core.tools.toolbox import tool
 from agent_core.values.budget import Budget, BudgetKind, BudgetLimits, Prices, Spent
 from agent_core.values.budget_settings import SETTINGS as BUDGET_SETTINGS
 from agent_core.values.budget_settings import limits_from_settings

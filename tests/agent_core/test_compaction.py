@@ -22,7 +22,7 @@ from agent_core.compaction import (
 )
 from agent_core.models.api import ModelAPI
 from agent_core.stores.memory import MemoryStore
-from agent_core.tools import tool
+from agent_core.tools.toolbox import tool
 from agent_core.values.ended import EndedBecause
 from agent_core.values.outcomes import ExitCode, Outcome
 from agent_core.values.prompts import SUMMARY_INSTRUCTION, continuation_note

@@ -19,7 +19,7 @@ from llmock.scenarios import Reply, StreamFault, ToolCall
 from agent_core.agent import AgentConfig
 from agent_core.delegation import MAX_DEPTH, MAX_LIVE_CHILDREN
 from agent_core.stores.memory import MemoryStore
-from agent_core.tools import tool
+from agent_core.tools.toolbox import tool
 from agent_core.values.events import (
     ChildFinished,
     ChildStarted,

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from llmock.scenarios import Reply, StreamFault, ToolCall
 
-from agent_core.tools import tool
+from agent_core.tools.toolbox import tool
 from agent_core.values.events import GuidanceDelivered, TextDelta, ToolStarted
 from agent_core.values.guidance import Guidance, GuidanceInbox
 from agent_core.values.outcomes import Outcome, RunResult

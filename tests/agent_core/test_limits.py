@@ -8,7 +8,7 @@ from llmock.scenarios import Reply, StreamFault
 
 from agent_core.agent import AgentConfig
 from agent_core.models.retry import RetryPolicy
-from agent_core.tools import tool
+from agent_core.tools.toolbox import tool
 from agent_core.values.ended import EndedBecause
 from agent_core.values.events import Retrying, StepRestarted
 from agent_core.values.outcomes import ExitCode, Outcome

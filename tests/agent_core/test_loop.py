@@ -10,7 +10,7 @@ from llmock.scenarios import Reply, ToolCall
 
 from agent_core.models.api import ModelAPI
 from agent_core.stores.memory import MemoryStore
-from agent_core.tools import tool
+from agent_core.tools.toolbox import tool
 from agent_core.values.events import ToolFinished, ToolStarted, TurnFinished
 from agent_core.values.outcomes import ExitCode, Outcome
 from agent_core.values.states import RunState

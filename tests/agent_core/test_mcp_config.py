@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from agent_core.mcp import (
+from agent_core.tools.mcp import (
     MAX_TOOL_NAME,
     HttpServer,
     StdioServer,

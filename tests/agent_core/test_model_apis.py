@@ -19,7 +19,7 @@ from agent_core.agent import Agent
 from agent_core.models.api import HTTPChatModel, ModelAPI, build_model
 from agent_core.steps import assistant_message
 from agent_core.stores.memory import MemoryStore
-from agent_core.tools import FINAL_REPORT
+from agent_core.tools.toolbox import FINAL_REPORT
 from agent_core.values.chat import ModelRequest, ToolSpec
 from agent_core.values.ended import EndedBecause
 from agent_core.values.errors import (

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from agent_core.agent import Agent
 from agent_core.step_log import unknown_effect
 from agent_core.testing import HandApprovals, MemoryStore, ScriptedChatModel, ScriptedTurn
-from agent_core.tools import Tool, remote_tool, tool
+from agent_core.tools.toolbox import Tool, remote_tool, tool
 from agent_core.values.approvals import ApprovalStatus
 from agent_core.values.chat import ToolCall
 from agent_core.values.ended import EndedBecause

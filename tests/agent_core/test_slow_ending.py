@@ -18,7 +18,7 @@ from structlog.testing import capture_logs
 
 from agent_core.agent import AgentConfig
 from agent_core.stores.memory import MemoryStore
-from agent_core.tools import Tool, tool
+from agent_core.tools.toolbox import Tool, tool
 from agent_core.values.events import ChildFinished, ToolFinished, ToolStarted
 from agent_core.values.outcomes import ExitCode, Outcome
 from agent_core.values.states import TERMINAL_STATES, RunState

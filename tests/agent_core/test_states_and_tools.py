@@ -6,7 +6,7 @@ from typing import Literal
 
 import pytest
 
-from agent_core.tools import Toolbox, tool
+from agent_core.tools.toolbox import Toolbox, tool
 from agent_core.values.chat import ToolCall
 from agent_core.values.errors import IllegalTransition
 from agent_core.values.outcomes import Outcome

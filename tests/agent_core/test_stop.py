@@ -15,7 +15,7 @@ import pytest
 from llmock.scenarios import Reply, StreamFault, ToolCall
 
 from agent_core.models.api import ModelAPI
-from agent_core.tools import tool
+from agent_core.tools.toolbox import tool
 from agent_core.values.events import (
     Retrying,
     RunEvent,

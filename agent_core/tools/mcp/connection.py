@@ -24,9 +24,9 @@ import structlog
 from mcp import Client, Implementation, MCPError
 from mcp_types import CONNECTION_CLOSED, INVALID_REQUEST
 
-from agent_core.mcp.errors import ServerStopped, ServerUnavailable
-from agent_core.mcp.transport import open_transport
-from agent_core.tools import ToolError
+from agent_core.tools.mcp.errors import ServerStopped, ServerUnavailable
+from agent_core.tools.mcp.transport import open_transport
+from agent_core.tools.toolbox import ToolError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -34,8 +34,8 @@ if TYPE_CHECKING:
     from mcp_types import CallToolResult
     from mcp_types import Tool as McpTool
 
-    from agent_core.mcp.config import ServerConfig
-    from agent_core.tool_progress import ProgressFn
+    from agent_core.tools.mcp.config import ServerConfig
+    from agent_core.tools.progress import ProgressFn
 
 __all__ = ["DEFAULT_START_TIMEOUT_S", "ServerConnection"]
 
@@ -48,7 +48,7 @@ _CANCEL_FLUSH_S = 1.0
 _MAX_LIST_PAGES = 50
 _CLIENT = Implementation(name="threadpilot", version="1")
 
-log = structlog.get_logger("agent_core.mcp")
+log = structlog.get_logger("agent_core.tools.mcp")
 
 
 class ServerConnection:

@@ -10,7 +10,7 @@
 schema, and arguments beyond them are refused before the tool runs.
 
 A tool that raises gives the model an error result, never a crash; arguments that are
-not one JSON object (:func:`~agent_core.tool_arguments.parse_arguments`: no repeated key,
+not one JSON object (:func:`~agent_core.tools.arguments.parse_arguments`: no repeated key,
 no ``NaN``), or do not match the signature, are reported back to the model the same way,
 before anyone is asked to approve the call and before the tool runs. Every call is
 bounded by the toolbox's timeout (``TOOL_TIMEOUT``, default 120 s): after it the call is
@@ -21,7 +21,7 @@ tool at once.
 
 Prefer ``async def`` tools. An async tool that is timed out or aborted is really
 cancelled: its awaits raise ``CancelledError`` and its HTTP streams close. A sync tool
-runs in a thread of :mod:`agent_core.tool_threads` (a small pool of its own, so it cannot
+runs in a thread of :mod:`agent_core.tools.threads` (a small pool of its own, so it cannot
 starve DNS look-ups or anything else that uses asyncio's default executor), and a thread
 cannot be stopped: on a timeout or Abort the run goes on at once and the thread's result
 is dropped, but the thread keeps its pool slot until the function returns. A sync tool
@@ -29,15 +29,15 @@ that never returns costs one pool thread for the life of the process. A sync too
 spends long stretches in one C call (a huge integer power, a giant regex) also holds the
 interpreter lock for that whole call, freezing every other task of the process, health
 checks and clicks included; so a sync tool must bound the work its arguments can ask for,
-as :mod:`agent_core.builtin_tools` does.
+as :mod:`agent_core.tools.builtin` does.
 
 A tool can also be carried out elsewhere: :func:`remote_tool` wraps ``async fn(arguments)``
-with a JSON schema given as is (an MCP server's tool, see :mod:`agent_core.mcp`). Both kinds
+with a JSON schema given as is (an MCP server's tool, see :mod:`agent_core.tools.mcp`). Both kinds
 go through the same :class:`Toolbox` path: the same timeout, the same error results, the
 same cut of results longer than :data:`MAX_TOOL_RESULT_CHARS` (with a note saying so, so
 one tool cannot blow the context). A tool that can explain its failure raises
 :class:`ToolError`; the model reads ``error: <tool>: <message>``. A tool may call
-:func:`agent_core.tool_progress.report_progress` while it works; the run shows it as the
+:func:`agent_core.tools.progress.report_progress` while it works; the run shows it as the
 call's progress.
 
 Two tools are built into every run and handled by the loop, not executed:
@@ -61,9 +61,9 @@ from typing import Any, Literal, overload
 import pydantic
 import structlog
 
-from agent_core.tool_arguments import ArgumentsError, parse_arguments
-from agent_core.tool_progress import OnProgress, reporting_progress
-from agent_core.tool_threads import SHARED_TOOL_THREADS, ToolThreads
+from agent_core.tools.arguments import ArgumentsError, parse_arguments
+from agent_core.tools.progress import OnProgress, reporting_progress
+from agent_core.tools.threads import SHARED_TOOL_THREADS, ToolThreads
 from agent_core.values.chat import ToolCall, ToolSpec
 from agent_core.values.errors import ThreadpilotError
 
@@ -92,7 +92,7 @@ MAX_TOOL_RESULT_CHARS = 20_000
 """The most of one tool result the model reads (about 5,000 tokens); the rest is cut with
 a note. A constant, not a setting: it protects the context window, whatever the tool."""
 
-log = structlog.get_logger("agent_core.tools")
+log = structlog.get_logger("agent_core.tools.toolbox")
 
 
 class ToolError(ThreadpilotError):

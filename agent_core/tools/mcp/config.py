@@ -33,7 +33,7 @@ stays as written). A ``${VAR}`` that is unset is an error, not an empty string.
 
 A stdio server does not inherit threadpilot's environment (its Slack and OpenAI keys):
 it gets ``HOME``, ``PATH``, ``LOGNAME``, ``SHELL``, ``TERM`` and ``USER``, plus its ``env``.
-Without ``cwd`` it starts in an empty directory of its own (:mod:`agent_core.mcp.transport`).
+Without ``cwd`` it starts in an empty directory of its own (:mod:`agent_core.tools.mcp.transport`).
 That keeps the app's secrets from it, not one server's from another: stdio servers run as
 the same user, so each can read the others' environment through ``/proc``
 (:attr:`StdioServer.carries_secrets`; docs/security.md).

@@ -1,6 +1,6 @@
 """How far a tool call has got: reported by the tool, shown by the run as its progress.
 
-The :class:`~agent_core.tools.Toolbox` binds a reporter to each call for the call's
+The :class:`~agent_core.tools.toolbox.Toolbox` binds a reporter to each call for the call's
 duration (a context variable, so it is the call's own, in its task and in the thread a
 sync tool runs in)::
 

@@ -28,7 +28,7 @@ and they exit on their own.
 stdio servers run as the same user, so each can read the others' environment and
 arguments through ``/proc``: :meth:`McpManager.start` warns
 (``secrets.shared_between_tool_servers``) when two or more of them carry secrets
-(:attr:`~agent_core.mcp.config.StdioServer.carries_secrets`; docs/security.md).
+(:attr:`~agent_core.tools.mcp.config.StdioServer.carries_secrets`; docs/security.md).
 """
 
 from __future__ import annotations
@@ -40,11 +40,11 @@ from typing import TYPE_CHECKING, TextIO
 
 import structlog
 
-from agent_core.mcp.adapter import mcp_tool
-from agent_core.mcp.config import SETTING, StdioServer
-from agent_core.mcp.connection import DEFAULT_START_TIMEOUT_S, ServerConnection
-from agent_core.mcp.naming import assign_tool_names
-from agent_core.tools import ASK_USER, FINAL_REPORT, Tool
+from agent_core.tools.mcp.adapter import mcp_tool
+from agent_core.tools.mcp.config import SETTING, StdioServer
+from agent_core.tools.mcp.connection import DEFAULT_START_TIMEOUT_S, ServerConnection
+from agent_core.tools.mcp.naming import assign_tool_names
+from agent_core.tools.toolbox import ASK_USER, FINAL_REPORT, Tool
 from agent_core.values.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -53,11 +53,11 @@ if TYPE_CHECKING:
 
     from mcp_types import Tool as McpTool
 
-    from agent_core.mcp.config import ServerConfig
+    from agent_core.tools.mcp.config import ServerConfig
 
 __all__ = ["McpManager", "ServerStatus"]
 
-log = structlog.get_logger("agent_core.mcp")
+log = structlog.get_logger("agent_core.tools.mcp")
 
 
 @dataclass(frozen=True, slots=True)

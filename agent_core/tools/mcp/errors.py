@@ -1,18 +1,18 @@
 """What goes wrong with an MCP server, as the model and the admin read it.
 
-    ToolError (agent_core.tools)       the model reads "error: <tool>: <message>"
+    ToolError (agent_core.tools.toolbox)       the model reads "error: <tool>: <message>"
     └── McpServerError                  an MCP server failed a call
         ├── ServerUnavailable           it could not be started (or restarted)
         └── ServerStopped               it stopped during the call; restarted on next use
 
 A server's own refusal (an error response, or a result flagged ``isError``) is a plain
-:class:`~agent_core.tools.ToolError` with the server's words. Configuration problems are
-:class:`~agent_core.values.errors.ConfigError` (see :mod:`agent_core.mcp.config`).
+:class:`~agent_core.tools.toolbox.ToolError` with the server's words. Configuration problems are
+:class:`~agent_core.values.errors.ConfigError` (see :mod:`agent_core.tools.mcp.config`).
 """
 
 from __future__ import annotations
 
-from agent_core.tools import ToolError
+from agent_core.tools.toolbox import ToolError
 
 __all__ = ["McpServerError", "ServerStopped", "ServerUnavailable"]
 

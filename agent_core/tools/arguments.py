@@ -1,7 +1,7 @@
 """A tool call's arguments: read once, strictly, and shown as the call receives them.
 
 The model sends a call's arguments as JSON text. :func:`parse_arguments` is the one
-reader every call goes through (:class:`~agent_core.tools.Toolbox`), before any person is
+reader every call goes through (:class:`~agent_core.tools.toolbox.Toolbox`), before any person is
 asked to approve it and before any tool runs. It accepts exactly one JSON object and
 refuses what JSON readers disagree on, since a person approving a call must see what
 the tool will get:

@@ -1,7 +1,7 @@
-"""An MCP server's tools as :class:`~agent_core.tools.Tool` objects the loop can offer.
+"""An MCP server's tools as :class:`~agent_core.tools.toolbox.Tool` objects the loop can offer.
 
 Each tool is offered under its ``SERVER__TOOL`` name with the server's own JSON schema
-as its parameters, and goes through the same :class:`~agent_core.tools.Toolbox` path as
+as its parameters, and goes through the same :class:`~agent_core.tools.toolbox.Toolbox` path as
 a Python tool (timeout, error results, cut of long results). A call's progress
 notifications become the call's progress in the run. A result the server flags
 ``isError`` reaches the model as an error with the server's words.
@@ -11,16 +11,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from agent_core.mcp.content import result_text
-from agent_core.tool_progress import current_progress
-from agent_core.tools import Tool, ToolError, remote_tool
+from agent_core.tools.mcp.content import result_text
+from agent_core.tools.progress import current_progress
+from agent_core.tools.toolbox import Tool, ToolError, remote_tool
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from mcp_types import Tool as McpTool
 
-    from agent_core.mcp.connection import ServerConnection
+    from agent_core.tools.mcp.connection import ServerConnection
 
 __all__ = ["MAX_DESCRIPTION_CHARS", "mcp_tool"]
 

@@ -31,7 +31,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp_types import JSONRPCNotification
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
-from agent_core.mcp.config import HttpServer, ServerConfig, StdioServer
+from agent_core.tools.mcp.config import HttpServer, ServerConfig, StdioServer
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterator
@@ -53,7 +53,7 @@ asked for it ended long before: nothing waits for it but closing)."""
 _SESSION_ID = "mcp-session-id"
 _PROTOCOL_VERSION = "mcp-protocol-version"
 
-log = structlog.get_logger("agent_core.mcp")
+log = structlog.get_logger("agent_core.tools.mcp")
 
 
 def open_transport(config: ServerConfig, on_end: Callable[[], None], errlog: TextIO) -> Transport:

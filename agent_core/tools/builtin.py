@@ -1,6 +1,6 @@
 """Harmless tools every threadpilot agent has out of the box.
 
-Real deployments add their own with :func:`agent_core.tools.tool`; these exist so the
+Real deployments add their own with :func:`agent_core.tools.toolbox.tool`; these exist so the
 terminal runner and a fresh Slack install can show a tool call end to end.
 
 Both are synchronous and bounded in the work their arguments can ask for: a sync tool
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import Field
 
-from agent_core.tools import Tool, tool
+from agent_core.tools.toolbox import Tool, tool
 
 if TYPE_CHECKING:
     from collections.abc import Callable
