@@ -7,8 +7,14 @@ modules; no module whose name starts with an underscore is imported from outside
 core (tests/agent_core/test_public_api.py holds both to it).
 """
 
-from agent_core.agent import Agent, AgentConfig
-from agent_core.compaction import (
+from agent_core.isolation import make_undumpable, warn_if_root
+from agent_core.logs import configure_logging
+from agent_core.models.api import HTTPChatModel, ModelAPI, build_model
+from agent_core.models.openai_chat import OpenAIChatModel
+from agent_core.models.retry import RetryPolicy
+from agent_core.ports import Approvals, ApprovalStore, ChatModel, RunStore, StopRequestStore
+from agent_core.run.agent import Agent, AgentConfig
+from agent_core.run.compaction import (
     Compacted,
     Compaction,
     CompactionFailed,
@@ -17,13 +23,7 @@ from agent_core.compaction import (
     continue_from,
     window_from_error,
 )
-from agent_core.isolation import make_undumpable, warn_if_root
-from agent_core.logs import configure_logging
-from agent_core.loop import Run, current_run
-from agent_core.models.api import HTTPChatModel, ModelAPI, build_model
-from agent_core.models.openai_chat import OpenAIChatModel
-from agent_core.models.retry import RetryPolicy
-from agent_core.ports import Approvals, ApprovalStore, ChatModel, RunStore, StopRequestStore
+from agent_core.run.loop import Run, current_run
 from agent_core.tools.arguments import ArgumentsError, parse_arguments, shown_arguments
 from agent_core.tools.builtin import BUILTIN_TOOLS
 from agent_core.tools.progress import report_progress

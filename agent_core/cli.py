@@ -44,12 +44,12 @@ import signal
 import sys
 from typing import TYPE_CHECKING, TextIO, TypeVar, overload
 
-from agent_core.agent import Agent, AgentConfig
-from agent_core.delegation import DELEGATE
 from agent_core.isolation import make_undumpable
 from agent_core.logs import configure_logging
 from agent_core.models.api import HTTPChatModel, ModelAPI, build_model
 from agent_core.models.http_exchange import DEFAULT_REPLY_TIMEOUT_S
+from agent_core.run.agent import Agent, AgentConfig
+from agent_core.run.delegation import DELEGATE
 from agent_core.settings_file import (
     ENV_FILE,
     REQUIRED_WITH_API,
@@ -82,7 +82,7 @@ from agent_core.values.stop import StopReason, StopSource
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
-    from agent_core.loop import Run
+    from agent_core.run.loop import Run
     from agent_core.tools.mcp import ServerConfig
     from agent_core.values.budget import Spent
     from agent_core.values.outcomes import RunResult

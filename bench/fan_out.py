@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from llmock.scenarios import Reply, ToolCall
 
 from agent_core import BUILTIN_TOOLS, Agent, AgentConfig, ExitCode, limits_from_settings
-from agent_core.delegation import MAX_DEPTH, MAX_LIVE_CHILDREN
+from agent_core.run.delegation import MAX_DEPTH, MAX_LIVE_CHILDREN
 from bench._llmock import llmock_server, openai_model, settled_records
 from bench._setup import bench_main, parser
 from bench._stats import Figure, machine_line, print_figures, revision_line

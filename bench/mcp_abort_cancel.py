@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from mcp_types import TextContent
 
-from agent_core.agent import Agent
+from agent_core.run.agent import Agent
 from agent_core.testing import ScriptedChatModel, ScriptedTurn
 from agent_core.tools.mcp import HttpServer, McpManager
 from agent_core.values.events import RunEvent, ToolProgress

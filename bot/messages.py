@@ -33,7 +33,7 @@ APP_NAME = "threadpilot"
 
 # Slack user ids: U... for workspace users, W... for Enterprise Grid users.
 _USER_ID = re.compile(r"^[UW][A-Z0-9]+$")
-# Actors that are the app itself rather than a person (see agent_core/loop.py, cli.py).
+# Actors that are the app itself rather than a person (see agent_core/run/loop.py, cli.py).
 _SYSTEM_PREFIXES = ("system:", "signal:")
 # An unknown actor name is shown as text; keep it short so it cannot crowd the label.
 _MAX_ACTOR_CHARS = 80

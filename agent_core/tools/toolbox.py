@@ -43,7 +43,7 @@ call's progress.
 Two tools are built into every run and handled by the loop, not executed:
 ``final_report`` (ends the run with the four-part handoff) and ``ask_user`` (ends it with
 one blocking question). A third, ``delegate``, is a real tool each run makes for itself
-(:mod:`agent_core.delegation`): it starts a sub-agent.
+(:mod:`agent_core.run.delegation`): it starts a sub-agent.
 """
 
 from __future__ import annotations
@@ -292,7 +292,7 @@ class Gate(typing.Protocol):
 
 class CallLog(typing.Protocol):
     """Told when a call starts and when its result arrives, each awaited before the
-    call goes on (the run's :class:`~agent_core.step_log.StepLog`, which checkpoints
+    call goes on (the run's :class:`~agent_core.run.step_log.StepLog`, which checkpoints
     them so a resume never runs a started call twice)."""
 
     async def started(self, call: ToolCall) -> None:

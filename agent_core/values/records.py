@@ -136,7 +136,7 @@ class Checkpoint:
     """A run's conversation after its latest turn (the ``checkpoints`` table): what a
     resume goes on from.
 
-    Written at each step's end, and within a step (:mod:`agent_core.step_log`): as soon as
+    Written at each step's end, and within a step (:mod:`agent_core.run.step_log`): as soon as
     the model's reply is complete, before any of its tool calls runs, then as each call
     starts and as each result arrives. ``messages`` then ends with that reply and the
     results so far; a call of it with no result is still to run, unless its id is in

@@ -13,7 +13,7 @@ Deny) and waits. A decision reaches the waiting call two ways, whichever comes f
 
 The row is the truth: the first decision committed wins, whoever makes it (a click, the
 timeout, a Stop). A run resumed after a shutdown or a lost worker asks again for the same
-call (the checkpointed reply's call, not a new model turn: :mod:`agent_core.step_log`); it
+call (the checkpointed reply's call, not a new model turn: :mod:`agent_core.run.step_log`); it
 finds the approval it had not taken yet (by the call's id) and waits on that row and its
 message, so a click made meanwhile counts. An approval is used only by the call it was
 asked for, never by a later identical one. A sub-agent's calls wait here too, stored

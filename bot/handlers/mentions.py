@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from agent_core import LIVE_STATES, Admission, StorageError, ThreadKey
-from agent_core.recording import abandon_run
+from agent_core.run.recording import abandon_run
 from agent_core.values.clock import utcnow
 from agent_core.values.records import is_accepted, is_waiting
 from bot import messages

@@ -56,7 +56,7 @@ from agent_core import (
     StorageError,
     build_model,
 )
-from agent_core.delegation import DELEGATE
+from agent_core.run.delegation import DELEGATE
 from agent_core.stores.factory import open_store
 from agent_core.tools.mcp import McpManager
 from agent_core.values.redact import public_url, redact

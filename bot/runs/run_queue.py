@@ -47,7 +47,7 @@ from agent_core import (
     ended_by_person,
     strongest,
 )
-from agent_core.recording import record_ending
+from agent_core.run.recording import record_ending
 from agent_core.values.clock import utcnow
 from agent_core.values.records import Checkpoint
 from bot import messages

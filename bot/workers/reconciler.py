@@ -68,8 +68,8 @@ from agent_core import (
     ended_by_person,
     strongest,
 )
-from agent_core.delegation import MAX_DEPTH
-from agent_core.recording import record_ending
+from agent_core.run.delegation import MAX_DEPTH
+from agent_core.run.recording import record_ending
 from agent_core.values.clock import utcnow
 from agent_core.values.records import is_accepted
 from bot import messages

@@ -87,7 +87,7 @@ from agent_core import (
     weighs_last_stop,
     window_from_error,
 )
-from agent_core.compaction import DEFAULT_SUMMARY_WINDOW
+from agent_core.run.compaction import DEFAULT_SUMMARY_WINDOW
 from agent_core.values.clock import utcnow
 from agent_core.values.records import ResumeState
 from bot import messages

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from agent_core.agent import Agent, AgentConfig
 from agent_core.models.api import HTTPChatModel, ModelAPI, build_model
+from agent_core.run.agent import Agent, AgentConfig
 from tests.agent_core.helpers import base_url_for
 
 if TYPE_CHECKING:

@@ -14,9 +14,9 @@ if TYPE_CHECKING:
     from llmock.journal import RequestRecord
     from llmock.pytest_plugin import LLMock
 
-    from agent_core.agent import Agent, AgentConfig
-    from agent_core.loop import Run
     from agent_core.ports import Approvals
+    from agent_core.run.agent import Agent, AgentConfig
+    from agent_core.run.loop import Run
     from agent_core.stores.memory import MemoryStore
     from agent_core.tools.toolbox import Tool
     from agent_core.values.events import RunEvent

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 import pytest
 from llmock.scenarios import Reply, StreamFault
 
-from agent_core.compaction import Compaction, CompactionStopped
 from agent_core.models.api import ModelAPI, build_model
+from agent_core.run.compaction import Compaction, CompactionStopped
 from agent_core.values.events import TextDelta
 from agent_core.values.outcomes import ExitCode
 from agent_core.values.stop import StopReason, StopSource

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from llmock.scenarios import Reply, StreamFault, ToolCall
 
-from agent_core.loop import Run, current_run
+from agent_core.run.loop import Run, current_run
 from agent_core.tools.toolbox import Tool, tool
 from agent_core.values.events import RunEvent, TextDelta
 from agent_core.values.outcomes import ExitCode, Outcome

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 import pytest
 from llmock.scenarios import Reply
 
-from agent_core.compaction import (
+from agent_core.models.api import ModelAPI
+from agent_core.run.compaction import (
     Compacted,
     Compaction,
     CompactionFailed,
@@ -20,7 +21,6 @@ from agent_core.compaction import (
     transcript,
     window_from_error,
 )
-from agent_core.models.api import ModelAPI
 from agent_core.stores.memory import MemoryStore
 from agent_core.tools.toolbox import tool
 from agent_core.values.ended import EndedBecause

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from llmock.scenarios import Reply, StreamFault, ToolCall
 
-from agent_core.agent import AgentConfig
-from agent_core.delegation import MAX_DEPTH, MAX_LIVE_CHILDREN
+from agent_core.run.agent import AgentConfig
+from agent_core.run.delegation import MAX_DEPTH, MAX_LIVE_CHILDREN
 from agent_core.stores.memory import MemoryStore
 from agent_core.tools.toolbox import tool
 from agent_core.values.events import (
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from llmock.journal import RequestRecord
     from llmock.pytest_plugin import LLMock
 
-    from agent_core.loop import Run
+    from agent_core.run.loop import Run
     from agent_core.values.outcomes import RunResult
     from agent_core.values.records import RunRecord
     from tests.agent_core.helpers import AgentFactory

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from aiohttp import web
 
-from agent_core.agent import Agent
 from agent_core.models.api import HTTPChatModel, ModelAPI, build_model
-from agent_core.steps import assistant_message
+from agent_core.run.agent import Agent
+from agent_core.run.steps import assistant_message
 from agent_core.stores.memory import MemoryStore
 from agent_core.tools.toolbox import FINAL_REPORT
 from agent_core.values.chat import ModelRequest, ToolSpec

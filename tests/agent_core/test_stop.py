@@ -37,7 +37,7 @@ from tests.agent_core.helpers import (
 if TYPE_CHECKING:
     from llmock.pytest_plugin import LLMock
 
-    from agent_core.loop import Run
+    from agent_core.run.loop import Run
     from tests.agent_core.helpers import AgentFactory
 
 pytestmark = pytest.mark.parametrize("model_api", list(ModelAPI))  # every scenario, every API

@@ -29,7 +29,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent_core.agent import AgentConfig
+from agent_core.run.agent import AgentConfig
 from agent_core.tools.builtin import MAX_EXPRESSION_CHARS, MAX_RESULT_BITS, calculate
 from agent_core.tools.threads import ToolThreads
 from agent_core.tools.toolbox import Toolbox, tool
@@ -193,7 +193,7 @@ async def test_a_sync_tool_calling_sys_exit_ends_neither_the_process_nor_its_thr
 
 STUCK_AT_EXIT = """
 import asyncio, threading
-from agent_core.agent import Agent
+from agent_core.run.agent import Agent
 from agent_core.values.stop import StopReason
 from agent_core.testing import ScriptedChatModel, ScriptedTurn
 from agent_core.tools.toolbox import tool

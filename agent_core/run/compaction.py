@@ -5,7 +5,7 @@ context guard forced the final turn), its checkpointed conversation is summarise
 :class:`Compaction`, and :func:`continue_from` starts a new run in the same thread whose
 history is that summary, linked to the old run (``RunResult.continued_from``).
 
-:class:`Compaction` is a run-like task, not a :class:`~agent_core.loop.Run`: it makes
+:class:`Compaction` is a run-like task, not a :class:`~agent_core.run.loop.Run`: it makes
 exactly one model request (no tools, no retries: a failure is a value, and the caller's
 resume policy decides whether to try again) and has its own
 :class:`~agent_core.values.stop.RunControl`, so the stop service reaches it like any run. Every
@@ -39,9 +39,9 @@ from agent_core.values.stop import RunControl, StopReason, StopSource
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from agent_core.agent import Agent
-    from agent_core.loop import Run
     from agent_core.ports import ChatModel, TextSink
+    from agent_core.run.agent import Agent
+    from agent_core.run.loop import Run
     from agent_core.values.budget import Spent
     from agent_core.values.chat import ChatMessage, Usage
     from agent_core.values.records import ThreadKey
@@ -60,7 +60,7 @@ __all__ = [
     "window_from_error",
 ]
 
-log = structlog.get_logger("agent_core.compaction")
+log = structlog.get_logger("agent_core.run.compaction")
 
 DEFAULT_SUMMARY_WINDOW = 8_000
 """Tokens assumed when neither the config nor the overflow error names the window."""

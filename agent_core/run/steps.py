@@ -26,7 +26,7 @@ from agent_core.values.prompts import FinalTurnReason
 from agent_core.values.stop import StopReason
 
 if TYPE_CHECKING:
-    from agent_core.tally import RunTally
+    from agent_core.run.tally import RunTally
     from agent_core.values.chat import ChatMessage, ModelResponse, ToolCall
     from agent_core.values.errors import ModelError
 
@@ -346,7 +346,7 @@ def context_exhausted_ending(
     error: ModelError, tally: RunTally, *, how: str, stored: bool
 ) -> Ending:
     """The conversation no longer fits the context window: blocked, to be continued in a
-    new run from a summary (:mod:`agent_core.compaction`) when the run is ``stored``."""
+    new run from a summary (:mod:`agent_core.run.compaction`) when the run is ``stored``."""
     continued = "threadpilot continues in a new run from a summary of this one when policy "
     return Ending(
         Outcome.BLOCKED,

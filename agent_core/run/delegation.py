@@ -18,7 +18,7 @@ top-level run is at depth 0, its children at 1 may delegate once more, and grand
   complete only once every child has returned.
 
 At most :data:`MAX_LIVE_CHILDREN` children of one run are live at once, and at most
-``max_children_per_run`` (:class:`~agent_core.agent.AgentConfig`, ``MAX_CHILDREN_PER_RUN``)
+``max_children_per_run`` (:class:`~agent_core.run.agent.AgentConfig`, ``MAX_CHILDREN_PER_RUN``)
 are started in all; children spend from their parent's budget (:mod:`agent_core.values.budget`).
 A further call is refused at once with a tool error rather than held until a slot frees:
 a held call is work a Stop would have to find and cancel, and a wait the model cannot
@@ -49,7 +49,7 @@ from agent_core.values.events import ChildFinished, ChildStarted, RunEvent, Tool
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from agent_core.loop import Run
+    from agent_core.run.loop import Run
     from agent_core.tools.progress import ProgressFn
     from agent_core.values.outcomes import RunResult
 
@@ -64,7 +64,7 @@ __all__ = [
     "child_report",
 ]
 
-log = structlog.get_logger("agent_core.delegation")
+log = structlog.get_logger("agent_core.run.delegation")
 
 DELEGATE = "delegate"
 MAX_DEPTH = 2

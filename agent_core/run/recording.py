@@ -57,7 +57,7 @@ __all__ = [
     "until_landed",
 ]
 
-log = structlog.get_logger("agent_core.recording")
+log = structlog.get_logger("agent_core.run.recording")
 
 P = ParamSpec("P")
 T = TypeVar("T")

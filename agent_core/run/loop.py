@@ -15,7 +15,7 @@ or cancelled — into exactly one :class:`RunResult` and one terminal state::
 A stop never cancels anything: it is read at the step boundary. Abort and shutdown cancel
 the inner task; the model adapter closes its HTTP stream during that unwinding, so the
 run reports its end only after the connection is closed. Child runs (sub-agents,
-:mod:`agent_core.delegation`) get every request of their parent with the same reason, so a
+:mod:`agent_core.run.delegation`) get every request of their parent with the same reason, so a
 Stop lets each finish and report before the parent's batch completes, and an Abort
 cancels them with it.
 """
@@ -29,10 +29,10 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from agent_core.delegation import MAX_DEPTH, SUB_AGENT_NOTE, Delegation
-from agent_core.recording import RunRecorder
-from agent_core.step_log import InterruptedStep, StepLog, interrupted_step, unknown_effect
-from agent_core.steps import (
+from agent_core.run.delegation import MAX_DEPTH, SUB_AGENT_NOTE, Delegation
+from agent_core.run.recording import RunRecorder
+from agent_core.run.step_log import InterruptedStep, StepLog, interrupted_step, unknown_effect
+from agent_core.run.steps import (
     AskedUser,
     Continue,
     Ending,
@@ -54,7 +54,7 @@ from agent_core.steps import (
     stopped_before_work,
     tool_result,
 )
-from agent_core.tally import RunTally
+from agent_core.run.tally import RunTally
 from agent_core.tools.toolbox import (
     ASK_USER,
     FINAL_REPORT,
@@ -100,7 +100,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from datetime import datetime
 
-    from agent_core.agent import Agent
+    from agent_core.run.agent import Agent
     from agent_core.values.budget import Exhaustion, Spent
     from agent_core.values.chat import ChatMessage, ModelResponse, ToolCall
     from agent_core.values.records import Checkpoint, ThreadKey
@@ -108,7 +108,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Run", "current_run"]
 
-log = structlog.get_logger("agent_core.loop")
+log = structlog.get_logger("agent_core.run.loop")
 
 _current_run: contextvars.ContextVar[Run] = contextvars.ContextVar("threadpilot_run")
 

@@ -1,5 +1,5 @@
 """An :class:`Agent` is a model, its tools and its limits. It makes runs and holds no
-per-run state; everything about one run lives in :class:`agent_core.loop.Run`."""
+per-run state; everything about one run lives in :class:`agent_core.run.loop.Run`."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from agent_core.delegation import CHILD_HOW_TO_CONTINUE, DELEGATE
-from agent_core.loop import Run
 from agent_core.models.retry import RetryPolicy
+from agent_core.run.delegation import CHILD_HOW_TO_CONTINUE, DELEGATE
+from agent_core.run.loop import Run
 from agent_core.tools.toolbox import DEFAULT_TOOL_TIMEOUT_S
 from agent_core.values.approvals import DEFAULT_APPROVAL_TIMEOUT_S
 from agent_core.values.budget import (
@@ -144,7 +144,7 @@ class Agent:
         ``resumed_because``: why the restored run had ended (``rate_limit``,
         ``shutdown``...), which decides what the model is told about the gap.
         ``continued_from``: the run this one continues from a summary (its context filled
-        up; see :func:`agent_core.compaction.continue_from`); kept on the result.
+        up; see :func:`agent_core.run.compaction.continue_from`); kept on the result.
         ``spent``: what the request had already spent, when this run continues it (its
         budget goes on from there, :mod:`agent_core.values.budget`).
         """
