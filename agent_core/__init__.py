@@ -7,12 +7,12 @@ modules; no module whose name starts with an underscore is imported from outside
 core (tests/agent_core/test_public_api.py holds both to it).
 """
 
-from agent_core.isolation import make_undumpable, warn_if_root
-from agent_core.logs import configure_logging
 from agent_core.models.api import HTTPChatModel, ModelAPI, build_model
 from agent_core.models.openai_chat import OpenAIChatModel
 from agent_core.models.retry import RetryPolicy
 from agent_core.ports import Approvals, ApprovalStore, ChatModel, RunStore, StopRequestStore
+from agent_core.process.isolation import make_undumpable, warn_if_root
+from agent_core.process.logs import configure_logging
 from agent_core.run.agent import Agent, AgentConfig
 from agent_core.run.compaction import (
     Compacted,

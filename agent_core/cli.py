@@ -10,7 +10,7 @@ and ``cost_usd`` when prices are set). The app's budgets apply here too
 (:mod:`agent_core.values.budget`): a spent one ends the run ``blocked`` with ``EXIT-BUDGET``,
 exit status 0.
 
-Settings are read as the app reads them (:mod:`agent_core.settings_file`): the
+Settings are read as the app reads them (:mod:`agent_core.process.settings_file`): the
 environment, then ``.env`` in the working directory (the environment wins, even when it
 is empty; an empty value means the default). Every missing or bad setting is named at
 once, one line each, in the app's words (exit status 2); ``run --help`` says so.
@@ -44,13 +44,11 @@ import signal
 import sys
 from typing import TYPE_CHECKING, TextIO, TypeVar, overload
 
-from agent_core.isolation import make_undumpable
-from agent_core.logs import configure_logging
 from agent_core.models.api import HTTPChatModel, ModelAPI, build_model
 from agent_core.models.http_exchange import DEFAULT_REPLY_TIMEOUT_S
-from agent_core.run.agent import Agent, AgentConfig
-from agent_core.run.delegation import DELEGATE
-from agent_core.settings_file import (
+from agent_core.process.isolation import make_undumpable
+from agent_core.process.logs import configure_logging
+from agent_core.process.settings_file import (
     ENV_FILE,
     REQUIRED_WITH_API,
     SettingsInvalid,
@@ -58,6 +56,8 @@ from agent_core.settings_file import (
     raise_all,
     settings_text,
 )
+from agent_core.run.agent import Agent, AgentConfig
+from agent_core.run.delegation import DELEGATE
 from agent_core.terminal_approvals import TerminalApprovals
 from agent_core.tools.builtin import BUILTIN_TOOLS
 from agent_core.tools.mcp import SETTING as MCP_SETTING

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
-from agent_core.logs import configure_logging
+from agent_core.process.logs import configure_logging
 from agent_core.values.chat import ModelResponse, Usage
 from bench._llmock import serving_process
 from bench._slack_app import app_settings

@@ -46,7 +46,7 @@ from agent_core import (
 )
 from agent_core.models.api import ModelAPI
 from agent_core.models.http_exchange import DEFAULT_REPLY_TIMEOUT_S
-from agent_core.settings_file import (
+from agent_core.process.settings_file import (
     ENV_FILE,
     REQUIRED_WITH_API,
     SettingsInvalid,
@@ -106,7 +106,7 @@ class ModelEndpointSettings:
 
 
 class _SettingsText(PydanticBaseSettingsSource):
-    """The environment over ``.env``, as :func:`agent_core.settings_file.settings_text`
+    """The environment over ``.env``, as :func:`agent_core.process.settings_file.settings_text`
     reads them for the app and the terminal alike: an empty variable of the environment
     hides the file's line and means the default (an empty budget: off)."""
 

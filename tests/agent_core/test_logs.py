@@ -13,7 +13,7 @@ import pytest
 import structlog
 from aiohttp import web
 
-from agent_core.logs import QUIET_AT_INFO, configure_logging
+from agent_core.process.logs import QUIET_AT_INFO, configure_logging
 from agent_core.stores.factory import open_store
 
 if TYPE_CHECKING:

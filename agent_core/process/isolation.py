@@ -27,7 +27,7 @@ __all__ = ["make_undumpable", "runs_as_root", "warn_if_root"]
 _PR_SET_DUMPABLE = 4
 """From linux/prctl.h."""
 
-log = structlog.get_logger("agent_core.isolation")
+log = structlog.get_logger("agent_core.process.isolation")
 
 
 def make_undumpable() -> bool:
