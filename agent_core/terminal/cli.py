@@ -23,7 +23,7 @@ tools of every MCP server ``MCP_CONFIG`` lists, started and closed here with the
 out). A Stop lets their calls finish; an Abort or a shutdown cancels them.
 
 A tool call that ``MCP_CONFIG`` marks for approval asks ``Approve TOOL {arguments}?
-[y/N]`` on the terminal (:mod:`agent_core.terminal_approvals`); when stdin is not a
+[y/N]`` on the terminal (:mod:`agent_core.terminal.approvals`); when stdin is not a
 terminal the call is denied, and ``--yes`` approves every call without asking.
 
 The answer streams to stdout; with ``--json`` it streams to stderr and stdout carries only
@@ -58,7 +58,7 @@ from agent_core.process.settings_file import (
 )
 from agent_core.run.agent import Agent, AgentConfig
 from agent_core.run.delegation import DELEGATE
-from agent_core.terminal_approvals import TerminalApprovals
+from agent_core.terminal.approvals import TerminalApprovals
 from agent_core.tools.builtin import BUILTIN_TOOLS
 from agent_core.tools.mcp import SETTING as MCP_SETTING
 from agent_core.tools.mcp import McpManager, load_mcp_config
