@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from agent_core.run.approval_gate import ApprovalGate
 from agent_core.run.delegation import MAX_DEPTH, SUB_AGENT_NOTE, Delegation
 from agent_core.run.recording import RunRecorder
 from agent_core.run.step_log import InterruptedStep, StepLog, interrupted_step, unknown_effect
@@ -63,7 +64,6 @@ from agent_core.tools.toolbox import (
     ToolOutcome,
     gather_tools,
 )
-from agent_core.values.approvals import ApprovalGate
 from agent_core.values.budget import Budget, admit_calls
 from agent_core.values.chat import ModelRequest
 from agent_core.values.clock import utcnow

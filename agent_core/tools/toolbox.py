@@ -283,7 +283,7 @@ ASK_USER = _builtin_spec("ask_user", AskUser)
 
 
 class Gate(typing.Protocol):
-    """Holds a call until it may run (:class:`~agent_core.values.approvals.ApprovalGate`)."""
+    """Holds a call until it may run (:class:`~agent_core.run.approval_gate.ApprovalGate`)."""
 
     async def clear(self, call: ToolCall) -> str | None:
         """None when ``call`` may run; otherwise the error the model reads instead."""
@@ -329,7 +329,7 @@ class Toolbox:
         calls: CallLog | None = None,
     ) -> None:
         """``gate``: holds each call of a tool that :attr:`Tool.needs_approval` until a
-        person decides (the run's :class:`~agent_core.values.approvals.ApprovalGate`); without
+        person decides (the run's :class:`~agent_core.run.approval_gate.ApprovalGate`); without
         one, such calls are refused. ``calls``: told of each call's start and result."""
         if not timeout_s > 0:
             raise ValueError(f"timeout_s must be positive, not {timeout_s}")
