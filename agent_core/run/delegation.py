@@ -37,7 +37,7 @@ events stay on the child's hub.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Protocol
 
 import pydantic
 import structlog
@@ -47,10 +47,10 @@ from agent_core.tools.toolbox import ASK_USER, FINAL_REPORT, Tool, ToolError
 from agent_core.values.events import ChildFinished, ChildStarted, RunEvent, ToolStarted, TurnStarted
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
-    from agent_core.run.loop import Run
     from agent_core.tools.progress import ProgressFn
+    from agent_core.values.events import EventHub
     from agent_core.values.outcomes import RunResult
 
 __all__ = [
@@ -105,10 +105,55 @@ class DelegateArguments(pydantic.BaseModel):
     ]
 
 
+class Limits(Protocol):
+    """The one limit of the parent's that delegation reads."""
+
+    @property
+    def max_children_per_run(self) -> int: ...
+
+
+class Setup(Protocol):
+    """What the parent is made from, as delegation reads it: its tools and its limits."""
+
+    @property
+    def tools(self) -> Sequence[Tool]: ...
+    @property
+    def config(self) -> Limits: ...
+
+
+class Child(Protocol):
+    """A child run, as its parent's ``delegate`` call sees it."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def depth(self) -> int: ...
+    @property
+    def events(self) -> EventHub: ...
+    @property
+    def result(self) -> RunResult | None: ...
+    async def run(self) -> RunResult: ...
+
+
+class Parent(Protocol):
+    """The run a ``delegate`` tool belongs to, narrowed to what delegation needs (the run
+    itself, :class:`agent_core.run.loop.Run`, imports this module)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def depth(self) -> int: ...
+    @property
+    def events(self) -> EventHub: ...
+    @property
+    def agent(self) -> Setup: ...
+    def child(self, task: str, *, tools: Sequence[Tool], may_delegate: bool) -> Child: ...
+
+
 class Delegation:
     """The ``delegate`` tool of one run, and the count of its live children."""
 
-    def __init__(self, run: Run) -> None:
+    def __init__(self, run: Parent) -> None:
         self._run = run
         self._live = 0
         """Children started by this tool that have not ended yet."""
