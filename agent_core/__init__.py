@@ -13,7 +13,7 @@ from agent_core.models.retry import RetryPolicy
 from agent_core.ports import Approvals, ApprovalStore, ChatModel, RunStore, StopRequestStore
 from agent_core.process.isolation import make_undumpable, warn_if_root
 from agent_core.process.logs import configure_logging
-from agent_core.run.agent import Agent, AgentConfig
+from agent_core.run.agent import Agent
 from agent_core.run.compaction import (
     Compacted,
     Compaction,
@@ -23,6 +23,7 @@ from agent_core.run.compaction import (
     continue_from,
     window_from_error,
 )
+from agent_core.run.config import AgentConfig
 from agent_core.run.loop import Run, current_run
 from agent_core.tools.arguments import ArgumentsError, parse_arguments, shown_arguments
 from agent_core.tools.builtin import BUILTIN_TOOLS

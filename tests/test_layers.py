@@ -6,8 +6,6 @@ Measured with the same ``ast`` helpers as ``python -m tests.house_figures``.
 
 from __future__ import annotations
 
-import pytest
-
 from tests.house_figures import circles, graph, modules
 
 LAYERS: tuple[tuple[str, ...], ...] = (
@@ -44,10 +42,5 @@ def test_every_module_imports_only_from_its_own_package_or_a_floor_below() -> No
     assert upward == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="agent <-> delegation <-> loop is left (issue 29 part 2): Run still takes the Agent "
-    "and Delegation still sees the Run",
-)
 def test_no_module_of_the_core_imports_itself_in_a_circle() -> None:
     assert circles(graph(modules(), "agent_core")) == []

@@ -18,7 +18,7 @@ top-level run is at depth 0, its children at 1 may delegate once more, and grand
   complete only once every child has returned.
 
 At most :data:`MAX_LIVE_CHILDREN` children of one run are live at once, and at most
-``max_children_per_run`` (:class:`~agent_core.run.agent.AgentConfig`, ``MAX_CHILDREN_PER_RUN``)
+``max_children_per_run`` (:class:`~agent_core.run.config.AgentConfig`, ``MAX_CHILDREN_PER_RUN``)
 are started in all; children spend from their parent's budget (:mod:`agent_core.values.budget`).
 A further call is refused at once with a tool error rather than held until a slot frees:
 a held call is work a Stop would have to find and cancel, and a wait the model cannot

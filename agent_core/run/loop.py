@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import dataclasses
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import structlog
 
@@ -100,7 +100,8 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from datetime import datetime
 
-    from agent_core.run.agent import Agent
+    from agent_core.ports import Approvals, ChatModel, RunStore
+    from agent_core.run.config import AgentConfig
     from agent_core.values.budget import Exhaustion, Spent
     from agent_core.values.chat import ChatMessage, ModelResponse, ToolCall
     from agent_core.values.records import Checkpoint, ThreadKey
@@ -128,12 +129,33 @@ class _RetriesExhausted(Exception):
         self.error = error
 
 
+class RunSetup(Protocol):
+    """What a run is made from, as the run reads it: the model, the tools, the limits,
+    the store and the approvals (:class:`agent_core.run.agent.Agent` is one; the loop
+    does not import it)."""
+
+    @property
+    def model(self) -> ChatModel: ...
+    @property
+    def tools(self) -> Sequence[Tool]: ...
+    @property
+    def config(self) -> AgentConfig: ...
+    @property
+    def store(self) -> RunStore | None: ...
+    @property
+    def approvals(self) -> Approvals | None: ...
+    def for_child(self, tools: Sequence[Tool]) -> RunSetup: ...
+    def new_run(
+        self, task: str, *, requester: str, thread: ThreadKey, parent: Run, may_delegate: bool
+    ) -> Run: ...
+
+
 class Run:
     """One agent session answering one request. Call :meth:`run` exactly once."""
 
     def __init__(
         self,
-        agent: Agent,
+        agent: RunSetup,
         run_id: str,
         task: str,
         *,

@@ -56,7 +56,8 @@ from agent_core.process.settings_file import (
     raise_all,
     settings_text,
 )
-from agent_core.run.agent import Agent, AgentConfig
+from agent_core.run.agent import Agent
+from agent_core.run.config import AgentConfig
 from agent_core.run.delegation import DELEGATE
 from agent_core.terminal.approvals import TerminalApprovals
 from agent_core.tools.builtin import BUILTIN_TOOLS

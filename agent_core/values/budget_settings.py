@@ -51,7 +51,7 @@ must keep these empty values where it drops others."""
 
 @dataclass(frozen=True, slots=True)
 class RunLimits:
-    """What the budget settings say, for :class:`~agent_core.run.agent.AgentConfig` and the
+    """What the budget settings say, for :class:`~agent_core.run.config.AgentConfig` and the
     model adapter."""
 
     budget: BudgetLimits = DEFAULT_BUDGET

@@ -15,7 +15,8 @@ if TYPE_CHECKING:
     from llmock.pytest_plugin import LLMock
 
     from agent_core.ports import Approvals
-    from agent_core.run.agent import Agent, AgentConfig
+    from agent_core.run.agent import Agent
+    from agent_core.run.config import AgentConfig
     from agent_core.run.loop import Run
     from agent_core.stores.memory import MemoryStore
     from agent_core.tools.toolbox import Tool

@@ -17,7 +17,7 @@ import pytest
 from llmock.scenarios import Reply, ToolCall
 from structlog.testing import capture_logs
 
-from agent_core.run.agent import AgentConfig
+from agent_core.run.config import AgentConfig
 from agent_core.testing import HandApprovals
 from agent_core.tools.mcp import HttpServer, McpManager, parse_mcp_config
 from agent_core.values.approvals import ApprovalDecision, ApprovalRule, ApprovalStatus

@@ -13,7 +13,7 @@ from llmock.scenarios import Reply, ToolCall
 
 from agent_core.models.api import ModelAPI, build_model
 from agent_core.process.settings_file import settings_text
-from agent_core.run.agent import AgentConfig
+from agent_core.run.config import AgentConfig
 from agent_core.run.delegation import MAX_DEPTH
 from agent_core.tools.toolbox import tool
 from agent_core.values.budget import Budget, BudgetKind, BudgetLimits, Prices, Spent

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from llmock.scenarios import Reply, StreamFault, ToolCall
 
-from agent_core.run.agent import AgentConfig
+from agent_core.run.config import AgentConfig
 from agent_core.run.delegation import MAX_DEPTH, MAX_LIVE_CHILDREN
 from agent_core.stores.memory import MemoryStore
 from agent_core.tools.toolbox import tool

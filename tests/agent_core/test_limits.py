@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from llmock.scenarios import Reply, StreamFault
 
 from agent_core.models.retry import RetryPolicy
-from agent_core.run.agent import AgentConfig
+from agent_core.run.config import AgentConfig
 from agent_core.tools.toolbox import tool
 from agent_core.values.ended import EndedBecause
 from agent_core.values.events import Retrying, StepRestarted

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from llmock.scenarios import Reply, ToolCall
 
-from agent_core.run.agent import AgentConfig
+from agent_core.run.config import AgentConfig
 from agent_core.tools.mcp import HttpServer, McpManager
 from agent_core.values.events import ToolFinished, ToolProgress
 from agent_core.values.outcomes import ExitCode

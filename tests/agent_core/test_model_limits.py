@@ -21,7 +21,8 @@ from agent_core.models.api import ModelAPI, build_model
 from agent_core.models.http_exchange import MAX_ARGUMENT_CHARS, MAX_EVENT_BYTES
 from agent_core.models.retry import RetryPolicy
 from agent_core.models.sse import SSEDecoder
-from agent_core.run.agent import Agent, AgentConfig
+from agent_core.run.agent import Agent
+from agent_core.run.config import AgentConfig
 from agent_core.values.chat import ModelRequest
 from agent_core.values.errors import RetryableModelError
 from agent_core.values.outcomes import ExitCode

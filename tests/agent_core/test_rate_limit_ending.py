@@ -15,7 +15,7 @@ from llmock.scenarios import Reply
 
 from agent_core.models.api import ModelAPI
 from agent_core.models.retry import RetryPolicy
-from agent_core.run.agent import AgentConfig
+from agent_core.run.config import AgentConfig
 from agent_core.stores.memory import MemoryStore
 from agent_core.values.ended import EndedBecause
 from agent_core.values.events import Retrying, RunEvent, TextDelta, ToolStarted, TurnStarted

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from structlog.testing import capture_logs
 
-from agent_core.run.agent import AgentConfig
+from agent_core.run.config import AgentConfig
 from agent_core.stores.memory import MemoryStore
 from agent_core.tools.toolbox import Tool, tool
 from agent_core.values.events import ChildFinished, ToolFinished, ToolStarted

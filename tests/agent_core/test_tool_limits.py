@@ -29,7 +29,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent_core.run.agent import AgentConfig
+from agent_core.run.config import AgentConfig
 from agent_core.tools.builtin import MAX_EXPRESSION_CHARS, MAX_RESULT_BITS, calculate
 from agent_core.tools.threads import ToolThreads
 from agent_core.tools.toolbox import Toolbox, tool
