@@ -1,34 +1,20 @@
 """threadpilot's agent core: a framework-free LLM agent loop with Stop, Abort and Shutdown.
 
 The names below are the core's API, each documented. Ports, records and adapters
-(``agent_core.ports``, ``agent_core.records``, ``agent_core.stores.*``; the model APIs'
+(``agent_core.ports``, ``agent_core.values.records``, ``agent_core.stores.*``; the model APIs'
 adapters, built by :func:`build_model` from ``MODEL_API``) are imported from their
 modules; no module whose name starts with an underscore is imported from outside the
 core (tests/agent_core/test_public_api.py holds both to it).
 """
 
-from agent_core.agent import Agent, AgentConfig
-from agent_core.approvals import (
-    DEFAULT_APPROVAL_TIMEOUT_S,
-    ApprovalDecision,
-    ApprovalRequest,
-    ApprovalRule,
-    parse_approval_timeout,
-)
-from agent_core.budget import (
-    Budget,
-    BudgetKind,
-    BudgetLimits,
-    Exhaustion,
-    Prices,
-    Spent,
-)
-from agent_core.budget_settings import OFF_WHEN_EMPTY as BUDGETS_OFF_WHEN_EMPTY
-from agent_core.budget_settings import SETTINGS as BUDGET_SETTINGS
-from agent_core.budget_settings import RunLimits, limits_from_settings
-from agent_core.builtin_tools import BUILTIN_TOOLS
-from agent_core.chat import ChatMessage, Usage
-from agent_core.compaction import (
+from agent_core.models.api import HTTPChatModel, ModelAPI, build_model
+from agent_core.models.openai_chat import OpenAIChatModel
+from agent_core.models.retry import RetryPolicy
+from agent_core.ports import Approvals, ApprovalStore, ChatModel, RunStore, StopRequestStore
+from agent_core.process.isolation import make_undumpable, warn_if_root
+from agent_core.process.logs import configure_logging
+from agent_core.run.agent import Agent
+from agent_core.run.compaction import (
     Compacted,
     Compaction,
     CompactionFailed,
@@ -37,9 +23,34 @@ from agent_core.compaction import (
     continue_from,
     window_from_error,
 )
-from agent_core.counting import count
-from agent_core.ended import Clues, EndedBecause, classify
-from agent_core.errors import (
+from agent_core.run.config import AgentConfig
+from agent_core.run.loop import Run, current_run
+from agent_core.tools.arguments import ArgumentsError, parse_arguments, shown_arguments
+from agent_core.tools.builtin import BUILTIN_TOOLS
+from agent_core.tools.progress import report_progress
+from agent_core.tools.toolbox import Tool, ToolError, remote_tool, tool
+from agent_core.values.approvals import (
+    DEFAULT_APPROVAL_TIMEOUT_S,
+    ApprovalDecision,
+    ApprovalRequest,
+    ApprovalRule,
+    parse_approval_timeout,
+)
+from agent_core.values.budget import (
+    Budget,
+    BudgetKind,
+    BudgetLimits,
+    Exhaustion,
+    Prices,
+    Spent,
+)
+from agent_core.values.budget_settings import OFF_WHEN_EMPTY as BUDGETS_OFF_WHEN_EMPTY
+from agent_core.values.budget_settings import SETTINGS as BUDGET_SETTINGS
+from agent_core.values.budget_settings import RunLimits, limits_from_settings
+from agent_core.values.chat import ChatMessage, Usage
+from agent_core.values.counting import count
+from agent_core.values.ended import Clues, EndedBecause, classify
+from agent_core.values.errors import (
     ConfigError,
     ContextOverflow,
     FatalModelError,
@@ -51,7 +62,7 @@ from agent_core.errors import (
     ThreadpilotError,
     UnknownOutcome,
 )
-from agent_core.events import (
+from agent_core.values.events import (
     ApprovalDecided,
     ApprovalRequested,
     ChildFinished,
@@ -71,13 +82,8 @@ from agent_core.events import (
     TurnFinished,
     TurnStarted,
 )
-from agent_core.guidance import Guidance, GuidanceInbox
-from agent_core.isolation import make_undumpable, warn_if_root
-from agent_core.logs import configure_logging
-from agent_core.loop import Run, current_run
-from agent_core.model import OpenAIChatModel
-from agent_core.model_api import HTTPChatModel, ModelAPI, build_model
-from agent_core.outcomes import (
+from agent_core.values.guidance import Guidance, GuidanceInbox
+from agent_core.values.outcomes import (
     ExitCode,
     Handoff,
     Outcome,
@@ -89,8 +95,7 @@ from agent_core.outcomes import (
     outcome_label,
     strip_softeners,
 )
-from agent_core.ports import Approvals, ApprovalStore, ChatModel, RunStore, StopRequestStore
-from agent_core.records import (
+from agent_core.values.records import (
     Admission,
     ApprovalRecord,
     ApprovalStatus,
@@ -102,7 +107,7 @@ from agent_core.records import (
     StopRequestRecord,
     ThreadKey,
 )
-from agent_core.resume_policy import (
+from agent_core.values.resume_policy import (
     DontResume,
     ResumeAt,
     ResumeDecision,
@@ -114,12 +119,8 @@ from agent_core.resume_policy import (
     parse_user_exit_grace,
     weighs_last_stop,
 )
-from agent_core.retry import RetryPolicy
-from agent_core.states import LIVE_STATES, TERMINAL_STATES, RunState, transition
-from agent_core.stop import RunControl, StopReason, StopRequest, StopSource, strongest
-from agent_core.tool_arguments import ArgumentsError, parse_arguments, shown_arguments
-from agent_core.tool_progress import report_progress
-from agent_core.tools import Tool, ToolError, remote_tool, tool
+from agent_core.values.states import LIVE_STATES, TERMINAL_STATES, RunState, transition
+from agent_core.values.stop import RunControl, StopReason, StopRequest, StopSource, strongest
 
 __all__ = [
     "BUDGETS_OFF_WHEN_EMPTY",

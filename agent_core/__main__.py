@@ -1,7 +1,7 @@
-"""``python -m agent_core``: see :mod:`agent_core.cli`."""
+"""``python -m agent_core``: see :mod:`agent_core.terminal.cli`."""
 
 import sys
 
-from agent_core.cli import main
+from agent_core.terminal.cli import main
 
 sys.exit(main())

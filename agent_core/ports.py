@@ -1,12 +1,13 @@
 """The interfaces the core depends on. The records that cross them are in
-:mod:`agent_core.chat` (the chat model's) and :mod:`agent_core.records` (the stores').
+:mod:`agent_core.values.chat` (the chat model's) and :mod:`agent_core.values.records` (the stores').
 
 Adapters live beside each other in :mod:`agent_core.stores` (``memory`` here; ``sqlite``
 and ``postgres`` for durable, multi-worker state) and one contract test suite runs against
 all of them. The core never imports an adapter.
 
-- :class:`ChatModel` streams one model turn (one adapter per API: :mod:`agent_core.model`
-  for Chat Completions, :mod:`agent_core.model_responses`, :mod:`agent_core.model_anthropic`).
+- :class:`ChatModel` streams one model turn (one adapter per API:
+  :mod:`agent_core.models.openai_chat` for Chat Completions,
+  :mod:`agent_core.models.openai_responses`, :mod:`agent_core.models.anthropic_messages`).
 - :class:`RunStore` keeps runs, their checkpoints (the conversation after each turn) and
   the audit trail. Terminal state is written by compare-and-set: exactly one wins.
 - :class:`StopRequestStore` keeps stop requests so that a click landing in any worker
@@ -37,10 +38,10 @@ if TYPE_CHECKING:
     from contextlib import AbstractAsyncContextManager
     from datetime import datetime
 
-    from agent_core.approvals import ApprovalDecision, ApprovalRequest
-    from agent_core.chat import ModelRequest, ModelResponse
-    from agent_core.outcomes import ExitCode
-    from agent_core.records import (
+    from agent_core.values.approvals import ApprovalDecision, ApprovalRequest
+    from agent_core.values.chat import ModelRequest, ModelResponse
+    from agent_core.values.outcomes import ExitCode
+    from agent_core.values.records import (
         Admission,
         ApprovalRecord,
         ApprovalStatus,
@@ -55,8 +56,8 @@ if TYPE_CHECKING:
         ThreadKey,
         Wakeup,
     )
-    from agent_core.states import RunState
-    from agent_core.stop import StopReason
+    from agent_core.values.states import RunState
+    from agent_core.values.stop import StopReason
 
 __all__ = [
     "ApprovalStore",
@@ -91,19 +92,20 @@ TextSink = Callable[[str], None]
 
 class ChatModel(Protocol):
     """Streams one turn. Cancelling the awaiting task must close the HTTP stream before
-    the cancellation propagates; failures are raised as :class:`agent_core.errors.ModelError`.
+    the cancellation propagates; failures are raised as
+    :class:`agent_core.values.errors.ModelError`.
 
     The request's messages are in the core's shape (OpenAI chat messages, with a
     :class:`Reasoning` under an assistant message's ``reasoning`` key); each adapter
-    translates them to its API (``MODEL_API``: :mod:`agent_core.model`,
-    :mod:`agent_core.model_responses`, :mod:`agent_core.model_anthropic`).
+    translates them to its API (``MODEL_API``: :mod:`agent_core.models.openai_chat`,
+    :mod:`agent_core.models.openai_responses`, :mod:`agent_core.models.anthropic_messages`).
     """
 
     async def complete(self, request: ModelRequest, on_text: TextSink) -> ModelResponse: ...
 
 
 class Approvals(Protocol):
-    """Where a held tool call gets a person's decision (:mod:`agent_core.approvals`):
+    """Where a held tool call gets a person's decision (:mod:`agent_core.values.approvals`):
     Slack's Approve / Deny buttons, the terminal's y/N."""
 
     async def ask(self, request: ApprovalRequest) -> ApprovalDecision:
@@ -142,9 +144,9 @@ class RunStore(Protocol):
 
         ``changes`` names other :class:`RunRecord` fields to write in the same statement.
         Returns False (and writes nothing) when another writer got there first. Raises
-        :class:`~agent_core.errors.IllegalTransition`, before the store is touched, when
+        :class:`~agent_core.values.errors.IllegalTransition`, before the store is touched, when
         a move from one of ``expected`` to ``new`` is not in the table of legal moves
-        (:func:`agent_core.states.check_moves`; staying in a state is no move).
+        (:func:`agent_core.values.states.check_moves`; staying in a state is no move).
         """
         ...
 
@@ -329,7 +331,7 @@ class DeliveryLog(Protocol):
         across every worker sharing the database, False for every later one.
 
         ``now`` (default: the wall clock) is when the key was seen, for
-        :meth:`RetentionStore.purge`. Raises :class:`agent_core.errors.StorageError`
+        :meth:`RetentionStore.purge`. Raises :class:`agent_core.values.errors.StorageError`
         when the answer cannot be had; a store that retried after losing its connection
         still answers True to the caller whose write landed.
         """
@@ -339,7 +341,7 @@ class DeliveryLog(Protocol):
         """Remove ``key`` from the log, so that the next delivery of it is a first one
         again (on any worker): for a delivery whose handling failed before Slack was
         answered, which Slack will deliver again. Nothing happens for a key not there.
-        Raises :class:`agent_core.errors.StorageError` when the database cannot be told.
+        Raises :class:`agent_core.values.errors.StorageError` when the database cannot be told.
         """
         ...
 
@@ -406,7 +408,7 @@ class ParticipantStore(Protocol):
 
 
 StopWakeup = Callable[["Wakeup"], Awaitable[None]]
-"""Called with each :class:`~agent_core.records.Wakeup`: a newly committed stop request
+"""Called with each :class:`~agent_core.values.records.Wakeup`: a newly committed stop request
 or guidance, or a run queued; read the tables to act."""
 
 Reconnected = Callable[[], Awaitable[None]]
@@ -588,7 +590,7 @@ class ResumeStore(Protocol):
 
 
 class QueueStore(Protocol):
-    """Runs waiting for a worker with room (:func:`~agent_core.records.is_waiting`): the
+    """Runs waiting for a worker with room (:func:`~agent_core.values.records.is_waiting`): the
     durable queue every worker shares, and the admission of a person's new runs.
 
     Queue order is fair: first the runs of the people (a requester in a workspace) with
@@ -602,7 +604,7 @@ class QueueStore(Protocol):
         thread), or its requester already has ``limit`` live top-level runs in its
         workspace, waiting ones included (and Continues not started yet:
         :meth:`admit_continuation`); then nothing is written and the answer says which
-        (:class:`~agent_core.records.Admission`). ``limit`` None: no limit per person.
+        (:class:`~agent_core.values.records.Admission`). ``limit`` None: no limit per person.
         The checks and the insert are one transaction, serialised per thread and per
         person across every store on the database: of two admissions at once for one
         thread, or for a person's last place, one wins. ValueError if ``run`` is not such
@@ -625,7 +627,7 @@ class QueueStore(Protocol):
     async def enqueue_run(self, run: RunRecord) -> None:
         """Store ``run`` as waiting; ValueError unless it is ``queued`` with no owner,
         lease or parent, or if the id exists. A store with :class:`StopWakeups` wakes
-        the other workers (a queued :class:`~agent_core.records.Wakeup`) with the commit."""
+        the other workers (a queued :class:`~agent_core.values.records.Wakeup`) with the commit."""
         ...
 
     async def claim_queued(
@@ -668,7 +670,7 @@ class QueueStore(Protocol):
 
 
 class ApprovalStore(Protocol):
-    """Tool calls held for a person's decision (:mod:`agent_core.approvals`), committed
+    """Tool calls held for a person's decision (:mod:`agent_core.values.approvals`), committed
     before the click that decides one is acknowledged.
 
     Adding and deciding one also moves its run's ``updated_at`` (in the same

@@ -16,10 +16,10 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from agent_core.approvals import ApprovalDecision, ApprovalRequest, ApprovalStatus
-from agent_core.chat import ModelRequest, ModelResponse, ToolCall, Usage
-from agent_core.errors import RetryableModelError
 from agent_core.stores.memory import MemoryStore
+from agent_core.values.approvals import ApprovalDecision, ApprovalRequest, ApprovalStatus
+from agent_core.values.chat import ModelRequest, ModelResponse, ToolCall, Usage
+from agent_core.values.errors import RetryableModelError
 
 if TYPE_CHECKING:
     from collections.abc import Iterable

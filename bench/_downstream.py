@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
-from agent_core.chat import ModelResponse, Usage
-from agent_core.logs import configure_logging
+from agent_core.process.logs import configure_logging
+from agent_core.values.chat import ModelResponse, Usage
 from bench._llmock import serving_process
 from bench._slack_app import app_settings
 from bench.chunk_cpu import _mention
@@ -36,8 +36,8 @@ from bot.process.heap import freeze_start_up_heap
 from tests.fakes.waiting import Changes
 
 if TYPE_CHECKING:
-    from agent_core.chat import ModelRequest
     from agent_core.ports import TextSink
+    from agent_core.values.chat import ModelRequest
 
 
 class PacedModel:

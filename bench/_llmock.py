@@ -29,7 +29,7 @@ from llmock.testing import LLMockServer
 from yarl import URL
 
 from agent_core import HTTPChatModel, ModelAPI, OpenAIChatModel, build_model
-from agent_core.model_http import READS_PER_S
+from agent_core.models.http_exchange import READS_PER_S
 from tests.agent_core.helpers import FIRST_TEXT_CHUNK
 
 if TYPE_CHECKING:

@@ -42,8 +42,8 @@ from tests.fakes.waiting import Changes
 
 if TYPE_CHECKING:
     from agent_core import Run
-    from agent_core.chat import ModelRequest, ModelResponse
     from agent_core.ports import TextSink
+    from agent_core.values.chat import ModelRequest, ModelResponse
     from bot.process.context import BotContext
     from bot.runs.supervisor import LiveRun
 

@@ -33,9 +33,9 @@ import aiohttp
 from aiohttp import web
 
 from agent_core import OpenAIChatModel
-from agent_core.chat import ModelRequest
-from agent_core.model import READS_PER_S, _chunk, _Turn
-from agent_core.sse import SSEDecoder
+from agent_core.models.openai_chat import READS_PER_S, _chunk, _Turn
+from agent_core.models.sse import SSEDecoder
+from agent_core.values.chat import ModelRequest
 
 REQUEST = ModelRequest(messages=({"role": "user", "content": "go"},))
 

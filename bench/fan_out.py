@@ -4,8 +4,8 @@ bound the budgets imply.
 Real loop, real :class:`OpenAIChatModel`, the built-in tools, llmock over loopback
 scripted as a hostile model that gives every request (final turns included) the same
 answer. Each strategy is one mention (one top-level run) at the app's default settings
-(``MAX_TURNS`` 20, the budgets of ``agent_core/budget_settings.py``, read as the app reads them
-from empty settings); the figure is every request llmock received for it.
+(``MAX_TURNS`` 20, the budgets of ``agent_core/values/budget_settings.py``, read as the app
+reads them from empty settings); the figure is every request llmock received for it.
 
 The bound: a run starts at most ``MAX_CHILDREN_PER_RUN`` (C) sub-agents, two levels
 deep, so one mention is at most 1 + C + C^2 runs, each at most ``MAX_TURNS`` turns plus
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from llmock.scenarios import Reply, ToolCall
 
 from agent_core import BUILTIN_TOOLS, Agent, AgentConfig, ExitCode, limits_from_settings
-from agent_core.delegation import MAX_DEPTH, MAX_LIVE_CHILDREN
+from agent_core.run.delegation import MAX_DEPTH, MAX_LIVE_CHILDREN
 from bench._llmock import llmock_server, openai_model, settled_records
 from bench._setup import bench_main, parser
 from bench._stats import Figure, machine_line, print_figures, revision_line

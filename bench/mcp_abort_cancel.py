@@ -31,12 +31,12 @@ from typing import TYPE_CHECKING, Any
 
 from mcp_types import TextContent
 
-from agent_core.agent import Agent
-from agent_core.events import RunEvent, ToolProgress
-from agent_core.mcp import HttpServer, McpManager
-from agent_core.outcomes import ExitCode
-from agent_core.stop import StopReason
+from agent_core.run.agent import Agent
 from agent_core.testing import ScriptedChatModel, ScriptedTurn
+from agent_core.tools.mcp import HttpServer, McpManager
+from agent_core.values.events import RunEvent, ToolProgress
+from agent_core.values.outcomes import ExitCode
+from agent_core.values.stop import StopReason
 from bench._probes import SocketCloseProbe
 from bench._setup import bench_main, parser
 from bench._stats import Row, machine_line, print_table, revision_line
@@ -46,8 +46,8 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
     from types import TracebackType
 
-    from agent_core.mcp.config import ProtocolMode
-    from agent_core.tools import Tool
+    from agent_core.tools.mcp.config import ProtocolMode
+    from agent_core.tools.toolbox import Tool
 
 CALLS = 4
 """Calls in flight when the Abort lands."""

@@ -1,7 +1,7 @@
 """Our HTTP path beside the providers' official SDKs, per model API: CPU per streamed
 event, and Abort → the server sees the stream closed (bench/README.md).
 
-Why the adapters (``agent_core/model*.py``) keep their own HTTP code: this is the
+Why the adapters (``agent_core/models/openai_chat*.py``) keep their own HTTP code: this is the
 measurement their module docstrings cite. For each API (Chat Completions and the
 Responses API with the ``openai`` SDK, Anthropic's Messages API with the ``anthropic``
 SDK), two paths read the same llmock stream:
@@ -35,8 +35,8 @@ import openai
 from llmock.scenarios import Reply, StreamFault
 
 from agent_core import ModelAPI
-from agent_core.chat import ModelRequest
-from agent_core.model_http import READS_PER_S
+from agent_core.models.http_exchange import READS_PER_S
+from agent_core.values.chat import ModelRequest
 from bench._llmock import LONG_TEXT, api_model, llmock_process, llmock_server, stall_point
 from bench._setup import NOT_RUN, bench_main, parser
 from bench._stats import Row, machine_line, print_table, revision_line

@@ -8,7 +8,7 @@ person's ended runs and starts nothing (:mod:`bot.process.forget`); ``--help`` p
 
 First thing, the process makes itself not dumpable, so the tool servers it starts cannot
 read its secrets through ``/proc``; once started as root, it warns that they could
-(:mod:`agent_core.isolation`).
+(:mod:`agent_core.process.isolation`).
 
 The settings are read before the rest of the app is imported (a second or so of SDKs and
 drivers), so a settings mistake is answered at once.

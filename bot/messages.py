@@ -33,7 +33,7 @@ APP_NAME = "threadpilot"
 
 # Slack user ids: U... for workspace users, W... for Enterprise Grid users.
 _USER_ID = re.compile(r"^[UW][A-Z0-9]+$")
-# Actors that are the app itself rather than a person (see agent_core/loop.py, cli.py).
+# Actors that are the app itself rather than a person (see agent_core/run/loop.py, cli.py).
 _SYSTEM_PREFIXES = ("system:", "signal:")
 # An unknown actor name is shown as text; keep it short so it cannot crowd the label.
 _MAX_ACTOR_CHARS = 80
@@ -616,7 +616,7 @@ def resume_cancelled(by: str | None) -> str:
 
 
 # Why the app does not resume a run, beside the policy's own reasons
-# (agent_core.resume_policy): stored as the run's resume reason, logged and audited in
+# (agent_core.values.resume_policy): stored as the run's resume reason, logged and audited in
 # these words, and shown by :func:`not_resuming`.
 RESUME_SUB_AGENT = "A sub-agent resumes only with its parent run"
 RESUME_PERSON_STOPPED = "Session ended by user, not auto-resuming"

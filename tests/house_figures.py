@@ -34,7 +34,7 @@ _SIZE_EXEMPT = ("agent_core/stores/sqlite.py", "agent_core/stores/postgres.py", 
 
 @dataclass(frozen=True)
 class Module:
-    name: str  # dotted, e.g. "agent_core.loop"
+    name: str  # dotted, e.g. "agent_core.run.loop"
     path: Path
     tree: ast.Module
 

@@ -21,10 +21,10 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from agent_core.budget import Spent
-from agent_core.ended import EndedBecause
-from agent_core.outcomes import ExitCode, normalize_outcome
-from agent_core.records import (
+from agent_core.values.budget import Spent
+from agent_core.values.ended import EndedBecause
+from agent_core.values.outcomes import ExitCode, normalize_outcome
+from agent_core.values.records import (
     ApprovalRecord,
     ApprovalStatus,
     AuditEvent,
@@ -36,8 +36,8 @@ from agent_core.records import (
     StopRequestRecord,
     ThreadKey,
 )
-from agent_core.states import LIVE_STATES, TERMINAL_STATES, RunState, check_moves, sources
-from agent_core.stop import StopReason
+from agent_core.values.states import LIVE_STATES, TERMINAL_STATES, RunState, check_moves, sources
+from agent_core.values.stop import StopReason
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Mapping, Sequence
@@ -266,7 +266,7 @@ def state_change(
     new: RunState, *, expected: Collection[RunState], changes: Mapping[str, Any]
 ) -> StateChange:
     """Check ``set_state``'s arguments and encode them: TypeError for a field it cannot
-    change, :class:`~agent_core.errors.IllegalTransition` for a move from one of
+    change, :class:`~agent_core.values.errors.IllegalTransition` for a move from one of
     ``expected`` to ``new`` that the table of legal moves forbids, raised before the
     store is touched."""
     columns = run_changes(changes) | {"state": str(new)}
@@ -413,7 +413,7 @@ def resume_change(
     """Check ``set_resume``'s arguments (TypeError as ``set_state``'s) and encode them.
 
     A ``state`` move matches only the ended runs that may make it (a ``finished`` run
-    never moves); :class:`~agent_core.errors.IllegalTransition` if none may.
+    never moves); :class:`~agent_core.values.errors.IllegalTransition` if none may.
     """
     columns = run_changes(changes, caller="set_resume()")
     columns["resume"] = _opt_str(new)

@@ -14,7 +14,7 @@ STOP_CHANNEL = "threadpilot_stop"
 
 QUEUE_WAKEUP = "queue"
 """The payload on :data:`STOP_CHANNEL` that says a run was queued: not a run id (those
-are hex), so the listener hands a queued :class:`~agent_core.records.Wakeup` on."""
+are hex), so the listener hands a queued :class:`~agent_core.values.records.Wakeup` on."""
 
 # What asyncpg raises for a failed query or connection. TimeoutError is an OSError.
 # InternalClientError is neither a PostgresError nor an InterfaceError: asyncpg raises it

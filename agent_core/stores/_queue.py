@@ -11,15 +11,15 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from agent_core.ended import EndedBecause
-from agent_core.records import ResumeState, is_waiting
-from agent_core.states import LIVE_STATES, RunState
+from agent_core.values.ended import EndedBecause
+from agent_core.values.records import ResumeState, is_waiting
+from agent_core.values.states import LIVE_STATES, RunState
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
     from datetime import datetime
 
-    from agent_core.records import RunRecord
+    from agent_core.values.records import RunRecord
 
 __all__ = [
     "CONTINUE_SQL",
@@ -39,7 +39,7 @@ __all__ = [
 ]
 
 WAITING_SQL = "state = 'queued' AND owner IS NULL AND parent_id IS NULL"
-"""A waiting run, as :func:`agent_core.records.is_waiting` (and the partial index
+"""A waiting run, as :func:`agent_core.values.records.is_waiting` (and the partial index
 ``ix_runs_queue`` of r0008) define it."""
 
 STOP_PENDING_SQL = (

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from agent_core.states import LIVE_STATES, TERMINAL_STATES, RunState
+from agent_core.values.states import LIVE_STATES, TERMINAL_STATES, RunState
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable

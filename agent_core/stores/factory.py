@@ -9,9 +9,9 @@ Accepted forms (docs/operations.md, Settings):
   SQLAlchemy spelling ``postgresql+asyncpg://``); query parameters such as
   ``sslmode=require`` go to asyncpg as they are.
 
-A malformed URL raises :class:`~agent_core.errors.ConfigError` naming ``DATABASE_URL``
+A malformed URL raises :class:`~agent_core.values.errors.ConfigError` naming ``DATABASE_URL``
 and showing a valid form; a database that cannot be reached or opened raises
-:class:`~agent_core.errors.StorageError`. Messages never repeat a password.
+:class:`~agent_core.values.errors.StorageError`. Messages never repeat a password.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 from urllib.parse import urlsplit, urlunsplit
 
-from agent_core.errors import ConfigError
-from agent_core.redact import public_url
 from agent_core.stores.defaults import MIGRATION_TIMEOUT_S, POOL_SIZE
 from agent_core.stores.dsn import describe_dsn
+from agent_core.values.errors import ConfigError
+from agent_core.values.redact import public_url
 
 if TYPE_CHECKING:
     from agent_core.ports import Store

@@ -13,9 +13,19 @@ import dataclasses
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from agent_core.clock import utcnow
-from agent_core.ended import EndedBecause
-from agent_core.records import (
+from agent_core.stores import _codec as codec
+from agent_core.stores._queue import (
+    check_admitted,
+    check_waiting,
+    counts_for_person,
+    fair_key,
+    holds_thread,
+    person_key,
+)
+from agent_core.stores._retention import BATCH_SIZE, check_batch_size
+from agent_core.values.clock import utcnow
+from agent_core.values.ended import EndedBecause
+from agent_core.values.records import (
     Admission,
     ApprovalRecord,
     ApprovalStatus,
@@ -30,24 +40,14 @@ from agent_core.records import (
     ThreadKey,
     is_waiting,
 )
-from agent_core.states import LIVE_STATES, TERMINAL_STATES, RunState
-from agent_core.stores import _codec as codec
-from agent_core.stores._queue import (
-    check_admitted,
-    check_waiting,
-    counts_for_person,
-    fair_key,
-    holds_thread,
-    person_key,
-)
-from agent_core.stores._retention import BATCH_SIZE, check_batch_size
+from agent_core.values.states import LIVE_STATES, TERMINAL_STATES, RunState
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Iterable, Sequence
     from datetime import datetime
 
-    from agent_core.outcomes import ExitCode
-    from agent_core.stop import StopReason
+    from agent_core.values.outcomes import ExitCode
+    from agent_core.values.stop import StopReason
 
 __all__ = ["MemoryStore"]
 

@@ -24,11 +24,6 @@ from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 import asyncpg  # type: ignore[import-untyped]
 
-from agent_core.answering import ANSWERING
-from agent_core.clock import utcnow
-from agent_core.errors import StorageError
-from agent_core.records import Forgotten, ResumeState, StopRequestRecord
-from agent_core.states import LIVE_STATES, RunState
 from agent_core.stores import _codec as codec
 from agent_core.stores import _retention as retention
 from agent_core.stores._cleanup import Cleanups
@@ -44,14 +39,19 @@ from agent_core.stores.migrations import TIMEOUT_S as MIGRATION_TIMEOUT_S
 from agent_core.stores.migrations import upgrade_postgres
 from agent_core.stores.postgres_listener import PostgresStopListener
 from agent_core.stores.postgres_queue import PostgresQueue
+from agent_core.values.answering import ANSWERING
+from agent_core.values.clock import utcnow
+from agent_core.values.errors import StorageError
+from agent_core.values.records import Forgotten, ResumeState, StopRequestRecord
+from agent_core.values.states import LIVE_STATES, RunState
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
     from datetime import datetime
 
-    from agent_core.outcomes import ExitCode
     from agent_core.ports import Reconnected, StopWakeup
-    from agent_core.records import (
+    from agent_core.values.outcomes import ExitCode
+    from agent_core.values.records import (
         ApprovalRecord,
         ApprovalStatus,
         AuditEvent,
@@ -61,7 +61,7 @@ if TYPE_CHECKING:
         RunRecord,
         ThreadKey,
     )
-    from agent_core.stop import StopReason
+    from agent_core.values.stop import StopReason
 
 __all__ = [
     "ANSWERING_POOL_SIZE",
@@ -172,7 +172,7 @@ class PostgresStore(PostgresQueue):
 
     def __init__(self, pool: Any, dsn: str, *, answering_pool: Any = None) -> None:
         """Use :meth:`open`; this only wraps the pools it has created. Calls made while
-        :data:`~agent_core.answering.ANSWERING` is set use ``answering_pool`` (the one pool
+        :data:`~agent_core.values.answering.ANSWERING` is set use ``answering_pool`` (the one pool
         if there is none)."""
         self._pool = pool
         self._answering_pool = answering_pool if answering_pool is not None else pool

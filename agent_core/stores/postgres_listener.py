@@ -3,7 +3,7 @@
 :class:`PostgresStopListener` holds one dedicated connection (not from the query pool)
 that listens on ``threadpilot_stop``, and one task it owns that:
 
-- delivers each notification to ``on_stop`` as a :class:`~agent_core.records.Wakeup`,
+- delivers each notification to ``on_stop`` as a :class:`~agent_core.values.records.Wakeup`,
   one at a time, in arrival order;
 - notices a lost connection (asyncpg's termination callback, or a failed periodic ping
   for a silently dead TCP link) and reconnects with capped, jittered backoff;
@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING, Any, Self
 import asyncpg  # type: ignore[import-untyped]
 import structlog
 
-from agent_core.errors import StorageError
-from agent_core.records import Wakeup
 from agent_core.stores._pg import DRIVER_ERRORS, QUEUE_WAKEUP, STOP_CHANNEL
 from agent_core.stores.dsn import describe_dsn
+from agent_core.values.errors import StorageError
+from agent_core.values.records import Wakeup
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable

@@ -31,8 +31,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import asyncpg  # type: ignore[import-untyped]
 
-from agent_core.clock import utcnow
-from agent_core.records import Admission
 from agent_core.stores import _codec as codec
 from agent_core.stores._pg import QUEUE_WAKEUP, STOP_CHANNEL
 from agent_core.stores._queue import (
@@ -46,12 +44,14 @@ from agent_core.stores._queue import (
     person_runs_sql,
     thread_held_sql,
 )
+from agent_core.values.clock import utcnow
+from agent_core.values.records import Admission
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
     from datetime import datetime
 
-    from agent_core.records import RunRecord
+    from agent_core.values.records import RunRecord
 
 __all__ = ["PostgresQueue"]
 

@@ -26,7 +26,7 @@ A writer that finds the file locked by another process waits, up to ``busy_timeo
 in tries of at most ``BUSY_TRY_MS``; between tries it looks whether its caller has gone
 (a cancelled caller returns at once, and its transaction is then rolled back instead of
 committed), and when the budget is spent it fails with "the database is busy" (a
-:class:`~agent_core.errors.StorageError`). That is the only retry that means anything
+:class:`~agent_core.values.errors.StorageError`). That is the only retry that means anything
 here: SQLite's other failures (a full disk, a corrupt file) do not heal in a moment, and
 a statement's outcome is never in doubt as it is over a lost network connection. There
 are no wake-ups: callers poll :meth:`SqliteStore.pending_stop_requests` and
@@ -46,22 +46,22 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import aiosqlite
 
-from agent_core.clock import utcnow
-from agent_core.errors import StorageError
-from agent_core.records import Forgotten, ResumeState, StopRequestRecord
-from agent_core.states import LIVE_STATES, RunState
 from agent_core.stores import _codec as codec
 from agent_core.stores import _retention as retention
 from agent_core.stores._sqlite_thread import SqliteThread, Work
 from agent_core.stores.migrations import TIMEOUT_S as MIGRATION_TIMEOUT_S
 from agent_core.stores.migrations import upgrade_sqlite
 from agent_core.stores.sqlite_queue import SqliteQueue, one_run_per_id
+from agent_core.values.clock import utcnow
+from agent_core.values.errors import StorageError
+from agent_core.values.records import Forgotten, ResumeState, StopRequestRecord
+from agent_core.values.states import LIVE_STATES, RunState
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 
-    from agent_core.outcomes import ExitCode
-    from agent_core.records import (
+    from agent_core.values.outcomes import ExitCode
+    from agent_core.values.records import (
         ApprovalRecord,
         ApprovalStatus,
         AuditEvent,
@@ -71,7 +71,7 @@ if TYPE_CHECKING:
         RunRecord,
         ThreadKey,
     )
-    from agent_core.stop import StopReason
+    from agent_core.values.stop import StopReason
 
 __all__ = ["BUSY_TRY_MS", "SqliteStore"]
 

@@ -20,9 +20,6 @@ import sqlite3
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from agent_core.clock import utcnow
-from agent_core.errors import StorageError
-from agent_core.records import Admission
 from agent_core.stores import _codec as codec
 from agent_core.stores._queue import (
     CONTINUE_SQL,
@@ -35,12 +32,15 @@ from agent_core.stores._queue import (
     person_runs_sql,
     thread_held_sql,
 )
+from agent_core.values.clock import utcnow
+from agent_core.values.errors import StorageError
+from agent_core.values.records import Admission
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
     from datetime import datetime
 
-    from agent_core.records import RunRecord
+    from agent_core.values.records import RunRecord
 
 __all__ = ["SqliteQueue", "one_run_per_id"]
 

@@ -1,7 +1,7 @@
 """The Slack side of approvals: where a held tool call waits for Approve or Deny.
 
 :class:`ApprovalDesk` is the app's :class:`agent_core.Approvals` port. For each held call
-(:mod:`agent_core.approvals`) it commits an ``approvals`` row, posts one approval message
+(:mod:`agent_core.values.approvals`) it commits an ``approvals`` row, posts one approval message
 in the run's thread (the tool, its arguments as far as a section holds them, Approve and
 Deny) and waits. A decision reaches the waiting call two ways, whichever comes first:
 
@@ -13,7 +13,7 @@ Deny) and waits. A decision reaches the waiting call two ways, whichever comes f
 
 The row is the truth: the first decision committed wins, whoever makes it (a click, the
 timeout, a Stop). A run resumed after a shutdown or a lost worker asks again for the same
-call (the checkpointed reply's call, not a new model turn: :mod:`agent_core.step_log`); it
+call (the checkpointed reply's call, not a new model turn: :mod:`agent_core.run.step_log`); it
 finds the approval it had not taken yet (by the call's id) and waits on that row and its
 message, so a click made meanwhile counts. An approval is used only by the call it was
 asked for, never by a later identical one. A sub-agent's calls wait here too, stored
@@ -45,8 +45,8 @@ from agent_core import (
     EndedBecause,
     StorageError,
 )
-from agent_core.clock import utcnow
-from agent_core.records import ResumeState
+from agent_core.values.clock import utcnow
+from agent_core.values.records import ResumeState
 from bot.errors import BudgetNotRunning, SlackError
 from bot.views.approval import NotRun, approval_metadata, render_approval
 

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Protocol
 import structlog
 
 from agent_core import RunState, StopReason, StopSource, StorageError, strongest
-from agent_core.clock import utcnow
+from agent_core.values.clock import utcnow
 from bot import messages
 from bot.dashboard.channels import ChannelPrivacy
 from bot.errors import BudgetNotRunning, SlackError

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from agent_core import StorageError
-from agent_core.clock import utcnow
+from agent_core.values.clock import utcnow
 from bot.errors import BudgetNotRunning, SlackError, SlackRefused
 from bot.views.home import render_home
 

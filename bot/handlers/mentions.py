@@ -38,9 +38,9 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from agent_core import LIVE_STATES, Admission, StorageError, ThreadKey
-from agent_core.clock import utcnow
-from agent_core.recording import abandon_run
-from agent_core.records import is_accepted, is_waiting
+from agent_core.run.recording import abandon_run
+from agent_core.values.clock import utcnow
+from agent_core.values.records import is_accepted, is_waiting
 from bot import messages
 from bot.errors import BudgetNotRunning, SlackError
 from bot.handlers.late_admissions import LateAdmissions

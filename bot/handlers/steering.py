@@ -48,8 +48,8 @@ from agent_core import (
     StorageError,
     ThreadKey,
 )
-from agent_core.clock import utcnow
-from agent_core.records import is_accepted, is_waiting
+from agent_core.values.clock import utcnow
+from agent_core.values.records import is_accepted, is_waiting
 from bot import messages
 from bot.errors import BudgetNotRunning, SlackError
 from bot.inbound.trust import Person, person_of

@@ -56,10 +56,10 @@ from agent_core import (
     StorageError,
     build_model,
 )
-from agent_core.delegation import DELEGATE
-from agent_core.mcp import McpManager
-from agent_core.redact import public_url, redact
+from agent_core.run.delegation import DELEGATE
 from agent_core.stores.factory import open_store
+from agent_core.tools.mcp import McpManager
+from agent_core.values.redact import public_url, redact
 from bot import messages
 from bot.approvals.clicks import ApprovalClicks
 from bot.approvals.desk import ApprovalDesk

@@ -29,12 +29,12 @@ from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agent_core import ConfigError, ModelAPI
-from agent_core.mcp import McpManager
-from agent_core.model_anthropic import DEFAULT_BASE_URL as ANTHROPIC_API_URL
-from agent_core.model_anthropic import VERSION as ANTHROPIC_VERSION
-from agent_core.redact import public_url, redact
+from agent_core.models.anthropic_messages import DEFAULT_BASE_URL as ANTHROPIC_API_URL
+from agent_core.models.anthropic_messages import VERSION as ANTHROPIC_VERSION
 from agent_core.stores.factory import parse_database_url
 from agent_core.stores.migrations import VERSION_TABLE, head_revision
+from agent_core.tools.mcp import McpManager
+from agent_core.values.redact import public_url, redact
 from bot.process.settings import load_settings
 from bot.process.unknown_settings import unknown_settings
 

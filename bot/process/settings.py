@@ -44,10 +44,9 @@ from agent_core import (
     parse_max_auto_resumes,
     parse_user_exit_grace,
 )
-from agent_core.errors import ConfigError
-from agent_core.model_api import ModelAPI
-from agent_core.model_http import DEFAULT_REPLY_TIMEOUT_S
-from agent_core.settings_file import (
+from agent_core.models.api import ModelAPI
+from agent_core.models.http_exchange import DEFAULT_REPLY_TIMEOUT_S
+from agent_core.process.settings_file import (
     ENV_FILE,
     REQUIRED_WITH_API,
     SettingsInvalid,
@@ -57,6 +56,7 @@ from agent_core.settings_file import (
 )
 from agent_core.stores.defaults import ANSWERING_POOL_SIZE, MIGRATION_TIMEOUT_S, POOL_SIZE
 from agent_core.stores.factory import parse_database_url
+from agent_core.values.errors import ConfigError
 from bot.process.loop_load import BUSY_LAG_S
 
 if TYPE_CHECKING:
@@ -64,7 +64,7 @@ if TYPE_CHECKING:
 
     # Only a private attribute's annotation, which pydantic does not resolve: importing
     # it for real would load the MCP SDK before the settings are read.
-    from agent_core.mcp import ServerConfig  # noqa: TC004
+    from agent_core.tools.mcp import ServerConfig  # noqa: TC004
 
 __all__ = [
     "DEPRECATED_SETTINGS",
@@ -106,7 +106,7 @@ class ModelEndpointSettings:
 
 
 class _SettingsText(PydanticBaseSettingsSource):
-    """The environment over ``.env``, as :func:`agent_core.settings_file.settings_text`
+    """The environment over ``.env``, as :func:`agent_core.process.settings_file.settings_text`
     reads them for the app and the terminal alike: an empty variable of the environment
     hides the file's line and means the default (an empty budget: off)."""
 
@@ -393,7 +393,7 @@ class Settings(BaseSettings):
         # Read and checked here, with the other settings: a bad file stops start-up with
         # one line naming MCP_CONFIG and the file, before anything is started.
         if self.MCP_CONFIG is not None:
-            from agent_core.mcp import load_mcp_config  # the MCP SDK comes with it
+            from agent_core.tools.mcp import load_mcp_config  # the MCP SDK comes with it
 
             try:
                 self._mcp_servers = load_mcp_config(self.MCP_CONFIG)

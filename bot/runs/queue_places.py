@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from agent_core import StorageError
-from agent_core.records import is_waiting
+from agent_core.values.records import is_waiting
 from bot.errors import BudgetNotRunning
 from bot.views.status import StatusSnapshot, render_status
 

@@ -47,9 +47,9 @@ from agent_core import (
     ended_by_person,
     strongest,
 )
-from agent_core.clock import utcnow
-from agent_core.recording import record_ending
-from agent_core.records import Checkpoint
+from agent_core.run.recording import record_ending
+from agent_core.values.clock import utcnow
+from agent_core.values.records import Checkpoint
 from bot import messages
 from bot.errors import BudgetNotRunning, SlackError
 from bot.inbound.thread_history import read_thread
@@ -62,7 +62,7 @@ if TYPE_CHECKING:
     from datetime import datetime
 
     from agent_core import ChatMessage, ResumeSettings, ThreadKey
-    from agent_core.records import StopRequestRecord
+    from agent_core.values.records import StopRequestRecord
     from bot.inbound.identity import AppIdentity
     from bot.inbound.trust import TrustGate
     from bot.process.metrics import Metrics

@@ -58,7 +58,7 @@ from agent_core import (
     TurnFinished,
     TurnStarted,
 )
-from agent_core.delegation import DELEGATE
+from agent_core.run.delegation import DELEGATE
 from bot import messages
 from bot.approvals.waiting import WaitingForApproval
 from bot.errors import BudgetNotRunning, SlackError
@@ -382,7 +382,7 @@ class RunSession:
             stop_reason=reason,
             stop_requested_by=who,
             escalated_from=s.stop_requested_by if s.stop_reason is StopReason.STOP else None,
-            # The run's only timer: FINAL_TURN_TIMEOUT (agent_core/loop.py).
+            # The run's only timer: FINAL_TURN_TIMEOUT (agent_core/run/loop.py).
             final_turn_timeout_s=(
                 self.run.agent.config.final_turn_timeout_s if timed_out else None
             ),

@@ -55,8 +55,8 @@ from agent_core import (
     StorageError,
     continue_from,
 )
-from agent_core.clock import utcnow
-from agent_core.recording import abandon_run, leased, record_delivery, until_landed
+from agent_core.run.recording import abandon_run, leased, record_delivery, until_landed
+from agent_core.values.clock import utcnow
 from bot.runs.session import RunSession
 from bot.stopping.guidance import to_guidance
 from bot.workers.resume import spent_of, stored_ended_because
@@ -615,7 +615,7 @@ class Supervisor:
 
     async def abandon_row(self, run_id: str) -> None:
         """End the row of a run that never starts, if it was written at all (the thread
-        was told so): :func:`agent_core.recording.abandon_run`."""
+        was told so): :func:`agent_core.run.recording.abandon_run`."""
         await _quietly(abandon_run(self._store, run_id), "abandon")
 
     def _release_thread(self, run: Run) -> None:

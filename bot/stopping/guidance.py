@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from agent_core import AuditEvent, Guidance, GuidanceStatus, StopReason, StorageError
-from agent_core.clock import utcnow
+from agent_core.values.clock import utcnow
 from bot import messages
 from bot.errors import BotError, SlackError
 

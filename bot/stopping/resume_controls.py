@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from agent_core import AuditEvent, EndedBecause, RunState, StorageError
-from agent_core.records import ResumeState
+from agent_core.values.records import ResumeState
 from bot import messages
 from bot.stopping.policy import (
     RunHome,

@@ -67,9 +67,9 @@ from agent_core import (
     StorageError,
     strongest,
 )
-from agent_core.answering import answering
-from agent_core.clock import utcnow
-from agent_core.records import is_waiting
+from agent_core.values.answering import answering
+from agent_core.values.clock import utcnow
+from agent_core.values.records import is_waiting
 from bot import messages
 from bot.errors import BudgetNotRunning, SlackError
 from bot.inbound.trust import Person
@@ -161,7 +161,7 @@ class StopService:
 
         Never raises for a database fault: the decision then has no verdict, and its
         ``failure`` is the answer :meth:`after` gives. Its store calls are made as
-        :func:`~agent_core.answering.answering` ones: a person waits for their answer.
+        :func:`~agent_core.values.answering.answering` ones: a person waits for their answer.
         Whoever may not act at all (:mod:`bot.inbound.trust`) is refused first, and nothing about
         the run is read.
         """

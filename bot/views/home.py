@@ -298,7 +298,7 @@ def _ending(record: RunRecord) -> tuple[str, str]:
 
 
 def _outcome_of(state: RunState) -> Outcome:
-    # Terminal states are the canonical outcomes (agent_core.states).
+    # Terminal states are the canonical outcomes (agent_core.values.states).
     return Outcome(state.value)
 
 

@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from agent_core import StopReason, strip_softeners
-from agent_core.records import ResumeState
+from agent_core.values.records import ResumeState
 from bot import messages as m
 from bot.views.blocks import Block, abort_button, context, plain, section, stop_button, texts, units
 

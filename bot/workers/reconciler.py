@@ -4,7 +4,7 @@ Runs on start-up and then periodically, in every worker (docs/operations.md, Lea
 
 1. **Orphans.** A live run whose lease expired lost its worker (``kill -9``, a crash, a
    lost host). One its worker had only accepted (its row written before Slack's event
-   was acknowledged, nothing run or shown yet: :func:`agent_core.records.is_accepted`)
+   was acknowledged, nothing run or shown yet: :func:`agent_core.values.records.is_accepted`)
    goes back in the queue, for any worker to run. Any other is ended by
    compare-and-set, so exactly one worker does it:
    ``blocked`` ("interrupted: the worker running this stopped"), or ``userinterlude`` if
@@ -68,10 +68,10 @@ from agent_core import (
     ended_by_person,
     strongest,
 )
-from agent_core.clock import utcnow
-from agent_core.delegation import MAX_DEPTH
-from agent_core.recording import record_ending
-from agent_core.records import is_accepted
+from agent_core.run.delegation import MAX_DEPTH
+from agent_core.run.recording import record_ending
+from agent_core.values.clock import utcnow
+from agent_core.values.records import is_accepted
 from bot import messages
 from bot.errors import SlackError, SlackRefused
 from bot.runs.agent_session import SessionStatus, set_session_status
@@ -83,7 +83,7 @@ if TYPE_CHECKING:
     from contextlib import AbstractContextManager
     from datetime import datetime
 
-    from agent_core.records import Checkpoint, RunRecord, StopRequestRecord
+    from agent_core.values.records import Checkpoint, RunRecord, StopRequestRecord
     from bot.slack_api.click_answer import ClickAnswer
     from bot.slack_api.surface import Workspaces
     from bot.store_needs import ReconcilerStore

@@ -87,9 +87,9 @@ from agent_core import (
     weighs_last_stop,
     window_from_error,
 )
-from agent_core.clock import utcnow
-from agent_core.compaction import DEFAULT_SUMMARY_WINDOW
-from agent_core.records import ResumeState
+from agent_core.run.compaction import DEFAULT_SUMMARY_WINDOW
+from agent_core.values.clock import utcnow
+from agent_core.values.records import ResumeState
 from bot import messages
 from bot.views.status import EndingView
 
@@ -107,7 +107,7 @@ if TYPE_CHECKING:
         Spent,
         ThreadKey,
     )
-    from agent_core.records import RunRecord
+    from agent_core.values.records import RunRecord
     from bot.store_needs import ResumeDecisions, ResumeSchedule
 
 __all__ = [

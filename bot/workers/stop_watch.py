@@ -41,14 +41,14 @@ from typing import TYPE_CHECKING, Protocol
 import structlog
 
 from agent_core import ExitCode, GuidanceStatus, StopSource, StorageError
-from agent_core.clock import utcnow
 from agent_core.ports import StopWakeups
+from agent_core.values.clock import utcnow
 from bot.stopping.guidance import QUEUED, UNDELIVERED, react, settle
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection
 
-    from agent_core.records import GuidanceRecord, StopRequestRecord, Wakeup
+    from agent_core.values.records import GuidanceRecord, StopRequestRecord, Wakeup
     from bot.runs.supervisor import Supervisor
     from bot.slack_api.surface import Workspaces
     from bot.store_needs import StopWatchStore

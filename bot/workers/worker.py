@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from agent_core.clock import utcnow
+from agent_core.values.clock import utcnow
 from bot.process.loop_load import LoopLoad
 from bot.runs.run_queue import RunQueue
 from bot.runs.supervisor import Supervisor
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
     from agent_core import Agent
     from agent_core.ports import Store
-    from agent_core.records import Checkpoint, RunRecord
+    from agent_core.values.records import Checkpoint, RunRecord
     from bot.approvals.desk import ApprovalDesk
     from bot.inbound.identity import AppIdentity
     from bot.inbound.trust import TrustGate

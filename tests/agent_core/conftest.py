@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from agent_core.agent import Agent, AgentConfig
-from agent_core.model_api import HTTPChatModel, ModelAPI, build_model
+from agent_core.models.api import HTTPChatModel, ModelAPI, build_model
+from agent_core.run.agent import Agent
 from tests.agent_core.helpers import base_url_for
 
 if TYPE_CHECKING:
@@ -19,8 +19,9 @@ if TYPE_CHECKING:
     from llmock.pytest_plugin import LLMock
 
     from agent_core.ports import Approvals
+    from agent_core.run.config import AgentConfig
     from agent_core.stores.memory import MemoryStore
-    from agent_core.tools import Tool
+    from agent_core.tools.toolbox import Tool
     from tests.agent_core.helpers import AgentFactory
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any, Protocol
 
-from agent_core.model_api import ModelAPI
+from agent_core.models.api import ModelAPI
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -14,12 +14,13 @@ if TYPE_CHECKING:
     from llmock.journal import RequestRecord
     from llmock.pytest_plugin import LLMock
 
-    from agent_core.agent import Agent, AgentConfig
-    from agent_core.events import RunEvent
-    from agent_core.loop import Run
     from agent_core.ports import Approvals
+    from agent_core.run.agent import Agent
+    from agent_core.run.config import AgentConfig
+    from agent_core.run.loop import Run
     from agent_core.stores.memory import MemoryStore
-    from agent_core.tools import Tool
+    from agent_core.tools.toolbox import Tool
+    from agent_core.values.events import RunEvent
 
 WAIT_S = 10.0
 

@@ -15,7 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from agent_core.mcp import StdioServer
+from agent_core.tools.mcp import StdioServer
 
 ROOT = Path(__file__).resolve().parents[2]
 PY = sys.executable

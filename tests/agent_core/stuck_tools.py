@@ -15,7 +15,7 @@ import dataclasses
 import threading
 from typing import TYPE_CHECKING
 
-from agent_core.tools import Tool, tool
+from agent_core.tools.toolbox import Tool, tool
 from tests.fakes.waiting import Changes
 
 if TYPE_CHECKING:

@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING
 import pytest
 from llmock.scenarios import Reply, StreamFault
 
-from agent_core.compaction import Compaction, CompactionStopped
-from agent_core.events import TextDelta
-from agent_core.model_api import ModelAPI, build_model
-from agent_core.outcomes import ExitCode
-from agent_core.stop import StopReason, StopSource
+from agent_core.models.api import ModelAPI, build_model
+from agent_core.run.compaction import Compaction, CompactionStopped
+from agent_core.values.events import TextDelta
+from agent_core.values.outcomes import ExitCode
+from agent_core.values.stop import StopReason, StopSource
 from tests.agent_core.helpers import FIRST_TEXT_CHUNK, EventLog, base_url_for
 
 if TYPE_CHECKING:

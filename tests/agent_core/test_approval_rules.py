@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from agent_core.approvals import ApprovalRule
-from agent_core.errors import ConfigError
-from agent_core.mcp import McpManager
+from agent_core.tools.mcp import McpManager
+from agent_core.values.approvals import ApprovalRule
+from agent_core.values.errors import ConfigError
 from tests.agent_core.mcp_helpers import children_of, git_server, make_repository, until_gone
 from tests.agent_core.test_cli import Cli
 from tests.agent_core.test_cli_tools import write_config

@@ -17,16 +17,16 @@ import pytest
 from llmock.scenarios import Reply, ToolCall
 from structlog.testing import capture_logs
 
-from agent_core.agent import AgentConfig
-from agent_core.approvals import ApprovalDecision, ApprovalRule, ApprovalStatus
-from agent_core.budget import BudgetLimits
-from agent_core.ended import EndedBecause
-from agent_core.errors import ConfigError, StorageError
-from agent_core.events import ApprovalDecided, ApprovalRequested
-from agent_core.mcp import HttpServer, McpManager, parse_mcp_config
-from agent_core.outcomes import Outcome
-from agent_core.stop import StopReason, StopSource
+from agent_core.run.config import AgentConfig
 from agent_core.testing import HandApprovals
+from agent_core.tools.mcp import HttpServer, McpManager, parse_mcp_config
+from agent_core.values.approvals import ApprovalDecision, ApprovalRule, ApprovalStatus
+from agent_core.values.budget import BudgetLimits
+from agent_core.values.ended import EndedBecause
+from agent_core.values.errors import ConfigError, StorageError
+from agent_core.values.events import ApprovalDecided, ApprovalRequested
+from agent_core.values.outcomes import Outcome
+from agent_core.values.stop import StopReason, StopSource
 from tests.agent_core.helpers import EventLog
 from tests.agent_core.mcp_helpers import git_server, make_repository
 from tests.fakes.mcp_server import FakeMcpServer, serve_http
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
     from llmock.pytest_plugin import LLMock
 
-    from agent_core.approvals import ApprovalRequest
+    from agent_core.values.approvals import ApprovalRequest
     from tests.agent_core.helpers import AgentFactory
 
 

@@ -11,19 +11,19 @@ from typing import TYPE_CHECKING
 import pytest
 from llmock.scenarios import Reply, ToolCall
 
-from agent_core.agent import AgentConfig
-from agent_core.budget import Budget, BudgetKind, BudgetLimits, Prices, Spent
-from agent_core.budget_settings import SETTINGS as BUDGET_SETTINGS
-from agent_core.budget_settings import limits_from_settings
-from agent_core.chat import Usage
-from agent_core.delegation import MAX_DEPTH
-from agent_core.ended import EndedBecause
-from agent_core.errors import ConfigError
-from agent_core.events import RunEvent, TextDelta, ToolFinished, TurnFinished
-from agent_core.model_api import ModelAPI, build_model
-from agent_core.outcomes import ExitCode, Outcome
-from agent_core.settings_file import settings_text
-from agent_core.tools import tool
+from agent_core.models.api import ModelAPI, build_model
+from agent_core.process.settings_file import settings_text
+from agent_core.run.config import AgentConfig
+from agent_core.run.delegation import MAX_DEPTH
+from agent_core.tools.toolbox import tool
+from agent_core.values.budget import Budget, BudgetKind, BudgetLimits, Prices, Spent
+from agent_core.values.budget_settings import SETTINGS as BUDGET_SETTINGS
+from agent_core.values.budget_settings import limits_from_settings
+from agent_core.values.chat import Usage
+from agent_core.values.ended import EndedBecause
+from agent_core.values.errors import ConfigError
+from agent_core.values.events import RunEvent, TextDelta, ToolFinished, TurnFinished
+from agent_core.values.outcomes import ExitCode, Outcome
 from tests.agent_core.helpers import (
     EventLog,
     base_url_for,
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
     from llmock.pytest_plugin import LLMock
 
-    from agent_core.loop import Run
+    from agent_core.run.loop import Run
     from tests.agent_core.helpers import AgentFactory
 
 
@@ -355,7 +355,7 @@ async def test_every_adapter_caps_each_reply_at_model_max_output_tokens(
         api, model="m", api_key="k", base_url=base_url_for(llm, api), max_output_tokens=321
     )
     try:
-        from agent_core.agent import Agent
+        from agent_core.run.agent import Agent
 
         await Agent(model).new_run("answer").run()
     finally:

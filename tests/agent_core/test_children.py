@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING
 
 from llmock.scenarios import Reply, StreamFault, ToolCall
 
-from agent_core.events import RunEvent, TextDelta
-from agent_core.loop import Run, current_run
-from agent_core.outcomes import ExitCode, Outcome
-from agent_core.stop import StopReason, StopSource
-from agent_core.tools import Tool, tool
+from agent_core.run.loop import Run, current_run
+from agent_core.tools.toolbox import Tool, tool
+from agent_core.values.events import RunEvent, TextDelta
+from agent_core.values.outcomes import ExitCode, Outcome
+from agent_core.values.stop import StopReason, StopSource
 from tests.agent_core.helpers import offered_tools
 
 if TYPE_CHECKING:

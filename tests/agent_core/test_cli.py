@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from llmock.scenarios import Reply, StreamFault, ToolCall
 
-from agent_core.cli import STOPPING_NOTICE
+from agent_core.terminal.cli import STOPPING_NOTICE
 from tests.agent_core.helpers import offered_tools
 
 if TYPE_CHECKING:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import pytest
 from llmock.scenarios import Reply, ToolCall
 
-from agent_core.terminal_approvals import NOT_A_TERMINAL, TERMINAL_USER
+from agent_core.terminal.approvals import NOT_A_TERMINAL, TERMINAL_USER
 from tests.agent_core.test_cli import Cli
 from tests.agent_core.test_cli_tools import tool_messages, write_config
 from tests.fakes.mcp_server import FakeMcpServer, serve_http

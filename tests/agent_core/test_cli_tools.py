@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from llmock.scenarios import Reply, ToolCall
 
-from agent_core.cli import STOPPING_NOTICE
+from agent_core.terminal.cli import STOPPING_NOTICE
 from tests.agent_core.helpers import offered_tools
 from tests.agent_core.mcp_helpers import PY, TIME_SERVER, WAIT_S, until_gone
 from tests.agent_core.test_cli import Cli

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 import pytest
 from llmock.scenarios import Reply
 
-from agent_core.compaction import (
+from agent_core.models.api import ModelAPI
+from agent_core.run.compaction import (
     Compacted,
     Compaction,
     CompactionFailed,
@@ -20,20 +21,19 @@ from agent_core.compaction import (
     transcript,
     window_from_error,
 )
-from agent_core.ended import EndedBecause
-from agent_core.model_api import ModelAPI
-from agent_core.outcomes import ExitCode, Outcome
-from agent_core.prompts import SUMMARY_INSTRUCTION, continuation_note
-from agent_core.stop import StopReason, StopSource
 from agent_core.stores.memory import MemoryStore
-from agent_core.tools import tool
+from agent_core.tools.toolbox import tool
+from agent_core.values.ended import EndedBecause
+from agent_core.values.outcomes import ExitCode, Outcome
+from agent_core.values.prompts import SUMMARY_INSTRUCTION, continuation_note
+from agent_core.values.stop import StopReason, StopSource
 from tests.agent_core.helpers import WAIT_S, system_messages
 from tests.agent_core.test_stop import LONG_TEXT, stall_after
 
 if TYPE_CHECKING:
     from llmock.pytest_plugin import LLMock
 
-    from agent_core.chat import ChatMessage
+    from agent_core.values.chat import ChatMessage
     from tests.agent_core.helpers import AgentFactory
 
 WINDOW = 1_300

@@ -16,9 +16,11 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from llmock.scenarios import Reply, StreamFault, ToolCall
 
-from agent_core.agent import AgentConfig
-from agent_core.delegation import MAX_DEPTH, MAX_LIVE_CHILDREN
-from agent_core.events import (
+from agent_core.run.config import AgentConfig
+from agent_core.run.delegation import MAX_DEPTH, MAX_LIVE_CHILDREN
+from agent_core.stores.memory import MemoryStore
+from agent_core.tools.toolbox import tool
+from agent_core.values.events import (
     ChildFinished,
     ChildStarted,
     RunEvent,
@@ -27,11 +29,9 @@ from agent_core.events import (
     ToolFinished,
     ToolProgress,
 )
-from agent_core.outcomes import ExitCode, Outcome
-from agent_core.states import RunState
-from agent_core.stop import StopReason, StopSource
-from agent_core.stores.memory import MemoryStore
-from agent_core.tools import tool
+from agent_core.values.outcomes import ExitCode, Outcome
+from agent_core.values.states import RunState
+from agent_core.values.stop import StopReason, StopSource
 from tests.agent_core.helpers import EventLog, offered_tools, system_messages
 from tests.agent_core.test_cli import Cli
 
@@ -39,9 +39,9 @@ if TYPE_CHECKING:
     from llmock.journal import RequestRecord
     from llmock.pytest_plugin import LLMock
 
-    from agent_core.loop import Run
-    from agent_core.outcomes import RunResult
-    from agent_core.records import RunRecord
+    from agent_core.run.loop import Run
+    from agent_core.values.outcomes import RunResult
+    from agent_core.values.records import RunRecord
     from tests.agent_core.helpers import AgentFactory
 
 LONG_TEXT = " ".join(f"token{i}" for i in range(40))

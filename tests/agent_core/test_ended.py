@@ -11,18 +11,18 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent_core.budget import Spent
-from agent_core.chat import Usage
-from agent_core.ended import PRIORITY, Clues, EndedBecause, classify
-from agent_core.errors import (
+from agent_core.values.budget import Spent
+from agent_core.values.chat import Usage
+from agent_core.values.ended import PRIORITY, Clues, EndedBecause, classify
+from agent_core.values.errors import (
     ContextOverflow,
     FatalModelError,
     RateLimited,
     RetryableModelError,
     StorageError,
 )
-from agent_core.outcomes import ExitCode, Handoff, Outcome, RunResult, Timings
-from agent_core.stop import StopReason
+from agent_core.values.outcomes import ExitCode, Handoff, Outcome, RunResult, Timings
+from agent_core.values.stop import StopReason
 
 R = EndedBecause
 

@@ -15,11 +15,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from llmock.scenarios import Reply, StreamFault, ToolCall
 
-from agent_core.events import GuidanceDelivered, TextDelta, ToolStarted
-from agent_core.guidance import Guidance, GuidanceInbox
-from agent_core.outcomes import Outcome, RunResult
-from agent_core.stop import StopReason, StopSource
-from agent_core.tools import tool
+from agent_core.tools.toolbox import tool
+from agent_core.values.events import GuidanceDelivered, TextDelta, ToolStarted
+from agent_core.values.guidance import Guidance, GuidanceInbox
+from agent_core.values.outcomes import Outcome, RunResult
+from agent_core.values.stop import StopReason, StopSource
 from tests.agent_core.helpers import EventLog
 from tests.agent_core.test_stop import on_first
 

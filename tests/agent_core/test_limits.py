@@ -6,12 +6,12 @@ from typing import TYPE_CHECKING
 
 from llmock.scenarios import Reply, StreamFault
 
-from agent_core.agent import AgentConfig
-from agent_core.ended import EndedBecause
-from agent_core.events import Retrying, StepRestarted
-from agent_core.outcomes import ExitCode, Outcome
-from agent_core.retry import RetryPolicy
-from agent_core.tools import tool
+from agent_core.models.retry import RetryPolicy
+from agent_core.run.config import AgentConfig
+from agent_core.tools.toolbox import tool
+from agent_core.values.ended import EndedBecause
+from agent_core.values.events import Retrying, StepRestarted
+from agent_core.values.outcomes import ExitCode, Outcome
 from tests.agent_core.helpers import EventLog, offered_tools, system_messages
 
 if TYPE_CHECKING:
@@ -78,7 +78,7 @@ async def test_exhausted_retries_force_a_final_turn(llm: LLMock, make_agent: Age
     agent = make_agent([step], config=AgentConfig(retry=FAST_RETRY))
     run = agent.new_run("work")
     events = EventLog(run)
-    from agent_core.events import ToolStarted
+    from agent_core.values.events import ToolStarted
 
     def break_the_endpoint(event: object) -> None:
         if isinstance(event, ToolStarted):

@@ -13,7 +13,7 @@ import pytest
 import structlog
 from aiohttp import web
 
-from agent_core.logs import QUIET_AT_INFO, configure_logging
+from agent_core.process.logs import QUIET_AT_INFO, configure_logging
 from agent_core.stores.factory import open_store
 
 if TYPE_CHECKING:
@@ -43,9 +43,9 @@ def test_json_lines_carry_bound_context_from_every_logger() -> None:
     out = io.StringIO()
     configure_logging("json", "INFO", out)
     with structlog.contextvars.bound_contextvars(run_id="r1", team="T1", user="U1"):
-        structlog.get_logger("agent_core.loop").info("run.started", turn=1)
+        structlog.get_logger("agent_core.run.loop").info("run.started", turn=1)
         logging.getLogger("slack_bolt.AsyncApp").warning("bolt said %s", "hi")
-    structlog.get_logger("agent_core.loop").debug("too detailed")
+    structlog.get_logger("agent_core.run.loop").debug("too detailed")
 
     lines = [json.loads(line) for line in out.getvalue().splitlines()]
     assert [line["event"] for line in lines] == ["run.started", "bolt said hi"]

@@ -8,12 +8,12 @@ from typing import TYPE_CHECKING
 import pytest
 from llmock.scenarios import Reply, ToolCall
 
-from agent_core.events import ToolFinished, ToolStarted, TurnFinished
-from agent_core.model_api import ModelAPI
-from agent_core.outcomes import ExitCode, Outcome
-from agent_core.states import RunState
+from agent_core.models.api import ModelAPI
 from agent_core.stores.memory import MemoryStore
-from agent_core.tools import tool
+from agent_core.tools.toolbox import tool
+from agent_core.values.events import ToolFinished, ToolStarted, TurnFinished
+from agent_core.values.outcomes import ExitCode, Outcome
+from agent_core.values.states import RunState
 from tests.agent_core.helpers import EventLog, offered_tools, tool_results
 
 if TYPE_CHECKING:
@@ -199,7 +199,7 @@ async def test_a_bad_request_fails_without_retrying(llm: LLMock, make_agent: Age
 async def test_the_event_stream_yields_every_event_and_ends_with_the_result(
     llm: LLMock, make_agent: AgentFactory
 ) -> None:
-    from agent_core.events import RunFinished, TextDelta, TurnStarted
+    from agent_core.values.events import RunFinished, TextDelta, TurnStarted
 
     llm.reply("streamed words")
     run = make_agent().new_run("say it")

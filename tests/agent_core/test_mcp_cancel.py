@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from llmock.scenarios import Reply, ToolCall
 
-from agent_core.agent import AgentConfig
-from agent_core.events import ToolFinished, ToolProgress
-from agent_core.mcp import HttpServer, McpManager
-from agent_core.outcomes import ExitCode
-from agent_core.stop import StopReason
+from agent_core.run.config import AgentConfig
+from agent_core.tools.mcp import HttpServer, McpManager
+from agent_core.values.events import ToolFinished, ToolProgress
+from agent_core.values.outcomes import ExitCode
+from agent_core.values.stop import StopReason
 from tests.agent_core.helpers import EventLog, offered_tools
 from tests.agent_core.mcp_helpers import PROMPT_S
 from tests.fakes.mcp_server import FakeMcpServer, serve_http
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
     from llmock.pytest_plugin import LLMock
 
-    from agent_core.mcp.config import ProtocolMode
+    from agent_core.tools.mcp.config import ProtocolMode
     from tests.agent_core.helpers import AgentFactory
 
 ERAS: list[tuple[ProtocolMode, str]] = [("legacy", "2025-11-25"), ("2026-07-28", "2026-07-28")]

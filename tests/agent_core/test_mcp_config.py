@@ -7,8 +7,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from agent_core.errors import ConfigError
-from agent_core.mcp import (
+from agent_core.tools.mcp import (
     MAX_TOOL_NAME,
     HttpServer,
     StdioServer,
@@ -17,6 +16,7 @@ from agent_core.mcp import (
     parse_mcp_config,
     tool_name,
 )
+from agent_core.values.errors import ConfigError
 
 if TYPE_CHECKING:
     from pathlib import Path

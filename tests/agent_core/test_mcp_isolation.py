@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from mcp_types import TextContent
 from structlog.testing import capture_logs
 
-from agent_core.mcp import McpManager, StdioServer, parse_mcp_config
+from agent_core.tools.mcp import McpManager, StdioServer, parse_mcp_config
 from tests.agent_core.mcp_helpers import PY, ROOT
 
 if TYPE_CHECKING:

@@ -12,10 +12,10 @@ import signal
 import sys
 from typing import TYPE_CHECKING, Any
 
-from agent_core.chat import ToolCall
-from agent_core.mcp import McpManager, StdioServer
-from agent_core.outcomes import ExitCode
-from agent_core.tools import Toolbox
+from agent_core.tools.mcp import McpManager, StdioServer
+from agent_core.tools.toolbox import Toolbox
+from agent_core.values.chat import ToolCall
+from agent_core.values.outcomes import ExitCode
 from tests.agent_core.mcp_helpers import (
     ROOT,
     WAIT_S,
@@ -110,7 +110,7 @@ async def test_a_server_that_never_answers_is_reported_and_its_process_still_end
 
 HOLDER = """
 import asyncio, os, sys
-from agent_core.mcp import McpManager, StdioServer
+from agent_core.tools.mcp import McpManager, StdioServer
 from tests.agent_core.mcp_helpers import children_of, fake_stdio_server, git_server, time_server
 
 async def main():

@@ -18,9 +18,9 @@ import pytest
 from aiohttp import web
 from structlog.testing import capture_logs
 
-from agent_core.errors import ConfigError
-from agent_core.logs import configure_logging
-from agent_core.mcp import McpManager, ServerConfig, parse_mcp_config
+from agent_core.process.logs import configure_logging
+from agent_core.tools.mcp import McpManager, ServerConfig, parse_mcp_config
+from agent_core.values.errors import ConfigError
 from tests.agent_core.mcp_helpers import PY, ROOT
 from tests.agent_core.test_logs import restore_logging  # noqa: F401 - a fixture
 

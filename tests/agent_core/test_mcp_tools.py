@@ -20,13 +20,13 @@ from mcp_types import (
     TextResourceContents,
 )
 
-from agent_core.chat import ToolCall
-from agent_core.events import ToolProgress
-from agent_core.mcp import McpManager, StdioServer
-from agent_core.mcp.content import result_text
-from agent_core.outcomes import ExitCode
-from agent_core.tool_progress import report_progress
-from agent_core.tools import MAX_TOOL_RESULT_CHARS, Toolbox, tool
+from agent_core.tools.mcp import McpManager, StdioServer
+from agent_core.tools.mcp.content import result_text
+from agent_core.tools.progress import report_progress
+from agent_core.tools.toolbox import MAX_TOOL_RESULT_CHARS, Toolbox, tool
+from agent_core.values.chat import ToolCall
+from agent_core.values.events import ToolProgress
+from agent_core.values.outcomes import ExitCode
 from tests.agent_core.helpers import EventLog, offered_tools
 from tests.agent_core.mcp_helpers import (
     fake_stdio_server,

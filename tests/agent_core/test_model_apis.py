@@ -15,21 +15,26 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from aiohttp import web
 
-from agent_core.agent import Agent
-from agent_core.chat import ModelRequest, ToolSpec
-from agent_core.ended import EndedBecause
-from agent_core.errors import ContextOverflow, FatalModelError, RateLimited, RetryableModelError
-from agent_core.model_api import HTTPChatModel, ModelAPI, build_model
-from agent_core.states import RunState
-from agent_core.steps import assistant_message
+from agent_core.models.api import HTTPChatModel, ModelAPI, build_model
+from agent_core.run.agent import Agent
+from agent_core.run.steps import assistant_message
 from agent_core.stores.memory import MemoryStore
-from agent_core.tools import FINAL_REPORT
+from agent_core.tools.toolbox import FINAL_REPORT
+from agent_core.values.chat import ModelRequest, ToolSpec
+from agent_core.values.ended import EndedBecause
+from agent_core.values.errors import (
+    ContextOverflow,
+    FatalModelError,
+    RateLimited,
+    RetryableModelError,
+)
+from agent_core.values.states import RunState
 from tests.agent_core.test_stop import noop
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
 
-    from agent_core.chat import ChatMessage
+    from agent_core.values.chat import ChatMessage
 
 Refusal = tuple[int, bytes, dict[str, str]]
 

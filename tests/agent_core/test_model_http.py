@@ -17,17 +17,17 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from aiohttp import web
 
-from agent_core.chat import ModelRequest
-from agent_core.errors import (
+from agent_core.models.anthropic_messages import AnthropicModel
+from agent_core.models.http_exchange import ReadPacer
+from agent_core.models.openai_chat import OpenAIChatModel
+from agent_core.values.chat import ModelRequest
+from agent_core.values.errors import (
     ContextOverflow,
     FatalModelError,
     ModelUnreachable,
     RateLimited,
     RetryableModelError,
 )
-from agent_core.model import OpenAIChatModel
-from agent_core.model_anthropic import AnthropicModel
-from agent_core.model_http import ReadPacer
 from tests.fakes.waiting import Changes
 
 if TYPE_CHECKING:

@@ -17,21 +17,22 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from aiohttp import web
 
-from agent_core.agent import Agent, AgentConfig
-from agent_core.chat import ModelRequest
-from agent_core.errors import RetryableModelError
-from agent_core.model_api import ModelAPI, build_model
-from agent_core.model_http import MAX_ARGUMENT_CHARS, MAX_EVENT_BYTES
-from agent_core.outcomes import ExitCode
-from agent_core.retry import RetryPolicy
-from agent_core.sse import SSEDecoder
-from agent_core.stop import StopReason
+from agent_core.models.api import ModelAPI, build_model
+from agent_core.models.http_exchange import MAX_ARGUMENT_CHARS, MAX_EVENT_BYTES
+from agent_core.models.retry import RetryPolicy
+from agent_core.models.sse import SSEDecoder
+from agent_core.run.agent import Agent
+from agent_core.run.config import AgentConfig
+from agent_core.values.chat import ModelRequest
+from agent_core.values.errors import RetryableModelError
+from agent_core.values.outcomes import ExitCode
+from agent_core.values.stop import StopReason
 from tests.fakes.waiting import Changes
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
 
-    from agent_core.model_api import HTTPChatModel
+    from agent_core.models.api import HTTPChatModel
 
 EVERY_API = pytest.mark.parametrize("api", list(ModelAPI))
 REQUEST = ModelRequest(messages=({"role": "user", "content": "go"},))

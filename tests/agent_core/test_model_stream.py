@@ -17,10 +17,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 from llmock.scenarios import Reply, ToolCall
 
-from agent_core.chat import ModelRequest
-from agent_core.errors import ContextOverflow, FatalModelError, RateLimited, RetryableModelError
-from agent_core.model_api import HTTPChatModel, ModelAPI, build_model
-from agent_core.sse import SSEDecoder
+from agent_core.models.api import HTTPChatModel, ModelAPI, build_model
+from agent_core.models.sse import SSEDecoder
+from agent_core.values.chat import ModelRequest
+from agent_core.values.errors import (
+    ContextOverflow,
+    FatalModelError,
+    RateLimited,
+    RetryableModelError,
+)
 from tests.agent_core.helpers import base_url_for
 
 if TYPE_CHECKING:
@@ -28,7 +33,7 @@ if TYPE_CHECKING:
 
     from llmock.pytest_plugin import LLMock
 
-    from agent_core.chat import ModelResponse
+    from agent_core.values.chat import ModelResponse
 
 REQUEST = ModelRequest(messages=({"role": "user", "content": "go"},))
 

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent_core.errors import UnknownOutcome
-from agent_core.outcomes import Outcome, normalize_outcome, strip_softeners
+from agent_core.values.errors import UnknownOutcome
+from agent_core.values.outcomes import Outcome, normalize_outcome, strip_softeners
 
 LEGACY = {
     "finish": Outcome.FINISHED,

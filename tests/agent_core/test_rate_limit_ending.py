@@ -13,17 +13,17 @@ from typing import TYPE_CHECKING
 import pytest
 from llmock.scenarios import Reply
 
-from agent_core.agent import AgentConfig
-from agent_core.ended import EndedBecause
-from agent_core.events import Retrying, RunEvent, TextDelta, ToolStarted, TurnStarted
-from agent_core.model_api import ModelAPI
-from agent_core.outcomes import ExitCode, Outcome
-from agent_core.prompts import RESUMED_NOTE, resumed_note
-from agent_core.resume_policy import ResumeAt, ResumeSettings, decide_resume
-from agent_core.retry import RetryPolicy
-from agent_core.states import RunState
-from agent_core.stop import StopReason
+from agent_core.models.api import ModelAPI
+from agent_core.models.retry import RetryPolicy
+from agent_core.run.config import AgentConfig
 from agent_core.stores.memory import MemoryStore
+from agent_core.values.ended import EndedBecause
+from agent_core.values.events import Retrying, RunEvent, TextDelta, ToolStarted, TurnStarted
+from agent_core.values.outcomes import ExitCode, Outcome
+from agent_core.values.prompts import RESUMED_NOTE, resumed_note
+from agent_core.values.resume_policy import ResumeAt, ResumeSettings, decide_resume
+from agent_core.values.states import RunState
+from agent_core.values.stop import StopReason
 from tests.agent_core.helpers import offered_tools, system_messages, tool_results
 from tests.agent_core.test_stop import LONG_TEXT, noop, on_first, stall_after
 

@@ -1,10 +1,10 @@
-"""What :func:`agent_core.redact.redact` hides and what it leaves readable."""
+"""What :func:`agent_core.values.redact.redact` hides and what it leaves readable."""
 
 from __future__ import annotations
 
 import pytest
 
-from agent_core.redact import MASK, MAX_ERROR_CHARS, public_error, public_url, redact
+from agent_core.values.redact import MASK, MAX_ERROR_CHARS, public_error, public_url, redact
 
 HIDDEN = [
     ("Incorrect API key provided: sk-proj-AbCdEf1234567890abcdEFGH.", "sk-proj-AbCdEf"),

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent_core.ended import EndedBecause
-from agent_core.errors import ConfigError
-from agent_core.resume_policy import (
+from agent_core.values.ended import EndedBecause
+from agent_core.values.errors import ConfigError
+from agent_core.values.resume_policy import (
     DEFAULT_AUTO_RESUME,
     DontResume,
     ResumeAt,

@@ -1,4 +1,4 @@
-"""A resume keeps the turn it paid for (docs/stopping.md; :mod:`agent_core.step_log`).
+"""A resume keeps the turn it paid for (docs/stopping.md; :mod:`agent_core.run.step_log`).
 
 The run's checkpoint is written as soon as the model's reply is complete, before any of
 its calls runs, and again as each call starts and each result arrives. A run resumed from
@@ -17,23 +17,23 @@ import asyncio
 import dataclasses
 from typing import TYPE_CHECKING
 
-from agent_core.agent import Agent
-from agent_core.approvals import ApprovalStatus
-from agent_core.chat import ToolCall
-from agent_core.ended import EndedBecause
-from agent_core.records import RunRecord, ThreadKey
-from agent_core.step_log import unknown_effect
+from agent_core.run.agent import Agent
+from agent_core.run.step_log import unknown_effect
 from agent_core.testing import HandApprovals, MemoryStore, ScriptedChatModel, ScriptedTurn
-from agent_core.tools import Tool, remote_tool, tool
+from agent_core.tools.toolbox import Tool, remote_tool, tool
+from agent_core.values.approvals import ApprovalStatus
+from agent_core.values.chat import ToolCall
+from agent_core.values.ended import EndedBecause
+from agent_core.values.records import RunRecord, ThreadKey
 from bot.workers.reconciler import orphan_result
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from typing import Any
 
-    from agent_core.chat import ChatMessage
-    from agent_core.loop import Run
-    from agent_core.records import Checkpoint
+    from agent_core.run.loop import Run
+    from agent_core.values.chat import ChatMessage
+    from agent_core.values.records import Checkpoint
 
 THREAD = ThreadKey("T1", "C1", "1.0")
 ANSWER = "All done."

@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from structlog.testing import capture_logs
 
-from agent_core.agent import AgentConfig
-from agent_core.events import ChildFinished, ToolFinished, ToolStarted
-from agent_core.outcomes import ExitCode, Outcome
-from agent_core.states import TERMINAL_STATES, RunState
-from agent_core.stop import StopReason
+from agent_core.run.config import AgentConfig
 from agent_core.stores.memory import MemoryStore
-from agent_core.tools import Tool, tool
+from agent_core.tools.toolbox import Tool, tool
+from agent_core.values.events import ChildFinished, ToolFinished, ToolStarted
+from agent_core.values.outcomes import ExitCode, Outcome
+from agent_core.values.states import TERMINAL_STATES, RunState
+from agent_core.values.stop import StopReason
 from tests.agent_core.helpers import EventLog
 from tests.fakes.waiting import Changes
 

@@ -6,12 +6,18 @@ from typing import Literal
 
 import pytest
 
-from agent_core.chat import ToolCall
-from agent_core.errors import IllegalTransition
-from agent_core.outcomes import Outcome
-from agent_core.states import LIVE_STATES, TERMINAL_STATES, RunState, state_for_outcome, transition
-from agent_core.stop import RunControl, StopReason
-from agent_core.tools import Toolbox, tool
+from agent_core.tools.toolbox import Toolbox, tool
+from agent_core.values.chat import ToolCall
+from agent_core.values.errors import IllegalTransition
+from agent_core.values.outcomes import Outcome
+from agent_core.values.states import (
+    LIVE_STATES,
+    TERMINAL_STATES,
+    RunState,
+    state_for_outcome,
+    transition,
+)
+from agent_core.values.stop import RunControl, StopReason
 
 
 def test_terminal_states_are_exactly_the_canonical_outcomes() -> None:

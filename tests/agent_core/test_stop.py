@@ -14,7 +14,9 @@ from typing import TYPE_CHECKING
 import pytest
 from llmock.scenarios import Reply, StreamFault, ToolCall
 
-from agent_core.events import (
+from agent_core.models.api import ModelAPI
+from agent_core.tools.toolbox import tool
+from agent_core.values.events import (
     Retrying,
     RunEvent,
     StopHonoured,
@@ -22,10 +24,8 @@ from agent_core.events import (
     TextDelta,
     ToolStarted,
 )
-from agent_core.model_api import ModelAPI
-from agent_core.outcomes import ExitCode, Outcome
-from agent_core.stop import StopReason, StopSource
-from agent_core.tools import tool
+from agent_core.values.outcomes import ExitCode, Outcome
+from agent_core.values.stop import StopReason, StopSource
 from tests.agent_core.helpers import (
     FIRST_TEXT_CHUNK,
     EventLog,
@@ -37,7 +37,7 @@ from tests.agent_core.helpers import (
 if TYPE_CHECKING:
     from llmock.pytest_plugin import LLMock
 
-    from agent_core.loop import Run
+    from agent_core.run.loop import Run
     from tests.agent_core.helpers import AgentFactory
 
 pytestmark = pytest.mark.parametrize("model_api", list(ModelAPI))  # every scenario, every API
@@ -322,8 +322,8 @@ async def test_stop_never_downgrades_an_abort(make_agent: AgentFactory) -> None:
 async def test_shutdown_cancels_and_leaves_a_resumable_checkpoint(
     llm: LLMock, make_agent: AgentFactory, model_api: ModelAPI
 ) -> None:
-    from agent_core.states import RunState
     from agent_core.stores.memory import MemoryStore
+    from agent_core.values.states import RunState
 
     store = MemoryStore()
     llm.call_tool("noop")

@@ -1,4 +1,4 @@
-"""The stop rules every surface asks about, written once (agent_core.stop, outcomes):
+"""The stop rules every surface asks about, written once (agent_core.values.stop, outcomes):
 which request is in force, whether a person asked, and the ending a person's stop
 writes where the run's loop could not."""
 

@@ -1,5 +1,5 @@
 """A tool call's arguments are read once, strictly, and shown as the call receives them
-(:mod:`agent_core.tool_arguments`; docs/tools.md, Approvals: what the approver sees is what
+(:mod:`agent_core.tools.arguments`; docs/tools.md, Approvals: what the approver sees is what
 runs)."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from agent_core.chat import ToolCall
-from agent_core.tool_arguments import ArgumentsError, parse_arguments, shown_arguments
-from agent_core.tools import Toolbox, remote_tool
+from agent_core.tools.arguments import ArgumentsError, parse_arguments, shown_arguments
+from agent_core.tools.toolbox import Toolbox, remote_tool
+from agent_core.values.chat import ToolCall
 
 REFUSED = [
     ('{"path": "notes/todo.md", "pad": 1, "path": "~/.ssh/authorized_keys"}', "appears"),

@@ -29,13 +29,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent_core.agent import AgentConfig
-from agent_core.builtin_tools import MAX_EXPRESSION_CHARS, MAX_RESULT_BITS, calculate
-from agent_core.chat import ToolCall
-from agent_core.outcomes import ExitCode
-from agent_core.stop import StopReason
-from agent_core.tool_threads import ToolThreads
-from agent_core.tools import Toolbox, tool
+from agent_core.run.config import AgentConfig
+from agent_core.tools.builtin import MAX_EXPRESSION_CHARS, MAX_RESULT_BITS, calculate
+from agent_core.tools.threads import ToolThreads
+from agent_core.tools.toolbox import Toolbox, tool
+from agent_core.values.chat import ToolCall
+from agent_core.values.outcomes import ExitCode
+from agent_core.values.stop import StopReason
 from tests.agent_core.stuck_tools import stuck_tools
 
 if TYPE_CHECKING:
@@ -193,10 +193,10 @@ async def test_a_sync_tool_calling_sys_exit_ends_neither_the_process_nor_its_thr
 
 STUCK_AT_EXIT = """
 import asyncio, threading
-from agent_core.agent import Agent
-from agent_core.stop import StopReason
+from agent_core.run.agent import Agent
+from agent_core.values.stop import StopReason
 from agent_core.testing import ScriptedChatModel, ScriptedTurn
-from agent_core.tools import tool
+from agent_core.tools.toolbox import tool
 
 never = threading.Event()
 

@@ -27,8 +27,8 @@ from agent_core import (
     RunState,
     ThreadKey,
 )
-from agent_core.records import ResumeState
 from agent_core.stores.memory import MemoryStore
+from agent_core.values.records import ResumeState
 from bot import messages
 from bot.approvals.desk import ApprovalDesk, still_counts
 from bot.views.approval import ACTION_APPROVE, ACTION_DENY

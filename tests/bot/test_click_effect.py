@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from llmock.scenarios import Fail
 
-from agent_core.records import is_waiting
+from agent_core.values.records import is_waiting
 from bot import messages
 from bot.views.status import ACTION_DONT_RESUME
 from tests.bot.harness import (

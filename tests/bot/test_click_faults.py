@@ -58,7 +58,7 @@ if TYPE_CHECKING:
 
     from llmock.pytest_plugin import LLMock
 
-    from agent_core.records import StopRequestRecord
+    from agent_core.values.records import StopRequestRecord
     from tests.bot.conftest import BotFactory
     from tests.bot.harness import Bot
     from tests.fakes.slack_messages import Message

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from structlog.testing import capture_logs
 
-from agent_core.records import ResumeState
+from agent_core.values.records import ResumeState
 from bot.views.status import ACTION_CONTINUE
 from tests.bot.harness import WAIT_S
 from tests.bot.test_continue import DONE, ONE_TOOL_CALL, spend_the_budget

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING
 from llmock.scenarios import Reply, ToolCall
 
 from agent_core import EndedBecause, RunResult, RunState
-from agent_core.prompts import resumed_note
-from agent_core.records import ResumeState
+from agent_core.values.prompts import resumed_note
+from agent_core.values.records import ResumeState
 from bot import messages
 from bot.views.status import ACTION_CONTINUE
 from tests.agent_core.helpers import offered_tools, tool_results

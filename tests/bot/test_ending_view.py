@@ -11,7 +11,7 @@ from datetime import timedelta
 import pytest
 
 from agent_core import ExitCode, Outcome
-from agent_core.records import ResumeState
+from agent_core.values.records import ResumeState
 from bot import messages as m
 from bot.views.status import (
     ACTION_CONTINUE,

@@ -12,7 +12,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from agent_core import RunRecord, RunState, ThreadKey
-from agent_core.clock import utcnow
+from agent_core.values.clock import utcnow
 from bot.inbound.dedupe import event_key
 from tests.bot.harness import is_final
 from tests.fakes import slack_requests

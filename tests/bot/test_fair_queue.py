@@ -11,7 +11,7 @@ import json
 from typing import TYPE_CHECKING
 
 from agent_core import RunState
-from agent_core.records import ResumeState, is_waiting
+from agent_core.values.records import ResumeState, is_waiting
 from bot.views.status import ACTION_RESUME_NOW
 from tests.bot.harness import ACTION_ABORT, block_text, run_id_of
 from tests.bot.test_resume import (

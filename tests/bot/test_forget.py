@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from agent_core.records import Checkpoint, ResumeState, RunRecord, ThreadKey
-from agent_core.states import RunState
 from agent_core.stores.sqlite import SqliteStore
+from agent_core.values.records import Checkpoint, ResumeState, RunRecord, ThreadKey
+from agent_core.values.states import RunState
 from tests.bot.harness import SECRET
 from tests.bot.test_check import run_bot
 

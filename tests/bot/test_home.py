@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from agent_core import AuditEvent, ExitCode, Outcome, RunRecord, RunState, ThreadKey
-from agent_core.clock import utcnow
+from agent_core.values.clock import utcnow
 from bot import messages
 from bot.dashboard.channels import ChannelPrivacy
 from bot.views.home import ACTION_HOME_ABORT, ACTION_HOME_STOP, ACTION_STOP_ALL

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from llmock.scenarios import Reply, StreamFault, ToolCall
 
 from agent_core import ExitCode, Outcome, RunRecord, RunState, ThreadKey
-from agent_core.clock import utcnow
+from agent_core.values.clock import utcnow
 from bot import messages
 from tests.bot.harness import SHORT_TEXT, stalled_answer
 from tests.bot.test_app_budget import spend_shown

@@ -26,7 +26,7 @@ import structlog
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from agent_core.logs import configure_logging
+from agent_core.process.logs import configure_logging
 from tests.bot.harness import ACTION_ABORT, ACTION_STOP, SECRET, stalled_answer
 from tests.fakes import slack_requests
 from tests.fakes.slack_workspace import DEFAULT_CHANNEL, DEFAULT_USER

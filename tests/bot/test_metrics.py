@@ -18,7 +18,7 @@ from llmock.scenarios import Reply, ToolCall
 from prometheus_client.parser import text_string_to_metric_families
 
 from agent_core import Agent, Prices, Usage
-from agent_core.chat import ModelResponse
+from agent_core.values.chat import ModelResponse
 from bot.process.metrics import Metrics
 from tests.bot.harness import (
     ACTION_ABORT,
@@ -41,8 +41,8 @@ if TYPE_CHECKING:
 
     from llmock.pytest_plugin import LLMock
 
-    from agent_core.chat import ModelRequest
     from agent_core.ports import TextSink
+    from agent_core.values.chat import ModelRequest
     from tests.bot.conftest import BotFactory
     from tests.bot.harness import Bot
 

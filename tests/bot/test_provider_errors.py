@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from agent_core.redact import MAX_ERROR_CHARS
+from agent_core.values.redact import MAX_ERROR_CHARS
 from tests.bot.harness import block_text
 from tests.system.blocks import revision_text
 

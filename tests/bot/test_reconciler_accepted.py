@@ -11,7 +11,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from agent_core import RunRecord, RunState, ThreadKey
-from agent_core.clock import utcnow
+from agent_core.values.clock import utcnow
 from bot.workers.reconciler import Reconciler
 from tests.fakes.slack_workspace import DEFAULT_USER
 

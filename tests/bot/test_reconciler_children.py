@@ -14,7 +14,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from agent_core import LIVE_STATES, Outcome, RunRecord, RunState, StopReason, ThreadKey
-from agent_core.clock import utcnow
+from agent_core.values.clock import utcnow
 from bot.workers.reconciler import FINAL_GRACE_S, Reconciler
 from tests.fakes.slack_workspace import DEFAULT_CHANNEL, DEFAULT_USER
 

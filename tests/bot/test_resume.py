@@ -20,8 +20,8 @@ import pytest
 from llmock.scenarios import Fail, Match, Reply, StreamFault, ToolCall
 
 from agent_core import ConfigError, EndedBecause, RunState, StopReason
-from agent_core.prompts import SUMMARY_INSTRUCTION, continuation_note, resumed_note
-from agent_core.records import ResumeState
+from agent_core.values.prompts import SUMMARY_INSTRUCTION, continuation_note, resumed_note
+from agent_core.values.records import ResumeState
 from bot import messages
 from bot.process.settings import load_settings
 from bot.views.status import ACTION_ABORT, ACTION_DONT_RESUME, ACTION_RESUME_NOW, ACTION_STOP
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from llmock.pytest_plugin import LLMock
 
     from agent_core.ports import Store
-    from agent_core.records import AuditEvent, RunRecord
+    from agent_core.values.records import AuditEvent, RunRecord
     from tests.bot.conftest import BotFactory
     from tests.bot.harness import Bot
     from tests.fakes.slack_api import FakeSlack

@@ -32,9 +32,9 @@ from agent_core import (
     StorageError,
     ThreadKey,
 )
-from agent_core import recording as recording_module
-from agent_core.clock import utcnow
+from agent_core.run import recording as recording_module
 from agent_core.stores.factory import open_store
+from agent_core.values.clock import utcnow
 from bot import messages
 from bot.handlers import late_admissions
 from bot.process import app as app_module

@@ -14,7 +14,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from agent_core import RunState
-from agent_core.records import is_waiting
+from agent_core.values.records import is_waiting
 from bot import messages
 from bot.runs.queue_places import worth_refreshing
 from bot.runs.run_queue import history_of, starting_conversation
@@ -187,7 +187,7 @@ def test_refreshes_are_kept_for_moves_that_matter() -> None:
 
 
 def test_the_starting_conversation_gives_back_its_history() -> None:
-    from agent_core.records import Checkpoint
+    from agent_core.values.records import Checkpoint
 
     history: list[dict[str, Any]] = [
         {"role": "user", "content": "<@U1>: earlier"},

@@ -302,7 +302,7 @@ def test_defaults(environment: pytest.MonkeyPatch) -> None:
     assert settings.MAX_RUNS_PER_USER == 3
     assert (
         settings.run_limits == RunLimits()
-    )  # the budgets' defaults (agent_core/budget_settings.py)
+    )  # the budgets' defaults (agent_core/values/budget_settings.py)
 
 
 def test_budgets_read_from_text_or_numbers(environment: pytest.MonkeyPatch) -> None:

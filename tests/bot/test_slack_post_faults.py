@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from agent_core import RunState, ThreadKey
-from agent_core.clock import utcnow
+from agent_core.values.clock import utcnow
 from bot import messages
 from bot.slack_api import budget as slack_budget
 from bot.views.answer import answer_metadata

@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from llmock.pytest_plugin import LLMock
 
     from agent_core.ports import Store
-    from agent_core.records import AuditEvent
+    from agent_core.values.records import AuditEvent
     from tests.bot.conftest import BotFactory
     from tests.bot.harness import Bot
     from tests.fakes.slack_api import ApiCall, FakeSlack

@@ -15,9 +15,9 @@ import asyncpg  # type: ignore[import-untyped]
 import pytest
 
 from agent_core import RunRecord, RunState, ThreadKey
-from agent_core.clock import utcnow
 from agent_core.ports import StopWakeups
 from agent_core.stores.factory import open_store
+from agent_core.values.clock import utcnow
 from bot import messages
 from bot.views.status import ACTION_STOP
 from tests.bot.harness import WAIT_S, block_text
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from llmock.pytest_plugin import LLMock
 
     from agent_core.ports import Store
-    from agent_core.records import Wakeup
+    from agent_core.values.records import Wakeup
     from tests.bot.conftest import BotFactory
 
 ELSEWHERE = "worker-elsewhere"

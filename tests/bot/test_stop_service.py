@@ -38,7 +38,7 @@ from tests.fakes.slack_workspace import DEFAULT_CHANNEL, DEFAULT_USER
 if TYPE_CHECKING:
     from llmock.pytest_plugin import LLMock
 
-    from agent_core.records import AuditEvent
+    from agent_core.values.records import AuditEvent
     from tests.bot.conftest import BotFactory
     from tests.bot.harness import Bot
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from agent_core import ConfigError
-from agent_core.builtin_tools import calculate
+from agent_core.tools.builtin import calculate
 from bot.process.settings import load_settings
 from tests.agent_core.stuck_tools import stuck_tools
 from tests.bot.harness import ACTION_ABORT, ACTION_STOP, WAIT_S, block_text
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
     from llmock.pytest_plugin import LLMock
 
-    from agent_core.tools import Tool
+    from agent_core.tools.toolbox import Tool
     from tests.bot.conftest import BotFactory
     from tests.bot.harness import Bot
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from agent_core.records import ResumeState
+from agent_core.values.records import ResumeState
 from bot import messages
 from bot.inbound.trust import CACHE_TTL_S, Person, TrustGate, person_of
 from bot.views.home import ACTION_HOME_STOP, ACTION_STOP_ALL

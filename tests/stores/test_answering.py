@@ -1,4 +1,5 @@
-"""Calls a person waits on do not queue behind the runs' work (agent_core.answering.answering).
+"""Calls a person waits on do not queue behind the runs' work
+(agent_core.values.answering.answering).
 
 On PostgreSQL: every connection of the store's pool is taken by an update waiting on a row
 that another session holds locked (the runs' writes, stuck). A read made while
@@ -14,10 +15,10 @@ from urllib.parse import urlsplit
 
 import asyncpg  # type: ignore[import-untyped]
 
-from agent_core.answering import answering
-from agent_core.records import RunRecord, ThreadKey
-from agent_core.states import RunState
 from agent_core.stores.postgres import ANSWERING_POOL_SIZE, PostgresStore
+from agent_core.values.answering import answering
+from agent_core.values.records import RunRecord, ThreadKey
+from agent_core.values.states import RunState
 from tests.stores.conftest import admin_execute
 from tests.system.workers import until_async
 

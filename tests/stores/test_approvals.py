@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from agent_core.clock import utcnow
-from agent_core.records import ApprovalRecord, ApprovalStatus, ThreadKey, Wakeup
-from agent_core.states import RunState
 from agent_core.stores.postgres import PostgresStore
+from agent_core.values.clock import utcnow
+from agent_core.values.records import ApprovalRecord, ApprovalStatus, ThreadKey, Wakeup
+from agent_core.values.states import RunState
 from tests.stores.test_dashboard_queries import a_run
 
 if TYPE_CHECKING:

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from agent_core.records import AuditEvent, Checkpoint, RunRecord, ThreadKey
-from agent_core.states import RunState
+from agent_core.values.records import AuditEvent, Checkpoint, RunRecord, ThreadKey
+from agent_core.values.states import RunState
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable

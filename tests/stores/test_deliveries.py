@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from agent_core.clock import utcnow
+from agent_core.values.clock import utcnow
 
 if TYPE_CHECKING:
     from agent_core.ports import Store

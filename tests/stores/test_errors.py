@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING
 import asyncpg  # type: ignore[import-untyped]
 import pytest
 
-from agent_core.errors import StorageError
-from agent_core.records import RunRecord, ThreadKey
 from agent_core.stores.factory import open_store
 from agent_core.stores.migrations import VERSION_TABLE
 from agent_core.stores.postgres import PostgresStore
 from agent_core.stores.sqlite import SqliteStore
+from agent_core.values.errors import StorageError
+from agent_core.values.records import RunRecord, ThreadKey
 from tests.stores.conftest import database_url
 
 if TYPE_CHECKING:

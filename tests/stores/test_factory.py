@@ -6,10 +6,10 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from agent_core.errors import ConfigError, StorageError
 from agent_core.stores.factory import DatabaseTarget, open_store, parse_database_url
 from agent_core.stores.postgres import PostgresStore
 from agent_core.stores.sqlite import SqliteStore
+from agent_core.values.errors import ConfigError, StorageError
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from agent_core.clock import utcnow
-from agent_core.records import GuidanceRecord, GuidanceStatus, ThreadKey, Wakeup
 from agent_core.stores.postgres import PostgresStore
+from agent_core.values.clock import utcnow
+from agent_core.values.records import GuidanceRecord, GuidanceStatus, ThreadKey, Wakeup
 
 if TYPE_CHECKING:
     from agent_core.ports import Store

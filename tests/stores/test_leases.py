@@ -9,10 +9,10 @@ import dataclasses
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from agent_core.clock import utcnow
-from agent_core.records import AuditEvent, Checkpoint, RunRecord, ThreadKey
-from agent_core.states import LIVE_STATES, RunState
-from agent_core.stop import StopReason
+from agent_core.values.clock import utcnow
+from agent_core.values.records import AuditEvent, Checkpoint, RunRecord, ThreadKey
+from agent_core.values.states import LIVE_STATES, RunState
+from agent_core.values.stop import StopReason
 
 if TYPE_CHECKING:
     from agent_core.ports import Store

@@ -17,10 +17,6 @@ from filelock import AsyncFileLock
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
 
-from agent_core.errors import StorageError
-from agent_core.outcomes import ExitCode, Outcome
-from agent_core.records import ResumeState, RunRecord, ThreadKey
-from agent_core.states import TERMINAL_STATES, RunState
 from agent_core.stores.factory import open_store
 from agent_core.stores.migrations import (
     _PG_LOCK_KEY,
@@ -31,6 +27,10 @@ from agent_core.stores.migrations import (
 )
 from agent_core.stores.postgres import PostgresStore
 from agent_core.stores.sqlite import SqliteStore
+from agent_core.values.errors import StorageError
+from agent_core.values.outcomes import ExitCode, Outcome
+from agent_core.values.records import ResumeState, RunRecord, ThreadKey
+from agent_core.values.states import TERMINAL_STATES, RunState
 from tests.stores.conftest import admin_execute, database_url
 
 if TYPE_CHECKING:

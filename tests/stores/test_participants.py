@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from agent_core.clock import utcnow
-from agent_core.records import ThreadKey
-from agent_core.stop import StopReason
+from agent_core.values.clock import utcnow
+from agent_core.values.records import ThreadKey
+from agent_core.values.stop import StopReason
 
 if TYPE_CHECKING:
     from agent_core.ports import Store

@@ -18,8 +18,10 @@ from typing import TYPE_CHECKING, Any
 import asyncpg  # type: ignore[import-untyped]
 import pytest
 
-from agent_core.errors import StorageError
-from agent_core.records import (
+from agent_core.stores._pg import STOP_CHANNEL
+from agent_core.stores.postgres import PostgresStore
+from agent_core.values.errors import StorageError
+from agent_core.values.records import (
     Admission,
     Checkpoint,
     GuidanceRecord,
@@ -28,10 +30,8 @@ from agent_core.records import (
     StopRequestRecord,
     ThreadKey,
 )
-from agent_core.states import RunState
-from agent_core.stop import StopReason
-from agent_core.stores._pg import STOP_CHANNEL
-from agent_core.stores.postgres import PostgresStore
+from agent_core.values.states import RunState
+from agent_core.values.stop import StopReason
 from tests.stores.conftest import ADMIN_URL, terminate_backends
 from tests.stores.pg_proxy import pg_proxy
 

@@ -10,13 +10,13 @@ from typing import TYPE_CHECKING
 import asyncpg  # type: ignore[import-untyped]
 import pytest
 
-from agent_core.errors import StorageError
 from agent_core.ports import StopWakeups
-from agent_core.records import RunRecord, ThreadKey, Wakeup
-from agent_core.stop import StopReason
 from agent_core.stores.memory import MemoryStore
 from agent_core.stores.postgres import PostgresStore
 from agent_core.stores.postgres_listener import LISTENER_APPLICATION_NAME, PostgresStopListener
+from agent_core.values.errors import StorageError
+from agent_core.values.records import RunRecord, ThreadKey, Wakeup
+from agent_core.values.stop import StopReason
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator

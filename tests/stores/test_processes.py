@@ -24,8 +24,8 @@ if TYPE_CHECKING:
 REPO = Path(__file__).resolve().parents[2]
 CHILD = """
 import asyncio, sys
-from agent_core.records import ThreadKey
-from agent_core.stop import StopReason
+from agent_core.values.records import ThreadKey
+from agent_core.values.stop import StopReason
 from agent_core.stores.factory import open_store
 
 async def main(url: str, worker: str, count: int) -> None:

@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from agent_core.outcomes import ExitCode
-from agent_core.records import RunRecord, ThreadKey
-from agent_core.states import LIVE_STATES, TERMINAL_STATES, RunState
-from agent_core.stop import StopReason
+from agent_core.values.outcomes import ExitCode
+from agent_core.values.records import RunRecord, ThreadKey
+from agent_core.values.states import LIVE_STATES, TERMINAL_STATES, RunState
+from agent_core.values.stop import StopReason
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable

@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from agent_core.ended import EndedBecause
-from agent_core.records import Admission, ResumeState, RunRecord, ThreadKey
-from agent_core.states import RunState
-from agent_core.stop import StopReason
+from agent_core.values.ended import EndedBecause
+from agent_core.values.records import Admission, ResumeState, RunRecord, ThreadKey
+from agent_core.values.states import RunState
+from agent_core.values.stop import StopReason
 
 if TYPE_CHECKING:
     from tests.stores.conftest import Backend

@@ -18,14 +18,14 @@ import aiosqlite
 import asyncpg  # type: ignore[import-untyped]
 import pytest
 
-from agent_core.clock import utcnow
-from agent_core.ended import EndedBecause
-from agent_core.records import ResumeState, RunRecord, ThreadKey
-from agent_core.states import RunState
-from agent_core.stop import StopReason
 from agent_core.stores.migrations import upgrade_postgres, upgrade_sqlite
 from agent_core.stores.postgres import PostgresStore
 from agent_core.stores.sqlite import SqliteStore
+from agent_core.values.clock import utcnow
+from agent_core.values.ended import EndedBecause
+from agent_core.values.records import ResumeState, RunRecord, ThreadKey
+from agent_core.values.states import RunState
+from agent_core.values.stop import StopReason
 from tests.stores.conftest import admin_execute, database_url
 
 if TYPE_CHECKING:

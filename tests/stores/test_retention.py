@@ -11,8 +11,10 @@ import sqlite3
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from agent_core.clock import utcnow
-from agent_core.records import (
+from agent_core.stores._codec import sqlite_time
+from agent_core.stores.sqlite import SqliteStore
+from agent_core.values.clock import utcnow
+from agent_core.values.records import (
     AuditEvent,
     Checkpoint,
     GuidanceRecord,
@@ -21,10 +23,8 @@ from agent_core.records import (
     RunRecord,
     ThreadKey,
 )
-from agent_core.states import RunState
-from agent_core.stop import StopReason
-from agent_core.stores._codec import sqlite_time
-from agent_core.stores.sqlite import SqliteStore
+from agent_core.values.states import RunState
+from agent_core.values.stop import StopReason
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from agent_core.budget import Spent
-from agent_core.errors import IllegalTransition
-from agent_core.outcomes import ExitCode, Outcome
-from agent_core.records import AuditEvent, Checkpoint, RunRecord, ThreadKey
-from agent_core.states import LIVE_STATES, TERMINAL_STATES, RunState
-from agent_core.stop import StopReason
+from agent_core.values.budget import Spent
+from agent_core.values.errors import IllegalTransition
+from agent_core.values.outcomes import ExitCode, Outcome
+from agent_core.values.records import AuditEvent, Checkpoint, RunRecord, ThreadKey
+from agent_core.values.states import LIVE_STATES, TERMINAL_STATES, RunState
+from agent_core.values.stop import StopReason
 
 if TYPE_CHECKING:
     from agent_core.ports import Store
@@ -239,7 +239,7 @@ async def test_audit_events_round_trip_in_order(backend: Backend) -> None:
     assert await other.events_for("run-3") == []
 
 
-# -- the table of legal moves (agent_core.states) ---------------------------------------
+# -- the table of legal moves (agent_core.values.states) ---------------------------------------
 
 
 @pytest.mark.parametrize(

@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING
 import aiosqlite
 import pytest
 
-from agent_core.records import ThreadKey
-from agent_core.stop import StopReason
 from agent_core.stores.sqlite import SqliteStore
+from agent_core.values.records import ThreadKey
+from agent_core.values.stop import StopReason
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from agent_core.errors import StorageError
-from agent_core.records import RunRecord, ThreadKey
-from agent_core.stop import StopReason
 from agent_core.stores.sqlite import SqliteStore
+from agent_core.values.errors import StorageError
+from agent_core.values.records import RunRecord, ThreadKey
+from agent_core.values.stop import StopReason
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator

@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING
 import asyncpg  # type: ignore[import-untyped]
 import pytest
 
-from agent_core.errors import StorageError
-from agent_core.records import AuditEvent, RunRecord, StopRequestRecord, ThreadKey, Wakeup
-from agent_core.states import RunState
-from agent_core.stop import StopReason
 from agent_core.stores.postgres import PostgresStore
+from agent_core.values.errors import StorageError
+from agent_core.values.records import AuditEvent, RunRecord, StopRequestRecord, ThreadKey, Wakeup
+from agent_core.values.states import RunState
+from agent_core.values.stop import StopReason
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from agent_core import GuidanceStatus, RunState
-from agent_core.prompts import RESUMED_NOTE
+from agent_core.values.prompts import RESUMED_NOTE
 from bot import messages
 from bot.stopping.guidance import DELIVERED, QUEUED, UNDELIVERED
 from tests.bot.harness import ACTION_STOP, block_text, run_id_of, stalled_answer
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from llmock.pytest_plugin import LLMock
 
     from agent_core.ports import Store
-    from agent_core.records import GuidanceRecord
+    from agent_core.values.records import GuidanceRecord
     from tests.fakes.slack_messages import Message
     from tests.fakes.slack_workspace import Json
     from tests.system.workers import Cluster, WorkerProcess

@@ -15,7 +15,7 @@ import pytest
 from llmock.scenarios import Reply, StreamFault, ToolCall
 
 from agent_core import RunState, StopReason
-from agent_core.prompts import RESUMED_NOTE
+from agent_core.values.prompts import RESUMED_NOTE
 from bot import messages
 from tests.bot.harness import block_text, is_final, run_id_of, stalled_answer
 from tests.system.blocks import final_revisions
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from llmock.pytest_plugin import LLMock
 
     from agent_core.ports import Store
-    from agent_core.records import RunRecord
+    from agent_core.values.records import RunRecord
     from tests.fakes.slack_messages import Message
     from tests.system.workers import Cluster, WorkerProcess
 

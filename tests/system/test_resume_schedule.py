@@ -18,7 +18,7 @@ import pytest
 from llmock.scenarios import Fail, Reply, StreamFault, ToolCall
 
 from agent_core import EndedBecause, RunState
-from agent_core.prompts import resumed_note
+from agent_core.values.prompts import resumed_note
 from tests.bot.harness import block_text, is_final, run_id_of
 from tests.system.workers import LEASE_TTL_S, until, until_async
 
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from llmock.pytest_plugin import LLMock
 
     from agent_core.ports import Store
-    from agent_core.records import AuditEvent
+    from agent_core.values.records import AuditEvent
     from tests.fakes.slack_messages import Message
     from tests.system.workers import Cluster, WorkerProcess
 

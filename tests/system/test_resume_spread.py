@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from agent_core import RunState
-from agent_core.records import ResumeState
+from agent_core.values.records import ResumeState
 from tests.bot.harness import (
     ACTION_ABORT,
     SHORT_TEXT,

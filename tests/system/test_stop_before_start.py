@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from llmock.pytest_plugin import LLMock
 
     from agent_core.ports import Store
-    from agent_core.records import RunRecord
+    from agent_core.values.records import RunRecord
     from tests.system.workers import Cluster
 
 pytestmark = pytest.mark.slow

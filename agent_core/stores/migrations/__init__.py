@@ -55,8 +55,8 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
-from agent_core.errors import StorageError
 from agent_core.stores.defaults import MIGRATION_TIMEOUT_S
+from agent_core.values.errors import StorageError
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable

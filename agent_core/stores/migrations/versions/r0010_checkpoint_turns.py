@@ -1,6 +1,6 @@
 """``checkpoints.started`` and ``checkpoints.spent``: a checkpoint within a step.
 
-A run's checkpoint is now also written inside a step (``agent_core.step_log``): when the
+A run's checkpoint is now also written inside a step (``agent_core.run.step_log``): when the
 model's reply is complete, before any tool call runs, and as each call starts and each
 result arrives. A resume then finishes that step without asking the model again: it runs
 the calls with no result, and tells the model that a call which had started has an

@@ -1,0 +1,807 @@
+"""The agent loop: one :class:`Run` per request, with Stop, Abort and Shutdown.
+
+A run's work happens in an inner task that the run's :class:`RunControl` can cancel.
+:meth:`Run.run` awaits it and is the one place that turns an ending — natural, forced,
+or cancelled — into exactly one :class:`RunResult` and one terminal state::
+
+    run()  ── creates ──► _drive() task ◄── cancelled by RunControl on abort/shutdown
+      │                      │
+      │                      ├─ step boundary: stop? limits? → final turn (only final_report)
+      │                      ├─ model turn (streamed; retries wait interruptibly)
+      │                      └─ tool batch (TaskGroup: cancelled together; a
+      │                         ``delegate`` call runs a child Run inside its task)
+      └─ Ending → RunResult → store (compare-and-set) → RunFinished event
+
+A stop never cancels anything: it is read at the step boundary. Abort and shutdown cancel
+the inner task; the model adapter closes its HTTP stream during that unwinding, so the
+run reports its end only after the connection is closed. Child runs (sub-agents,
+:mod:`agent_core.run.delegation`) get every request of their parent with the same reason, so a
+Stop lets each finish and report before the parent's batch completes, and an Abort
+cancels them with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import dataclasses
+from typing import TYPE_CHECKING, Protocol
+
+import structlog
+
+from agent_core.run.approval_gate import ApprovalGate
+from agent_core.run.delegation import MAX_DEPTH, SUB_AGENT_NOTE, Delegation
+from agent_core.run.recording import RunRecorder
+from agent_core.run.step_log import InterruptedStep, StepLog, interrupted_step, unknown_effect
+from agent_core.run.steps import (
+    AskedUser,
+    Continue,
+    Ending,
+    FinalAnswer,
+    Reported,
+    Step,
+    assistant_message,
+    budget_spent_before_work,
+    cancelled_ending,
+    context_exhausted_ending,
+    crashed_ending,
+    default_outcome,
+    ending_after_final_turn,
+    ending_for_step,
+    model_failed_ending,
+    parse_ask,
+    parse_report,
+    rate_limited_ending,
+    stopped_before_work,
+    tool_result,
+)
+from agent_core.run.tally import RunTally
+from agent_core.tools.toolbox import (
+    ASK_USER,
+    FINAL_REPORT,
+    Tool,
+    Toolbox,
+    ToolOutcome,
+    gather_tools,
+)
+from agent_core.values.budget import Budget, admit_calls
+from agent_core.values.chat import ModelRequest
+from agent_core.values.clock import utcnow
+from agent_core.values.ended import EndedBecause, classify
+from agent_core.values.errors import (
+    ContextOverflow,
+    FatalModelError,
+    ModelError,
+    RateLimited,
+    RetryableModelError,
+)
+from agent_core.values.events import (
+    EventHub,
+    GuidanceDelivered,
+    Retrying,
+    RunFinished,
+    StepRestarted,
+    StopHonoured,
+    StopRequested,
+    TextDelta,
+    ToolFinished,
+    ToolProgress,
+    ToolStarted,
+    TurnFinished,
+    TurnStarted,
+)
+from agent_core.values.guidance import Guidance, GuidanceInbox
+from agent_core.values.outcomes import ExitCode, Handoff, Outcome, RunResult, Timings
+from agent_core.values.prompts import FinalTurnReason, final_turn_instruction, resumed_note
+from agent_core.values.records import ThreadKey
+from agent_core.values.stop import RunControl, StopReason, StopSource
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from datetime import datetime
+
+    from agent_core.ports import Approvals, ChatModel, RunStore
+    from agent_core.run.config import AgentConfig
+    from agent_core.values.budget import Exhaustion, Spent
+    from agent_core.values.chat import ChatMessage, ModelResponse, ToolCall
+    from agent_core.values.records import Checkpoint, ThreadKey
+    from agent_core.values.stop import StopRequest
+
+__all__ = ["Run", "current_run"]
+
+log = structlog.get_logger("agent_core.run.loop")
+
+_current_run: contextvars.ContextVar[Run] = contextvars.ContextVar("threadpilot_run")
+
+
+def current_run() -> Run:
+    """The run whose tool is executing now (for tools that start child runs)."""
+    return _current_run.get()
+
+
+class _StopDuringWait(Exception):
+    """A stop arrived while waiting to retry: go to the step boundary now."""
+
+
+class _RetriesExhausted(Exception):
+    def __init__(self, error: RetryableModelError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+class RunSetup(Protocol):
+    """What a run is made from, as the run reads it: the model, the tools, the limits,
+    the store and the approvals (:class:`agent_core.run.agent.Agent` is one; the loop
+    does not import it)."""
+
+    @property
+    def model(self) -> ChatModel: ...
+    @property
+    def tools(self) -> Sequence[Tool]: ...
+    @property
+    def config(self) -> AgentConfig: ...
+    @property
+    def store(self) -> RunStore | None: ...
+    @property
+    def approvals(self) -> Approvals | None: ...
+    def for_child(self, tools: Sequence[Tool]) -> RunSetup: ...
+    def new_run(
+        self, task: str, *, requester: str, thread: ThreadKey, parent: Run, may_delegate: bool
+    ) -> Run: ...
+
+
+class Run:
+    """One agent session answering one request. Call :meth:`run` exactly once."""
+
+    def __init__(
+        self,
+        agent: RunSetup,
+        run_id: str,
+        task: str,
+        *,
+        requester: str,
+        thread: ThreadKey,
+        history: Sequence[ChatMessage],
+        parent: Run | None,
+        restore: Checkpoint | None = None,
+        may_delegate: bool = True,
+        resumed_because: EndedBecause = EndedBecause.SHUTDOWN,
+        continued_from: str | None = None,
+        spent: Spent | None = None,
+    ) -> None:
+        self.id = run_id
+        self.task = task
+        self.requester = requester
+        self.thread = thread
+        self.parent = parent
+        self.depth: int = 0 if parent is None else parent.depth + 1
+        """0 for a top-level run, 1 for its children, 2 (:data:`MAX_DEPTH`) at most."""
+        if self.depth > MAX_DEPTH:
+            raise ValueError(f"a run may be at most {MAX_DEPTH} levels deep, not {self.depth}")
+        self.agent = agent
+        self.budget: Budget = (
+            Budget(agent.config.budget, spent=spent) if parent is None else parent.budget
+        )
+        """The request's budget: a sub-agent spends from its parent's (``spent``: what a
+        continued request had spent before this run)."""
+        self._exhaustion: Exhaustion | None = None
+        """The budget that ran out and forced this run's final turn, if one did."""
+        self.result: RunResult | None = None
+        self.continued_from = continued_from
+        """The run whose context filled up and whose summary this run starts from."""
+        # ``delegate`` is this run's own tool (it starts children of this run).
+        allowed = agent.config.max_children_per_run > 0
+        delegates = may_delegate and allowed and self.depth < MAX_DEPTH
+        self._delegation = Delegation(self) if delegates else None
+        tools = agent.tools if self._delegation is None else (*agent.tools, self._delegation.tool)
+        self.control = RunControl(run_id)
+        self.events = EventHub()
+        gate = (
+            None
+            if agent.approvals is None
+            else ApprovalGate(
+                agent.approvals,
+                run_id=run_id,
+                requester=requester,
+                thread=thread,
+                control=self.control,
+                events=self.events,
+                timeout_s=agent.config.approval_timeout_s,
+                time_left=self.budget.time_left,
+            )
+        )
+        self._steps = StepLog(self._write_step)
+        self._toolbox = Toolbox(
+            tools, timeout_s=agent.config.tool_timeout_s, gate=gate, calls=self._steps
+        )
+        self._messages: list[ChatMessage] = [
+            {"role": "system", "content": agent.config.system_prompt},
+            *([{"role": "system", "content": SUB_AGENT_NOTE}] if parent is not None else []),
+            *history,
+            {"role": "user", "content": task},
+        ]
+        self._tally = RunTally()
+        self._interrupted: InterruptedStep | None = None
+        """The step the checkpoint was written in, cut short: finished before any turn."""
+        self._resumed_note: ChatMessage | None = None
+        if restore is not None:
+            # Resumed after an interruption: the conversation continues from the
+            # checkpoint (a step cut short is finished first, without asking the model
+            # again), and the model is told what happened in between.
+            self._resumed_note = {"role": "system", "content": resumed_note(resumed_because)}
+            self._interrupted = interrupted_step(restore)
+            self._messages = list(restore.messages)
+            self._tally.turns = restore.turn
+            self._tally.steps_completed = restore.turn
+            if self._interrupted is None:
+                self._note_resumed()
+            else:
+                self._tally.steps_completed = max(0, restore.turn - 1)
+        self._children: list[Run] = []
+        self._guidance = GuidanceInbox()
+        self._stop_cut_rate_limit = False
+        """A Stop ended a rate-limit wait: the final turn gets one attempt, no more waits."""
+        self._started = False
+        self._log = log.bind(run_id=run_id, thread=str(thread), requester=requester)
+        self._recorder = RunRecorder(agent.store, self)
+        self.control.add_listener(self._on_stop_requested)
+        if parent is not None:
+            parent.control.adopt(self.control)
+
+    # -- public API --------------------------------------------------------------------
+
+    @property
+    def messages(self) -> list[ChatMessage]:
+        return list(self._messages)
+
+    @property
+    def children(self) -> tuple[Run, ...]:
+        """The child runs started so far (sub-agents), oldest first."""
+        return tuple(self._children)
+
+    def request_stop(
+        self, reason: StopReason, requested_by: str, *, source: StopSource = StopSource.LOCAL
+    ) -> bool:
+        """Ask the run to end; see :meth:`RunControl.request_stop`."""
+        return self.control.request_stop(reason, requested_by, source=source)
+
+    def add_guidance(self, guidance: Guidance) -> bool:
+        """Queue a person's reply for the next turn boundary (:mod:`agent_core.values.guidance`).
+
+        False if the run has ended or this reply was already queued.
+        """
+        queued = self._guidance.add(guidance)
+        if queued:
+            self._log.info("guidance.queued", guidance_id=guidance.id, author=guidance.author)
+        return queued
+
+    def child(
+        self, task: str, *, tools: Sequence[Tool] | None = None, may_delegate: bool = True
+    ) -> Run:
+        """A sub-agent run: it inherits every stop and abort of this run.
+
+        ``tools``: this run's tools by default. ``may_delegate``: whether the child is
+        offered ``delegate`` itself (only ever while it is under :data:`MAX_DEPTH`).
+        """
+        if self.depth >= MAX_DEPTH:
+            raise ValueError(
+                f"run {self.id} is at depth {self.depth}, the deepest allowed: "
+                "it cannot start a sub-agent"
+            )
+        agent = self.agent.for_child(self.agent.tools if tools is None else tools)
+        child = agent.new_run(
+            task,
+            requester=self.requester,
+            thread=self.thread,
+            parent=self,
+            may_delegate=may_delegate,
+        )
+        self._children.append(child)
+        return child
+
+    async def run(self) -> RunResult:
+        if self._started:
+            raise RuntimeError(f"run {self.id} was already started")
+        self._started = True
+        self.budget.start()
+        started_at = utcnow()
+        try:
+            ending = await self._start_and_drive()
+        except asyncio.CancelledError:
+            if _cancelled_from_outside():
+                # Not ours to swallow: record a terminal state (bounded), then propagate.
+                self.control.request_stop(
+                    StopReason.SHUTDOWN, "system:cancelled", source=StopSource.TASK
+                )
+                await self._drain_ending(started_at)
+                raise
+            if not self.control.cancel_issued:
+                raise  # cancelled by something inside the run, not by us: a bug, surface it
+            ending = self._cancelled_ending()
+        except Exception as exc:
+            # A bug or a store failure must still leave the run with a terminal state.
+            self._log.exception("run.crashed")
+            ending = crashed_ending(exc, self._how)
+        return await self._finish(ending, started_at)
+
+    # -- the loop ----------------------------------------------------------------------
+
+    async def _start_and_drive(self) -> Ending:
+        # Recording the start is inside run()'s handlers: a run cancelled or crashed
+        # while it is being recorded still ends with exactly one result.
+        await self._recorder.started()
+        self._log.info("run.started", task=self.task[:200], parent=self.parent and self.parent.id)
+        inner = self.control.start(self._drive_in_context(), name=f"run:{self.id}")
+        return await inner
+
+    async def _drive_in_context(self) -> Ending:
+        _current_run.set(self)
+        return await self._drive()
+
+    async def _drive(self) -> Ending:
+        if self._interrupted is not None:
+            ending = await self._after_step(await self._finish_interrupted(self._interrupted))
+            if ending is not None:
+                return ending
+        while True:
+            forced = self._at_boundary()
+            if isinstance(forced, Ending):
+                return forced
+            if forced is not None:
+                return await self._final_turn(forced)
+            self._deliver_guidance()
+            try:
+                response = await self._call_model(self._request(), final=False)
+            except _StopDuringWait:
+                continue
+            except _RetriesExhausted as exc:
+                self._tally.last_error = exc.error
+                if isinstance(exc.error, RateLimited) and self.control.reason is StopReason.STOP:
+                    # Stopped while the last attempt was being refused: the person's stop
+                    # is the ending, with one final-turn attempt (as after a cut wait).
+                    self._stop_cut_rate_limit = True
+                    continue
+                if isinstance(exc.error, RateLimited):
+                    await self._checkpoint_unfinished_turn()
+                    return rate_limited_ending(
+                        exc.error,
+                        exc.error.retry_after,
+                        self._tally,
+                        how=self._how,
+                        stored=self._stored,
+                    )
+                return await self._final_turn(FinalTurnReason.MAX_RETRIES)
+            except ContextOverflow as exc:
+                await self._checkpoint_unfinished_turn()
+                return context_exhausted_ending(
+                    exc, self._tally, how=self._how, stored=self._stored
+                )
+            except FatalModelError as exc:
+                return model_failed_ending(
+                    exc, Outcome.FAILED, ExitCode.ERROR, self._tally, how=self._how
+                )
+            ending = await self._after_step(await self._take_step(response))
+            if ending is not None:
+                return ending
+
+    async def _after_step(self, step: Step) -> Ending | None:
+        """Checkpoint the step that ended; the run's ending if it ends with it."""
+        self._steps.close()
+        self._tally.steps_completed += 1
+        await self._checkpoint(self._tally.turns)
+        match step:
+            case Continue():
+                return None
+            case FinalAnswer() | Reported() | AskedUser():
+                if self._guidance.pending and self.control.reason is None:
+                    # Someone wrote while the model was answering: that answer did
+                    # not see it, so the run goes on for one more turn with it.
+                    return None
+                return ending_for_step(step)
+
+    def _at_boundary(self) -> Ending | FinalTurnReason | None:
+        """Between steps: is there a stop to honour or a limit that forces the end?"""
+        if self.control.reason is StopReason.STOP:
+            self._honour_stop()
+            if self._tally.steps_completed == 0:
+                return stopped_before_work(self._how)
+            return FinalTurnReason.USER_STOP
+        spent = self.budget.exhaustion()
+        if spent is not None:
+            self._exhaustion = spent
+            self._log.info(
+                "budget.spent", budget=spent.kind.value, spent=spent.spent, limit=spent.limit
+            )
+            if self._tally.steps_completed == 0:
+                return budget_spent_before_work(spent.sentence(), self._how)
+            return FinalTurnReason.BUDGET
+        if self._tally.turns >= self.agent.config.max_turns:
+            return FinalTurnReason.MAX_TURNS
+        window = self.agent.config.context_window
+        if (
+            window
+            and self._tally.last_usage.total_tokens >= window * self.agent.config.context_threshold
+        ):
+            return FinalTurnReason.TOKEN_LIMIT
+        return None
+
+    def _deliver_guidance(self) -> None:
+        """Put every queued reply into the conversation for the request about to go out."""
+        taken = self._guidance.take()
+        if not taken:
+            return
+        self._messages.extend(g.message() for g in taken)
+        self._log.info("guidance.delivered", guidance_ids=[g.id for g in taken])
+        self.events.emit(GuidanceDelivered(self.id, self._tally.turns + 1, taken))
+
+    def _request(self) -> ModelRequest:
+        return ModelRequest(self._messages, tools=[*self._toolbox.specs, FINAL_REPORT, ASK_USER])
+
+    async def _call_model(
+        self, request: ModelRequest, *, final: bool, attempts: int | None = None
+    ) -> ModelResponse:
+        """One model turn, retried with backoff. Stop ends a retry wait unless ``final``."""
+        policy = self.agent.config.retry
+        attempts = attempts or policy.max_attempts
+        self._tally.turns += 1
+        self.events.emit(TurnStarted(self.id, self._tally.turns, final=final))
+        self._log.info("turn.started", turn=self._tally.turns, final=final)
+        attempt = 0
+        while True:
+            attempt += 1
+            self._tally.activity = "waiting for the model's answer"
+            try:
+                response = await self.agent.model.complete(request, self._on_text)
+            except RetryableModelError as exc:
+                self._tally.attempt_failed(exc)
+                retry_after = getattr(exc, "retry_after", None)
+                if attempt >= attempts or (retry_after or 0) > policy.max_retry_after_s:
+                    self._tally.gave_up()
+                    raise _RetriesExhausted(exc) from exc
+                await self._wait_to_retry(attempt, policy.delay(attempt, retry_after), exc, final)
+                continue
+            self._tally.answered(response.usage)
+            self.budget.charge(response.usage)
+            self.events.emit(
+                TurnFinished(self.id, self._tally.turns, self._tally.usage, response.usage)
+            )
+            return response
+
+    async def _wait_to_retry(
+        self, attempt: int, delay: float, error: ModelError, final: bool
+    ) -> None:
+        self._log.warning(
+            "model.retrying", attempt=attempt, delay_s=round(delay, 3), error=str(error)
+        )
+        self.events.emit(Retrying(self.id, attempt, delay, str(error)))
+        self.events.emit(StepRestarted(self.id, self._tally.turns))
+        self._tally.activity = "waiting to retry the model"
+        if final:
+            await asyncio.sleep(delay)
+            return
+        # The time budget running out ends the wait as a Stop does (nothing else can
+        # spend the budget while the run waits).
+        left = self.budget.time_left()
+        budget_first = left is not None and left < delay
+        if self.control.reason is not StopReason.STOP:
+            try:
+                async with asyncio.timeout(left if budget_first else delay):
+                    await self.control.wait_requested()
+            except TimeoutError:
+                if not budget_first:
+                    return
+        # A Stop ends the wait at once and goes to the final turn. After
+        # a rate limit that turn gets one attempt: the provider has just said it will
+        # refuse for a while, and the person asked for the run to end now, not later.
+        self._stop_cut_rate_limit = isinstance(error, RateLimited)
+        raise _StopDuringWait
+
+    async def _take_step(self, response: ModelResponse) -> Step:
+        calls = response.tool_calls
+        self._messages.append(assistant_message(response))
+        results_from = len(self._messages)
+        if not calls:
+            return FinalAnswer(response.text)
+        for call in calls:
+            if call.name == FINAL_REPORT.name and (report := parse_report(call.arguments)):
+                self._close_calls(calls, answered=call, note="not run: the run ended")
+                return Reported(report, response.text)
+            if call.name == ASK_USER.name and (question := parse_ask(call.arguments)):
+                self._close_calls(calls, answered=call, note="not run: the run ended")
+                return AskedUser(question, response.text)
+        if self.control.reason is StopReason.STOP:
+            # The stop landed while this answer streamed: its tool calls are new work.
+            self._close_calls(calls, answered=None, note="not run: the user asked to stop")
+            return Continue()
+        admitted, refused = admit_calls(
+            [c for c in calls if c.name not in _LOOP_TOOLS],
+            per_step=self.agent.config.max_tool_calls_per_step,
+            budget=self.budget,
+        )
+        if refused:
+            self._log.info("tools.refused", calls=len(refused), first=refused[0][1])
+        self._messages.extend(tool_result(call, error) for call, error in refused)
+        for call in calls:
+            if call.name in _LOOP_TOOLS:  # a malformed final_report / ask_user
+                self._messages.append(
+                    tool_result(
+                        call, f"error: {call.name} needs valid JSON arguments matching its schema"
+                    )
+                )
+        await self._run_calls(admitted)
+        # Refusals were written before the admitted calls ran (so a resume finds them
+        # answered); the model reads every result in the order of its calls.
+        order = {call.id: n for n, call in enumerate(calls)}
+        self._messages[results_from:] = sorted(
+            self._messages[results_from:], key=lambda m: order.get(str(m.get("tool_call_id")), 0)
+        )
+        return Continue()
+
+    async def _run_calls(self, calls: Sequence[ToolCall]) -> None:
+        """Run the step's ``calls`` once the step so far is checkpointed (the reply,
+        before any of them runs); their results join the conversation in ``calls``'
+        order."""
+        if not calls:
+            return  # nothing runs: the step's own checkpoint follows at once
+        await self._steps.replied(self._tally.turns, self._messages)
+        outcomes = await gather_tools(
+            self._toolbox,
+            calls,
+            self._on_tool_start,
+            self._on_tool_done,
+            self._on_tool_progress,
+        )
+        self._messages.extend(o.message() for o in outcomes)
+
+    async def _finish_interrupted(self, step: InterruptedStep) -> Step:
+        """Finish the step a checkpoint was written in, without asking the model again:
+        a call that had started is never run twice (its effect is unknown), the others
+        run now (a pending approval is the same one, asked for the same call)."""
+        self._log.info(
+            "step.resumed",
+            turn=self._tally.turns,
+            to_run=[c.id for c in step.to_run],
+            unknown=[c.id for c in step.unknown],
+        )
+        self._messages.extend(tool_result(call, unknown_effect(call)) for call in step.unknown)
+        if self.control.reason is StopReason.STOP:
+            self._close_calls(step.to_run, answered=None, note="not run: the user asked to stop")
+        else:
+            await self._run_calls(step.to_run)
+        self._note_resumed()
+        return Continue()
+
+    def _note_resumed(self) -> None:
+        """Tell the model its run was resumed (once every call of its reply is answered:
+        nothing may come between a reply and its calls' results)."""
+        if self._resumed_note is not None:
+            self._messages.append(self._resumed_note)
+            self._resumed_note = None
+
+    async def _final_turn(self, reason: FinalTurnReason) -> Ending:
+        """One last model turn that may only report. Its failure still ends the run."""
+        if reason is FinalTurnReason.USER_STOP:
+            await self._recorder.stopping()
+        timer = self._arm_final_turn_timeout(reason)
+        budget = self._exhaustion if reason is FinalTurnReason.BUDGET else None
+        spent = budget.sentence() if budget is not None else ""
+        instruction = {"role": "system", "content": final_turn_instruction(reason, spent)}
+        request = ModelRequest(
+            [*self._messages, instruction], tools=[FINAL_REPORT], tool_choice=FINAL_REPORT.name
+        )
+        one_attempt = reason is FinalTurnReason.MAX_RETRIES or self._stop_cut_rate_limit
+        attempts = 1 if one_attempt else None
+        cause = self._tally.last_error if reason is FinalTurnReason.MAX_RETRIES else None
+        try:
+            response = await self._call_model(request, final=True, attempts=attempts)
+        except (_RetriesExhausted, ModelError) as exc:
+            error = exc.error if isinstance(exc, _RetriesExhausted) else exc
+            return ending_after_final_turn(
+                reason,
+                None,
+                "",
+                how=self._how,
+                default_outcome=default_outcome(reason, error),
+                error=str(error),
+                fallback_evidence=self._tally.progress_summary(error),
+                cause=cause,
+                spent=spent,
+            )
+        finally:
+            if timer is not None:
+                timer.cancel()
+        self._messages.extend([instruction, assistant_message(response)])
+        report = next(
+            (
+                r
+                for c in response.tool_calls
+                if c.name == FINAL_REPORT.name
+                if (r := parse_report(c.arguments))
+            ),
+            None,
+        )
+        return ending_after_final_turn(
+            reason,
+            report,
+            response.text,
+            how=self._how,
+            default_outcome=default_outcome(reason, self._tally.last_error),
+            fallback_evidence=self._tally.progress_summary(None),
+            cause=cause,
+            spent=spent,
+        )
+
+    # -- helpers -----------------------------------------------------------------------
+
+    @property
+    def _how(self) -> str:
+        """How a person continues after this run ends, in its surface's words."""
+        return self.agent.config.how_to_continue
+
+    @property
+    def _stored(self) -> bool:
+        """The run has a store: its checkpoints are kept, so it can be resumed."""
+        return self.agent.store is not None
+
+    async def _checkpoint_unfinished_turn(self) -> None:
+        """Store the conversation as the turn that failed would have seen it (guidance
+        delivered for it included), so a resumed or continued run starts from there."""
+        await self._checkpoint(self._tally.steps_completed)
+
+    async def _checkpoint(self, turn: int) -> None:
+        """Store the conversation at a step boundary, with what the request has spent."""
+        await self._recorder.checkpoint(turn, self._messages, spent=self.budget.spent())
+
+    async def _write_step(
+        self, turn: int, messages: Sequence[ChatMessage], started: tuple[str, ...]
+    ) -> None:
+        """The step log's write: the step so far, with what the request has spent."""
+        await self._recorder.checkpoint(turn, messages, started=started, spent=self.budget.spent())
+
+    def _arm_final_turn_timeout(self, reason: FinalTurnReason) -> asyncio.TimerHandle | None:
+        timeout = self.agent.config.final_turn_timeout_s
+        if reason is not FinalTurnReason.USER_STOP or timeout is None:
+            return None
+        return asyncio.get_running_loop().call_later(
+            timeout,
+            lambda: self.control.request_stop(
+                StopReason.ABORT, "system:final-turn-timeout", source=StopSource.TIMER
+            ),
+        )
+
+    def _cancelled_ending(self) -> Ending:
+        request = self.control.request
+        assert request is not None, "cancelled without a stop request"
+        self._honour_stop()
+        return cancelled_ending(request.reason, self._tally, how=self._how, stored=self._stored)
+
+    def _honour_stop(self) -> None:
+        if self.control.honoured_at is None and self.control.reason is not None:
+            self.control.mark_honoured()
+            self.events.emit(StopHonoured(self.id, self.control.reason))
+
+    async def _drain_ending(self, started_at: datetime) -> None:
+        """Record the ending of a run cancelled from outside, for at most
+        ``cancel_drain_s`` (:class:`AgentConfig`); the caller re-raises the cancellation
+        either way, so a slow store cannot turn it into a timeout or a failure.
+
+        A write still hanging then is cancelled and logged: the row stays live, and the
+        reconciler ends it as it ends a crashed worker's runs.
+        """
+        finish = asyncio.create_task(
+            self._finish(self._cancelled_ending(), started_at), name=f"finish:{self.id}"
+        )
+        limit = self.agent.config.cancel_drain_s
+        try:
+            async with asyncio.timeout(limit):
+                await asyncio.shield(finish)
+        except TimeoutError:
+            reason = self.control.reason
+            self._log.warning(
+                "run.ending_unrecorded", reason=reason and reason.value, waited_s=limit
+            )
+        finally:
+            # Also when cancelled again while draining: the write is not left behind.
+            if not finish.done():
+                finish.cancel()
+                await asyncio.wait([finish], timeout=_CANCELLED_WRITE_S)
+
+    async def _finish(self, ending: Ending, started_at: datetime) -> RunResult:
+        undelivered = self._guidance.close()
+        if undelivered:
+            self._log.info("guidance.undelivered", guidance_ids=[g.id for g in undelivered])
+        result = self._result(ending, started_at, undelivered)
+        self.result = result
+        if self.parent is not None:
+            self.parent.control.release(self.control)
+        await self._recorder.finished(result)
+        self._log.info(
+            "run.finished",
+            outcome=result.outcome.value,
+            exit_code=result.exit_code.value,
+            stop_reason=result.stop_reason and result.stop_reason.value,
+            ended_because=result.ended_because.value,
+            stopped_by=result.handoff.stopped_by,
+            turns=result.turns,
+        )
+        self.events.emit(RunFinished(self.id, result))
+        return result
+
+    def _result(
+        self, ending: Ending, started_at: datetime, undelivered: tuple[Guidance, ...]
+    ) -> RunResult:
+        request = self.control.request
+        honoured = self.control.honoured_at is not None
+        handoff = Handoff(
+            ending.outcome,
+            ending.evidence,
+            ending.artifacts,
+            ending.next_step,
+            stopped_by=request.requested_by if request and honoured else None,
+            question=ending.question,
+        )
+        return RunResult(
+            run_id=self.id,
+            outcome=ending.outcome,
+            exit_code=ending.exit_code,
+            handoff=handoff,
+            stop_reason=request.reason if request else None,
+            turns=self._tally.reached_turns,
+            usage=self._tally.usage,
+            timings=Timings(
+                started_at, utcnow(), self.control.first_requested_at, self.control.honoured_at
+            ),
+            final_text=ending.final_text,
+            error=ending.error,
+            children=tuple(c.result for c in self._children if c.result is not None),
+            undelivered_guidance=undelivered,
+            ended_because=classify(
+                dataclasses.replace(ending.clues, stop=request.reason if request else None)
+            ),
+            retry_after_s=ending.retry_after_s,
+            continued_from=self.continued_from,
+            spent=self.budget.spent() if self.parent is None else None,
+        )
+
+    def _on_text(self, text: str) -> None:
+        self._tally.activity = "streaming the model's answer"
+        self.events.emit(TextDelta(self.id, text))
+
+    def _on_tool_start(self, call: ToolCall) -> None:
+        self._tally.activity = f"running the tool {call.name}"
+        self._log.info("tool.started", tool=call.name, call_id=call.id)
+        self.events.emit(ToolStarted(self.id, call.id, call.name, call.arguments))
+
+    def _on_tool_progress(
+        self, call: ToolCall, progress: float, total: float | None, message: str | None
+    ) -> None:
+        self.events.emit(ToolProgress(self.id, call.id, call.name, progress, total, message))
+
+    def _on_tool_done(self, outcome: ToolOutcome) -> None:
+        call = outcome.call
+        self._tally.tool_log.append(f"{call.name}: {'ok' if outcome.ok else 'error'}")
+        self._log.info("tool.finished", tool=call.name, call_id=call.id, ok=outcome.ok)
+        self.events.emit(ToolFinished(self.id, call.id, call.name, outcome.ok, outcome.output))
+
+    def _on_stop_requested(self, request: StopRequest) -> None:
+        self.events.emit(
+            StopRequested(self.id, request.reason, request.requested_by, request.source)
+        )
+        self._recorder.stop_requested(request)
+
+    def _close_calls(
+        self, calls: Sequence[ToolCall], *, answered: ToolCall | None, note: str
+    ) -> None:
+        """Answer every call of a step so the stored conversation stays valid."""
+        for call in calls:
+            self._messages.append(tool_result(call, "recorded" if call is answered else note))
+
+
+_LOOP_TOOLS = frozenset({FINAL_REPORT.name, ASK_USER.name})
+_CANCELLED_WRITE_S = 1.0
+"""How long a terminal write cut off by the drain bound may take to unwind."""
+
+
+def _cancelled_from_outside() -> bool:
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
