@@ -32,7 +32,13 @@ import structlog
 from agent_core.run.approval_gate import ApprovalGate
 from agent_core.run.delegation import MAX_DEPTH, SUB_AGENT_NOTE, Delegation
 from agent_core.run.recording import RunRecorder
-from agent_core.run.step_log import InterruptedStep, StepLog, interrupted_step, unknown_effect
+from agent_core.run.step_log import (
+    InterruptedStep,
+    StepLog,
+    in_call_order,
+    interrupted_step,
+    unknown_effect,
+)
 from agent_core.run.steps import (
     AskedUser,
     Continue,
@@ -499,7 +505,6 @@ class Run:
     async def _take_step(self, response: ModelResponse) -> Step:
         calls = response.tool_calls
         self._messages.append(assistant_message(response))
-        results_from = len(self._messages)
         if not calls:
             return FinalAnswer(response.text)
         for call in calls:
@@ -529,12 +534,7 @@ class Run:
                     )
                 )
         await self._run_calls(admitted)
-        # Refusals were written before the admitted calls ran (so a resume finds them
-        # answered); the model reads every result in the order of its calls.
-        order = {call.id: n for n, call in enumerate(calls)}
-        self._messages[results_from:] = sorted(
-            self._messages[results_from:], key=lambda m: order.get(str(m.get("tool_call_id")), 0)
-        )
+        in_call_order(self._messages)
         return Continue()
 
     async def _run_calls(self, calls: Sequence[ToolCall]) -> None:
@@ -568,6 +568,7 @@ class Run:
             self._close_calls(step.to_run, answered=None, note="not run: the user asked to stop")
         else:
             await self._run_calls(step.to_run)
+        in_call_order(self._messages)
         self._note_resumed()
         return Continue()
 

@@ -112,11 +112,8 @@ def interrupted_step(checkpoint: Checkpoint) -> InterruptedStep | None:
     after the model's reply is a tool result (or the reply itself) and some of the reply's
     calls have no result. None for a checkpoint at a step's end."""
     messages = checkpoint.messages
-    last = next(
-        (i for i in range(len(messages) - 1, -1, -1) if messages[i].get("role") != "tool"),
-        None,
-    )
-    if last is None or messages[last].get("role") != "assistant":
+    last = _last_reply(messages)
+    if last is None:
         return None
     answered = {m.get("tool_call_id") for m in messages[last + 1 :]}
     calls = [_call(c) for c in messages[last].get("tool_calls") or []]
@@ -128,6 +125,31 @@ def interrupted_step(checkpoint: Checkpoint) -> InterruptedStep | None:
         to_run=tuple(c for c in missing if c.id not in started),
         unknown=tuple(c for c in missing if c.id in started),
     )
+
+
+def in_call_order(messages: list[ChatMessage]) -> None:
+    """Put the tool results after the last reply in the order of its calls: each is
+    written as soon as it is known (a refusal before the admitted calls run, so a resume
+    finds it answered), and the model reads them as it asked for them."""
+    last = _last_reply(messages)
+    if last is None:
+        return
+    order = {c.get("id"): n for n, c in enumerate(messages[last].get("tool_calls") or [])}
+    messages[last + 1 :] = sorted(
+        messages[last + 1 :], key=lambda m: order.get(m.get("tool_call_id"), len(order))
+    )
+
+
+def _last_reply(messages: Sequence[ChatMessage]) -> int | None:
+    """The index of the model's reply the trailing tool results answer, if the
+    conversation ends with one (and its results so far)."""
+    last = next(
+        (i for i in range(len(messages) - 1, -1, -1) if messages[i].get("role") != "tool"),
+        None,
+    )
+    if last is None or messages[last].get("role") != "assistant":
+        return None
+    return last
 
 
 def unknown_effect(call: ToolCall) -> str:

@@ -18,7 +18,7 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from agent_core.run.agent import Agent
-from agent_core.run.step_log import unknown_effect
+from agent_core.run.step_log import in_call_order, unknown_effect
 from agent_core.testing import HandApprovals, MemoryStore, ScriptedChatModel, ScriptedTurn
 from agent_core.tools.toolbox import Tool, remote_tool, tool
 from agent_core.values.approvals import ApprovalStatus
@@ -213,3 +213,25 @@ async def test_the_spend_is_kept_through_a_lost_worker() -> None:
     assert result.spent.completion_tokens > before.completion_tokens
     assert result.spent.prompt_tokens > before.prompt_tokens
     assert result.spent.tool_calls == before.tool_calls == 1
+
+
+def test_results_written_as_they_were_known_reach_the_model_in_the_order_of_its_calls() -> None:
+    # A refusal is written before the admitted calls run, and a resumed step's results
+    # arrive after those the checkpoint held: the model still reads them in call order.
+    reply: ChatMessage = {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {"id": i, "type": "function", "function": {"name": "t", "arguments": "{}"}}
+            for i in ("a", "b", "c")
+        ],
+    }
+    results: list[ChatMessage] = [
+        {"role": "tool", "tool_call_id": i, "content": i} for i in ("c", "a", "b")
+    ]
+    messages: list[ChatMessage] = [{"role": "user", "content": "go"}, reply, *results]
+
+    in_call_order(messages)
+
+    assert [m.get("tool_call_id") for m in messages[2:]] == ["a", "b", "c"]
+    assert messages[:2] == [{"role": "user", "content": "go"}, reply]
