@@ -41,7 +41,7 @@ __all__ = [
 
 
 class GuidanceMarksStore(GuidanceStore, RunStore, Protocol):
-    """Settling guidance, with its audit events (:mod:`bot.stopping.guidance`)."""
+    """Settling guidance, with its audit events (:mod:`bot.steering.guidance`)."""
 
 
 class SessionStore(GuidanceStore, RunStore, Protocol):
@@ -65,7 +65,7 @@ class QueueOrderStore(QueueStore, RunStore, Protocol):
 
 class ResumeDecisions(ResumeStore, RunQueries, RunStore, Protocol):
     """Deciding a run's resume, and starting one in place (:func:`bot.workers.resume.decide`,
-    :func:`bot.workers.resume.resume_in_place`)."""
+    :func:`bot.runs.resume_decision.resume_in_place`)."""
 
 
 class ResumeSchedule(ResumeDecisions, SessionStore, QueueStore, Protocol):

@@ -29,7 +29,7 @@ from agent_core import StorageError
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from bot.handlers.mentions import Asked
+    from bot.handlers.asked import Asked
 
 __all__ = ["FIRST_PAUSE_S", "LONGEST_PAUSE_S", "RECORD_RETRY_S", "Admitter", "LateAdmissions"]
 

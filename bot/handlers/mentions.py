@@ -3,7 +3,7 @@ thread (docs/architecture.md, The path of a mention). A thread never gets a seco
 run, and is never blocked by a row nobody runs: a live run whose lease has run out is
 ended (as the reconciler would) instead of refusing the mention. Other apps' messages
 start nothing: two agents mentioning each other would talk forever; nor do people the
-trust boundary refuses (another organisation, guests: :mod:`bot.inbound.trust`), who are told why.
+trust boundary refuses (another organisation, guests: :mod:`bot.access.trust`), who are told why.
 
 The run is *accepted* before Slack's event is acknowledged (:meth:`Mentions.before_ack`,
 a listener middleware, within :data:`bot.stopping.stops.ACK_BUDGET_S`): its row is written, held
@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -42,11 +42,12 @@ from agent_core.run.recording import abandon_run
 from agent_core.values.clock import utcnow
 from agent_core.values.records import is_accepted, is_waiting
 from bot import messages
+from bot.access.trust import Person, person_of
 from bot.errors import BudgetNotRunning, SlackError
+from bot.handlers.asked import Asked
 from bot.handlers.late_admissions import LateAdmissions
 from bot.handlers.steering import STEERED, Steering
 from bot.inbound.thread_history import read_thread, task_of
-from bot.inbound.trust import Person, person_of
 from bot.stopping.stops import ACK_BUDGET_S
 
 if TYPE_CHECKING:
@@ -57,38 +58,15 @@ if TYPE_CHECKING:
     from slack_bolt.context.async_context import AsyncBoltContext
 
     from agent_core import ChatMessage, RunRecord
-    from bot.process.context import BotContext
+    from bot.handlers.context import BotContext
     from bot.slack_api.surface import SlackSurface
 
-__all__ = ["Asked", "Mentions", "register"]
+__all__ = ["Mentions", "register"]
 
 log = structlog.get_logger("bot.handlers.mentions")
 
 ACCEPTED = "threadpilot_accepted"
 """The key under which the middleware leaves its :class:`Asked` in Bolt's context."""
-
-
-@dataclass(frozen=True, slots=True)
-class Asked:
-    """A person's message that asks for a new run, and what became of it before the ack."""
-
-    thread: ThreadKey
-    user: str
-    ts: str
-    """The message's own ``ts`` (the thread's, for a message that starts one)."""
-    task: str
-    run_id: str | None = None
-    """The run accepted for it (None: the thread was busy)."""
-    stored: bool = False
-    """Its row was written in time (else the thread is told, and a row that landed
-    unseen is ended)."""
-    busy: bool = False
-    """The thread already has a live run (here, on another worker, or in the queue)."""
-    orphans: tuple[RunRecord, ...] = ()
-    """Live rows of the thread whose worker is gone: ended after the ack."""
-    refusal: str | None = None
-    """Nothing was accepted, and this is the person's answer: they may not use the app
-    (:mod:`bot.inbound.trust`), or have ``MAX_RUNS_PER_USER`` runs live or queued."""
 
 
 def register(app: AsyncApp, ctx: BotContext) -> LateAdmissions:

@@ -1,4 +1,4 @@
-"""What comes in from Slack, before a listener acts on it: who the app is, who the person
-is (trust), which deliveries were already taken, and a thread read as history."""
+"""What comes in from Slack, before a listener acts on it: which deliveries were already
+taken, and a thread read as history."""
 
 __all__: list[str] = []

@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from agent_core.ports import DeliveryLog, RunQueries
-    from bot.inbound.identity import AppIdentity
+    from bot.slack_api.identity import AppIdentity
 
 __all__ = ["CLOCK_SKEW", "Deliveries", "EventDeduper", "click_key", "event_key"]
 

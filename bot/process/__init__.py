@@ -1,5 +1,5 @@
-"""The process and its transports: settings, start-up and shutdown, the HTTP door,
-Socket Mode, health and metrics, and the commands that start nothing (``--check``,
+"""The process and its transports: the wiring, start-up and shutdown, the HTTP door,
+Socket Mode, health, and the commands that start nothing (``--check``,
 ``--forget-user``)."""
 
 __all__: list[str] = []

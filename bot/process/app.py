@@ -4,7 +4,7 @@ Transports (docs/slack-setup.md): Socket Mode when ``SLACK_APP_TOKEN`` is set, o
 HTTP on ``PORT`` at ``POST /slack/events`` (signature and shape checked by
 :mod:`bot.process.http_guard` before Bolt sees a byte, and the signature again by Bolt). Both
 serve ``GET /healthz`` (the process is up), ``GET /readyz`` (503 while starting,
-shutting down, or, in Socket Mode, disconnected) and ``GET /metrics`` (:mod:`bot.process.metrics`)
+shutting down, or, in Socket Mode, disconnected) and ``GET /metrics`` (:mod:`bot.observe.metrics`)
 on ``PORT``; with ``METRICS_PORT`` set, the three are served on ``METRICS_HOST`` and that
 port too, and ``/metrics`` no longer on ``PORT`` (docs/admin.md, What to expose).
 
@@ -18,7 +18,7 @@ instead, since no setting is at fault.
 
 Every Web API client this process makes uses ``SLACK_API_URL`` (Bolt's, the Socket Mode
 handler's, the budgets'): they are all the one :class:`AsyncWebClient` built here.
-``auth.test`` is asked once, at start-up: its answer (:class:`~bot.inbound.identity.AppIdentity`)
+``auth.test`` is asked once, at start-up: its answer (:class:`~bot.slack_api.identity.AppIdentity`)
 also authorizes Bolt's requests, which would otherwise ask again, once for every request
 that arrives before its first answer.
 """
@@ -61,20 +61,20 @@ from agent_core.stores.factory import open_store
 from agent_core.tools.mcp import McpManager
 from agent_core.values.redact import public_url, redact
 from bot import messages
+from bot.access.trust import TrustGate
 from bot.approvals.clicks import ApprovalClicks
 from bot.approvals.desk import ApprovalDesk
 from bot.dashboard.listing import Dashboard
 from bot.dashboard.refresh import HomeRefresher
 from bot.errors import SlackUnreachable
 from bot.handlers import actions, approvals, command, events, feedback, home, mentions
+from bot.handlers.context import BotContext
 from bot.inbound.dedupe import Deliveries, EventDeduper
-from bot.inbound.identity import AppIdentity
-from bot.inbound.trust import TrustGate
-from bot.process.context import BotContext
+from bot.observe.metrics import CONTENT_TYPE, Metrics
 from bot.process.http_guard import Refusal, SlackRequestGuard, on_bolt_error
-from bot.process.metrics import CONTENT_TYPE, Metrics
 from bot.process.slack_silence import SILENCE_S, SlackSilence
 from bot.runs.tools import SLACK_READ_THREAD, slack_read_thread
+from bot.slack_api.identity import AppIdentity
 from bot.slack_api.surface import Workspaces
 from bot.stopping.stops import ACK_BUDGET_S, StopService
 from bot.workers.worker import Worker, default_worker_id
@@ -89,9 +89,9 @@ if TYPE_CHECKING:
 
     from agent_core import ChatModel
     from agent_core.ports import Store
+    from bot.config.settings import Settings
     from bot.handlers.late_admissions import LateAdmissions
-    from bot.process.loop_load import LoopLoad
-    from bot.process.settings import Settings
+    from bot.observe.loop_load import LoopLoad
 
 __all__ = ["SHUTDOWN_BUDGET_S", "ThreadpilotApp"]
 

@@ -33,7 +33,7 @@ Queue and MAX_LIVE_RUNS).
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import structlog
 
@@ -54,8 +54,8 @@ from bot import messages
 from bot.errors import BudgetNotRunning, SlackError
 from bot.inbound.thread_history import read_thread
 from bot.runs.queue_places import QueuePlaces, queued_snapshot
+from bot.runs.resume_decision import settle_resume
 from bot.views.status import render_status
-from bot.workers.resume import settle_resume
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -63,15 +63,13 @@ if TYPE_CHECKING:
 
     from agent_core import ChatMessage, ResumeSettings, ThreadKey
     from agent_core.values.records import StopRequestRecord
-    from bot.inbound.identity import AppIdentity
-    from bot.inbound.trust import TrustGate
-    from bot.process.metrics import Metrics
+    from bot.access.trust import TrustGate
+    from bot.observe.metrics import Metrics
     from bot.runs.supervisor import Supervisor
     from bot.slack_api.click_answer import ClickAnswer
+    from bot.slack_api.identity import AppIdentity
     from bot.slack_api.surface import SlackSurface, Workspaces
     from bot.store_needs import RunQueueStore
-    from bot.workers.reconciler import Reconciler
-    from bot.workers.stop_watch import StopWatcher
 
 __all__ = ["RunQueue", "history_of", "queued_result", "starting_conversation"]
 
@@ -117,6 +115,24 @@ def queued_result(record: RunRecord, kind: StopReason, stopped_by: str, now: dat
     )
 
 
+class FinalWriter(Protocol):
+    """Writes a stored run's terminal message (the worker's reconciler)."""
+
+    async def post_final(
+        self,
+        record: RunRecord,
+        now: datetime | None = None,
+        *,
+        answer: ClickAnswer | None = None,
+    ) -> bool: ...
+
+
+class EndedRuns(Protocol):
+    """Settles the stop requests of a run that ended (the worker's stop watcher)."""
+
+    async def run_ended(self, run_id: str) -> None: ...
+
+
 class RunQueue:
     """This worker's side of the queue: it queues, takes, ends and re-counts."""
 
@@ -130,8 +146,8 @@ class RunQueue:
         me: AppIdentity,
         trust: TrustGate,
         lease_ttl_s: float,
-        reconciler: Reconciler,
-        watcher: StopWatcher,
+        reconciler: FinalWriter,
+        watcher: EndedRuns,
         policy: ResumeSettings,
         metrics: Metrics | None = None,
     ) -> None:

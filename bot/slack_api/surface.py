@@ -20,15 +20,15 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import structlog
 
 from bot.errors import SlackError
-from bot.slack_api.budget import SlackBudget
+from bot.slack_api.rate_budget import SlackRateBudget
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from slack_sdk.web.async_client import AsyncWebClient
 
-    from bot.inbound.identity import AppIdentity
-    from bot.process.metrics import Metrics
+    from bot.observe.metrics import Metrics
+    from bot.slack_api.identity import AppIdentity
 
 __all__ = ["RECHECK_AFTER_S", "Feature", "SlackSurface", "Workspaces", "means_unavailable"]
 
@@ -130,7 +130,7 @@ class Feature:
 @dataclass
 class SlackSurface:
     team_id: str
-    budget: SlackBudget
+    budget: SlackRateBudget
     streaming: Feature = field(default_factory=lambda: Feature("chat streaming"))
     agent_sessions: Feature = field(default_factory=lambda: Feature("agent sessions"))
 
@@ -171,7 +171,7 @@ class Workspaces:
         async with self._lock:
             surface = self._surfaces.get(team_id)
             if surface is None:
-                budget = SlackBudget(
+                budget = SlackRateBudget(
                     self._client, team_id=team_id, me=self._me, metrics=self._metrics
                 )
                 await budget.start()

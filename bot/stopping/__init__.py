@@ -1,4 +1,4 @@
-"""Ending runs: the one stop service, the policy of who may press what, the resume
-controls, and guidance's rules."""
+"""Ending runs: the one stop service, what became of a request before its ack, and the
+resume controls."""
 
 __all__: list[str] = []

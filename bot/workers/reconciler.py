@@ -12,7 +12,7 @@ Runs on start-up and then periodically, in every worker (docs/operations.md, Lea
    user stop). Its Slack message is rewritten to say so.
 2. **Resume.** A blocked run whose resume is not decided yet (its worker died before
    deciding, or this pass just ended it) is decided by the resume policy (docs/stopping.md,
-   :func:`bot.workers.resume.settle_resume`: ``AUTO_RESUME``, ``MAX_AUTO_RESUMES`` per thread,
+   :func:`bot.runs.resume_decision.settle_resume`: ``AUTO_RESUME``, ``MAX_AUTO_RESUMES`` per thread,
    ``USER_EXIT_GRACE``; never a run a person stopped), and one due now (a shutdown, a
    lost worker) is resumed in place from its last checkpoint, with the request's spend the
    checkpoint carries. Later resumes (a rate
@@ -75,8 +75,9 @@ from agent_core.values.records import is_accepted
 from bot import messages
 from bot.errors import SlackError, SlackRefused
 from bot.runs.agent_session import SessionStatus, set_session_status
+from bot.runs.resume_decision import due_at, ending_view, resume_in_place, settle_resume
 from bot.views.status import StatusSnapshot, render_status, run_metadata
-from bot.workers.resume import UNDECIDED_S, due_at, ending_view, resume_in_place, settle_resume
+from bot.workers.resume import UNDECIDED_S
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable

@@ -27,7 +27,7 @@ from tests.fakes.slack_workspace import DEFAULT_CHANNEL, DEFAULT_USER
 if TYPE_CHECKING:
     from llmock.pytest_plugin import LLMock
 
-    from bot.process.context import BotContext
+    from bot.handlers.context import BotContext
     from tests.bot.harness import Bot
 
 OTHER_WORKER = "worker-b"

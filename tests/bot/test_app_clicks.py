@@ -4,8 +4,8 @@ docs/stopping.md: every click is acknowledged; clicks on finished runs, duplicat
 clicks and clicks by people the stop policy does not allow get an ephemeral reply and
 change nothing. Section 4: a second deliberate Stop on a stopping run escalates to Abort
 (level 2); the same person's double press (``DOUBLE_PRESS_S``) and a re-delivery of the
-same click do not. The decision itself (:func:`bot.stopping.policy.verdict_for`) is tested case by
-case at the end.
+same click do not. The decision itself (:func:`bot.access.stop_policy.verdict_for`) is tested
+case by case at the end.
 
 End-to-end tests press buttons on status messages the app really rendered (the fake
 refuses to click a button that was not there); a "stale" click presses a button on an
@@ -21,8 +21,7 @@ import pytest
 from agent_core import StopReason, StopSource, ThreadKey
 from agent_core.stores.memory import MemoryStore
 from bot import messages
-from bot.process.settings import Settings, StopPolicy
-from bot.stopping.policy import (
+from bot.access.stop_policy import (
     DOUBLE_PRESS_S,
     Origin,
     RunHome,
@@ -33,6 +32,7 @@ from bot.stopping.policy import (
     read_participants,
     verdict_for,
 )
+from bot.config.settings import Settings, StopPolicy
 from tests.agent_core.helpers import offered_tools
 from tests.bot.harness import (
     ACTION_ABORT,

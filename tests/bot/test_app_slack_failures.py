@@ -36,7 +36,7 @@ from tests.fakes.slack_workspace import DEFAULT_CHANNEL
 if TYPE_CHECKING:
     from llmock.pytest_plugin import LLMock
 
-    from bot.slack_api.budget import SlackBudget
+    from bot.slack_api.rate_budget import SlackRateBudget
     from tests.bot.harness import Bot
     from tests.fakes.slack_api import ApiCall, FakeSlack
     from tests.fakes.slack_messages import Message
@@ -221,7 +221,7 @@ async def test_a_refused_stream_with_text_still_buffered_finishes_at_once() -> N
     # Deterministic form of the race above: more answer text arrives while
     # chat.startStream is out, then Slack refuses it.
     budget = RefusingBudget()
-    surface = SlackSurface("T1", cast("SlackBudget", budget))
+    surface = SlackSurface("T1", cast("SlackRateBudget", budget))
     stream = AnswerStream(surface, "C1", "1.0", "U1", "T1")
     stream.start()
     stream.push("first words ")

@@ -16,7 +16,7 @@ from llmock.scenarios import Reply, ToolCall
 
 from agent_core import ApprovalRecord, ThreadKey, shown_arguments
 from bot import messages
-from bot.views import limits
+from bot.views import block_limits as limits
 from bot.views.approval import (
     ACTION_APPROVE,
     ACTION_SHOW_ALL,

@@ -1,6 +1,6 @@
 """Every message and view stays within Block Kit's limits, whatever it holds.
 
-The limits live in bot/views/limits.py; the fake Slack refuses what breaks them
+The limits live in bot/views/block_limits.py; the fake Slack refuses what breaks them
 (``invalid_blocks``), as Slack does, so every test that renders through it exercises
 them. Here: the table agrees with slack_sdk's Block Kit models (an independent copy of
 Slack's numbers), the fake refuses blocks over them, and the worst cases each surface can
@@ -44,7 +44,7 @@ from agent_core import (
     Timings,
     Usage,
 )
-from bot.views import limits
+from bot.views import block_limits as limits
 from bot.views.answer import render_answer
 from bot.views.blocks import section
 from bot.views.home import ListedRun, Listing, render_home, render_list_message

@@ -24,7 +24,7 @@ import pytest
 from agent_core import AuditEvent, ExitCode, Outcome, RunRecord, RunState, ThreadKey
 from agent_core.values.clock import utcnow
 from bot import messages
-from bot.dashboard.channels import ChannelPrivacy
+from bot.slack_api.channels import ChannelPrivacy
 from bot.views.home import ACTION_HOME_ABORT, ACTION_HOME_STOP, ACTION_STOP_ALL
 from tests.bot.harness import (
     SECRET,

@@ -1,4 +1,4 @@
-"""A worker whose event loop is busy takes no new runs (bot/process/loop_load.py).
+"""A worker whose event loop is busy takes no new runs (bot/observe/loop_load.py).
 
 The unit tests give :class:`LoopLoad` its measurements; the end-to-end test makes the real
 app's loop late for real (a callback that holds it), sends a mention, and sees the run
@@ -11,7 +11,7 @@ import asyncio
 import time
 from typing import TYPE_CHECKING
 
-from bot.process.loop_load import SMOOTHING, LoopLoad
+from bot.observe.loop_load import SMOOTHING, LoopLoad
 from tests.bot.harness import SHORT_TEXT, block_text, is_final, run_id_of
 from tests.system.workers import until
 

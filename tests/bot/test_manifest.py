@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from agent_core import ConfigError
+from bot.config.settings import Settings, load_settings
 from bot.handlers.command import COMMAND
-from bot.process.settings import Settings, load_settings
 
 MANIFEST = Path(__file__).resolve().parents[2] / "manifest.yml"
 

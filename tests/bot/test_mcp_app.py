@@ -16,7 +16,7 @@ import pytest
 from llmock.scenarios import Reply, ToolCall
 
 from agent_core import ConfigError
-from bot.process.settings import load_settings
+from bot.config.settings import load_settings
 from tests.agent_core.helpers import offered_tools
 from tests.agent_core.mcp_helpers import TIME_SERVER, children_of, until_gone
 from tests.bot.harness import ACTION_ABORT, ACTION_STOP, block_text, buttons

@@ -19,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from agent_core import Agent, Prices, Usage
 from agent_core.values.chat import ModelResponse
-from bot.process.metrics import Metrics
+from bot.observe.metrics import Metrics
 from tests.bot.harness import (
     ACTION_ABORT,
     ACTION_STOP,

@@ -23,7 +23,7 @@ from agent_core import ConfigError, EndedBecause, RunState, StopReason
 from agent_core.values.prompts import SUMMARY_INSTRUCTION, continuation_note, resumed_note
 from agent_core.values.records import ResumeState
 from bot import messages
-from bot.process.settings import load_settings
+from bot.config.settings import load_settings
 from bot.views.status import ACTION_ABORT, ACTION_DONT_RESUME, ACTION_RESUME_NOW, ACTION_STOP
 from tests.bot.harness import SHORT_TEXT, WAIT_S, buttons, run_id_of, stalled_answer
 from tests.fakes import slack_requests

@@ -20,8 +20,8 @@ from dotenv import dotenv_values
 
 from agent_core import BUDGET_SETTINGS, ConfigError, EndedBecause, RunLimits
 from bot.__main__ import USAGE
-from bot.process.settings import DEPRECATED_SETTINGS, Settings, StopPolicy, load_settings
-from bot.process.unknown_settings import unknown_settings
+from bot.config.settings import DEPRECATED_SETTINGS, Settings, StopPolicy, load_settings
+from bot.config.unknown_settings import unknown_settings
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

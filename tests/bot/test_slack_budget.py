@@ -1,4 +1,4 @@
-"""`SlackBudget` keeps a workspace's Web API calls within Slack's limits, without losing
+"""`SlackRateBudget` keeps a workspace's Web API calls within Slack's limits, without losing
 terminal messages and without posting twice.
 
 Every test talks to `FakeSlack` over real HTTP through a real `AsyncWebClient`. Rates are
@@ -31,9 +31,9 @@ from bot.errors import (
     SlackRefused,
     SlackUnavailable,
 )
-from bot.inbound.identity import AppIdentity
-from bot.slack_api import budget as slack_budget
-from bot.slack_api.budget import LIMITS_PER_MINUTE, WINDOW_SHARE, SlackBudget, TokenBucket
+from bot.slack_api import rate_budget as slack_budget
+from bot.slack_api.identity import AppIdentity
+from bot.slack_api.rate_budget import LIMITS_PER_MINUTE, WINDOW_SHARE, SlackRateBudget, TokenBucket
 from tests.fakes.slack_api import FakeSlack
 from tests.fakes.slack_workspace import DEFAULT_CHANNEL, DEFAULT_USER, DEFAULT_WORKSPACE
 
@@ -69,8 +69,8 @@ async def client(slack: FakeSlack) -> AsyncIterator[AsyncWebClient]:
 @asynccontextmanager
 async def running(
     client: AsyncWebClient, tiers: Mapping[str, float] | None = None
-) -> AsyncIterator[SlackBudget]:
-    budget = SlackBudget(client, team_id=TEAM, me=ME, tiers=tiers)
+) -> AsyncIterator[SlackRateBudget]:
+    budget = SlackRateBudget(client, team_id=TEAM, me=ME, tiers=tiers)
     await budget.start()
     try:
         yield budget
@@ -97,7 +97,7 @@ def updates(slack: FakeSlack, ts: str, channel: str = CHANNEL) -> list[str]:
     return [revision.text for revision in slack.message(channel, ts).updates]
 
 
-async def drain(budget: SlackBudget, slack: FakeSlack, per_minute: float) -> None:
+async def drain(budget: SlackRateBudget, slack: FakeSlack, per_minute: float) -> None:
     """Spend chat.update's saved burst on other messages, so the bucket is empty."""
     burst = int(TokenBucket(per_minute).capacity)
     before = len(update_calls(slack))
@@ -331,7 +331,7 @@ async def test_a_cancelled_caller_does_not_withdraw_its_final(
     slack: FakeSlack, client: AsyncWebClient
 ) -> None:
     # As at shutdown: the run is cancelled while its final waits, then the budget closes.
-    budget = SlackBudget(client, team_id=TEAM, me=ME, tiers={"chat.update": 300.0})
+    budget = SlackRateBudget(client, team_id=TEAM, me=ME, tiers={"chat.update": 300.0})
     await budget.start()
     await drain(budget, slack, 300.0)
     ts = status_message(slack)
@@ -389,7 +389,7 @@ async def test_a_failed_post_raises_and_is_never_resent(
 METADATA = {"event_type": "threadpilot_run", "event_payload": {"run_id": "run-1"}}
 
 
-async def tagged_post(budget: SlackBudget, thread_ts: str) -> str:
+async def tagged_post(budget: SlackRateBudget, thread_ts: str) -> str:
     return await budget.post_message(
         CHANNEL, text="status", blocks=blocks("status"), thread_ts=thread_ts, metadata=METADATA
     )
@@ -518,7 +518,7 @@ async def test_methods_without_a_tier_entry_go_through_api_call(
 
 
 async def test_the_budget_refuses_misuse(slack: FakeSlack, client: AsyncWebClient) -> None:
-    budget = SlackBudget(client, team_id=TEAM, me=ME)
+    budget = SlackRateBudget(client, team_id=TEAM, me=ME)
     with pytest.raises(BudgetNotRunning):
         await budget.post_message(CHANNEL, text="too early")
     await budget.start()
@@ -540,7 +540,7 @@ async def test_the_budget_refuses_misuse(slack: FakeSlack, client: AsyncWebClien
 async def test_close_writes_pending_finals_and_drops_progress(
     slack: FakeSlack, client: AsyncWebClient
 ) -> None:
-    budget = SlackBudget(client, team_id=TEAM, me=ME, tiers={"chat.update": 300.0})
+    budget = SlackRateBudget(client, team_id=TEAM, me=ME, tiers={"chat.update": 300.0})
     await budget.start()
     await drain(budget, slack, 300.0)
     ts, other = status_message(slack), status_message(slack)
@@ -558,7 +558,7 @@ async def test_close_gives_up_on_finals_it_cannot_write_in_time(
 ) -> None:
     slack.fail_next("chat.update", status=429, retry_after=30)
     with capture_logs() as logs:
-        budget = SlackBudget(client, team_id=TEAM, me=ME)
+        budget = SlackRateBudget(client, team_id=TEAM, me=ME)
         await budget.start()
         ts = status_message(slack)
         async with asyncio.TaskGroup() as group:

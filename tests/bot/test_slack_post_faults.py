@@ -17,7 +17,7 @@ import pytest
 from agent_core import RunState, ThreadKey
 from agent_core.values.clock import utcnow
 from bot import messages
-from bot.slack_api import budget as slack_budget
+from bot.slack_api import rate_budget as slack_budget
 from bot.views.answer import answer_metadata
 from bot.views.status import run_metadata
 from bot.workers.reconciler import ABANDONED_LOOKUP_S, FINAL_GRACE_S

@@ -9,8 +9,8 @@ nothing. A Stop pending while guidance is queued wins: the reply is marked
 ``heavy_minus_sign``, ``undelivered`` in the table, and listed in the handoff. A reply
 that is only a stop word is a Stop (``abort``: an Abort) through the stop service.
 
-The rules themselves (:func:`bot.stopping.guidance.stop_word`,
-:func:`bot.stopping.guidance.reply_text`) are tested case by case at the end.
+The rules themselves (:func:`bot.steering.guidance.stop_word`,
+:func:`bot.steering.guidance.reply_text`) are tested case by case at the end.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from agent_core import (
     ThreadKey,
 )
 from bot import messages
-from bot.stopping.guidance import DELIVERED, QUEUED, UNDELIVERED, reply_text, stop_word, to_guidance
+from bot.steering.guidance import DELIVERED, QUEUED, UNDELIVERED, reply_text, stop_word, to_guidance
 from bot.views.status import SECTION_TEXT_LIMIT, render_status
 from tests.bot.harness import WAIT_S, block_text, run_id_of, stalled_answer
 from tests.bot.test_status_view import block_texts, check_limits, done, result, units

@@ -23,7 +23,7 @@ import pytest
 
 from agent_core import ConfigError
 from agent_core.tools.builtin import calculate
-from bot.process.settings import load_settings
+from bot.config.settings import load_settings
 from tests.agent_core.stuck_tools import stuck_tools
 from tests.bot.harness import ACTION_ABORT, ACTION_STOP, WAIT_S, block_text
 

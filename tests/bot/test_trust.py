@@ -18,7 +18,7 @@ import pytest
 
 from agent_core.values.records import ResumeState
 from bot import messages
-from bot.inbound.trust import CACHE_TTL_S, Person, TrustGate, person_of
+from bot.access.trust import CACHE_TTL_S, Person, TrustGate, person_of
 from bot.views.home import ACTION_HOME_STOP, ACTION_STOP_ALL
 from bot.views.status import ACTION_DONT_RESUME, ACTION_RESUME_NOW
 from tests.bot.conftest import bot_settings

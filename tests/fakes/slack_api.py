@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Self, TypeVar
 
 from aiohttp import web
 
-from bot.views import limits
+from bot.views import block_limits as limits
 from tests.fakes.slack_messages import Refused
 from tests.fakes.slack_socket import FakeSocketMode
 from tests.fakes.slack_state import STREAM_TTL_S, SlackState

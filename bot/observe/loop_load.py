@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 __all__ = ["BUSY_LAG_S", "LoopLoad"]
 
-log = structlog.get_logger("bot.process.loop_load")
+log = structlog.get_logger("bot.observe.loop_load")
 
 PERIOD_S = 0.025
 SMOOTHING = 8

@@ -2,7 +2,7 @@
 
 Every setting is listed, with its meaning, in ``.env.example``. A missing or malformed
 one stops start-up with a single line that names it (:func:`load_settings`); a name that
-is not a setting is reported with the nearest one (:mod:`bot.process.unknown_settings`).
+is not a setting is reported with the nearest one (:mod:`bot.config.unknown_settings`).
 
 Light on purpose: ``python -m bot`` reads the settings before it imports the rest of the
 app, so a settings mistake is reported at once. What only one check needs (the MCP
@@ -57,7 +57,7 @@ from agent_core.process.settings_file import (
 from agent_core.stores.defaults import ANSWERING_POOL_SIZE, MIGRATION_TIMEOUT_S, POOL_SIZE
 from agent_core.stores.factory import parse_database_url
 from agent_core.values.errors import ConfigError
-from bot.process.loop_load import BUSY_LAG_S
+from bot.observe.loop_load import BUSY_LAG_S
 
 if TYPE_CHECKING:
     from collections.abc import Callable

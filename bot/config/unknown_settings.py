@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from dotenv import dotenv_values
 
-from bot.process.settings import ENV_FILE, Settings
+from bot.config.settings import ENV_FILE, Settings
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping

@@ -7,12 +7,12 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from agent_core.ports import Store
+    from bot.access.trust import TrustGate
     from bot.approvals.clicks import ApprovalClicks
+    from bot.config.settings import Settings
     from bot.inbound.dedupe import Deliveries
-    from bot.inbound.identity import AppIdentity
-    from bot.inbound.trust import TrustGate
-    from bot.process.settings import Settings
     from bot.runs.supervisor import Supervisor
+    from bot.slack_api.identity import AppIdentity
     from bot.slack_api.surface import Workspaces
     from bot.stopping.stops import StopService
     from bot.workers.worker import Worker

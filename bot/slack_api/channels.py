@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 __all__ = ["CACHE_TTL_S", "LOOKUP_BUDGET_S", "MAX_LOOKUPS", "ChannelPrivacy"]
 
-log = structlog.get_logger("bot.dashboard.channels")
+log = structlog.get_logger("bot.slack_api.channels")
 
 CACHE_TTL_S = 10 * 60.0
 LOOKUP_BUDGET_S = 1.0

@@ -40,13 +40,13 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol
 
 from agent_core import StopReason, StopSource
-from bot.process.settings import StopPolicy
+from bot.config.settings import StopPolicy
 
 if TYPE_CHECKING:
     from collections.abc import Collection
 
     from agent_core import ThreadKey
-    from bot.process.settings import Settings
+    from bot.config.settings import Settings
 
 __all__ = [
     "DOUBLE_PRESS_S",
@@ -83,7 +83,7 @@ class StopAsk:
     message: Origin | None = None
     """Where a button was pressed: it must be the run's status message."""
     user_team: str | None = None
-    """The asker's own team, when the payload names it (:class:`bot.inbound.trust.Person`)."""
+    """The asker's own team, when the payload names it (:class:`bot.access.trust.Person`)."""
 
     def __post_init__(self) -> None:
         if not self.kind.by_person:
@@ -117,7 +117,7 @@ class Verdict(StrEnum):
     team): refused, whatever the run's state."""
     UNTRUSTED = "untrusted"
     """From another organisation, or a guest, where the settings do not allow them
-    (:mod:`bot.inbound.trust`): refused before anything about the run is read."""
+    (:mod:`bot.access.trust`): refused before anything about the run is read."""
     REDELIVERED = "redelivered"
     """Slack delivered the same click or event again (to this worker or another): not
     decided here; the delivery log says so."""

@@ -52,7 +52,7 @@ __all__ = [
     "to_guidance",
 ]
 
-log = structlog.get_logger("bot.stopping.guidance")
+log = structlog.get_logger("bot.steering.guidance")
 
 QUEUED = "eyes"
 DELIVERED = "white_check_mark"

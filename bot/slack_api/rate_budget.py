@@ -1,6 +1,6 @@
 """The per-workspace budget that every Slack Web API call of threadpilot goes through.
 
-Slack limits each method per workspace and app, so there is one `SlackBudget` per team,
+Slack limits each method per workspace and app, so there is one `SlackRateBudget` per team,
 shared by every run in it (the rate table and token buckets are in
 :mod:`bot.slack_api.rate_limits`). Here live the one worker task that writes status messages with
 ``chat.update`` (progress coalesced per message and served oldest-dirty-first; terminal
@@ -53,12 +53,12 @@ if TYPE_CHECKING:
     from slack_sdk.web.async_client import AsyncWebClient
     from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
-    from bot.inbound.identity import AppIdentity
-    from bot.process.metrics import Metrics
+    from bot.observe.metrics import Metrics
+    from bot.slack_api.identity import AppIdentity
 
-__all__ = ["LIMITS_PER_MINUTE", "WINDOW_SHARE", "SlackBudget", "TokenBucket"]
+__all__ = ["LIMITS_PER_MINUTE", "WINDOW_SHARE", "SlackRateBudget", "TokenBucket"]
 
-log = structlog.get_logger("bot.slack_api.budget")
+log = structlog.get_logger("bot.slack_api.rate_budget")
 
 
 # These have entry points of their own: progress must be coalesced and finals put first
@@ -132,7 +132,7 @@ class _Final(_Progress):
                 waiter.set_result(delivered)
 
 
-class SlackBudget:
+class SlackRateBudget:
     """Slack Web API calls for one workspace, kept within Slack's rate limits.
 
     ``tiers`` overrides Slack's limit (calls per minute) for some methods; the budget
@@ -175,7 +175,7 @@ class SlackBudget:
     async def start(self) -> None:
         """Start the worker that writes status messages."""
         if self._worker is not None:
-            raise RuntimeError("SlackBudget.start() was already called")
+            raise RuntimeError("SlackRateBudget.start() was already called")
         self._worker = asyncio.create_task(self._work(), name=f"slack-budget:{self.team_id}")
         self._worker.add_done_callback(self._on_worker_done)
 
@@ -386,7 +386,7 @@ class SlackBudget:
         """
         self._require_running()
         if method in DEDICATED:
-            raise ValueError(f"send {method} with SlackBudget.{DEDICATED[method]}")
+            raise ValueError(f"send {method} with SlackRateBudget.{DEDICATED[method]}")
         bucket = self._bucket(method)
         for attempt in range(1, CALL_ATTEMPTS + 1):
             await bucket.acquire()

@@ -44,7 +44,7 @@ from bot.errors import BudgetNotRunning, SlackError
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
 
-    from bot.process.settings import Settings
+    from bot.config.settings import Settings
     from bot.slack_api.surface import Workspaces
 
 __all__ = [
@@ -57,7 +57,7 @@ __all__ = [
     "person_of",
 ]
 
-log = structlog.get_logger("bot.inbound.trust")
+log = structlog.get_logger("bot.access.trust")
 
 CACHE_TTL_S = 15 * 60.0
 """How long a ``users.info`` answer is trusted: guest status rarely changes."""
