@@ -25,19 +25,15 @@ from ``message_delta``; ``message_stop`` ends the answer. An ``error`` event
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from agent_core.models.http_exchange import (
-    DEFAULT_REPLY_TIMEOUT_S,
     MAX_ARGUMENT_CHARS,
-    READS_PER_S,
-    ModelEndpoint,
+    HttpModel,
     arguments_too_long,
-    endpoint_url,
     event_object,
     refused,
 )
@@ -53,6 +49,7 @@ from agent_core.values.errors import (
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
+    from agent_core.models.http_exchange import Refusal
     from agent_core.models.sse import ServerSentEvent
     from agent_core.ports import TextSink
     from agent_core.values.chat import ChatMessage
@@ -75,7 +72,7 @@ _STOP_REASONS = {
 _RETRYABLE_TYPES = frozenset({"overloaded_error", "api_error", "rate_limit_error", "timeout_error"})
 
 
-class AnthropicModel:
+class AnthropicModel(HttpModel):
     """Streams messages from the Anthropic API (or a server that speaks it).
 
     ``base_url`` defaults to ``ANTHROPIC_BASE_URL`` from the environment, then to
@@ -85,40 +82,21 @@ class AnthropicModel:
 
     api = API
 
-    def __init__(
-        self,
-        *,
-        model: str,
-        api_key: str,
-        base_url: str | None = None,
-        max_output_tokens: int | None = None,
-        idle_timeout_s: float = 60.0,
-        reply_timeout_s: float = DEFAULT_REPLY_TIMEOUT_S,
-        connect_timeout_s: float = 10.0,
-        reads_per_s: float = READS_PER_S,
-    ) -> None:
-        self.model = model
-        self.max_tokens = max_output_tokens or DEFAULT_MAX_TOKENS
-        base = base_url or os.environ.get("ANTHROPIC_BASE_URL") or DEFAULT_BASE_URL
-        self.endpoint = ModelEndpoint(
-            endpoint_url(base, "/v1/messages"),
-            {"x-api-key": api_key, "anthropic-version": VERSION},
-            setting="ANTHROPIC_BASE_URL",
-            idle_timeout_s=idle_timeout_s,
-            reply_timeout_s=reply_timeout_s,
-            connect_timeout_s=connect_timeout_s,
-            reads_per_s=reads_per_s,
-            refuse=_refused,
-        )
+    path = "/v1/messages"
+    base_setting = "ANTHROPIC_BASE_URL"
+    default_base_url = DEFAULT_BASE_URL
 
-    async def aclose(self) -> None:
-        await self.endpoint.aclose()
+    def key_headers(self, api_key: str) -> dict[str, str]:
+        return {"x-api-key": api_key, "anthropic-version": VERSION}
+
+    def refusal(self) -> Refusal:
+        return _refused
 
     async def complete(self, request: ModelRequest, on_text: TextSink) -> ModelResponse:
         system, messages = conversation(request.messages)
         body: dict[str, Any] = {
             "model": self.model,
-            "max_tokens": self.max_tokens,
+            "max_tokens": self.max_output_tokens or DEFAULT_MAX_TOKENS,
             "messages": messages,
             "stream": True,
         }

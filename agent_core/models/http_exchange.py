@@ -59,10 +59,11 @@ import email.utils
 import functools
 import json
 import math
+import os
 import socket
 import ssl
 import time
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
@@ -95,6 +96,7 @@ __all__ = [
     "MAX_ARGUMENT_CHARS",
     "MAX_EVENT_BYTES",
     "READS_PER_S",
+    "HttpModel",
     "ModelEndpoint",
     "ReadPacer",
     "StreamedTurn",
@@ -242,6 +244,57 @@ class ModelEndpoint:
                 f"the connection to the model at {public_url(self.url)} failed: "
                 f"{str(exc) or type(exc).__name__}"
             ) from exc
+
+
+class HttpModel:
+    """What the three adapters share: one constructor (the model, its key, its base URL
+    setting, its output limit and the endpoint's limits), the endpoint it makes, and
+    closing it. An adapter names its API's path, the setting its base URL comes from and
+    that setting's default, and, where its API differs, its key's header and its
+    mapping of error answers."""
+
+    path: ClassVar[str]
+    """The API's path, appended to the base URL (``/chat/completions``...)."""
+    base_setting: ClassVar[str]
+    """The setting naming the base URL (``OPENAI_BASE_URL``...), read when none is given."""
+    default_base_url: ClassVar[str]
+
+    def __init__(
+        self,
+        *,
+        model: str,
+        api_key: str,
+        base_url: str | None = None,
+        max_output_tokens: int | None = None,
+        idle_timeout_s: float = 60.0,
+        reply_timeout_s: float = DEFAULT_REPLY_TIMEOUT_S,
+        connect_timeout_s: float = 10.0,
+        reads_per_s: float = READS_PER_S,
+    ) -> None:
+        self.model = model
+        self.max_output_tokens = max_output_tokens
+        base = base_url or os.environ.get(self.base_setting) or self.default_base_url
+        self.endpoint = ModelEndpoint(
+            endpoint_url(base, self.path),
+            self.key_headers(api_key),
+            setting=self.base_setting,
+            idle_timeout_s=idle_timeout_s,
+            reply_timeout_s=reply_timeout_s,
+            connect_timeout_s=connect_timeout_s,
+            reads_per_s=reads_per_s,
+            refuse=self.refusal(),
+        )
+
+    def key_headers(self, api_key: str) -> dict[str, str]:
+        """The headers that carry the key (a bearer token unless the API says otherwise)."""
+        return {"Authorization": f"Bearer {api_key}"}
+
+    def refusal(self) -> Refusal | None:
+        """This API's mapping of an error answer to the core's errors (None: :func:`refused`)."""
+        return None
+
+    async def aclose(self) -> None:
+        await self.endpoint.aclose()
 
 
 def endpoint_url(base: str, path: str) -> str:

@@ -26,17 +26,14 @@ out of the request: this API has no place for it.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from agent_core.models.http_exchange import (
-    DEFAULT_REPLY_TIMEOUT_S,
     MAX_ARGUMENT_CHARS,
     READS_PER_S,
-    ModelEndpoint,
+    HttpModel,
     arguments_too_long,
-    endpoint_url,
     event_object,
 )
 from agent_core.values.chat import ModelRequest, ModelResponse, ToolCall, Usage, detail_tokens
@@ -53,7 +50,7 @@ API = "openai-chat"
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 
 
-class OpenAIChatModel:
+class OpenAIChatModel(HttpModel):
     """Streams chat completions from an OpenAI-compatible endpoint.
 
     ``base_url`` defaults to ``OPENAI_BASE_URL`` from the environment, then to OpenAI's.
@@ -65,34 +62,9 @@ class OpenAIChatModel:
 
     api = API
 
-    def __init__(
-        self,
-        *,
-        model: str,
-        api_key: str,
-        base_url: str | None = None,
-        idle_timeout_s: float = 60.0,
-        reply_timeout_s: float = DEFAULT_REPLY_TIMEOUT_S,
-        connect_timeout_s: float = 10.0,
-        reads_per_s: float = READS_PER_S,
-        max_output_tokens: int | None = None,
-    ) -> None:
-        self.model = model
-        self.max_output_tokens = max_output_tokens
-        base = base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
-        self.endpoint = ModelEndpoint(
-            endpoint_url(base, "/chat/completions"),
-            {"Authorization": f"Bearer {api_key}"},
-            setting="OPENAI_BASE_URL",
-            idle_timeout_s=idle_timeout_s,
-            reply_timeout_s=reply_timeout_s,
-            connect_timeout_s=connect_timeout_s,
-            reads_per_s=reads_per_s,
-        )
-        self.url = self.endpoint.url
-
-    async def aclose(self) -> None:
-        await self.endpoint.aclose()
+    path = "/chat/completions"
+    base_setting = "OPENAI_BASE_URL"
+    default_base_url = DEFAULT_BASE_URL
 
     async def complete(self, request: ModelRequest, on_text: TextSink) -> ModelResponse:
         body: dict[str, Any] = {

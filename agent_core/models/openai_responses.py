@@ -27,17 +27,13 @@ call, ``response.function_call_arguments.delta`` grows its arguments and
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from agent_core.models.http_exchange import (
-    DEFAULT_REPLY_TIMEOUT_S,
     MAX_ARGUMENT_CHARS,
-    READS_PER_S,
-    ModelEndpoint,
+    HttpModel,
     arguments_too_long,
-    endpoint_url,
     event_object,
 )
 from agent_core.values.chat import (
@@ -71,7 +67,7 @@ ENCRYPTED_REASONING = "reasoning.encrypted_content"
 _RETRYABLE_CODES = frozenset({"server_error", "rate_limit_exceeded", "overloaded"})
 
 
-class OpenAIResponsesModel:
+class OpenAIResponsesModel(HttpModel):
     """Streams responses from the OpenAI Responses API (or a server that speaks it).
 
     ``max_output_tokens`` caps each reply (None: the endpoint's own cap).
@@ -79,35 +75,11 @@ class OpenAIResponsesModel:
 
     api = API
 
-    def __init__(
-        self,
-        *,
-        model: str,
-        api_key: str,
-        base_url: str | None = None,
-        idle_timeout_s: float = 60.0,
-        reply_timeout_s: float = DEFAULT_REPLY_TIMEOUT_S,
-        connect_timeout_s: float = 10.0,
-        reads_per_s: float = READS_PER_S,
-        max_output_tokens: int | None = None,
-    ) -> None:
-        self.model = model
-        self.max_output_tokens = max_output_tokens
-        self.encrypted_reasoning = True
-        """Whether reasoning is asked for encrypted (until the model refuses it)."""
-        base = base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
-        self.endpoint = ModelEndpoint(
-            endpoint_url(base, "/responses"),
-            {"Authorization": f"Bearer {api_key}"},
-            setting="OPENAI_BASE_URL",
-            idle_timeout_s=idle_timeout_s,
-            reply_timeout_s=reply_timeout_s,
-            connect_timeout_s=connect_timeout_s,
-            reads_per_s=reads_per_s,
-        )
-
-    async def aclose(self) -> None:
-        await self.endpoint.aclose()
+    path = "/responses"
+    base_setting = "OPENAI_BASE_URL"
+    default_base_url = DEFAULT_BASE_URL
+    encrypted_reasoning = True
+    """Whether reasoning is asked for encrypted (until the model refuses it)."""
 
     async def complete(self, request: ModelRequest, on_text: TextSink) -> ModelResponse:
         body: dict[str, Any] = {
