@@ -218,10 +218,13 @@ def records_participants(settings: Settings) -> bool:
     return StopPolicy.PARTICIPANTS in (settings.STOP_POLICY, settings.APPROVAL_POLICY)
 
 
-def needs_participants(user: str, requester: str, settings: Settings) -> bool:
-    """True if :func:`may_stop` depends on who wrote in the thread for this user."""
+def needs_participants(
+    user: str, requester: str, settings: Settings, *, policy: StopPolicy | None = None
+) -> bool:
+    """True if :func:`may_stop` depends on who wrote in the thread for this user, under
+    ``policy`` (``STOP_POLICY`` unless given: approvals ask with ``APPROVAL_POLICY``)."""
     return (
-        settings.STOP_POLICY is StopPolicy.PARTICIPANTS
+        (policy or settings.STOP_POLICY) is StopPolicy.PARTICIPANTS
         and user != requester
         and user not in settings.ADMIN_USER_IDS
     )
@@ -234,11 +237,18 @@ class Participants(Protocol):
 
 
 async def read_participants(
-    store: Participants, user: str, requester: str, thread: ThreadKey, settings: Settings
+    store: Participants,
+    user: str,
+    requester: str,
+    thread: ThreadKey,
+    settings: Settings,
+    *,
+    policy: StopPolicy | None = None,
 ) -> frozenset[str]:
     """Who wrote in ``thread``, read only when :func:`may_stop` depends on it for
-    ``user`` (else nobody: the answer is the same)."""
-    if not needs_participants(user, requester, settings):
+    ``user`` under ``policy`` (as :func:`needs_participants`; else nobody: the answer is
+    the same)."""
+    if not needs_participants(user, requester, settings, policy=policy):
         return frozenset()
     return frozenset(await store.participants(thread))
 

@@ -39,10 +39,9 @@ import structlog
 
 from agent_core import ApprovalStatus, StorageError
 from bot import messages
-from bot.access.stop_policy import may_stop
+from bot.access.stop_policy import may_stop, read_participants
 from bot.access.trust import Person
 from bot.approvals.desk import still_counts
-from bot.config.settings import StopPolicy
 from bot.errors import BudgetNotRunning, SlackError
 from bot.slack_api.channels import ChannelPrivacy
 from bot.views.approval import arguments_view, may_see_arguments, render_approval
@@ -222,13 +221,14 @@ class ApprovalClicks:
                 ask, ApprovalVerdict.RUN_ENDED, record, messages.APPROVAL_RUN_ENDED
             )
         settings = self._settings
-        participants: frozenset[str] = frozenset()
-        if (
-            settings.APPROVAL_POLICY is StopPolicy.PARTICIPANTS
-            and ask.user != record.requester
-            and ask.user not in settings.ADMIN_USER_IDS
-        ):
-            participants = frozenset(await self._store.participants(record.thread))
+        participants = await read_participants(
+            self._store,
+            ask.user,
+            record.requester,
+            record.thread,
+            settings,
+            policy=settings.APPROVAL_POLICY,
+        )
         allowed = may_stop(
             ask.user,
             policy=settings.APPROVAL_POLICY,
