@@ -183,12 +183,7 @@ def ending_after_final_turn(
     itself is only reported (``error``).
     """
     exit_code = _EXIT_FOR[reason]
-    if reason is FinalTurnReason.USER_STOP:
-        outcome = Outcome.USERINTERLUDE
-    elif reason is FinalTurnReason.BUDGET:
-        outcome = Outcome.BLOCKED
-    else:
-        outcome = Outcome(report.outcome) if report is not None else default_outcome
+    outcome = _final_turn_outcome(reason, report, default_outcome)
     clues = Clues(
         error=cause,
         context_full=reason is FinalTurnReason.TOKEN_LIMIT,
@@ -212,6 +207,16 @@ def ending_after_final_turn(
         error=error,
         clues=clues,
     )
+
+
+def _final_turn_outcome(
+    reason: FinalTurnReason, report: FinalReport | None, default_outcome: Outcome
+) -> Outcome:
+    if reason is FinalTurnReason.USER_STOP:
+        return Outcome.USERINTERLUDE
+    if reason is FinalTurnReason.BUDGET:
+        return Outcome.BLOCKED
+    return Outcome(report.outcome) if report is not None else default_outcome
 
 
 def _next_step_for(

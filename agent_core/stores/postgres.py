@@ -222,13 +222,7 @@ class PostgresStore(PostgresQueue):
                 **limits,
             )
             if migrate:
-                await upgrade_postgres(
-                    lambda: asyncpg.connect(
-                        dsn, timeout=connect_timeout_s, command_timeout=migration_timeout_s
-                    ),
-                    where=where,
-                    timeout_s=migration_timeout_s,
-                )
+                await _migrate(dsn, where, connect_timeout_s, migration_timeout_s)
         except DRIVER_ERRORS as exc:
             await _close_pools(pool, answering)
             problem = _cannot_connect(where, exc, connect_timeout_s)
@@ -1197,3 +1191,13 @@ def _limit(limit: int) -> int:
     if limit < 0:
         raise ValueError(f"limit must not be negative, got {limit}")
     return limit
+
+
+async def _migrate(dsn: str, where: str, connect_timeout_s: float, timeout_s: float) -> None:
+    """Bring the schema to head, on connections of its own (each statement may take the
+    whole ``timeout_s``)."""
+    await upgrade_postgres(
+        lambda: asyncpg.connect(dsn, timeout=connect_timeout_s, command_timeout=timeout_s),
+        where=where,
+        timeout_s=timeout_s,
+    )

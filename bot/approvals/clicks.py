@@ -220,24 +220,9 @@ class ApprovalClicks:
             return ApprovalClick(
                 ask, ApprovalVerdict.RUN_ENDED, record, messages.APPROVAL_RUN_ENDED
             )
-        settings = self._settings
-        participants = await read_participants(
-            self._store,
-            ask.user,
-            record.requester,
-            record.thread,
-            settings,
-            policy=settings.APPROVAL_POLICY,
-        )
-        allowed = may_stop(
-            ask.user,
-            policy=settings.APPROVAL_POLICY,
-            requester=record.requester,
-            admins=settings.ADMIN_USER_IDS,
-            participants=participants,
-        )
-        if not allowed:
-            answer = messages.approval_not_allowed(settings.APPROVAL_POLICY.value, record.requester)
+        if not await self._may_decide(ask.user, record):
+            policy = self._settings.APPROVAL_POLICY.value
+            answer = messages.approval_not_allowed(policy, record.requester)
             return ApprovalClick(ask, ApprovalVerdict.NOT_ALLOWED, record, answer)
         if not await self._store.decide_approval(record.id, ask.status, decided_by=ask.user):
             stored = await self._store.get_approval(record.id)
@@ -259,6 +244,25 @@ class ApprovalClicks:
             local=local,
         )
         return ApprovalClick(ask, ApprovalVerdict.DECIDED, decided)
+
+    async def _may_decide(self, user: str, record: ApprovalRecord) -> bool:
+        """True if ``user`` may decide ``record`` under ``APPROVAL_POLICY``."""
+        settings = self._settings
+        participants = await read_participants(
+            self._store,
+            user,
+            record.requester,
+            record.thread,
+            settings,
+            policy=settings.APPROVAL_POLICY,
+        )
+        return may_stop(
+            user,
+            policy=settings.APPROVAL_POLICY,
+            requester=record.requester,
+            admins=settings.ADMIN_USER_IDS,
+            participants=participants,
+        )
 
     async def after(self, click: ApprovalClick, answer: ClickAnswer | None) -> ApprovalClick:
         """After the ack: the message in place and the audit event, or the ephemeral
