@@ -7,6 +7,7 @@ Run it from the repository's root (``.venv/bin/python -m tests.house_figures``) 
 - import circles between modules (type-only imports count: a circle under
   ``TYPE_CHECKING`` still means neither module can be read without the other);
 - import circles between ``bot/``'s packages (folder level);
+- ``bot/``'s packages and the arrows between them; test files left flat in ``tests/bot/``;
 - modules over 600 lines (the store backends and ``bot/messages.py`` aside) and functions
   over 50 lines;
 - reach-throughs: ``self._x.y.z`` chains that call into an object held by another object.
@@ -29,7 +30,8 @@ ROOT = Path(__file__).resolve().parent.parent
 SOURCE_PACKAGES = ("agent_core", "bot")
 LONG_MODULE = 600
 LONG_FUNCTION = 50
-_SIZE_EXEMPT = ("agent_core/stores/sqlite.py", "agent_core/stores/postgres.py", "bot/messages.py")
+_SIZE_EXEMPT = ("agent_core/stores/", "bot/messages.py")
+"""The store backends (and the row codec they share) and the app's wording: long by nature."""
 
 
 @dataclass(frozen=True)
@@ -181,7 +183,7 @@ def long_modules(found: dict[str, Module]) -> list[tuple[str, int]]:
     for module in found.values():
         where = module.path.relative_to(ROOT).as_posix()
         lines = len(module.path.read_text().splitlines())
-        if lines > LONG_MODULE and where not in _SIZE_EXEMPT:
+        if lines > LONG_MODULE and not where.startswith(_SIZE_EXEMPT):
             rows.append((where, lines))
     return sorted(rows, key=lambda row: -row[1])
 
@@ -230,6 +232,11 @@ def main() -> None:
     bot_folders = folder_edges(found, "bot")
     for members in circles(bot_folders):
         print(f"bot folder circle: {' <-> '.join(members)}")
+    packages = [p for p in (ROOT / "bot").iterdir() if (p / "__init__.py").exists()]
+    folder_arrows = sum(len(t) for f, t in bot_folders.items() if f.count(".") == 1)
+    print(f"bot packages: {len(packages)}, folder arrows: {folder_arrows}")
+    flat = list((ROOT / "tests" / "bot").glob("test_*.py"))
+    print(f"test files flat in tests/bot/: {len(flat)}")
     for where, lines in long_modules(found):
         print(f"module over {LONG_MODULE} lines: {where} {lines}")
     functions = long_functions(found)
