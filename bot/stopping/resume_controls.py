@@ -127,7 +127,9 @@ class ResumeControls:
         tell: Callable[[str, Origin | None, Any, str], Awaitable[None]],
     ) -> None:
         self._store = store
-        self._worker = worker
+        self._worker_id = worker.id
+        self._resumes = worker.resumes
+        self._reconciler = worker.reconciler
         self._settings = settings
         self._deliveries = deliveries
         self._tell = tell
@@ -150,7 +152,7 @@ class ResumeControls:
             return ResumeDecided(ask, ResumeVerdict.NOT_ALLOWED, record)
         if ask.delivery is not None and not await self._deliveries.first(f"resume:{ask.delivery}"):
             return ResumeDecided(ask, ResumeVerdict.REDELIVERED, record)
-        resumes = self._worker.resumes
+        resumes = self._resumes
         if ask.action is ResumeAction.RESUME_NOW:
             won, verdict = await resumes.hurry(record, ask.user), ResumeVerdict.HURRIED
         else:
@@ -171,7 +173,7 @@ class ResumeControls:
             return ResumeDecided(ask, ResumeVerdict.NOT_ALLOWED, record)
         if ask.delivery is not None and not await self._deliveries.first(f"resume:{ask.delivery}"):
             return ResumeDecided(ask, ResumeVerdict.REDELIVERED, record)
-        resumes = self._worker.resumes
+        resumes = self._resumes
         if record.resume is not ResumeState.DECLINED or record.resume_by is not None:
             return ResumeDecided(ask, ResumeVerdict.ALREADY_CONTINUED, record)
         if await resumes.superseded(record):
@@ -225,7 +227,7 @@ class ResumeControls:
             return replace(base, verdict=verdict)
         if ask.delivery is not None and not await self._deliveries.first(f"stop:{ask.delivery}"):
             return replace(base, verdict=Verdict.REDELIVERED)
-        if not await self._worker.resumes.cancel(record, ask.user):
+        if not await self._resumes.cancel(record, ask.user):
             return replace(base, verdict=Verdict.FINISHED)  # it started, or was cancelled
         request = await self._store.add_stop_request(record.id, record.thread, kind, ask.user)
         await self._store.mark_stop_handled(request.id)  # nothing runs: nothing to honour
@@ -279,11 +281,11 @@ class ResumeControls:
         """The audit event, then the status message as the stored run now is (first
         through the click's ``answer``, if it came from one)."""
         try:
-            detail = {**detail, "worker": self._worker.id}
+            detail = {**detail, "worker": self._worker_id}
             await self._store.record_event(AuditEvent(record.id, kind, user, detail=detail))
             fresh = await self._store.get_run(record.id)
             if fresh is not None and fresh.state.is_terminal:
-                await self._worker.reconciler.post_final(fresh, answer=answer)
+                await self._reconciler.post_final(fresh, answer=answer)
         except StorageError:
             log.exception("resume.not_shown", run_id=record.id)
 

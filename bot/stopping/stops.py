@@ -128,7 +128,10 @@ class StopService:
         self._store = store
         self._metrics = metrics
         self._supervisor = supervisor
-        self._worker = worker
+        self._worker_id = worker.id
+        self._watcher = worker.watcher
+        self._queue = worker.queue
+        self._reconciler = worker.reconciler
         self._workspaces = workspaces
         self._settings = settings
         self._deliveries = deliveries
@@ -201,7 +204,7 @@ class StopService:
         requests = {i: _new_request(d) for i, d in asking}
         local = {i: live for i, d in asking if (live := self._live(d.ask)) is not None}
         for i in local:
-            self._worker.watcher.applied_here(requests[i].id)  # before the commit
+            self._watcher.applied_here(requests[i].id)  # before the commit
         events = [self._audit_event(decisions[i], r) for i, r in requests.items()]
         try:
             with answering():
@@ -234,7 +237,7 @@ class StopService:
                     live.run.request_stop(request.kind, request.requested_by, source=source)
                 continue
             if i in local:
-                self._worker.watcher.forget(request.id)  # not committed: nothing to apply
+                self._watcher.forget(request.id)  # not committed: nothing to apply
         return decisions
 
     async def _commit_many(
@@ -348,7 +351,7 @@ class StopService:
         run_id, thread, user = decision.run_id, decision.thread, decision.ask.user
         request_id = uuid.uuid4().hex
         delivery = decision.ask.delivery
-        watcher = self._worker.watcher
+        watcher = self._watcher
         if live is not None:
             watcher.applied_here(request_id)  # before the commit: a scan may find it first
         try:
@@ -391,13 +394,13 @@ class StopService:
             # Nobody runs it yet: end it in the queue (if a worker took it meanwhile, the
             # committed request reaches it there, as for any live run).
             try:
-                await self._worker.queue.end_queued(record, decision.request, answer=answer)
+                await self._queue.end_queued(record, decision.request, answer=answer)
             except StorageError:
                 log.exception("stop.queued_not_ended", run_id=record.id)
         elif decision.request is not None and record is not None and _owner_gone(record):
             # Its worker is gone: end it here, from the database, and say so in the thread.
             try:
-                await self._worker.reconciler.end_orphan(record)
+                await self._reconciler.end_orphan(record)
             except StorageError:
                 log.exception("stop.orphan_not_ended", run_id=record.id)
         reply = stop_answer(decision, self._settings)
@@ -421,7 +424,7 @@ class StopService:
         )
         detail: dict[str, Any] = {
             "request_id": request.id,
-            "worker": self._worker.id,
+            "worker": self._worker_id,
             "source": decision.ask.source.value,
             "level": verdict.level,
         }
