@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from agent_core.ports import TextSink
     from agent_core.values.chat import ModelRequest, ModelResponse
     from bot.handlers.context import BotContext
-    from bot.runs.supervisor import LiveRun
+    from bot.runs.run_life import LiveRun
 
 __all__ = [
     "ACTION_ABORT",

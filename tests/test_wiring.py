@@ -4,7 +4,7 @@ A callback assigned onto an object after it was built (``supervisor.room_freed =
 self.wake``) leaves the object unfinished until someone remembers to set it, and a
 reader following a call goes dark at a hook whose value is set in another file. So
 collaborators and callbacks are passed to constructors instead, and, where two objects
-need each other, a small protocol is (``bot.runs.supervisor.RunLifecycle``).
+need each other, a small protocol is (``bot.runs.run_life.RunLifecycle``).
 
 The check: no assignment in ``agent_core/`` or ``bot/`` sets an attribute of another
 object (anything but ``self.x`` itself) to one of this object's members or bound methods

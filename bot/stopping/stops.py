@@ -96,7 +96,8 @@ if TYPE_CHECKING:
     from bot.config.settings import Settings
     from bot.inbound.dedupe import Deliveries
     from bot.observe.metrics import Metrics
-    from bot.runs.supervisor import LiveRun, Supervisor
+    from bot.runs.run_life import LiveRun
+    from bot.runs.supervisor import Supervisor
     from bot.slack_api.click_answer import ClickAnswer
     from bot.slack_api.surface import Workspaces
     from bot.stopping.resume_controls import ResumeAsk

@@ -4,7 +4,7 @@ reconciler, the resume schedule, the run queue and the purge (docs/operations.md
 and ends in :meth:`Worker.close`.
 
 The worker builds this process's :class:`~bot.runs.supervisor.Supervisor` and is what the
-supervisor tells as a run starts and ends (:class:`~bot.runs.supervisor.RunLifecycle`): the
+supervisor tells as a run starts and ends (:class:`~bot.runs.run_life.RunLifecycle`): the
 durable side is wired to it when it is built, and its own parts, which need the
 supervisor, are built after it. The parts tell each other through the worker's methods
 (a run queued elsewhere, or requeued, or the loop calm again: the queue looks for work).

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     import aiohttp
 
     from bot.process.app import ThreadpilotApp
-    from bot.runs.supervisor import LiveRun
+    from bot.runs.run_life import LiveRun
     from tests.fakes.slack_api import FakeSlack
     from tests.fakes.slack_messages import Message
     from tests.fakes.slack_workspace import Json
