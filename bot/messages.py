@@ -221,6 +221,28 @@ def earlier_sub_agents(count: int) -> str:
     return f"… and {count:,} earlier"
 
 
+# A live sub-agent's own section on its parent's status message, and its controls.
+SUB_AGENT_CONTROLS_HINT = "Sub-agent controls"
+STEER_LABEL = "Steer…"
+
+
+def sub_agent_live(
+    task: str, activity: str, stop: StopReason | None = None, stopped_by: str | None = None
+) -> str:
+    """A live sub-agent's own section: its task (escaped and cut), its state and turn,
+    and who stopped or aborted it, if anyone did."""
+    if stop is StopReason.ABORT:
+        state = f"aborting (requested by {mention(stopped_by)})" if stopped_by else "aborting"
+        return f":no_entry: *Sub-agent:* {task}\n{state}"
+    if stop is StopReason.STOP:
+        who = f" (requested by {mention(stopped_by)})" if stopped_by else ""
+        return (
+            f":double_vertical_bar: *Sub-agent:* {task}\n"
+            f"stopping: finishing this step, then its report{who} · {activity}"
+        )
+    return f":hourglass_flowing_sand: *Sub-agent:* {task}\n{activity}"
+
+
 # The stop ladder (docs/stopping.md, Escalation): level 1 is Stop (one final turn for
 # a summary); a second Stop, an Abort or FINAL_TURN_TIMEOUT is level 2 (cut off now).
 STATUS_STOPPING = (
@@ -321,6 +343,7 @@ def live_details(elapsed_s: float, spent: Spent | None, requester: str) -> str:
 
 STOP_LABEL = "Stop"
 ABORT_LABEL = "Abort"
+SUB_AGENT_NOT_LIVE = "That sub-agent has ended: its report went to its parent run."
 ABORT_CONFIRM_TITLE = "Abort now?"
 ABORT_CONFIRM_TEXT = "The agent is cancelled immediately and writes no summary."
 ABORT_CONFIRM_YES = "Abort"

@@ -287,6 +287,7 @@ class ThreadpilotApp:
                 tool_timeout_s=settings.TOOL_TIMEOUT,
                 approval_timeout_s=settings.APPROVAL_TIMEOUT,
                 how_to_continue=messages.HOW_TO_CONTINUE,
+                name_person=messages.mention,
                 retry=RetryPolicy(max_retry_after_s=settings.MAX_RETRY_AFTER),
                 budget=settings.run_limits.budget,
                 max_tool_calls_per_step=settings.run_limits.max_tool_calls_per_step,

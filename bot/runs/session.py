@@ -399,6 +399,14 @@ class RunSession:
         def on_child_event(event: RunEvent) -> None:
             nonlocal turn
             match event:
+                case StopRequested(reason=reason, requested_by=who):
+                    # Its own Stop or Abort (or its parent's, passed down): its section
+                    # says so, and its controls change, at once.
+                    s = self._snapshot
+                    changes = {"stop": reason, "stopped_by": who}
+                    self._snapshot = replace(s, children=_updated(s.children, child_id, **changes))
+                    self._push_progress(urgent=True)
+                    return
                 case TurnStarted(turn=n, final=final):
                     turn = n
                     doing = messages.SUB_AGENT_REPORTING if final else ""

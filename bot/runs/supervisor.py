@@ -136,6 +136,21 @@ class LiveRun:
     """The thread's automatic resumes so far, this run's start included (a continuation's)."""
 
 
+def replace_run(live: LiveRun, run: Run) -> LiveRun:
+    """``live``'s sub-agent ``run`` as a live run: its parent's session and standing."""
+    return LiveRun(run, live.session, live.requester, registered=live.registered, lost=live.lost)
+
+
+def _descendants(run: Run) -> Iterator[Run]:
+    for child in run.children:
+        yield child
+        yield from _descendants(child)
+
+
+def _descendant(run: Run, run_id: str) -> Run | None:
+    return next((c for c in _descendants(run) if c.id == run_id), None)
+
+
 class Supervisor:
     def __init__(
         self,
@@ -180,6 +195,27 @@ class Supervisor:
 
     def get(self, run_id: str) -> LiveRun | None:
         return self._live.get(run_id)
+
+    def reachable(self, run_id: str) -> LiveRun | None:
+        """The run a person's control names, if this worker runs it: a top-level run, or
+        a sub-agent of one (at any depth). A sub-agent comes as a :class:`LiveRun` of its
+        own (its run) on its top-level run's session, requester and ownership: its
+        controls live on that run's status message, and it stands or falls with it."""
+        live = self._live.get(run_id)
+        if live is not None:
+            return live
+        for top in self._live.values():
+            child = _descendant(top.run, run_id)
+            if child is not None:
+                return replace_run(top, child)
+        return None
+
+    def live_children(self, run_id: str) -> list[Run]:
+        """The sub-agents of this worker's run ``run_id`` (at any depth) still working."""
+        live = self._live.get(run_id)
+        if live is None:
+            return []
+        return [c for c in _descendants(live.run) if c.result is None]
 
     def live_in_thread(self, thread: ThreadKey) -> LiveRun | None:
         run_id = self._by_thread.get(thread)

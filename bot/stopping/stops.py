@@ -283,7 +283,7 @@ class StopService:
     def _live(self, ask: StopAsk) -> LiveRun | None:
         """This worker's run for the ask; None if another worker owns it (or nobody)."""
         if ask.run_id is not None:
-            live = self._supervisor.get(ask.run_id)
+            live = self._supervisor.reachable(ask.run_id)  # a sub-agent's own, too
         else:
             assert ask.thread is not None
             live = self._supervisor.live_in_thread(ask.thread)
@@ -394,7 +394,12 @@ class StopService:
                 await self._worker.queue.end_queued(record, decision.request, answer=answer)
             except StorageError:
                 log.exception("stop.queued_not_ended", run_id=record.id)
-        elif decision.request is not None and record is not None and _owner_gone(record):
+        elif (
+            decision.request is not None
+            and record is not None
+            and record.parent_id is None  # a sub-agent holds no lease: its parent's tells
+            and _owner_gone(record)
+        ):
             # Its worker is gone: end it here, from the database, and say so in the thread.
             try:
                 await self._worker.reconciler.end_orphan(record)
@@ -425,6 +430,8 @@ class StopService:
             "source": decision.ask.source.value,
             "level": verdict.level,
         }
+        if decision.parent_id is not None:
+            detail["sub_agent_of"] = decision.parent_id  # the event names the sub-agent
         return AuditEvent(
             run_id=request.run_id,
             kind=kind,
@@ -542,6 +549,7 @@ def _live_view(ask: StopAsk, live: LiveRun) -> tuple[RunView, StopDecision]:
         requester=live.requester,
         result=run.result,
         local=True,
+        parent_id=run.parent.id if run.parent is not None else None,
     )
     return view, base
 
@@ -569,6 +577,7 @@ def _stored_view(
         requester=record.requester,
         result=RunResult.from_dict(record.result) if record.result else None,
         record=record,
+        parent_id=record.parent_id,
     )
     return view, base
 
@@ -608,6 +617,8 @@ def stop_answer(decision: StopDecision, settings: Settings) -> str | None:
             return messages.CLICK_NOT_FROM_RUN
         case Verdict.UNTRUSTED:
             return decision.failure
+        case Verdict.FINISHED if decision.parent_id is not None:
+            return messages.SUB_AGENT_NOT_LIVE
         case Verdict.FINISHED:
             return messages.run_already_finished(decision.result)
         case Verdict.NOT_FOUND:
