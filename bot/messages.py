@@ -222,8 +222,30 @@ def earlier_sub_agents(count: int) -> str:
 
 
 # A live sub-agent's own section on its parent's status message, and its controls.
-SUB_AGENT_CONTROLS_HINT = "Sub-agent controls"
 STEER_LABEL = "Steer…"
+STEER_TITLE = "Steer a sub-agent"
+STEER_SUBMIT = "Send"
+STEER_CLOSE = "Cancel"
+STEER_LABEL_TEXT = "Guidance for this sub-agent"
+
+
+def steer_intro(task: str) -> str:
+    """The modal's opening line; ``task`` is the sub-agent's task, as the model wrote it."""
+    return (
+        f"Sub-agent «{escape(_clip_words(task, 300))}»\n"
+        "What you write goes to this sub-agent alone, with its next model request. "
+        "Its parent run and the other sub-agents do not see it."
+    )
+
+
+def steered_sub_agent(user: str, task: str, text: str) -> str:
+    """The guidance for one sub-agent, as posted in the thread (its marks go on it)."""
+    return f"{mention(user)} → sub-agent «{escape(_clip_words(task, 120))}»: {escape(text)}"
+
+
+def _clip_words(text: str, most: int) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= most else flat[: most - 1].rstrip() + "…"
 
 
 def sub_agent_live(

@@ -315,4 +315,7 @@ def child_report(
     ]
     if h.question:
         lines.append(f"Its question: {h.question}")
+    if result.undelivered_guidance:
+        lines.append("Guidance it ended before seeing:")
+        lines += [f"- from {name(g.author)}: {g.text}" for g in result.undelivered_guidance]
     return "\n".join(lines)

@@ -67,7 +67,16 @@ from bot.approvals.desk import ApprovalDesk
 from bot.dashboard.listing import Dashboard
 from bot.dashboard.refresh import HomeRefresher
 from bot.errors import SlackUnreachable
-from bot.handlers import actions, approvals, command, events, feedback, home, mentions
+from bot.handlers import (
+    actions,
+    approvals,
+    command,
+    events,
+    feedback,
+    home,
+    mentions,
+    sub_agent_steer,
+)
 from bot.handlers.context import BotContext
 from bot.inbound.dedupe import Deliveries, EventDeduper
 from bot.observe.metrics import CONTENT_TYPE, Metrics
@@ -361,6 +370,7 @@ class ThreadpilotApp:
         feedback.register(bolt, ctx)
         approvals.register(bolt, ctx, self._home)
         actions.register(bolt, ctx)
+        sub_agent_steer.register(bolt, ctx)
         events.register(bolt, ctx)
         return bolt
 

@@ -361,6 +361,7 @@ class RunSession:
                 self._stream.task(child_id, TaskStatus.IN_PROGRESS, title=task)
                 return replace(s, children=(*s.children, ChildTask(child_id, task)))
             case ChildFinished(child_id=child_id, result=result):
+                self._guidance.never_seen(result.undelivered_guidance)
                 finished = result.outcome is Outcome.FINISHED
                 status = TaskStatus.COMPLETE if finished else TaskStatus.ERROR
                 self._stream.task(child_id, status, details=messages.result_label(result))
@@ -406,6 +407,9 @@ class RunSession:
                     changes = {"stop": reason, "stopped_by": who}
                     self._snapshot = replace(s, children=_updated(s.children, child_id, **changes))
                     self._push_progress(urgent=True)
+                    return
+                case GuidanceDelivered(turn=n, guidance=guidance):
+                    self._guidance.delivered(guidance, n)  # guidance for it alone (Steer…)
                     return
                 case TurnStarted(turn=n, final=final):
                     turn = n

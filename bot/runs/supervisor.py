@@ -233,7 +233,7 @@ class Supervisor:
         """Hand a committed reply to its run, if this worker runs it (and still owns it):
         the run gives it to the model at its next turn boundary, and the reply is marked
         as taken. False if the run is not here, has it already, or has ended."""
-        live = self._live.get(record.run_id)
+        live = self.reachable(record.run_id)  # a sub-agent's own guidance, too
         if live is None or live.lost or not live.run.add_guidance(to_guidance(record)):
             return False
         live.session.guidance_received(record)

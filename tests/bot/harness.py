@@ -181,6 +181,13 @@ class Bot:
         response = await self.post(slack_requests.interaction_request(payload, SECRET))
         return response.status
 
+    async def submit(
+        self, view: Json, values: dict[str, dict[str, str]], *, user: str = DEFAULT_USER
+    ) -> aiohttp.ClientResponse:
+        """Submit a modal the app opened, with ``values`` typed into its inputs."""
+        payload = slack_requests.view_submission(view, values, user=user)
+        return await self.post(slack_requests.interaction_request(payload, SECRET))
+
     async def click_version(
         self, version: Message, action_id: str, *, user: str = DEFAULT_USER, **options: Any
     ) -> int:

@@ -9,15 +9,17 @@ sub-agent's requests are told apart by their task.
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING
 
 from llmock.scenarios import Reply, StreamFault, ToolCall
 
 from agent_core import AuditEvent, ExitCode, RunState, StopReason
 from bot import messages
+from bot.handlers.sub_agent_steer import CALLBACK_STEER, STEER_INPUT
 from bot.views.status import ACTION_SUB_AGENT, SUB_AGENT_BLOCK_PREFIX
 from tests.agent_core.helpers import offered_tools
-from tests.bot.harness import block_text, run_id_of
+from tests.bot.harness import WAIT_S, block_text, run_id_of
 from tests.fakes.slack_workspace import DEFAULT_USER
 from tests.system.workers import until
 
@@ -172,3 +174,78 @@ async def test_who_may_not_stop_the_run_may_not_stop_its_sub_agent_and_a_stale_m
     (stale,) = await bot.ephemerals(DEFAULT_USER)
     assert stale == messages.SUB_AGENT_NOT_LIVE
     assert bot.slack.message(final.channel, final.ts).history == final.history
+
+
+async def steer(bot: Bot, status: Message, child_id: str, text: str, *, user: str) -> None:
+    """Steer… in the sub-agent's menu, then its modal submitted with ``text``."""
+    opened = len(bot.slack.state.modals())
+    assert await bot.choose(status, ACTION_SUB_AGENT, f"steer:{child_id}", user=user) == 200
+    modals = await bot.slack.wait_until(lambda s: len(s.state.modals()) > opened, timeout=WAIT_S)
+    assert modals
+    view = bot.slack.state.modals()[-1]
+    assert view["callback_id"] == CALLBACK_STEER
+    response = await bot.submit(view, {STEER_INPUT: {STEER_INPUT: text}}, user=user)
+    assert response.status == 200
+
+
+def posted(bot: Bot, status: Message, words: str) -> Message | None:
+    assert status.thread_ts is not None
+    found = [m for m in bot.slack.thread(status.channel, status.thread_ts) if words in m.text]
+    return found[0] if found else None
+
+
+async def test_steer_one_sub_agent_and_only_its_next_request_carries_it(
+    bot: Bot, llm: LLMock, llmock_server: LLMockServer
+) -> None:
+    journal = llmock_server.state.journal
+    script_three_children(llm, answers=3)
+    _, status = await bot.mention("audit the project")
+    run_id = run_id_of(status)
+    children = await three_stalled(bot, status, journal)
+    guided = children[TASKS[2]]
+
+    await steer(bot, status, guided, "Only look at the main branch.", user=DEFAULT_USER)
+    note = posted(bot, status, "Only look at the main branch.")
+    assert note is not None
+    said = "sub-agent «Check the CI»: Only look at the main branch."
+    assert note.text == f"<@{DEFAULT_USER}> → {said}"
+    assert bot.app.ctx is not None
+    stored = await bot.app.ctx.store.pending_guidance([guided])
+    assert [g.text for g in stored] == ["Only look at the main branch."]  # before the ack
+    await bot.final(status)
+    delivered = await bot.slack.wait_until(
+        lambda s: (m := posted(bot, status, "main branch")) and "white_check_mark" in m.reactions,
+        timeout=WAIT_S,
+    )
+    assert delivered
+
+    records = requests_of(journal.records())
+    _, guided_next = records[TASKS[2]]
+    users = [str(m["content"]) for m in guided_next.body["messages"] if m["role"] == "user"]
+    assert any("Only look at the main branch." in text for text in users)
+    others = [r for task, rs in records.items() if task != TASKS[2] for r in rs]
+    assert len(others) == 2 + 2 + 2  # the parent's two turns, the two siblings' two each
+    for record in others:
+        assert "main branch" not in json.dumps(record.body["messages"])
+    events = await bot.app.ctx.store.events_for(guided)
+    queued = [e for e in events if e.kind == "guidance.queued"]
+    assert [(e.actor, e.detail["sub_agent_of"]) for e in queued] == [(DEFAULT_USER, run_id)]
+
+
+async def test_steer_by_someone_the_policy_does_not_allow_is_refused(
+    bot: Bot, llm: LLMock, llmock_server: LLMockServer
+) -> None:
+    journal = llmock_server.state.journal
+    script_three_children(llm, answers=3)
+    _, status = await bot.mention("audit the project")
+    children = await three_stalled(bot, status, journal)
+
+    choice = f"steer:{children[TASKS[0]]}"
+    assert await bot.choose(status, ACTION_SUB_AGENT, choice, user=OTHER) == 200
+    (refusal,) = await bot.ephemerals(OTHER)
+    assert refusal == messages.guidance_not_allowed("requester", DEFAULT_USER)
+    assert bot.slack.state.modals() == []
+    await bot.final(status)
+    assert bot.app.ctx is not None
+    for child_id in children.values():
+        assert await bot.app.ctx.store.pending_guidance([child_id]) == []

@@ -427,6 +427,45 @@ def choose_option(
     raise LookupError(f"no option {value!r} of {action_id!r} on message {message.ts}")
 
 
+def view_submission(
+    view: Json,
+    values: dict[str, dict[str, str]],
+    *,
+    user: str = DEFAULT_USER,
+    username: str = DEFAULT_USERNAME,
+    workspace: Workspace = DEFAULT_WORKSPACE,
+) -> Json:
+    """A `view_submission` payload for a modal the app opened (`slack.state.modals()`):
+    `values` maps each input block's id to its action id's typed text, as Slack nests it
+    under `view.state.values`."""
+    state = {
+        block_id: {
+            action_id: {"type": "plain_text_input", "value": text}
+            for action_id, text in inputs.items()
+        }
+        for block_id, inputs in values.items()
+    }
+    submitted = {
+        **copy.deepcopy(view),
+        "team_id": workspace.team_id,
+        "state": {"values": state},
+        "app_id": workspace.app_id,
+        "bot_id": workspace.bot_id,
+    }
+    return {
+        "type": "view_submission",
+        "team": {"id": workspace.team_id, "domain": workspace.team_domain},
+        "user": {"id": user, "username": username, "name": username, "team_id": workspace.team_id},
+        "api_app_id": workspace.app_id,
+        "token": workspace.verification_token,
+        "trigger_id": f"{int(time.time())}.{uuid.uuid4().int % 10**12}.{uuid.uuid4().hex}",
+        "view": submitted,
+        "response_urls": [],
+        "is_enterprise_install": False,
+        "enterprise": None,
+    }
+
+
 def home_click(
     view: Json,
     action_id: str,
