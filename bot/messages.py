@@ -229,6 +229,13 @@ STEER_CLOSE = "Cancel"
 STEER_LABEL_TEXT = "Guidance for this sub-agent"
 
 
+def home_sub_agent(task: str, status: str, depth: int) -> str:
+    """A live sub-agent on App Home, under its parent (``depth`` 1) or under another
+    sub-agent (2); ``task`` is escaped and cut already."""
+    indent = "\u2003" * (depth - 1)
+    return f"{indent}↳ *Sub-agent:* {task}\n{indent}{status}"
+
+
 def steer_intro(task: str) -> str:
     """The modal's opening line; ``task`` is the sub-agent's task, as the model wrote it."""
     return (

@@ -1,7 +1,8 @@
 """Steer… on a live sub-agent: a modal whose text is guidance for that sub-agent alone
 (docs/stopping.md, Sub-agents people can reach).
 
-1. Steer… in a sub-agent's menu (:mod:`bot.handlers.actions`) is acknowledged at once;
+1. Steer… in a sub-agent's menu (:mod:`bot.handlers.actions`), or on App Home under its
+   parent, is acknowledged at once;
    then, if the person may steer the run (the trust gate, then ``STOP_POLICY``, as for a
    reply in the thread) and the sub-agent still works, its modal opens with the click's
    ``trigger_id`` (``views.open``). Otherwise they are told why, as an ephemeral reply.
@@ -35,6 +36,7 @@ from bot.errors import BudgetNotRunning, SlackError
 from bot.steering.guidance import guidance_id
 from bot.stopping.stops import ACK_BUDGET_S
 from bot.views.blocks import plain
+from bot.views.home import ACTION_HOME_STEER
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -99,16 +101,27 @@ def register(app: AsyncApp, ctx: BotContext) -> None:
 
     app.view(CALLBACK_STEER, middleware=[middleware])(listener)
 
+    async def on_home_steer(ack: AsyncAck, body: dict[str, Any]) -> None:
+        await ack()
+        await open_steer(ctx, body)
+
+    app.action(ACTION_HOME_STEER)(on_home_steer)
+
 
 # -- the menu's Steer… (after its ack) -------------------------------------------------
 
 
 async def open_steer(ctx: BotContext, body: dict[str, Any]) -> None:
-    """Open the modal for the sub-agent the menu names, if the presser may steer it."""
+    """Open the modal for the sub-agent the click names (a status message's menu option
+    ``steer:<run id>``, or App Home's button, whose value is the run id), if the presser
+    may steer it."""
     person = person_of(body)
     pressed = _first(body.get("actions"))
-    value = _field(_field(pressed, "selected_option"), "value")
-    run_id = str(value or "").partition(":")[2]
+    option = _field(_field(pressed, "selected_option"), "value")
+    if option is not None:
+        run_id = str(option).partition(":")[2]
+    else:
+        run_id = str(_field(pressed, "value") or "")
     trigger = body.get("trigger_id")
     channel = _field(body.get("container"), "channel_id")
     if person is None or not run_id or not isinstance(trigger, str):

@@ -369,8 +369,8 @@ class ThreadpilotApp:
         command.register(bolt, self._dashboard)
         feedback.register(bolt, ctx)
         approvals.register(bolt, ctx, self._home)
+        sub_agent_steer.register(bolt, ctx)  # before actions': it takes every other id
         actions.register(bolt, ctx)
-        sub_agent_steer.register(bolt, ctx)
         events.register(bolt, ctx)
         return bolt
 

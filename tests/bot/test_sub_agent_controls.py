@@ -17,9 +17,11 @@ from llmock.scenarios import Reply, StreamFault, ToolCall
 from agent_core import AuditEvent, ExitCode, RunState, StopReason
 from bot import messages
 from bot.handlers.sub_agent_steer import CALLBACK_STEER, STEER_INPUT
+from bot.views.home import ACTION_HOME_ABORT, ACTION_HOME_STEER, ACTION_HOME_STOP
 from bot.views.status import ACTION_SUB_AGENT, SUB_AGENT_BLOCK_PREFIX
 from tests.agent_core.helpers import offered_tools
-from tests.bot.harness import WAIT_S, block_text, run_id_of
+from tests.bot.harness import SECRET, WAIT_S, block_text, run_id_of
+from tests.fakes import slack_requests
 from tests.fakes.slack_workspace import DEFAULT_USER
 from tests.system.workers import until
 
@@ -29,7 +31,9 @@ if TYPE_CHECKING:
     from llmock.testing import LLMockServer
 
     from tests.bot.harness import Bot
+    from tests.fakes.slack_api import FakeSlack
     from tests.fakes.slack_messages import Message
+    from tests.fakes.slack_workspace import Json
 
 LONG_TEXT = " ".join(f"token{i}" for i in range(40))
 TASKS = ("Count the open issues", "Read the release notes", "Check the CI")
@@ -249,3 +253,47 @@ async def test_steer_by_someone_the_policy_does_not_allow_is_refused(
     assert bot.app.ctx is not None
     for child_id in children.values():
         assert await bot.app.ctx.store.pending_guidance([child_id]) == []
+
+
+async def test_home_lists_the_live_sub_agents_under_their_parent_with_their_controls(
+    bot: Bot, llm: LLMock, llmock_server: LLMockServer
+) -> None:
+    journal = llmock_server.state.journal
+    script_three_children(llm, answers=3)
+    _, status = await bot.mention("audit the project")
+    run_id = run_id_of(status)
+    children = await three_stalled(bot, status, journal)
+    assert await bot.event(slack_requests.app_home_opened(user=DEFAULT_USER)) == 200
+
+    def listed(slack: FakeSlack) -> Json | None:
+        view = slack.state.home_view(DEFAULT_USER)
+        return view if view is not None and "Sub-agent:" in json.dumps(view) else None
+
+    view = await bot.slack.wait_until(listed, timeout=WAIT_S)
+    assert view is not None
+    texts = [str(b.get("text", {}).get("text", "")) for b in view["blocks"]]
+    parent_at = next(i for i, t in enumerate(texts) if "audit the project" in t)
+    under = [t for t in texts[parent_at + 1 :] if "Sub-agent:" in t]
+    assert [next(task for task in TASKS if task in t) for t in under] == list(TASKS)
+    buttons = [
+        (e["action_id"], e["value"])
+        for b in view["blocks"]
+        for e in b.get("elements", [])
+        if isinstance(e, dict) and e.get("type") == "button"
+    ]
+    for child_id in children.values():
+        for action in (ACTION_HOME_STOP, ACTION_HOME_ABORT, ACTION_HOME_STEER):
+            assert (action, child_id) in buttons
+    assert (ACTION_HOME_STOP, run_id) in buttons  # the parent's own, as before
+
+    # Stop one sub-agent from Home: it alone reports early; the parent goes on.
+    stopped = children[TASKS[0]]
+    payload = slack_requests.home_click(view, ACTION_HOME_STOP, value=stopped)
+    response = await bot.post(slack_requests.interaction_request(payload, SECRET))
+    assert response.status == 200
+    final = await bot.final(status)
+    text = block_text(final)
+    assert f"Count the open issues · User interlude: stopped by <@{DEFAULT_USER}>" in text
+    assert "Read the release notes · Finished" in text
+    assert "Check the CI · Finished" in text
+    assert "Outcome*\nFinished" in text
