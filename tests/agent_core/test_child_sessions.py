@@ -15,6 +15,7 @@ from llmock.scenarios import Reply, StreamFault, ToolCall
 
 from agent_core.run.config import AgentConfig
 from agent_core.run.delegation import child_report, stopped_here
+from agent_core.terminal.cli import sub_agents_of
 from agent_core.tools.builtin import current_time
 from agent_core.values.events import ChildStarted, RunEvent, TextDelta
 from agent_core.values.guidance import Guidance
@@ -112,6 +113,16 @@ async def test_one_child_stopped_one_aborted_one_guided_and_the_parent_goes_on(
     assert parent.control.request is None
     codes = [c.exit_code for c in result.children]
     assert codes == [ExitCode.USER_STOP, ExitCode.USER_ABORT, ExitCode.FINAL_ANSWER]
+    # The terminal runner's --json lists each one, with who stopped it.
+    listed = [
+        (a["task"], a["outcome"], a["stopped_by"], a["stopped_on_its_own"])
+        for a in sub_agents_of(parent)
+    ]
+    assert listed == [
+        (TASKS[0], "userinterlude", "U1", True),
+        (TASKS[1], "userinterlude", "U2", True),
+        (TASKS[2], "finished", None, False),
+    ]
     # The parent's budget counts what its children spent.
     spent = parent.budget.spent()
     assert spent.total_tokens >= sum(c.usage.total_tokens for c in result.children)
