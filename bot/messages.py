@@ -236,6 +236,14 @@ def home_sub_agent(task: str, status: str, depth: int) -> str:
     return f"{indent}↳ *Sub-agent:* {task}\n{indent}{status}"
 
 
+def sub_agent_stop_card(stop: StopReason, stopped_by: str | None) -> str:
+    """A sub-agent's task card in the streamed answer once a Stop or Abort reached it."""
+    who = f" (requested by {mention(stopped_by)})" if stopped_by else ""
+    if stop is StopReason.STOP:
+        return f"stopping: finishing this step, then its report{who}"
+    return f"aborting{who}"
+
+
 def steer_intro(task: str) -> str:
     """The modal's opening line; ``task`` is the sub-agent's task, as the model wrote it."""
     return (

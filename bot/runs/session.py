@@ -406,6 +406,8 @@ class RunSession:
                     s = self._snapshot
                     changes = {"stop": reason, "stopped_by": who}
                     self._snapshot = replace(s, children=_updated(s.children, child_id, **changes))
+                    details = messages.sub_agent_stop_card(reason, who)
+                    self._stream.task(child_id, TaskStatus.IN_PROGRESS, details=details)
                     self._push_progress(urgent=True)
                     return
                 case GuidanceDelivered(turn=n, guidance=guidance):

@@ -573,6 +573,8 @@ class Supervisor:
         run = live.run
         await live.session.discard()
         await _quietly(self._lifecycle.run_ended(run.id), "run_ended")
+        for child in _descendants(run):  # a sub-agent's own late requests are moot too
+            await _quietly(self._lifecycle.run_ended(child.id), "run_ended")
         self._live.pop(run.id, None)
         self._release_thread(run)
         self._lifecycle.run_left()
