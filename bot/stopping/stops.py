@@ -32,6 +32,12 @@ above, from what the listing read, and every request is committed in one transac
 with its audit event and one delivery key (:meth:`StopService.request_many`), so hundreds
 of runs cost one commit before the ack, not hundreds through the click connections.
 
+A sub-agent asked by its own run id (its menu on its parent's status message, App Home) is
+decided like any run, as this worker's memory has it (:meth:`Supervisor.reachable
+<bot.runs.supervisor.Supervisor.reachable>`: its parent's status message, requester and
+ownership) or as the database does; it holds no lease, so a request for it never ends it
+as an orphan here (its parent's worker, or the reconciler, answers for it).
+
 A run still waiting in the queue (:mod:`bot.runs.run_queue`) is decided like any other; after
 the ack it is ended where it waits, never having reached the model.
 

@@ -22,6 +22,11 @@ approval is stored under the sub-agent's run id, which no top-level list names: 
 scan hands over every call waiting here, and a wake-up for a run id this worker does not
 hold at top level goes to the approval desk, which knows the sub-agents' waiting calls.
 
+A person may also stop or steer one sub-agent on its own (its menu on the status message,
+App Home): that request or guidance is stored under the sub-agent's run id, which scans
+and wake-ups include for the sub-agents still working here
+(:meth:`bot.runs.supervisor.Supervisor.reachable`).
+
 Guidance (replies to a live run, docs/stopping.md) travels the same way: committed to
 the ``guidance`` table by whichever worker got the reply, found here by the same scans
 (a commit on PostgreSQL sends the same wake-up) and handed to the run, which takes each

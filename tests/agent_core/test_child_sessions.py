@@ -152,3 +152,22 @@ async def test_a_childs_own_abort_after_its_own_stop_reads_as_aborted(
     result = await child.run()
     report = child_report(result, stopped=request, name=lambda u: f"<@{u}>")
     assert report.splitlines()[0].startswith("Sub-agent aborted by <@U2>")
+
+
+async def test_guidance_a_child_ended_before_seeing_is_listed_in_its_report(
+    make_agent: AgentFactory,
+) -> None:
+    parent = make_agent().new_run("parent")
+    child = parent.child("child")
+    child.add_guidance(Guidance("g1", "U3", "Only look at the main branch."))
+    child.request_stop(StopReason.STOP, "U1", source=StopSource.BUTTON)
+    result = await child.run()
+
+    assert [g.text for g in result.undelivered_guidance] == ["Only look at the main branch."]
+    report = child_report(result, stopped=stopped_here(child.control), name=lambda u: f"<@{u}>")
+    lines = report.splitlines()
+    assert lines[0].startswith("Stopped by <@U1>")
+    assert lines[-2:] == [
+        "Guidance it ended before seeing:",
+        "- from <@U3>: Only look at the main branch.",
+    ]

@@ -177,6 +177,10 @@ async def test_who_may_not_stop_the_run_may_not_stop_its_sub_agent_and_a_stale_m
     assert await bot.choose_on(running, ACTION_SUB_AGENT, f"stop:{children[TASKS[1]]}") == 200
     (stale,) = await bot.ephemerals(DEFAULT_USER)
     assert stale == messages.SUB_AGENT_NOT_LIVE
+    assert await bot.choose_on(running, ACTION_SUB_AGENT, f"steer:{children[TASKS[2]]}") == 200
+    replies = await bot.ephemerals(DEFAULT_USER, count=2)
+    assert replies[1] == messages.SUB_AGENT_NOT_LIVE
+    assert bot.slack.state.modals() == []  # no modal for a sub-agent that ended
     assert bot.slack.message(final.channel, final.ts).history == final.history
 
 
