@@ -1,10 +1,10 @@
 """One sub-agent stopped, one aborted and one steered from a worker that does not run
-them (docs/stopping.md, Sub-agents people can reach), on PostgreSQL.
+them (docs/stopping.md, Sub-agents people can reach), on SQLite and PostgreSQL.
 
 Worker ``a`` runs a parent with three sub-agents, each stalled in its first step; every
 control is taken through worker ``b``, which commits it under the sub-agent's own run id
-before the ack; ``a`` learns of each through its wake-up (NOTIFY) and applies it to that
-sub-agent alone.
+before the ack; ``a`` learns of each through its wake-up (NOTIFY on PostgreSQL, its poll
+on SQLite) and applies it to that sub-agent alone.
 """
 
 from __future__ import annotations
@@ -38,35 +38,35 @@ if TYPE_CHECKING:
     from tests.fakes.slack_api import FakeSlack
     from tests.system.workers import Cluster
 
-pytestmark = [pytest.mark.slow, pytest.mark.postgres]
+pytestmark = pytest.mark.slow
 
 GUIDANCE = "Only look at the main branch."
 
 
 async def test_sub_agent_controls_from_a_worker_that_does_not_run_them(
-    pg_cluster: Cluster, pg_store: Store, journal: Journal, llm: LLMock, slack: FakeSlack
+    cluster: Cluster, store: Store, journal: Journal, llm: LLMock, slack: FakeSlack
 ) -> None:
-    a, b = await pg_cluster.start("a", "b")
+    a, b = await cluster.start("a", "b")
     script_three_children(llm, answers=2)
-    _, status = await pg_cluster.mention(a, "audit the project")
+    _, status = await cluster.mention(a, "audit the project")
     run_id = run_id_of(status)
-    shown = await pg_cluster.until_message(status, lambda m: len(sub_agents(m)) == len(TASKS))
+    shown = await cluster.until_message(status, lambda m: len(sub_agents(m)) == len(TASKS))
     await until(lambda: journal.in_flight == len(TASKS), what="three sub-agents streaming")
     children = sub_agents(shown)
     stopped, aborted, steered = (children[t] for t in TASKS)
 
     for verb, child in (("stop", stopped), ("abort", aborted)):
-        message = pg_cluster.current(status)
+        message = cluster.current(status)
         payload = slack_requests.choose_option(message, ACTION_SUB_AGENT, f"{verb}:{child}")
         assert await b.click_payload(payload) == 200
-    message = pg_cluster.current(status)
+    message = cluster.current(status)
     payload = slack_requests.choose_option(message, ACTION_SUB_AGENT, f"steer:{steered}")
     assert await b.click_payload(payload) == 200
     (modal,) = await slack.wait_until(lambda s: s.state.modals(), timeout=10)
     assert modal["callback_id"] == CALLBACK_STEER
     submission = slack_requests.view_submission(modal, {STEER_INPUT: {STEER_INPUT: GUIDANCE}})
     assert await b.click_payload(submission) == 200
-    final = await pg_cluster.final(status)
+    final = await cluster.final(status)
 
     records = requests_of(journal.records())
     (cut,) = records[TASKS[1]]
@@ -88,7 +88,7 @@ async def test_sub_agent_controls_from_a_worker_that_does_not_run_them(
         assert b.logged("click.handled", run_id=child, local=False, verdict=verdict)
         assert a.logged("stop.delivered", run_id=child, kind=verdict)
     for child, reason in ((stopped, StopReason.STOP), (aborted, StopReason.ABORT)):
-        record = await pg_store.get_run(child)
+        record = await store.get_run(child)
         assert record is not None
         assert (record.parent_id, record.state, record.stop_reason) == (
             run_id,
