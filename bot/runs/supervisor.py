@@ -136,7 +136,7 @@ class LiveRun:
     """The thread's automatic resumes so far, this run's start included (a continuation's)."""
 
 
-def replace_run(live: LiveRun, run: Run) -> LiveRun:
+def _as_live_sub_agent(live: LiveRun, run: Run) -> LiveRun:
     """``live``'s sub-agent ``run`` as a live run: its parent's session and standing."""
     return LiveRun(run, live.session, live.requester, registered=live.registered, lost=live.lost)
 
@@ -207,7 +207,7 @@ class Supervisor:
         for top in self._live.values():
             child = _descendant(top.run, run_id)
             if child is not None:
-                return replace_run(top, child)
+                return _as_live_sub_agent(top, child)
         return None
 
     def live_children(self, run_id: str) -> list[Run]:
