@@ -8,7 +8,7 @@ what those budgets are measured against, and what the tests' fake Slack enforces
 
 Sources: Slack's Block Kit reference (blocks, block elements, composition objects) and
 ``chat.postMessage`` / ``views.publish``; the same numbers are in slack_sdk's Block Kit
-models (``slack_sdk.models.blocks``), which ``tests/bot/test_block_limits.py`` checks
+models (``slack_sdk.models.blocks``), which ``tests/bot/views/test_block_limits.py`` checks
 them against. Lengths are counted in UTF-16 code units (:func:`bot.views.blocks.units`),
 the larger of the ways Slack may count them.
 """
