@@ -502,6 +502,11 @@ class DashboardQueries(Protocol):
         latest ``updated_at`` first (ties by id, descending), at most ``limit``."""
         ...
 
+    async def live_children(self, parent_ids: Collection[str]) -> list[RunRecord]:
+        """The live sub-agents whose parent is among ``parent_ids`` (one level down),
+        oldest ``created_at`` first (ties by id): listed under their parents."""
+        ...
+
     async def runs_changed_since(self, since: datetime, *, limit: int = 1000) -> list[RunRecord]:
         """Runs whose ``updated_at`` is at or after ``since`` (any team, children too),
         oldest ``updated_at`` first (ties by id), at most ``limit``.

@@ -29,6 +29,7 @@ BENCHMARKS = (
     "abort_peer",
     "model_paths",
     "stop_final_turn",
+    "child_stop_final_turn",
     "budget_final_turn",
     "fan_out",
     "abort_click_close",

@@ -93,6 +93,12 @@ TARGETS: dict[str, Target] = {
         "p99 < 10 ms",
         ("stop_final_turn",),
     ),
+    "child_stop_final_turn": Target(
+        "Stop on a sub-agent → that child's forced final-turn request sent (after its step "
+        "ends); the parent's next request carries the child's handoff",
+        "p99 < 10 ms",
+        ("child_stop_final_turn",),
+    ),
     "budget_final_turn": Target(
         "budget spent → forced final turn request sent (after the step ends)",
         "p99 < 10 ms",

@@ -221,6 +221,65 @@ def earlier_sub_agents(count: int) -> str:
     return f"… and {count:,} earlier"
 
 
+# A live sub-agent's own section on its parent's status message, and its controls.
+STEER_LABEL = "Steer…"
+STEER_TITLE = "Steer a sub-agent"
+STEER_SUBMIT = "Send"
+STEER_CLOSE = "Cancel"
+STEER_LABEL_TEXT = "Guidance for this sub-agent"
+
+
+def home_sub_agent(task: str, status: str, depth: int) -> str:
+    """A live sub-agent on App Home, under its parent (``depth`` 1) or under another
+    sub-agent (2); ``task`` is escaped and cut already."""
+    indent = "\u2003" * (depth - 1)
+    return f"{indent}↳ *Sub-agent:* {task}\n{indent}{status}"
+
+
+def sub_agent_stop_card(stop: StopReason, stopped_by: str | None) -> str:
+    """A sub-agent's task card in the streamed answer once a Stop or Abort reached it."""
+    who = f" (requested by {mention(stopped_by)})" if stopped_by else ""
+    if stop is StopReason.STOP:
+        return f"stopping: finishing this step, then its report{who}"
+    return f"aborting{who}"
+
+
+def steer_intro(task: str) -> str:
+    """The modal's opening line; ``task`` is the sub-agent's task, as the model wrote it."""
+    return (
+        f"Sub-agent «{escape(_clip_words(task, 300))}»\n"
+        "What you write goes to this sub-agent alone, with its next model request. "
+        "Its parent run and the other sub-agents do not see it."
+    )
+
+
+def steered_sub_agent(user: str, task: str, text: str) -> str:
+    """The guidance for one sub-agent, as posted in the thread (its marks go on it)."""
+    return f"{mention(user)} → sub-agent «{escape(_clip_words(task, 120))}»: {escape(text)}"
+
+
+def _clip_words(text: str, most: int) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= most else flat[: most - 1].rstrip() + "…"
+
+
+def sub_agent_live(
+    task: str, activity: str, stop: StopReason | None = None, stopped_by: str | None = None
+) -> str:
+    """A live sub-agent's own section: its task (escaped and cut), its state and turn,
+    and who stopped or aborted it, if anyone did."""
+    if stop is StopReason.ABORT:
+        state = f"aborting (requested by {mention(stopped_by)})" if stopped_by else "aborting"
+        return f":no_entry: *Sub-agent:* {task}\n{state}"
+    if stop is StopReason.STOP:
+        who = f" (requested by {mention(stopped_by)})" if stopped_by else ""
+        return (
+            f":double_vertical_bar: *Sub-agent:* {task}\n"
+            f"stopping: finishing this step, then its report{who} · {activity}"
+        )
+    return f":hourglass_flowing_sand: *Sub-agent:* {task}\n{activity}"
+
+
 # The stop ladder (docs/stopping.md, Escalation): level 1 is Stop (one final turn for
 # a summary); a second Stop, an Abort or FINAL_TURN_TIMEOUT is level 2 (cut off now).
 STATUS_STOPPING = (
@@ -321,6 +380,7 @@ def live_details(elapsed_s: float, spent: Spent | None, requester: str) -> str:
 
 STOP_LABEL = "Stop"
 ABORT_LABEL = "Abort"
+SUB_AGENT_NOT_LIVE = "That sub-agent has ended: its report went to its parent run."
 ABORT_CONFIRM_TITLE = "Abort now?"
 ABORT_CONFIRM_TEXT = "The agent is cancelled immediately and writes no summary."
 ABORT_CONFIRM_YES = "Abort"

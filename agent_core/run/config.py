@@ -6,6 +6,7 @@ Its own module so that the loop reads an agent's limits without importing the ag
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from agent_core.models.retry import RetryPolicy
 from agent_core.tools.toolbox import DEFAULT_TOOL_TIMEOUT_S
@@ -17,6 +18,9 @@ from agent_core.values.budget import (
     BudgetLimits,
 )
 from agent_core.values.prompts import SYSTEM_PROMPT
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 __all__ = ["AgentConfig"]
 
@@ -53,6 +57,9 @@ class AgentConfig:
     max_children_per_run: int = DEFAULT_MAX_CHILDREN_PER_RUN
     """Sub-agents one run may start in all (at most 4 of them live at once)."""
 
+    name_person: Callable[[str], str] = str
+    """How the loop names a person to the model (``<@U1>`` in Slack, the plain id in a
+    terminal): a sub-agent stopped on its own reports "Stopped by" them to its parent."""
     cancel_drain_s: float = 5.0
     """A run whose task is cancelled from outside (a shutdown's deadline, a parent's
     Abort cancelling its ``delegate`` call) records its ending for at most this long,

@@ -31,6 +31,10 @@ handoff. ``TOOL_TIMEOUT`` does not apply to the call (:attr:`Tool.bounded`): the
 bounded by its own limits and by its parent's Stop and Abort. While the child works, its
 turns and tool calls are reported as the call's progress.
 
+A person may also stop one child on its own (a Stop or Abort asked of the child's run id,
+which its parent never sees): its report then leads with who did it ("Stopped by ...",
+"Sub-agent aborted by ..."), and the parent goes on with it as with any other result.
+
 The parent's hub gets :class:`ChildStarted` and :class:`ChildFinished`; the child's own
 events stay on the child's hub.
 """
@@ -45,6 +49,7 @@ import structlog
 from agent_core.tools.progress import current_progress
 from agent_core.tools.toolbox import ASK_USER, FINAL_REPORT, Tool, ToolError
 from agent_core.values.events import ChildFinished, ChildStarted, RunEvent, ToolStarted, TurnStarted
+from agent_core.values.stop import StopReason, StopSource
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -52,6 +57,7 @@ if TYPE_CHECKING:
     from agent_core.tools.progress import ProgressFn
     from agent_core.values.events import EventHub
     from agent_core.values.outcomes import RunResult
+    from agent_core.values.stop import RunControl, StopRequest
 
 __all__ = [
     "CHILD_HOW_TO_CONTINUE",
@@ -62,6 +68,7 @@ __all__ = [
     "SUB_AGENT_NOTE",
     "Delegation",
     "child_report",
+    "stopped_here",
 ]
 
 log = structlog.get_logger("agent_core.run.delegation")
@@ -106,10 +113,13 @@ class DelegateArguments(pydantic.BaseModel):
 
 
 class Limits(Protocol):
-    """The one limit of the parent's that delegation reads."""
+    """What delegation reads of the parent's config: its one limit, and how a person is
+    named to the model."""
 
     @property
     def max_children_per_run(self) -> int: ...
+    @property
+    def name_person(self) -> Callable[[str], str]: ...
 
 
 class Setup(Protocol):
@@ -132,6 +142,8 @@ class Child(Protocol):
     def events(self) -> EventHub: ...
     @property
     def result(self) -> RunResult | None: ...
+    @property
+    def control(self) -> RunControl: ...
     async def run(self) -> RunResult: ...
 
 
@@ -220,7 +232,7 @@ class Delegation:
             self._live -= 1
             if child.result is not None:
                 run.events.emit(ChildFinished(run.id, child.id, child.result))
-        return child_report(result)
+        return child_report(result, stopped=stopped_here(child.control), name=_name_of(run))
 
     def _checked(self, tools: list[str]) -> list[str]:
         """The names to hand over, in order, once each; unknown names are refused."""
@@ -263,10 +275,39 @@ def _progress_of(report: ProgressFn) -> Callable[[RunEvent], None]:
     return on_event
 
 
-def child_report(result: RunResult) -> str:
-    """What the parent's model reads when a child ends: the four-part handoff."""
+def _name_of(run: Parent) -> Callable[[str], str]:
+    return run.agent.config.name_person
+
+
+def stopped_here(control: RunControl) -> StopRequest | None:
+    """The Stop or Abort a person asked of this child itself (not one its parent passed
+    down), if that is what ended it; None otherwise."""
+    request = control.request
+    if request is None or request.source is StopSource.PARENT or not request.reason.by_person:
+        return None
+    return request
+
+
+def child_report(
+    result: RunResult, *, stopped: StopRequest | None = None, name: Callable[[str], str] = str
+) -> str:
+    """What the parent's model reads when a child ends: the four-part handoff, led by who
+    stopped or aborted that child on its own (``stopped``; ``name`` renders them)."""
     h = result.handoff
-    lines = [
+    lines = []
+    if stopped is not None:
+        who = name(stopped.requested_by)
+        if stopped.reason is StopReason.ABORT:
+            lines.append(
+                f"Sub-agent aborted by {who}: it was cut off at once and wrote no report. "
+                "Carry on without it."
+            )
+        else:
+            lines.append(
+                f"Stopped by {who}: the sub-agent finished its step and reported what it had. "
+                "Carry on with it."
+            )
+    lines += [
         f"Sub-agent {result.run_id} ended. Outcome: {result.label()} [{result.exit_code.value}]",
         f"Evidence: {h.evidence or 'none'}",
         f"Artifacts: {', '.join(h.artifacts) or 'none'}",
@@ -274,4 +315,7 @@ def child_report(result: RunResult) -> str:
     ]
     if h.question:
         lines.append(f"Its question: {h.question}")
+    if result.undelivered_guidance:
+        lines.append("Guidance it ended before seeing:")
+        lines += [f"- from {name(g.author)}: {g.text}" for g in result.undelivered_guidance]
     return "\n".join(lines)

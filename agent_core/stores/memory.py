@@ -189,6 +189,11 @@ class MemoryStore:
             and (r.state in LIVE_STATES) == live
         ]
 
+    async def live_children(self, parent_ids: Collection[str]) -> list[RunRecord]:
+        wanted = set(parent_ids)
+        found = [r for r in self._runs.values() if r.parent_id in wanted and r.state in LIVE_STATES]
+        return sorted(found, key=lambda r: (r.created_at, r.id))
+
     async def runs_changed_since(self, since: datetime, *, limit: int = 1000) -> list[RunRecord]:
         since = codec.to_utc(since)
         found = [r for r in self._runs.values() if r.updated_at >= since]

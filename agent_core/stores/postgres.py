@@ -503,6 +503,16 @@ class PostgresStore(PostgresQueue):
         sql = f"SELECT * FROM runs WHERE updated_at >= $1 {order} LIMIT $2"
         return await self._runs("find changed runs", sql, codec.to_utc(since), _limit(limit))
 
+    async def live_children(self, parent_ids: Collection[str]) -> list[RunRecord]:
+        wanted = sorted(set(parent_ids))
+        if not wanted:
+            return []
+        sql = (
+            "SELECT * FROM runs WHERE parent_id = ANY($1::text[]) AND state = ANY($2::text[]) "
+            'ORDER BY created_at, id COLLATE "C"'
+        )
+        return await self._runs("list live sub-agents", sql, wanted, _LIVE)
+
     async def checkpoint_turns(self, run_ids: Collection[str]) -> dict[str, int]:
         wanted = sorted(set(run_ids))
         if not wanted:

@@ -367,6 +367,17 @@ class SqliteStore(SqliteQueue):
         rows = await self._rows("find changed runs", sql, [since, _limit(limit)])
         return [codec.run_from_row(r) for r in rows]
 
+    async def live_children(self, parent_ids: Collection[str]) -> list[RunRecord]:
+        wanted = sorted(set(parent_ids))
+        if not wanted:
+            return []
+        sql = (
+            f"SELECT * FROM runs WHERE parent_id IN ({_marks(len(wanted))}) "
+            f"AND state IN ({_marks(len(_LIVE))}) ORDER BY created_at, id"
+        )
+        rows = await self._rows("list live sub-agents", sql, [*wanted, *_LIVE])
+        return [codec.run_from_row(r) for r in rows]
+
     async def checkpoint_turns(self, run_ids: Collection[str]) -> dict[str, int]:
         wanted = sorted(set(run_ids))
         if not wanted:

@@ -4,7 +4,8 @@ Ctrl+C once asks for a Stop (the current step finishes, one final turn reports),
 for an Abort; SIGTERM and SIGHUP (the terminal closed) are a shutdown. Exit statuses
 (docs/stopping.md, In a terminal): 0 finished or stopped, 130 aborted, 143 shutdown (129 when SIGHUP
 asked for it), 1 failed, 2 bad usage or configuration. ``--json`` carries
-``ended_because`` (:mod:`agent_core.values.ended`) with the rest of the result, and ``usage`` is
+``ended_because`` (:mod:`agent_core.values.ended`) with the rest of the result, ``sub_agents``
+(each sub-agent at every depth: its task, outcome and who stopped it), and ``usage`` is
 the whole request's (the run and its sub-agents: tokens by kind, tool calls, wall time,
 and ``cost_usd`` when prices are set). The app's budgets apply here too
 (:mod:`agent_core.values.budget`): a spent one ends the run ``blocked`` with ``EXIT-BUDGET``,
@@ -42,7 +43,7 @@ import math
 import os
 import signal
 import sys
-from typing import TYPE_CHECKING, TextIO, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TextIO, TypeVar, overload
 
 from agent_core.models.api import HTTPChatModel, ModelAPI, build_model
 from agent_core.models.http_exchange import DEFAULT_REPLY_TIMEOUT_S
@@ -58,7 +59,7 @@ from agent_core.process.settings_file import (
 )
 from agent_core.run.agent import Agent
 from agent_core.run.config import AgentConfig
-from agent_core.run.delegation import DELEGATE
+from agent_core.run.delegation import DELEGATE, stopped_here
 from agent_core.terminal.approvals import TerminalApprovals
 from agent_core.tools.builtin import BUILTIN_TOOLS
 from agent_core.tools.mcp import SETTING as MCP_SETTING
@@ -113,7 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     shutdowns: list[signal.Signals] = []
     try:
-        result, spent = asyncio.run(_session(model, servers, config, args, shutdowns))
+        result, spent, sub_agents = asyncio.run(_session(model, servers, config, args, shutdowns))
     except KeyboardInterrupt:  # Ctrl+C while the MCP servers started: no run yet
         return 128 + signal.SIGINT
     except ConfigError as exc:  # found as the MCP servers started: no run yet
@@ -122,7 +123,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = sys.stdout
     if args.json:
         # The whole request's usage, sub-agents included, in place of the run's own.
-        out.write(json.dumps({**result.to_dict(), "usage": spent.to_dict()}) + "\n")
+        # Each sub-agent, at every depth: how it ended, and who stopped it.
+        whole = {**result.to_dict(), "usage": spent.to_dict(), "sub_agents": sub_agents}
+        out.write(json.dumps(whole) + "\n")
     else:
         _print_handoff(result, out)
     out.flush()
@@ -314,10 +317,11 @@ async def _session(
     config: AgentConfig,
     args: argparse.Namespace,
     shutdowns: list[signal.Signals],
-) -> tuple[RunResult, Spent]:
+) -> tuple[RunResult, Spent, list[dict[str, Any]]]:
     """Start the MCP servers, run the task with their tools and the built-in ones, then
     close the servers and the model's connections, whatever happened (a Ctrl+C while the
-    servers start included). The result, and what the whole request spent."""
+    servers start included). The result, what the whole request spent, and its
+    sub-agents (:func:`sub_agents_of`)."""
     mcp = McpManager(servers, reserved=[*(t.name for t in BUILTIN_TOOLS), DELEGATE])
     try:
         await mcp.start()
@@ -331,7 +335,7 @@ async def _session(
 
 async def _run(
     agent: Agent, task: str, as_json: bool, shutdowns: list[signal.Signals]
-) -> tuple[RunResult, Spent]:
+) -> tuple[RunResult, Spent, list[dict[str, Any]]]:
     run = agent.new_run(task, requester="terminal")
     answer = sys.stderr if as_json else sys.stdout
     run.events.add_listener(lambda event: _show(event, answer))
@@ -341,13 +345,38 @@ async def _run(
     for signum in _SHUTDOWN_SIGNALS:
         loop.add_signal_handler(signum, _on_shutdown, run, signum, shutdowns)
     try:
-        return await run.run(), run.budget.spent()
+        result = await run.run()
+        return result, run.budget.spent(), sub_agents_of(run)
     finally:
         for signum in (signal.SIGINT, *_SHUTDOWN_SIGNALS):
             loop.remove_signal_handler(signum)
 
 
 _SHUTDOWN_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+def sub_agents_of(run: Run) -> list[dict[str, Any]]:
+    """Every sub-agent ``run`` started, at every depth, parent before child: its task,
+    how it ended, and who stopped it (``stopped_by``), with whether that was asked of it
+    alone (``stopped_on_its_own``) or passed down by its parent."""
+    found: list[dict[str, Any]] = []
+    for child in run.children:
+        result = child.result
+        own = stopped_here(child.control)
+        found.append(
+            {
+                "run_id": child.id,
+                "parent_id": run.id,
+                "task": child.task,
+                "outcome": result.outcome.value if result is not None else None,
+                "label": result.label() if result is not None else None,
+                "exit_code": result.exit_code.value if result is not None else None,
+                "stopped_by": result.handoff.stopped_by if result is not None else None,
+                "stopped_on_its_own": own is not None,
+            }
+        )
+        found += sub_agents_of(child)
+    return found
 
 
 def _on_shutdown(run: Run, signum: signal.Signals, shutdowns: list[signal.Signals]) -> None:

@@ -7,9 +7,10 @@ whichever worker runs them. The one exception is what a live run has spent so fa
 lives in the run, so only the worker that holds the run shows it (:class:`LiveRuns`),
 and the others show nothing rather than a guess. A member sees the runs they started; an admin
 (``ADMIN_USER_IDS``) every run of the workspace, but the request of someone else's run
-only where its channel is public (:mod:`bot.slack_api.channels`). Only top-level runs are listed: a
-sub-agent is stopped through its parent. Someone who may not use the app at all
-(:mod:`bot.access.trust`) is shown only why.
+only where its channel is public (:mod:`bot.slack_api.channels`). Top-level runs are listed, each
+with its live sub-agents (and theirs) under it, which have controls of their own (Stop,
+Abort, Steer…: a person may stop one sub-agent and let the rest go on). Someone who may
+not use the app at all (:mod:`bot.access.trust`) is shown only why.
 
 ``Stop all`` (admins only) asks every live run of the workspace that is not already
 stopping for a Stop, decided by the stop service (:mod:`bot.stopping.stops`) and committed as one
@@ -28,6 +29,7 @@ from typing import TYPE_CHECKING, Protocol
 import structlog
 
 from agent_core import RunState, StopReason, StopSource, StorageError, strongest
+from agent_core.run.delegation import MAX_DEPTH
 from agent_core.values.clock import utcnow
 from bot import messages
 from bot.access.stop_policy import StopAsk
@@ -39,7 +41,7 @@ from bot.views.home import FEEDBACK_KIND, ListedRun, Listing
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from agent_core import Run, Spent, StopRequestRecord
+    from agent_core import Run, RunRecord, Spent, StopRequestRecord
     from bot.access.trust import TrustGate
     from bot.config.settings import Settings
     from bot.slack_api.surface import Workspaces
@@ -132,7 +134,8 @@ class Dashboard:
         store = self._store
         live = await store.team_live_runs(team, requester=requester, limit=LIVE_LIMIT)
         ended = await store.team_ended_runs(team, requester=requester, limit=ENDED_LIMIT)
-        live_ids = [r.id for r in live]
+        children = await _live_children(store, [r.id for r in live])
+        live_ids = [r.id for r in live] + [c.id for c in children]
         turns = await store.checkpoint_turns(live_ids) if live_ids else {}
         pending = _strongest(await store.pending_stop_requests(live_ids) if live_ids else [])
         # Sub-agents' held calls too: they wait in the same thread, for the same people.
@@ -150,7 +153,13 @@ class Dashboard:
             admin=admin,
             now=utcnow(),
             live=tuple(
-                ListedRun(r, turns.get(r.id), pending.get(r.id), spent=self._spent(r.id))
+                ListedRun(
+                    r,
+                    turns.get(r.id),
+                    pending.get(r.id),
+                    spent=self._spent(r.id),
+                    children=_nested(r.id, children, turns, pending),
+                )
                 for r in live
             ),
             ended=tuple(
@@ -251,3 +260,33 @@ def _strongest(requests: Sequence[StopRequestRecord]) -> dict[str, StopRequestRe
     for request in requests:
         by_run.setdefault(request.run_id, []).append(request)
     return {run_id: found for run_id, mine in by_run.items() if (found := strongest(mine))}
+
+
+async def _live_children(store: DashboardStore, parent_ids: list[str]) -> list[RunRecord]:
+    """The live sub-agents under ``parent_ids``, and theirs (a sub-agent may delegate
+    once more: :data:`agent_core.run.delegation.MAX_DEPTH`)."""
+    found: list[RunRecord] = []
+    wanted = parent_ids
+    for _ in range(MAX_DEPTH):
+        if not wanted:
+            break
+        level = await store.live_children(wanted)
+        found += level
+        wanted = [c.id for c in level]
+    return found
+
+
+def _nested(
+    parent_id: str,
+    children: Sequence[RunRecord],
+    turns: dict[str, int],
+    pending: dict[str, StopRequestRecord],
+) -> tuple[ListedRun, ...]:
+    """``parent_id``'s live sub-agents, each with its own, oldest first."""
+    return tuple(
+        ListedRun(
+            c, turns.get(c.id), pending.get(c.id), children=_nested(c.id, children, turns, pending)
+        )
+        for c in children
+        if c.parent_id == parent_id
+    )

@@ -17,6 +17,7 @@ order.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -27,6 +28,7 @@ from bot.access.stop_policy import Origin, StopAsk
 from bot.access.trust import person_of
 from bot.errors import SlackError
 from bot.handlers.acking import control
+from bot.handlers.sub_agent_steer import open_steer
 from bot.inbound.dedupe import click_key
 from bot.slack_api.click_answer import click_answer
 from bot.stopping.resume_controls import ResumeAction, ResumeAsk, ResumeDecided
@@ -37,6 +39,10 @@ from bot.views.status import (
     ACTION_DONT_RESUME,
     ACTION_RESUME_NOW,
     ACTION_STOP,
+    ACTION_SUB_AGENT,
+    SUB_AGENT_ABORT,
+    SUB_AGENT_STEER,
+    SUB_AGENT_STOP,
 )
 
 if TYPE_CHECKING:
@@ -50,7 +56,14 @@ __all__ = ["ACK_BUDGET_S", "register"]
 
 log = structlog.get_logger("bot.handlers.actions")
 
-_OURS = (ACTION_STOP, ACTION_ABORT, ACTION_RESUME_NOW, ACTION_DONT_RESUME, ACTION_CONTINUE)
+_OURS = (
+    ACTION_STOP,
+    ACTION_ABORT,
+    ACTION_RESUME_NOW,
+    ACTION_DONT_RESUME,
+    ACTION_CONTINUE,
+    ACTION_SUB_AGENT,
+)
 _NOT_OURS = re.compile(rf"^(?!(?:{'|'.join(re.escape(a) for a in _OURS)})$)")
 """Every action id but this module's. Bolt offers a click to the next listener that
 matches when the first has not acked within 3 s; a Stop must never end up there."""
@@ -77,6 +90,25 @@ def register(app: AsyncApp, ctx: BotContext) -> None:
 
         control(app, action_id, before, after)
 
+    async def sub_agent_before(body: dict[str, Any]) -> SubAgentChoice | None:
+        chosen = _sub_agent_choice(body)
+        if chosen is None:
+            log.warning("click.malformed", action=ACTION_SUB_AGENT)
+            return None
+        verb, ask = chosen
+        if ask is None:  # Steer…: its modal opens after the ack
+            return SubAgentChoice(verb, body, None)
+        with structlog.contextvars.bound_contextvars(run_id=ask.run_id, user=ask.user):
+            return SubAgentChoice(verb, body, await ctx.stops.request(ask))
+
+    async def sub_agent_after(chosen: SubAgentChoice, respond: AsyncRespond) -> None:
+        if chosen.decision is None:
+            await open_steer(ctx, chosen.body)
+            return
+        answer = click_answer(respond)
+        await _show_effect(ctx, chosen.decision, answer)
+        await _after(ctx, chosen.decision, chosen.decision.ask.kind, answer)
+
     async def on_unknown(ack: AsyncAck, body: dict[str, Any]) -> None:
         await ack()
         action = payload_field(first_item(body.get("actions")), "action_id")
@@ -88,6 +120,7 @@ def register(app: AsyncApp, ctx: BotContext) -> None:
     resume(ResumeAction.RESUME_NOW, ACTION_RESUME_NOW)
     resume(ResumeAction.DONT_RESUME, ACTION_DONT_RESUME)
     resume(ResumeAction.CONTINUE, ACTION_CONTINUE)
+    control(app, ACTION_SUB_AGENT, sub_agent_before, sub_agent_after)
     app.action(_NOT_OURS)(on_unknown)
 
 
@@ -110,7 +143,7 @@ async def _show_effect(ctx: BotContext, decision: StopDecision, answer: ClickAns
     that ends here after the click (a queued one) answers with its final message."""
     if not (decision.changed and decision.local and decision.run_id):
         return
-    live = ctx.supervisor.get(decision.run_id)
+    live = ctx.supervisor.reachable(decision.run_id)  # a sub-agent's: its parent's message
     if live is not None:
         await live.session.answer_click(answer)
 
@@ -168,9 +201,35 @@ async def _resume_after(
 # -- reading the payload ---------------------------------------------------------------
 
 
-def _ask(body: dict[str, Any], action: StopReason) -> StopAsk | None:
+@dataclass(frozen=True, slots=True)
+class SubAgentChoice:
+    """An option chosen in a live sub-agent's menu: Stop and Abort decided (and
+    committed) before the ack, like the run's own buttons; Steer… left for after it."""
+
+    verb: str
+    body: dict[str, Any]
+    decision: StopDecision | None
+
+
+def _sub_agent_choice(body: dict[str, Any]) -> tuple[str, StopAsk | None] | None:
+    """What a sub-agent's menu asks (``stop:<id>``, ``abort:<id>``, ``steer:<id>``): a
+    Stop or Abort as a :class:`StopAsk` of the sub-agent's own run; None if unreadable."""
+    pressed = first_item(body.get("actions"))
+    value = payload_field(payload_field(pressed, "selected_option"), "value")
+    verb, _, child_id = str(value or "").partition(":")
+    if not child_id or verb not in (SUB_AGENT_STOP, SUB_AGENT_ABORT, SUB_AGENT_STEER):
+        return None
+    if verb == SUB_AGENT_STEER:
+        return verb, None
+    kind = StopReason.STOP if verb == SUB_AGENT_STOP else StopReason.ABORT
+    ask = _ask(body, kind, run_id=child_id)
+    return None if ask is None else (verb, ask)
+
+
+def _ask(body: dict[str, Any], action: StopReason, *, run_id: str | None = None) -> StopAsk | None:
     """The press a ``block_actions`` payload describes; None if it names no user or
-    button (Slack always sends both)."""
+    button (Slack always sends both). ``run_id``: the run asked about, when the button's
+    ``value`` is not it (a sub-agent's menu)."""
     user = payload_field(body.get("user"), "id")
     pressed = first_item(body.get("actions"))
     action_ts = payload_field(pressed, "action_ts")
@@ -180,7 +239,7 @@ def _ask(body: dict[str, Any], action: StopReason) -> StopAsk | None:
         user=user,
         kind=action,
         source=StopSource.BUTTON,
-        run_id=str(payload_field(pressed, "value") or ""),
+        run_id=run_id if run_id is not None else str(payload_field(pressed, "value") or ""),
         delivery=click_key(action_ts, user),
         message=click_origin(body),
         user_team=presser_team(body),

@@ -67,7 +67,16 @@ from bot.approvals.desk import ApprovalDesk
 from bot.dashboard.listing import Dashboard
 from bot.dashboard.refresh import HomeRefresher
 from bot.errors import SlackUnreachable
-from bot.handlers import actions, approvals, command, events, feedback, home, mentions
+from bot.handlers import (
+    actions,
+    approvals,
+    command,
+    events,
+    feedback,
+    home,
+    mentions,
+    sub_agent_steer,
+)
 from bot.handlers.context import BotContext
 from bot.inbound.dedupe import Deliveries, EventDeduper
 from bot.observe.metrics import CONTENT_TYPE, Metrics
@@ -287,6 +296,7 @@ class ThreadpilotApp:
                 tool_timeout_s=settings.TOOL_TIMEOUT,
                 approval_timeout_s=settings.APPROVAL_TIMEOUT,
                 how_to_continue=messages.HOW_TO_CONTINUE,
+                name_person=messages.mention,
                 retry=RetryPolicy(max_retry_after_s=settings.MAX_RETRY_AFTER),
                 budget=settings.run_limits.budget,
                 max_tool_calls_per_step=settings.run_limits.max_tool_calls_per_step,
@@ -359,6 +369,7 @@ class ThreadpilotApp:
         command.register(bolt, self._dashboard)
         feedback.register(bolt, ctx)
         approvals.register(bolt, ctx, self._home)
+        sub_agent_steer.register(bolt, ctx)  # before actions': it takes every other id
         actions.register(bolt, ctx)
         events.register(bolt, ctx)
         return bolt

@@ -21,14 +21,14 @@ from agent_core.run.recording import abandon_run, record_delivery, until_landed
 
 if TYPE_CHECKING:
     import asyncio
-    from collections.abc import Awaitable, Callable
+    from collections.abc import Awaitable, Callable, Iterator
 
     from agent_core import Run, RunRecord, RunResult
     from bot.runs.session import RunSession
     from bot.store_needs import SupervisorStore
     from bot.views.status import EndingView
 
-__all__ = ["LiveRun", "RunLife", "RunLifecycle", "abandon_row"]
+__all__ = ["LiveRun", "RunLife", "RunLifecycle", "abandon_row", "descendants"]
 
 log = structlog.get_logger("bot.runs.supervisor")
 
@@ -152,6 +152,8 @@ class RunLife:
         run = live.run
         await live.session.discard()
         await _quietly(self._lifecycle.run_ended(run.id), "run_ended")
+        for child in descendants(run):  # a sub-agent's own late requests are moot too
+            await _quietly(self._lifecycle.run_ended(child.id), "run_ended")
         self._forget(run)
         self._lifecycle.run_left()
 
@@ -194,6 +196,13 @@ class RunLife:
         ended, retried through an outage."""
         self._free_thread(run)
         await abandon_row(self._store, run.id)
+
+
+def descendants(run: Run) -> Iterator[Run]:
+    """``run``'s sub-agents, and theirs, depth first."""
+    for child in run.children:
+        yield child
+        yield from descendants(child)
 
 
 async def abandon_row(store: SupervisorStore, run_id: str) -> None:

@@ -361,6 +361,7 @@ class RunSession:
                 self._stream.task(child_id, TaskStatus.IN_PROGRESS, title=task)
                 return replace(s, children=(*s.children, ChildTask(child_id, task)))
             case ChildFinished(child_id=child_id, result=result):
+                self._guidance.never_seen(result.undelivered_guidance)
                 finished = result.outcome is Outcome.FINISHED
                 status = TaskStatus.COMPLETE if finished else TaskStatus.ERROR
                 self._stream.task(child_id, status, details=messages.result_label(result))
@@ -399,6 +400,19 @@ class RunSession:
         def on_child_event(event: RunEvent) -> None:
             nonlocal turn
             match event:
+                case StopRequested(reason=reason, requested_by=who):
+                    # Its own Stop or Abort (or its parent's, passed down): its section
+                    # says so, and its controls change, at once.
+                    s = self._snapshot
+                    changes = {"stop": reason, "stopped_by": who}
+                    self._snapshot = replace(s, children=_updated(s.children, child_id, **changes))
+                    details = messages.sub_agent_stop_card(reason, who)
+                    self._stream.task(child_id, TaskStatus.IN_PROGRESS, details=details)
+                    self._push_progress(urgent=True)
+                    return
+                case GuidanceDelivered(turn=n, guidance=guidance):
+                    self._guidance.delivered(guidance, n)  # guidance for it alone (Steer…)
+                    return
                 case TurnStarted(turn=n, final=final):
                     turn = n
                     doing = messages.SUB_AGENT_REPORTING if final else ""

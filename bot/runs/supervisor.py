@@ -58,7 +58,7 @@ from agent_core import (
 from agent_core.run.recording import leased
 from agent_core.values.clock import utcnow
 from bot.runs.resume_decision import spent_of, stored_ended_because
-from bot.runs.run_life import LiveRun, RunLife, RunLifecycle, abandon_row
+from bot.runs.run_life import LiveRun, RunLife, RunLifecycle, abandon_row, descendants
 from bot.runs.session import RunSession
 from bot.steering.guidance import to_guidance
 
@@ -95,6 +95,15 @@ class _Accepted:
     thread: ThreadKey
     requester: str
     task: str
+
+
+def _as_live_sub_agent(live: LiveRun, run: Run) -> LiveRun:
+    """``live``'s sub-agent ``run`` as a live run: its parent's session and standing."""
+    return LiveRun(run, live.session, live.requester, registered=live.registered, lost=live.lost)
+
+
+def _descendant(run: Run, run_id: str) -> Run | None:
+    return next((c for c in descendants(run) if c.id == run_id), None)
 
 
 class Supervisor:
@@ -150,6 +159,27 @@ class Supervisor:
     def get(self, run_id: str) -> LiveRun | None:
         return self._live.get(run_id)
 
+    def reachable(self, run_id: str) -> LiveRun | None:
+        """The run a person's control names, if this worker runs it: a top-level run, or
+        a sub-agent of one (at any depth). A sub-agent comes as a :class:`LiveRun` of its
+        own (its run) on its top-level run's session, requester and ownership: its
+        controls live on that run's status message, and it stands or falls with it."""
+        live = self._live.get(run_id)
+        if live is not None:
+            return live
+        for top in self._live.values():
+            child = _descendant(top.run, run_id)
+            if child is not None:
+                return _as_live_sub_agent(top, child)
+        return None
+
+    def live_children(self, run_id: str) -> list[Run]:
+        """The sub-agents of this worker's run ``run_id`` (at any depth) still working."""
+        live = self._live.get(run_id)
+        if live is None:
+            return []
+        return [c for c in descendants(live.run) if c.result is None]
+
     def live_in_thread(self, thread: ThreadKey) -> LiveRun | None:
         run_id = self._by_thread.get(thread)
         return self._live.get(run_id) if run_id else None
@@ -166,7 +196,7 @@ class Supervisor:
         """Hand a committed reply to its run, if this worker runs it (and still owns it):
         the run gives it to the model at its next turn boundary, and the reply is marked
         as taken. False if the run is not here, has it already, or has ended."""
-        live = self._live.get(record.run_id)
+        live = self.reachable(record.run_id)  # a sub-agent's own guidance, too
         if live is None or live.lost or not live.run.add_guidance(to_guidance(record)):
             return False
         live.session.guidance_received(record)

@@ -185,6 +185,12 @@ class GuidanceMarks:
         known = {g.id: g for g in leftovers} | {r.id: to_guidance(r) for r in queued}
         return tuple(known[i] for i in ids)
 
+    def never_seen(self, guidance: Sequence[Guidance]) -> None:
+        """A sub-agent ended before its model saw this guidance (given to it alone,
+        through Steer…): it is undelivered, and its report lists it."""
+        records = [self._records[g.id] for g in guidance if g.id in self._records]
+        self._settle(records, GuidanceStatus.UNDELIVERED, utcnow())
+
     async def drain(self, timeout_s: float = MARKS_TIMEOUT_S) -> None:
         """Wait until every mark asked for so far is written (bounded), then stop."""
         loop = asyncio.get_running_loop()

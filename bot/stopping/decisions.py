@@ -37,6 +37,8 @@ class StopDecision:
     """This worker owns the run, and applied the request already."""
     resume_cancelled: bool = False
     """No run was live: the ask cancelled the run's scheduled resume instead."""
+    parent_id: str | None = None
+    """Set when the run asked about is a sub-agent: its parent run."""
     audited: bool = False
     """Its audit event was committed with its request (a batch): :meth:`StopService.after`
     writes none."""

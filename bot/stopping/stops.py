@@ -32,6 +32,12 @@ above, from what the listing read, and every request is committed in one transac
 with its audit event and one delivery key (:meth:`StopService.request_many`), so hundreds
 of runs cost one commit before the ack, not hundreds through the click connections.
 
+A sub-agent asked by its own run id (its menu on its parent's status message, App Home) is
+decided like any run, as this worker's memory has it (:meth:`Supervisor.reachable
+<bot.runs.supervisor.Supervisor.reachable>`: its parent's status message, requester and
+ownership) or as the database does; it holds no lease, so a request for it never ends it
+as an orphan here (its parent's worker, or the reconciler, answers for it).
+
 A run still waiting in the queue (:mod:`bot.runs.run_queue`) is decided like any other; after
 the ack it is ended where it waits, never having reached the model.
 
@@ -287,7 +293,7 @@ class StopService:
     def _live(self, ask: StopAsk) -> LiveRun | None:
         """This worker's run for the ask; None if another worker owns it (or nobody)."""
         if ask.run_id is not None:
-            live = self._supervisor.get(ask.run_id)
+            live = self._supervisor.reachable(ask.run_id)  # a sub-agent's own, too
         else:
             assert ask.thread is not None
             live = self._supervisor.live_in_thread(ask.thread)
@@ -398,7 +404,12 @@ class StopService:
                 await self._queue.end_queued(record, decision.request, answer=answer)
             except StorageError:
                 log.exception("stop.queued_not_ended", run_id=record.id)
-        elif decision.request is not None and record is not None and _owner_gone(record):
+        elif (
+            decision.request is not None
+            and record is not None
+            and record.parent_id is None  # a sub-agent holds no lease: its parent's tells
+            and _owner_gone(record)
+        ):
             # Its worker is gone: end it here, from the database, and say so in the thread.
             try:
                 await self._reconciler.end_orphan(record)
@@ -429,6 +440,8 @@ class StopService:
             "source": decision.ask.source.value,
             "level": verdict.level,
         }
+        if decision.parent_id is not None:
+            detail["sub_agent_of"] = decision.parent_id  # the event names the sub-agent
         return AuditEvent(
             run_id=request.run_id,
             kind=kind,
@@ -546,6 +559,7 @@ def _live_view(ask: StopAsk, live: LiveRun) -> tuple[RunView, StopDecision]:
         requester=live.requester,
         result=run.result,
         local=True,
+        parent_id=run.parent.id if run.parent is not None else None,
     )
     return view, base
 
@@ -573,6 +587,7 @@ def _stored_view(
         requester=record.requester,
         result=RunResult.from_dict(record.result) if record.result else None,
         record=record,
+        parent_id=record.parent_id,
     )
     return view, base
 
@@ -612,6 +627,8 @@ def stop_answer(decision: StopDecision, settings: Settings) -> str | None:
             return messages.CLICK_NOT_FROM_RUN
         case Verdict.UNTRUSTED:
             return decision.failure
+        case Verdict.FINISHED if decision.parent_id is not None:
+            return messages.SUB_AGENT_NOT_LIVE
         case Verdict.FINISHED:
             return messages.run_already_finished(decision.result)
         case Verdict.NOT_FOUND:

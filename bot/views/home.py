@@ -56,6 +56,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ACTION_HOME_ABORT",
+    "ACTION_HOME_STEER",
     "ACTION_HOME_STOP",
     "ACTION_STOP_ALL",
     "FEEDBACK_KIND",
@@ -71,6 +72,8 @@ __all__ = [
 
 ACTION_HOME_STOP = "threadpilot_home_stop"
 ACTION_HOME_ABORT = "threadpilot_home_abort"
+ACTION_HOME_STEER = "threadpilot_home_steer"
+"""Steer… on a sub-agent listed under its parent (``value``: the sub-agent's run id)."""
 ACTION_STOP_ALL = "threadpilot_stop_all"
 """Action ids of App Home's (and the ``/threadpilot`` list's) buttons: not the status
 message's, since a click there counts only on the run's own status message."""
@@ -102,6 +105,8 @@ class ListedRun:
     counts each person once)."""
     spent: Spent | None = None
     """A live run's request spend so far, from the run itself (None: not held here)."""
+    children: tuple[ListedRun, ...] = ()
+    """Its live sub-agents, oldest first, each with its own."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,7 +233,41 @@ def _live_blocks(listing: Listing, run: ListedRun) -> list[Block]:
     if buttons:
         block_id = f"threadpilot_home_run:{record.id}"
         blocks.append({"type": "actions", "block_id": block_id, "elements": buttons})
+    for child in run.children:
+        blocks += _child_blocks(listing, child, depth=1)
     return blocks
+
+
+def _child_blocks(listing: Listing, run: ListedRun, *, depth: int) -> list[Block]:
+    """A live sub-agent under its parent: its task, state and turn, and its own Stop,
+    Abort and Steer… (its parent's being cut off takes it too: then none)."""
+    record = run.record
+    status, buttons = _live_state(run)
+    task = " ".join(record.task.split()) or m.UNTITLED_RUN
+    if len(task) > _TITLE_CHARS:
+        task = task[: _TITLE_CHARS - 1].rstrip() + "…"
+    if record.requester != listing.viewer and record.thread.channel not in listing.public_channels:
+        task = m.PRIVATE_REQUEST
+    else:
+        task = m.escape(task)
+    blocks: list[Block] = [section(m.home_sub_agent(task, status, depth))]
+    if buttons:
+        if len(buttons) == 2:  # working: Steer… too
+            buttons.append(_steer_button(record.id))
+        block_id = f"threadpilot_home_sub_agent:{record.id}"
+        blocks.append({"type": "actions", "block_id": block_id, "elements": buttons})
+    for child in run.children:
+        blocks += _child_blocks(listing, child, depth=depth + 1)
+    return blocks
+
+
+def _steer_button(run_id: str) -> Block:
+    return {
+        "type": "button",
+        "action_id": ACTION_HOME_STEER,
+        "text": plain(m.STEER_LABEL),
+        "value": run_id,
+    }
 
 
 def _live_state(run: ListedRun) -> tuple[str, list[Block]]:

@@ -65,11 +65,16 @@ __all__ = [
     "ACTION_FEEDBACK",
     "ACTION_RESUME_NOW",
     "ACTION_STOP",
+    "ACTION_SUB_AGENT",
     "BLOCKS_TEXT_BUDGET",
     "CONTROLS_BLOCK_ID",
     "RESUME_BLOCK_ID",
     "RUN_EVENT_TYPE",
     "SECTION_TEXT_LIMIT",
+    "SUB_AGENT_ABORT",
+    "SUB_AGENT_BLOCK_PREFIX",
+    "SUB_AGENT_STEER",
+    "SUB_AGENT_STOP",
     "TEXT_LIMIT",
     "ChildTask",
     "EndingView",
@@ -79,6 +84,8 @@ __all__ = [
     "fit",
     "render_status",
     "run_metadata",
+    "sub_agent_choice",
+    "sub_agent_controls",
 ]
 
 RUN_EVENT_TYPE = "threadpilot_run"
@@ -96,6 +103,14 @@ def run_metadata(run_id: str) -> dict[str, Any]:
 
 ACTION_STOP = "threadpilot_stop"
 ACTION_ABORT = "threadpilot_abort"
+ACTION_SUB_AGENT = "threadpilot_sub_agent"
+"""A live sub-agent's ``overflow`` menu; each option's ``value`` is
+``<stop|abort|steer>:<the sub-agent's run id>`` (:func:`sub_agent_choice`)."""
+SUB_AGENT_BLOCK_PREFIX = "threadpilot_sub_agent:"
+"""A live sub-agent's section is ``SUB_AGENT_BLOCK_PREFIX + <its run id>``."""
+SUB_AGENT_STOP = "stop"
+SUB_AGENT_ABORT = "abort"
+SUB_AGENT_STEER = "steer"
 ACTION_FEEDBACK = "threadpilot_feedback"
 """The terminal message's feedback buttons; ``value`` is ``positive:<run id>`` or
 ``negative:<run id>``."""
@@ -134,6 +149,7 @@ _UNDELIVERED_ITEM_BUDGET = 300
 _CHILDREN_BUDGET = 1_200
 _CHILD_TASK_BUDGET = 120
 _CHILD_LINE_BUDGET = 300
+_LIVE_CHILD_BUDGET = 400
 _MIN_ANSWER_BUDGET = 200
 """Below this, an answer excerpt is too short to help and is left out."""
 _FENCE = "```"
@@ -154,6 +170,10 @@ class ChildTask:
     """While it works: an already-worded line (:func:`bot.messages.sub_agent_turn`)."""
     result: RunResult | None = None
     """Once it has ended."""
+    stop: StopReason | None = None
+    """A Stop or Abort asked of it while it works (its own, or its parent's)."""
+    stopped_by: str | None = None
+    """Who asked for ``stop``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,9 +267,12 @@ def _render_live(snapshot: StatusSnapshot) -> RenderedMessage:
     if note == status:  # e.g. activity=STATUS_STARTING while starting: say it once
         note = ""
     lines = m.heading(status) + (f"\n{note}" if note else "")
+    # A run being cut off (an Abort, a restart) takes its sub-agents with it: no
+    # controls on them then.
+    reachable = snapshot.stop_reason is None or not snapshot.stop_reason.cancels
     blocks = [
         section(_clip(lines, _STATUS_BUDGET)),
-        *_children_blocks(snapshot.children),
+        *_children_blocks(snapshot.children, controls=reachable),
         context(m.live_details(snapshot.elapsed_s, snapshot.spent, snapshot.requester)),
     ]
     if buttons:
@@ -421,9 +444,57 @@ def _artifacts_text(artifacts: tuple[str, ...]) -> str:
 # -- sub-agents ------------------------------------------------------------------------
 
 
-def _children_blocks(children: tuple[ChildTask, ...]) -> list[Block]:
-    """The run's sub-agents as a task list within their own budget: the newest are
-    kept, oldest first, and the earlier ones counted."""
+def _children_blocks(children: tuple[ChildTask, ...], *, controls: bool = False) -> list[Block]:
+    """The run's ended sub-agents as a task list within its own budget (the newest are
+    kept, oldest first, and the earlier ones counted), then each live one as a section of
+    its own, with its controls (``controls``) as an ``overflow`` menu."""
+    live = [c for c in children if c.result is None][-MAX_LIVE_SECTIONS:]
+    shown = {c.child_id for c in live}
+    listed = tuple(c for c in children if c.child_id not in shown)
+    return [*_listed_children(listed), *(_live_child(c, controls=controls) for c in live)]
+
+
+MAX_LIVE_SECTIONS = 8
+"""At most this many live sub-agents get a section (a run has at most 4 live at once;
+the margin covers grandchildren's parents shown late)."""
+
+
+def _live_child(child: ChildTask, *, controls: bool) -> Block:
+    task = _clip(m.escape(" ".join(child.task.split())), _CHILD_TASK_BUDGET)
+    text = m.sub_agent_live(task, child.activity, child.stop, child.stopped_by)
+    text = _clip(text, _LIVE_CHILD_BUDGET)
+    block = section(text)
+    block["block_id"] = SUB_AGENT_BLOCK_PREFIX + child.child_id
+    menu = sub_agent_controls(child.child_id, child.stop) if controls else None
+    if menu is not None:
+        block["accessory"] = menu
+    return block
+
+
+def sub_agent_controls(child_id: str, stop: StopReason | None) -> Block | None:
+    """A live sub-agent's ``overflow``: Stop, Abort and Steer… while it works; only Abort
+    while it is stopping (as the run's own buttons); none once it is being cut off."""
+    if stop is not None and stop.cancels:
+        return None
+    choices = [(SUB_AGENT_ABORT, m.ABORT_LABEL)]
+    if stop is None:
+        choices = [(SUB_AGENT_STOP, m.STOP_LABEL), *choices, (SUB_AGENT_STEER, m.STEER_LABEL)]
+    return {
+        "type": "overflow",
+        "action_id": ACTION_SUB_AGENT,
+        "options": [
+            {"text": plain(label), "value": sub_agent_choice(verb, child_id)}
+            for verb, label in choices
+        ],
+    }
+
+
+def sub_agent_choice(verb: str, child_id: str) -> str:
+    """An overflow option's ``value``: what to do, and to which sub-agent."""
+    return f"{verb}:{child_id}"
+
+
+def _listed_children(children: tuple[ChildTask, ...]) -> list[Block]:
     if not children:
         return []
     title = m.heading(m.HEADING_SUB_AGENTS)

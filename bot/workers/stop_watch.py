@@ -22,6 +22,11 @@ approval is stored under the sub-agent's run id, which no top-level list names: 
 scan hands over every call waiting here, and a wake-up for a run id this worker does not
 hold at top level goes to the approval desk, which knows the sub-agents' waiting calls.
 
+A person may also stop or steer one sub-agent on its own (its menu on the status message,
+App Home): that request or guidance is stored under the sub-agent's run id, which scans
+and wake-ups include for the sub-agents still working here
+(:meth:`bot.runs.supervisor.Supervisor.reachable`).
+
 Guidance (replies to a live run, docs/stopping.md) travels the same way: committed to
 the ``guidance`` table by whichever worker got the reply, found here by the same scans
 (a commit on PostgreSQL sends the same wake-up) and handed to the run, which takes each
@@ -126,7 +131,7 @@ class StopWatcher:
     async def scan(self, run_ids: list[str] | None = None) -> int:
         """Deliver every pending request, then every queued guidance, for the given
         (default: all local) runs; returns how many were delivered."""
-        wanted = run_ids if run_ids is not None else [r.run.id for r in self._supervisor.live_runs]
+        wanted = run_ids if run_ids is not None else self._everything_here()
         delivered = 0
         if wanted:
             pending = await self._store.pending_stop_requests(wanted)
@@ -140,6 +145,15 @@ class StopWatcher:
             # are stored under their own run ids, which ``wanted`` does not name).
             delivered += await self._approvals.deliver(run_ids)
         return delivered
+
+    def _everything_here(self) -> list[str]:
+        """Every run this worker runs: top-level, and their sub-agents still working
+        (a person's Stop, Abort or guidance may name one of them)."""
+        ids: list[str] = []
+        for live in self._supervisor.live_runs:
+            ids.append(live.run.id)
+            ids.extend(c.id for c in self._supervisor.live_children(live.run.id))
+        return ids
 
     def applied_here(self, request_id: str) -> None:
         """This worker applies the request itself (the stop service, before committing
@@ -213,7 +227,7 @@ class StopWatcher:
             await self._settle(list(self._ended))
 
     def _deliver(self, request: StopRequestRecord) -> bool:
-        live = self._supervisor.get(request.run_id)
+        live = self._supervisor.reachable(request.run_id)
         if live is None or request.id in self._delivered:
             return False
         self._delivered.add(request.id)
@@ -234,7 +248,7 @@ class StopWatcher:
             if self._on_queued is not None:
                 self._on_queued()
             return
-        if self._supervisor.get(run_id) is not None:
+        if self._supervisor.reachable(run_id) is not None:  # a sub-agent's, too
             await self.scan([run_id])
         elif self._approvals is not None and self._approvals.waits_for(run_id):
             await self._approvals.deliver([run_id])  # a sub-agent's call waits here

@@ -494,6 +494,13 @@ async def test_the_terminal_shows_sub_agents_start_and_end_at_every_depth(llm: L
     assert status == 0
     (child,) = result["children"]
     (grandchild,) = child["children"]
+    assert [
+        (a["run_id"], a["parent_id"], a["task"], a["outcome"], a["stopped_by"])
+        for a in result["sub_agents"]
+    ] == [
+        (child["run_id"], result["run_id"], "Survey the wiki.", "finished", None),
+        (grandchild["run_id"], child["run_id"], "Read page 1.", "finished", None),
+    ]
     shown = [line for line in cli.stderr.splitlines() if "sub-agent" in line]
     assert shown == [
         f"=> sub-agent {child['run_id'][:8]} started: Survey the wiki.",

@@ -163,6 +163,31 @@ class Bot:
         response = await self.post(slack_requests.interaction_request(payload, SECRET))
         return response.status
 
+    async def choose(
+        self, message: Message, action_id: str, value: str, *, user: str = DEFAULT_USER
+    ) -> int:
+        """Choose ``value`` in an ``overflow`` menu the current version of ``message`` shows."""
+        current = self.slack.message(message.channel, message.ts)
+        return await self.choose_on(current, action_id, value, user=user)
+
+    async def choose_on(
+        self, version: Message, action_id: str, value: str, *, user: str = DEFAULT_USER
+    ) -> int:
+        """Choose ``value`` on this exact version of a message (an older render, maybe)."""
+        response_url = self.slack.new_response_url(version.channel, version.ts)
+        payload = slack_requests.choose_option(
+            version, action_id, value, user=user, response_url=response_url
+        )
+        response = await self.post(slack_requests.interaction_request(payload, SECRET))
+        return response.status
+
+    async def submit(
+        self, view: Json, values: dict[str, dict[str, str]], *, user: str = DEFAULT_USER
+    ) -> aiohttp.ClientResponse:
+        """Submit a modal the app opened, with ``values`` typed into its inputs."""
+        payload = slack_requests.view_submission(view, values, user=user)
+        return await self.post(slack_requests.interaction_request(payload, SECRET))
+
     async def click_version(
         self, version: Message, action_id: str, *, user: str = DEFAULT_USER, **options: Any
     ) -> int:

@@ -10,6 +10,7 @@ dicts, so one payload can be delivered over Socket Mode
 
 from __future__ import annotations
 
+import copy
 import json
 import time
 import uuid
@@ -380,6 +381,89 @@ def click_button(
                 workspace=workspace,
             )
     raise LookupError(f"no button {action_id!r} on message {message.ts}: {message.blocks}")
+
+
+def choose_option(
+    message: Message,
+    action_id: str,
+    value: str,
+    *,
+    user: str = DEFAULT_USER,
+    username: str = DEFAULT_USERNAME,
+    response_url: str | None = None,
+    workspace: Workspace = DEFAULT_WORKSPACE,
+) -> Json:
+    """Choose the option ``value`` of an ``overflow`` menu the app actually rendered on a
+    stored message (as :func:`click_button` for a button): a ``block_actions`` payload
+    whose action carries ``selected_option``. Raises `LookupError` if it is not there."""
+    for block in message.blocks or []:
+        menu = block.get("accessory")
+        if not isinstance(menu, dict) or menu.get("type") != "overflow":
+            continue
+        if menu.get("action_id") != action_id:
+            continue
+        option = next((o for o in menu.get("options", []) if o.get("value") == value), None)
+        if option is None:
+            continue
+        payload = button_click(
+            action_id=action_id,
+            value="",
+            message_ts=message.ts,
+            channel=message.channel,
+            user=user,
+            username=username,
+            block_id=str(block.get("block_id", "")),
+            thread_ts=message.thread_ts,
+            message_text=message.text,
+            message_blocks=message.blocks,
+            response_url=response_url,
+            workspace=workspace,
+        )
+        action = payload["actions"][0]
+        del action["value"], action["text"]
+        action["type"] = "overflow"
+        action["selected_option"] = copy.deepcopy(option)
+        return payload
+    raise LookupError(f"no option {value!r} of {action_id!r} on message {message.ts}")
+
+
+def view_submission(
+    view: Json,
+    values: dict[str, dict[str, str]],
+    *,
+    user: str = DEFAULT_USER,
+    username: str = DEFAULT_USERNAME,
+    workspace: Workspace = DEFAULT_WORKSPACE,
+) -> Json:
+    """A `view_submission` payload for a modal the app opened (`slack.state.modals()`):
+    `values` maps each input block's id to its action id's typed text, as Slack nests it
+    under `view.state.values`."""
+    state = {
+        block_id: {
+            action_id: {"type": "plain_text_input", "value": text}
+            for action_id, text in inputs.items()
+        }
+        for block_id, inputs in values.items()
+    }
+    submitted = {
+        **copy.deepcopy(view),
+        "team_id": workspace.team_id,
+        "state": {"values": state},
+        "app_id": workspace.app_id,
+        "bot_id": workspace.bot_id,
+    }
+    return {
+        "type": "view_submission",
+        "team": {"id": workspace.team_id, "domain": workspace.team_domain},
+        "user": {"id": user, "username": username, "name": username, "team_id": workspace.team_id},
+        "api_app_id": workspace.app_id,
+        "token": workspace.verification_token,
+        "trigger_id": f"{int(time.time())}.{uuid.uuid4().int % 10**12}.{uuid.uuid4().hex}",
+        "view": submitted,
+        "response_urls": [],
+        "is_enterprise_install": False,
+        "enterprise": None,
+    }
 
 
 def home_click(

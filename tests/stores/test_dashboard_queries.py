@@ -88,6 +88,21 @@ async def test_a_teams_live_runs_newest_first_and_top_level_only(seeded: Store) 
     assert await seeded.team_live_runs("T1", limit=0) == []
 
 
+async def test_live_children_of_the_listed_runs_oldest_first(seeded: Store) -> None:
+    writer = seeded
+    await writer.create_run(
+        a_run("lc0", created_at=at(32), state=RunState.STOPPING, parent_id="l3")
+    )
+    await writer.create_run(
+        a_run("lcd", created_at=at(33), state=RunState.FINISHED, parent_id="l3")
+    )
+    await writer.create_run(a_run("lg", created_at=at(37), state=RunState.RUNNING, parent_id="lc"))
+    assert await ids(seeded.live_children(["l3"])) == ["lc0", "lc"]  # not the ended one
+    assert await ids(seeded.live_children(["l3", "lc", "l1"])) == ["lc0", "lc", "lg"]
+    assert await seeded.live_children(["l1"]) == []
+    assert await seeded.live_children([]) == []
+
+
 async def test_a_teams_ended_runs_latest_ending_first(seeded: Store) -> None:
     assert await ids(seeded.team_ended_runs("T1")) == ["e1", "e2", "e3"]
     assert await ids(seeded.team_ended_runs("T1", requester="U1")) == ["e1", "e3"]

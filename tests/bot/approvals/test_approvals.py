@@ -400,11 +400,11 @@ async def test_a_sub_agents_call_waits_for_approval_the_same_way(
     waiting_status = await bot.until(
         status,
         lambda m: (
-            "Write the note · turn 1: Waiting for approval to run `notes__write_note`"
+            "*Sub-agent:* Write the note\nturn 1: Waiting for approval to run `notes__write_note`"
             in block_text(m)
         ),
     )
-    assert "*Sub-agents*" in block_text(waiting_status)
+    assert waiting_status
     thread_ts = status.thread_ts
     assert thread_ts is not None
     await bot.slack.wait_until(

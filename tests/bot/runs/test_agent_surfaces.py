@@ -170,7 +170,7 @@ async def test_where_streaming_is_refused_the_status_message_shows_the_progress(
 
     working = await mcp_bot.until(status, lambda m: "waiting for the go-ahead" in block_text(m))
     assert (
-        ":hourglass_flowing_sand: Count the files in src/ · turn 1: Running the tool "
+        ":hourglass_flowing_sand: *Sub-agent:* Count the files in src/\nturn 1: Running the tool "
         "`fake__slow`: waiting for the go-ahead (0/1)"
     ) in block_text(working)
     fake.release()

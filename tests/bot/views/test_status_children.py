@@ -9,7 +9,12 @@ from hypothesis import strategies as st
 
 from agent_core import ExitCode, Outcome, StopReason
 from bot import messages as m
-from bot.views.status import ChildTask, render_status
+from bot.views.status import (
+    ACTION_SUB_AGENT,
+    SUB_AGENT_BLOCK_PREFIX,
+    ChildTask,
+    render_status,
+)
 from tests.bot.views.test_status_view import (
     _SETTINGS,
     assert_snapshot,
@@ -69,11 +74,10 @@ def test_snapshots() -> None:
 
 def test_the_children_are_listed_as_tasks_with_their_state() -> None:
     text = blocks_text(render_status(CASES["running_with_children"]).blocks)
+    assert "*Sub-agents*\n:white_check_mark: Read the &lt;wiki&gt; page on releases · Finished\n"
     assert (
-        "*Sub-agents*\n"
-        ":white_check_mark: Read the &lt;wiki&gt; page on releases · Finished\n"
-        ":hourglass_flowing_sand: Count the files in src/ &amp; tests/ · turn 2: Running the "
-        "tool `fake__slow`: step 1 of 3 (1/3)"
+        ":hourglass_flowing_sand: *Sub-agent:* Count the files in src/ &amp; tests/\n"
+        "turn 2: Running the tool `fake__slow`: step 1 of 3 (1/3)"
     ) in text
     done_text = blocks_text(render_status(DONE_WITH_CHILDREN).blocks)
     assert ":black_square_for_stop: Check the CI · User interlude: stopped by <@U1>" in done_text
@@ -101,3 +105,42 @@ def test_any_children_fit_slack(tasks: list[str], message: str) -> None:
     finished = result(Outcome.FINISHED, ExitCode.FINAL_ANSWER, evidence=message * 3)
     ended = tuple(ChildTask(c.child_id, c.task, result=finished) for c in children)
     check_limits(render_status(done(finished, children=ended, answer=message)))
+
+
+def _menus(rendered_blocks: list[dict[str, object]]) -> dict[str, list[str]]:
+    """Each live sub-agent's section id to its overflow's option values."""
+    found: dict[str, list[str]] = {}
+    for block in rendered_blocks:
+        accessory = block.get("accessory")
+        if isinstance(accessory, dict) and accessory.get("action_id") == ACTION_SUB_AGENT:
+            options = accessory["options"]
+            found[str(block["block_id"])] = [o["value"] for o in options]
+    return found
+
+
+def test_each_live_sub_agent_has_its_own_section_and_controls() -> None:
+    turn = m.sub_agent_turn(1)
+    stopping = ChildTask("child-4", "Lint", turn, stop=StopReason.STOP, stopped_by="U7")
+    aborting = ChildTask("child-5", "Fuzz", turn, stop=StopReason.ABORT, stopped_by="U8")
+    snapshot = live(
+        "running", activity=m.ACTIVITY_SUB_AGENTS, children=(READING, COUNTING, stopping, aborting)
+    )
+    rendered = render_status(snapshot)
+    for block in rendered.blocks:
+        assert validated(block) == block
+    assert _menus(rendered.blocks) == {
+        SUB_AGENT_BLOCK_PREFIX + "child-1": ["stop:child-1", "abort:child-1", "steer:child-1"],
+        SUB_AGENT_BLOCK_PREFIX + "child-4": ["abort:child-4"],
+    }
+    text = blocks_text(rendered.blocks)
+    stopping_text = "stopping: finishing this step, then its report (requested by <@U7>)"
+    assert f"*Sub-agent:* Lint\n{stopping_text}" in text
+    assert "*Sub-agent:* Fuzz\naborting (requested by <@U8>)" in text
+    # The parent being aborted takes its sub-agents with it: nothing to press on them.
+    aborted = live(
+        "stopping",
+        stop_reason=StopReason.ABORT,
+        stop_requested_by="U1",
+        children=(COUNTING,),
+    )
+    assert _menus(render_status(aborted).blocks) == {}
