@@ -91,23 +91,10 @@ def register(app: AsyncApp, ctx: BotContext) -> None:
         control(app, action_id, before, after)
 
     async def sub_agent_before(body: dict[str, Any]) -> SubAgentChoice | None:
-        chosen = _sub_agent_choice(body)
-        if chosen is None:
-            log.warning("click.malformed", action=ACTION_SUB_AGENT)
-            return None
-        verb, ask = chosen
-        if ask is None:  # Steer…: its modal opens after the ack
-            return SubAgentChoice(verb, body, None)
-        with structlog.contextvars.bound_contextvars(run_id=ask.run_id, user=ask.user):
-            return SubAgentChoice(verb, body, await ctx.stops.request(ask))
+        return await _sub_agent_request(ctx, body)
 
     async def sub_agent_after(chosen: SubAgentChoice, respond: AsyncRespond) -> None:
-        if chosen.decision is None:
-            await open_steer(ctx, chosen.body)
-            return
-        answer = click_answer(respond)
-        await _show_effect(ctx, chosen.decision, answer)
-        await _after(ctx, chosen.decision, chosen.decision.ask.kind, answer)
+        await _sub_agent_after(ctx, chosen, click_answer(respond))
 
     async def on_unknown(ack: AsyncAck, body: dict[str, Any]) -> None:
         await ack()
@@ -122,6 +109,29 @@ def register(app: AsyncApp, ctx: BotContext) -> None:
     resume(ResumeAction.CONTINUE, ACTION_CONTINUE)
     control(app, ACTION_SUB_AGENT, sub_agent_before, sub_agent_after)
     app.action(_NOT_OURS)(on_unknown)
+
+
+async def _sub_agent_request(ctx: BotContext, body: dict[str, Any]) -> SubAgentChoice | None:
+    """A sub-agent's menu before the ack: its Stop or Abort through the stop service;
+    Steer… only read (its modal opens after the ack)."""
+    chosen = _sub_agent_choice(body)
+    if chosen is None:
+        log.warning("click.malformed", action=ACTION_SUB_AGENT)
+        return None
+    verb, ask = chosen
+    if ask is None:
+        return SubAgentChoice(verb, body, None)
+    with structlog.contextvars.bound_contextvars(run_id=ask.run_id, user=ask.user):
+        return SubAgentChoice(verb, body, await ctx.stops.request(ask))
+
+
+async def _sub_agent_after(ctx: BotContext, chosen: SubAgentChoice, answer: ClickAnswer) -> None:
+    """A sub-agent's menu after the ack: the Steer… modal, or the Stop's or Abort's effect."""
+    if chosen.decision is None:
+        await open_steer(ctx, chosen.body)
+        return
+    await _show_effect(ctx, chosen.decision, answer)
+    await _after(ctx, chosen.decision, chosen.decision.ask.kind, answer)
 
 
 async def _request(
