@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from bot import messages as m
-from bot.views.blocks import units
+from bot.views.blocks import prefix_chars, soft_cut, units
 from bot.views.status import TEXT_LIMIT, RenderedMessage, run_metadata
 
 if TYPE_CHECKING:
@@ -116,7 +116,7 @@ def _split(text: str, room: int) -> tuple[str, str]:
     if units(text) <= room:
         return text, ""
     note = m.ANSWER_CONTINUES
-    end = _soft_cut(text, _prefix(text, room - units(note) - 2))
+    end = soft_cut(text, prefix_chars(text, room - units(note) - 2, escaped=True))
     head, rest = text[:end].rstrip(), text[end:].lstrip()
     return f"{head}\n\n{note}", rest
 
@@ -127,25 +127,10 @@ def _clip(text: str, limit: int) -> str:
     if units(text) <= limit:
         return text
     marker = m.truncated(len(text))
-    head = text[: _soft_cut(text, _prefix(text, limit - units(marker) - 2))].rstrip()
+    head = text[
+        : soft_cut(text, prefix_chars(text, limit - units(marker) - 2, escaped=True))
+    ].rstrip()
     return f"{head}\n\n{m.truncated(len(text) - len(head))}"
-
-
-def _prefix(text: str, room: int) -> int:
-    """How many leading characters of ``text`` fit in ``room`` UTF-16 units."""
-    used = 0
-    for index, char in enumerate(text):
-        used += 2 if ord(char) > 0xFFFF else 1
-        if used > room:
-            return index
-    return len(text)
-
-
-def _soft_cut(text: str, end: int) -> int:
-    """Move a cut at ``end`` back to a line break or space in its last quarter."""
-    floor = end - end // 4
-    soft = max(text.rfind("\n", floor, end), text.rfind(" ", floor, end))
-    return soft if soft > 0 else end
 
 
 def _markdown(text: str) -> Block:

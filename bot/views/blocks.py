@@ -1,6 +1,6 @@
-"""Block Kit pieces every view uses: text objects, the Stop and Abort buttons, and how
-much text a set of blocks carries. Pure functions; the words come from
-:mod:`bot.messages`."""
+"""Block Kit pieces every view uses: text objects, the Stop and Abort buttons, how much
+text a set of blocks carries, and fitting text into a limit (one rule for where a cut
+falls: :func:`soft_cut`). Pure functions; the words come from :mod:`bot.messages`."""
 
 from __future__ import annotations
 
@@ -11,10 +11,14 @@ from bot import messages as m
 __all__ = [
     "Block",
     "abort_button",
+    "clip",
     "confirm",
     "context",
+    "fit",
     "plain",
+    "prefix_chars",
     "section",
+    "soft_cut",
     "stop_button",
     "text_units",
     "texts",
@@ -86,3 +90,77 @@ def units(text: str) -> int:
 def text_units(value: Any) -> int:
     """The text ``value`` carries, in UTF-16 units (what a message's budget counts)."""
     return sum(units(t) for t in texts(value))
+
+
+# -- fitting text ----------------------------------------------------------------------
+
+_FENCE = "```"
+_CLOSE_FENCE = "\n```"
+
+
+def fit(raw: str, budget: int, *, sep: str = "\n") -> str:
+    """Escape model text for mrkdwn and cut it to ``budget`` units, with a marker.
+
+    The marker says how many characters of ``raw`` were left out. A code fence left open
+    by the cut is closed, so the marker is not swallowed into the code block.
+    """
+    escaped = m.escape(raw)
+    if units(escaped) <= budget:
+        return escaped
+    marker_room = units(sep + m.truncated(len(raw)))  # the longest the marker can be
+    room = max(0, budget - marker_room - len(_CLOSE_FENCE))
+    cut = soft_cut(raw, prefix_chars(raw, room, escaped=False))
+    head = raw[:cut].rstrip()
+    body = m.escape(head)
+    if body.count(_FENCE) % 2 == 1:
+        body += _CLOSE_FENCE
+    return f"{body}{sep}{m.truncated(len(raw) - len(head))}"
+
+
+def clip(mrkdwn: str, budget: int) -> str:
+    """Cut text that is already mrkdwn (ours, escaped where needed) without escaping."""
+    if units(mrkdwn) <= budget:
+        return mrkdwn
+    cut = prefix_chars(mrkdwn, budget - 1, escaped=True)
+    # Never end inside an entity such as "&amp;": that would show a stray "&am".
+    amp = mrkdwn.rfind("&", max(0, cut - 4), cut)
+    if amp != -1 and ";" not in mrkdwn[amp:cut]:
+        cut = amp
+    return mrkdwn[:cut] + "…"
+
+
+def prefix_chars(text: str, room: int, *, escaped: bool) -> int:
+    """How many leading characters of ``text`` fit in ``room`` UTF-16 units (after
+    escaping them for mrkdwn, unless they are ``escaped`` already or not mrkdwn)."""
+    used = 0
+    for index, char in enumerate(text):
+        used += _char_units(char, escaped=escaped)
+        if used > room:
+            return index
+    return len(text)
+
+
+def soft_cut(text: str, limit: int) -> int:
+    """Move a cut at ``limit`` back to a line break or space in the last quarter, and
+    never into the middle of an entity."""
+    if limit >= len(text):
+        return limit
+    floor = limit - limit // 4
+    for sep in ("\n", " "):
+        at = text.rfind(sep, floor, limit)
+        if at > 0:
+            return at
+    amp = text.rfind("&", max(0, limit - 4), limit)
+    if amp != -1 and ";" not in text[amp:limit]:
+        return amp
+    return limit
+
+
+def _char_units(char: str, *, escaped: bool) -> int:
+    units = 2 if ord(char) > 0xFFFF else 1
+    if not escaped:
+        if char == "&":
+            return 5
+        if char in "<>":
+            return 4
+    return units

@@ -49,13 +49,39 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from agent_core import StopReason, strip_softeners
-from agent_core.values.records import ResumeState
 from bot import messages as m
-from bot.views.blocks import Block, abort_button, context, plain, section, stop_button, texts, units
+from bot.views.action_ids import (
+    ACTION_ABORT,
+    ACTION_CONTINUE,
+    ACTION_DONT_RESUME,
+    ACTION_FEEDBACK,
+    ACTION_RESUME_NOW,
+    ACTION_STOP,
+    ACTION_SUB_AGENT,
+    CONTROLS_BLOCK_ID,
+    RESUME_BLOCK_ID,
+    SUB_AGENT_ABORT,
+    SUB_AGENT_BLOCK_PREFIX,
+    SUB_AGENT_STEER,
+    SUB_AGENT_STOP,
+)
+from bot.views.blocks import (
+    Block,
+    abort_button,
+    clip,
+    context,
+    fit,
+    plain,
+    prefix_chars,
+    section,
+    soft_cut,
+    stop_button,
+    texts,
+    units,
+)
+from bot.views.ending import STATUS_BUDGET, EndingView, ending_blocks
 
 if TYPE_CHECKING:
-    from datetime import datetime
-
     from agent_core import RunResult, Spent
 
 __all__ = [
@@ -81,7 +107,6 @@ __all__ = [
     "Phase",
     "RenderedMessage",
     "StatusSnapshot",
-    "fit",
     "render_status",
     "run_metadata",
     "sub_agent_choice",
@@ -101,29 +126,6 @@ def run_metadata(run_id: str) -> dict[str, Any]:
     return {"event_type": RUN_EVENT_TYPE, "event_payload": {"run_id": run_id}}
 
 
-ACTION_STOP = "threadpilot_stop"
-ACTION_ABORT = "threadpilot_abort"
-ACTION_SUB_AGENT = "threadpilot_sub_agent"
-"""A live sub-agent's ``overflow`` menu; each option's ``value`` is
-``<stop|abort|steer>:<the sub-agent's run id>`` (:func:`sub_agent_choice`)."""
-SUB_AGENT_BLOCK_PREFIX = "threadpilot_sub_agent:"
-"""A live sub-agent's section is ``SUB_AGENT_BLOCK_PREFIX + <its run id>``."""
-SUB_AGENT_STOP = "stop"
-SUB_AGENT_ABORT = "abort"
-SUB_AGENT_STEER = "steer"
-ACTION_FEEDBACK = "threadpilot_feedback"
-"""The terminal message's feedback buttons; ``value`` is ``positive:<run id>`` or
-``negative:<run id>``."""
-CONTROLS_BLOCK_ID = "threadpilot_controls"
-"""Stable across updates, so a click's ``block_id`` is the same whichever render it hit."""
-ACTION_RESUME_NOW = "threadpilot_resume_now"
-ACTION_DONT_RESUME = "threadpilot_dont_resume"
-ACTION_CONTINUE = "threadpilot_continue"
-"""A run that spent its budget: one more budget of the same size (``value``: the run id)."""
-RESUME_BLOCK_ID = "threadpilot_resume"
-"""The ended run's ``Resume now`` / ``Don't resume`` buttons, or its ``Continue``
-(``value``: the run id)."""
-
 # -- limits ----------------------------------------------------------------------------
 # Slack's documented limits are 3,000 characters per section and 50 blocks, but
 # `msg_blocks_too_long` is reported well below the sum of those (around 12-13k
@@ -138,7 +140,6 @@ TEXT_LIMIT = 3_000
 
 # Fixed budgets for the handoff parts. Their sum (plus headings and the small print)
 # stays far below BLOCKS_TEXT_BUDGET, which is what guarantees they survive.
-_STATUS_BUDGET = 1_000
 _EVIDENCE_BUDGET = 2_400
 _ARTIFACTS_BUDGET = 1_500
 _ARTIFACT_ITEM_BUDGET = 300
@@ -223,22 +224,6 @@ class StatusSnapshot:
 
 
 @dataclass(frozen=True, slots=True)
-class EndingView:
-    """Why a run ended, and its automatic resume, as the stored run has them."""
-
-    ended_because: str
-    """``rate_limit``, ``completed``... (:class:`agent_core.EndedBecause`)."""
-    resume: ResumeState | None = None
-    resume_at: datetime | None = None
-    reason: str | None = None
-    """Why the policy decided as it did (shown when it will not resume)."""
-    by: str | None = None
-    """Who cancelled the resume (Don't resume, or Stop)."""
-    blocked: bool = False
-    """The run ended ``blocked``: not resuming it is worth explaining."""
-
-
-@dataclass(frozen=True, slots=True)
 class RenderedMessage:
     """Arguments for ``chat.postMessage`` / ``chat.update``: blocks plus fallback text,
     and the metadata naming the run (sent with the post; an update keeps it)."""
@@ -271,7 +256,7 @@ def _render_live(snapshot: StatusSnapshot) -> RenderedMessage:
     # controls on them then.
     reachable = snapshot.stop_reason is None or not snapshot.stop_reason.cancels
     blocks = [
-        section(_clip(lines, _STATUS_BUDGET)),
+        section(clip(lines, STATUS_BUDGET)),
         *_children_blocks(snapshot.children, controls=reachable),
         context(m.live_details(snapshot.elapsed_s, snapshot.spent, snapshot.requester)),
     ]
@@ -279,7 +264,7 @@ def _render_live(snapshot: StatusSnapshot) -> RenderedMessage:
         blocks.append({"type": "actions", "block_id": CONTROLS_BLOCK_ID, "elements": buttons})
     if not snapshot.answer_streamed:
         blocks += _answer_blocks(snapshot.answer, _remaining(blocks), heading=None)
-    text = _clip(m.fallback_live(status, note), TEXT_LIMIT)
+    text = clip(m.fallback_live(status, note), TEXT_LIMIT)
     return RenderedMessage(text=text, blocks=blocks, metadata=run_metadata(snapshot.run_id))
 
 
@@ -352,11 +337,11 @@ def _render_done(snapshot: StatusSnapshot, result: RunResult) -> RenderedMessage
         section(_part(m.HEADING_HANDOFF, next_step + _undelivered_text(result))),
         *_children_blocks(snapshot.children),
     ]
-    blocks += _ending_blocks(snapshot.run_id, snapshot.ending)
+    blocks += ending_blocks(snapshot.run_id, snapshot.ending)
     if answer.strip() and (not same or evidence == m.EVIDENCE_IS_THE_ANSWER):
         blocks += _answer_blocks(answer, _remaining(blocks), heading=m.HEADING_ANSWER)
     blocks.append(_feedback_block(snapshot.run_id))
-    text = _clip(m.fallback_done(label, next_step), TEXT_LIMIT)
+    text = clip(m.fallback_done(label, next_step), TEXT_LIMIT)
     return RenderedMessage(text=text, blocks=blocks, metadata=run_metadata(snapshot.run_id))
 
 
@@ -460,9 +445,9 @@ the margin covers grandchildren's parents shown late)."""
 
 
 def _live_child(child: ChildTask, *, controls: bool) -> Block:
-    task = _clip(m.escape(" ".join(child.task.split())), _CHILD_TASK_BUDGET)
+    task = clip(m.escape(" ".join(child.task.split())), _CHILD_TASK_BUDGET)
     text = m.sub_agent_live(task, child.activity, child.stop, child.stopped_by)
-    text = _clip(text, _LIVE_CHILD_BUDGET)
+    text = clip(text, _LIVE_CHILD_BUDGET)
     block = section(text)
     block["block_id"] = SUB_AGENT_BLOCK_PREFIX + child.child_id
     menu = sub_agent_controls(child.child_id, child.stop) if controls else None
@@ -502,7 +487,7 @@ def _listed_children(children: tuple[ChildTask, ...]) -> list[Block]:
     used = units(title)
     kept: list[str] = []
     for index, child in enumerate(reversed(children)):
-        line = _clip(_child_line(child), _CHILD_LINE_BUDGET)
+        line = clip(_child_line(child), _CHILD_LINE_BUDGET)
         room = _CHILDREN_BUDGET - (0 if index == len(children) - 1 else reserve)
         if used + units(line) + 1 > room:
             break
@@ -514,104 +499,10 @@ def _listed_children(children: tuple[ChildTask, ...]) -> list[Block]:
 
 
 def _child_line(child: ChildTask) -> str:
-    task = _clip(m.escape(" ".join(child.task.split())), _CHILD_TASK_BUDGET)
+    task = clip(m.escape(" ".join(child.task.split())), _CHILD_TASK_BUDGET)
     if child.result is not None:
         return m.sub_agent_ended(task, child.result)
     return m.sub_agent_working(task, child.activity)
-
-
-# -- why it ended, and its resume (docs/stopping.md) -----------------------------------
-
-
-def _ending_blocks(run_id: str, ending: EndingView | None) -> list[Block]:
-    """Under the handoff: why the run ended and whether (and when) it resumes on its own;
-    ``Resume now`` and ``Don't resume`` while a resume is scheduled; ``Continue`` under a
-    run that spent its budget."""
-    if ending is None:
-        return []
-    lines = [m.why_ended(ending.ended_because)]
-    if ending.ended_because == "budget_exhausted":
-        buttons = _budget_ending(run_id, ending, lines)
-    else:
-        buttons = _resume_ending(run_id, ending, lines)
-    blocks = [context(_clip("\n".join(lines), _STATUS_BUDGET))]
-    if buttons:
-        blocks.append({"type": "actions", "block_id": RESUME_BLOCK_ID, "elements": buttons})
-    return blocks
-
-
-def _budget_ending(run_id: str, ending: EndingView, lines: list[str]) -> list[Block]:
-    """A run that spent its budget never resumes on its own; ``Continue`` gives it one
-    more budget, once: after the press, who continued it."""
-    match ending.resume:
-        case ResumeState.DECLINED if ending.by is None:
-            if ending.reason:
-                lines.append(m.not_resuming(ending.reason))
-            lines.append(m.CONTINUE_OFFER)
-            return [_continue_button(run_id)]
-        case ResumeState.SCHEDULED | ResumeState.CLAIMED | ResumeState.STARTED:
-            lines.append(m.continued(ending.by))
-        case ResumeState.CANCELLED:  # a Stop before the continuation started
-            lines.append(m.resume_cancelled(ending.by))
-        case ResumeState.DECLINED if ending.reason:
-            lines.append(m.not_resuming(ending.reason))
-        case _:
-            pass
-    return []
-
-
-def _resume_ending(run_id: str, ending: EndingView, lines: list[str]) -> list[Block]:
-    """An automatic resume: when, and ``Resume now`` / ``Don't resume`` while ahead."""
-    buttons: list[Block] = []
-    continuation = ending.ended_because == "context_exhausted"
-    match ending.resume:
-        case ResumeState.SCHEDULED if continuation:
-            lines.append(m.RESUME_CONTINUING)
-            buttons = [_dont_resume_button(run_id)]
-        case ResumeState.SCHEDULED if ending.ended_because == "rate_limit" and ending.resume_at:
-            lines.append(m.resume_scheduled(ending.resume_at))
-            buttons = [_resume_now_button(run_id), _dont_resume_button(run_id)]
-        case ResumeState.SCHEDULED | ResumeState.CLAIMED:
-            lines.append(m.RESUME_CONTINUING if continuation else m.RESUMING_NOW)
-            buttons = [_dont_resume_button(run_id)]
-        case ResumeState.STARTED:
-            lines.append(m.RESUME_CONTINUED if continuation else m.RESUMING_NOW)
-        case ResumeState.CANCELLED:
-            lines.append(m.resume_cancelled(ending.by))
-        case ResumeState.DECLINED if ending.blocked and ending.reason:
-            lines.append(m.not_resuming(ending.reason))
-        case _:
-            pass
-    return buttons
-
-
-def _continue_button(run_id: str) -> Block:
-    return {
-        "type": "button",
-        "action_id": ACTION_CONTINUE,
-        "text": plain(m.CONTINUE_LABEL),
-        "value": run_id,
-        "style": "primary",
-    }
-
-
-def _resume_now_button(run_id: str) -> Block:
-    return {
-        "type": "button",
-        "action_id": ACTION_RESUME_NOW,
-        "text": plain(m.RESUME_NOW_LABEL),
-        "value": run_id,
-        "style": "primary",
-    }
-
-
-def _dont_resume_button(run_id: str) -> Block:
-    return {
-        "type": "button",
-        "action_id": ACTION_DONT_RESUME,
-        "text": plain(m.DONT_RESUME_LABEL),
-        "value": run_id,
-    }
 
 
 # -- the answer ------------------------------------------------------------------------
@@ -645,7 +536,7 @@ def _split(text: str, size: int) -> list[str]:
         if units(text) <= room:
             piece, text = text, ""
         else:
-            cut = _soft_cut(text, _prefix_chars(text, room, escaped=True))
+            cut = soft_cut(text, prefix_chars(text, room, escaped=True))
             piece, text = text[:cut].rstrip(), text[cut:].lstrip("\n")
         piece = head + piece
         reopen = piece.count(_FENCE) % 2 == 1
@@ -654,77 +545,6 @@ def _split(text: str, size: int) -> list[str]:
         if piece.strip():
             pieces.append(piece)
     return pieces
-
-
-# -- fitting text ----------------------------------------------------------------------
-
-
-def fit(raw: str, budget: int, *, sep: str = "\n") -> str:
-    """Escape model text for mrkdwn and cut it to ``budget`` units, with a marker.
-
-    The marker says how many characters of ``raw`` were left out. A code fence left open
-    by the cut is closed, so the marker is not swallowed into the code block.
-    """
-    escaped = m.escape(raw)
-    if units(escaped) <= budget:
-        return escaped
-    marker_room = units(sep + m.truncated(len(raw)))  # the longest the marker can be
-    room = max(0, budget - marker_room - len(_CLOSE_FENCE))
-    cut = _soft_cut(raw, _prefix_chars(raw, room, escaped=False))
-    head = raw[:cut].rstrip()
-    body = m.escape(head)
-    if body.count(_FENCE) % 2 == 1:
-        body += _CLOSE_FENCE
-    return f"{body}{sep}{m.truncated(len(raw) - len(head))}"
-
-
-def _clip(mrkdwn: str, budget: int) -> str:
-    """Cut text that is already mrkdwn (ours, escaped where needed) without escaping."""
-    if units(mrkdwn) <= budget:
-        return mrkdwn
-    cut = _prefix_chars(mrkdwn, budget - 1, escaped=True)
-    # Never end inside an entity such as "&amp;": that would show a stray "&am".
-    amp = mrkdwn.rfind("&", max(0, cut - 4), cut)
-    if amp != -1 and ";" not in mrkdwn[amp:cut]:
-        cut = amp
-    return mrkdwn[:cut] + "…"
-
-
-def _prefix_chars(text: str, room: int, *, escaped: bool) -> int:
-    """How many leading characters of ``text`` fit in ``room`` units (after escaping
-    them, unless they are ``escaped`` already)."""
-    used = 0
-    for index, char in enumerate(text):
-        used += _char_units(char, escaped=escaped)
-        if used > room:
-            return index
-    return len(text)
-
-
-def _soft_cut(text: str, limit: int) -> int:
-    """Move a cut at ``limit`` back to a line break or space in the last quarter, and
-    never into the middle of an entity."""
-    if limit >= len(text):
-        return limit
-    floor = limit - limit // 4
-    for sep in ("\n", " "):
-        at = text.rfind(sep, floor, limit)
-        if at > 0:
-            return at
-    amp = text.rfind("&", max(0, limit - 4), limit)
-    if amp != -1 and ";" not in text[amp:limit]:
-        return amp
-    return limit
-
-
-def _char_units(char: str, *, escaped: bool) -> int:
-    units = 2 if ord(char) > 0xFFFF else 1
-    if not escaped:
-        if char == "&":
-            return 5
-        if char in "<>":
-            return 4
-    return units
 
 
 # -- blocks ----------------------------------------------------------------------------

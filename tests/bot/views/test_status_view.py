@@ -40,6 +40,7 @@ from agent_core import (
 from bot import messages as m
 from bot.messages import ANSWER_CONTINUES
 from bot.views.answer import MARKDOWN_LIMIT, answer_metadata, render_answer
+from bot.views.blocks import fit
 from bot.views.status import (
     ACTION_ABORT,
     ACTION_STOP,
@@ -49,7 +50,6 @@ from bot.views.status import (
     TEXT_LIMIT,
     RenderedMessage,
     StatusSnapshot,
-    fit,
     render_status,
     run_metadata,
 )
