@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
     from bot.inbound.identity import AppIdentity
     from bot.process.metrics import Metrics
+    from bot.slack_api.credentials import TeamCredentials
 
 __all__ = ["RECHECK_AFTER_S", "Feature", "SlackSurface", "Workspaces", "means_unavailable"]
 
@@ -156,11 +157,18 @@ class Workspaces:
     this app (``auth.test``), whose messages alone the budgets take for ours."""
 
     def __init__(
-        self, client: AsyncWebClient, me: AppIdentity, *, metrics: Metrics | None = None
+        self,
+        client: AsyncWebClient,
+        me: AppIdentity,
+        *,
+        metrics: Metrics | None = None,
+        credentials: TeamCredentials | None = None,
     ) -> None:
+        """``credentials``: OAuth mode's token per workspace (None: the client's own)."""
         self._client = client
         self._me = me
         self._metrics = metrics
+        self._credentials = credentials
         self._surfaces: dict[str, SlackSurface] = {}
         self._lock = asyncio.Lock()
 
@@ -172,7 +180,11 @@ class Workspaces:
             surface = self._surfaces.get(team_id)
             if surface is None:
                 budget = SlackBudget(
-                    self._client, team_id=team_id, me=self._me, metrics=self._metrics
+                    self._client,
+                    team_id=team_id,
+                    me=self._me,
+                    metrics=self._metrics,
+                    credentials=self._credentials,
                 )
                 await budget.start()
                 surface = SlackSurface(team_id, budget)
