@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from agent_core.ports import InstallationRows
     from bot.installs.sealing import Sealer
 
-__all__ = ["InstallationStore", "Key", "decode", "encode", "key_of"]
+__all__ = ["InstallationStore", "Key", "decode", "encode", "expiry_of", "key_of"]
 
 _log = logging.getLogger("bot.installs.store")
 

@@ -72,6 +72,7 @@ from bot.inbound.identity import AppIdentity
 from bot.inbound.trust import TrustGate
 from bot.installs.lookup import InstallationLookup
 from bot.installs.oauth import INSTALL_PATH, REDIRECT_PATH, OAuthRoutes, OAuthStates
+from bot.installs.rotation import ROTATION, Rotation, RotationTiming
 from bot.installs.sealing import Sealer
 from bot.process.context import BotContext
 from bot.process.http_guard import Refusal, SlackRequestGuard, on_bolt_error
@@ -125,8 +126,12 @@ class ThreadpilotApp:
         listen_port: int | None = None,
         listen_host: str = "0.0.0.0",
         silence_after_s: float = SILENCE_S,
+        rotation: RotationTiming = ROTATION,
     ) -> None:
+        """``rotation``: when OAuth mode refreshes tokens (tests shorten it)."""
         self.settings = settings
+        self._rotation_timing = rotation
+        self._rotation: Rotation | None = None
         self.silence = SlackSilence(silence_after_s)
         """HTTP mode: one warning if Slack sends nothing at all
         (:mod:`bot.process.slack_silence`)."""
@@ -196,6 +201,9 @@ class ThreadpilotApp:
         # Leases, the stop watcher and the reconciler run before we take any work: a run
         # started here must be heartbeated, and a click landing elsewhere must reach it.
         await ctx.worker.start()
+        if self._installs is not None:
+            self._rotation = self._rotator(self._installs, store, session, ctx.worker.id)
+            self._rotation.start()
         assert self._home is not None
         await self._home.start()
         if self._load is not None:
@@ -463,6 +471,22 @@ class ThreadpilotApp:
         )
         return installs
 
+    def _rotator(
+        self, installs: InstallationLookup, store: Store, session: aiohttp.ClientSession, owner: str
+    ) -> Rotation:
+        """OAuth mode's token refresher, at ``SLACK_API_URL`` (a client without a token)."""
+        settings = self.settings
+        assert settings.SLACK_CLIENT_ID is not None and settings.SLACK_CLIENT_SECRET is not None
+        return Rotation(
+            store,
+            installs,
+            AsyncWebClient(base_url=settings.SLACK_API_URL, session=session),
+            client_id=settings.SLACK_CLIENT_ID,
+            client_secret=settings.SLACK_CLIENT_SECRET,
+            owner=owner,
+            timing=self._rotation_timing,
+        )
+
     async def _healthz(self, request: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
 
@@ -494,6 +518,8 @@ class ThreadpilotApp:
             async with asyncio.timeout(timeout_s + 2):
                 if self._late is not None:  # first: nothing new is recorded from here on
                     await self._late.shutdown()
+                if self._rotation is not None:
+                    await self._rotation.close()
                 if self._socket is not None:
                     await _bounded(
                         self._socket.close_async(),  # type: ignore[no-untyped-call]

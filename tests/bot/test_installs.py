@@ -9,145 +9,22 @@ people of any team act (``ALLOW_EXTERNAL_USERS``, ``ALLOW_GUESTS``).
 
 from __future__ import annotations
 
-import socket
 import sqlite3
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING
 from urllib.parse import parse_qs, urlsplit
 
 import aiohttp
 import asyncpg  # type: ignore[import-untyped]
-import pytest
 
 from bot.installs.oauth import INSTALL_PATH, REDIRECT_PATH, STATE_COOKIE
-from bot.process.app import ThreadpilotApp
-from tests.bot.conftest import bot_settings
-from tests.bot.harness import Bot
-from tests.fakes import slack_requests
-from tests.fakes.slack_oauth import (
-    CLIENT_ID,
-    CLIENT_SECRET,
-    ORG,
-    ORG_WORKSPACES,
-    TEAM_A,
-    TEAM_B,
-    Target,
-)
-from tests.fakes.slack_workspace import DEFAULT_WORKSPACE, Workspace
-from tests.system.conftest import fresh_postgres
+from tests.bot.oauth_harness import install, mention_in, run_to_the_end, tokens_used_in
+from tests.fakes.slack_oauth import CLIENT_ID, ORG, ORG_WORKSPACES, TEAM_A, TEAM_B
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
-    from pathlib import Path
-
     from llmock.pytest_plugin import LLMock
 
-    from tests.fakes.slack_api import FakeSlack
-    from tests.fakes.slack_messages import Message
-    from tests.fakes.slack_workspace import Json
-
-TOKEN_KEY = "3q2-7vJ1cOv3Gq6l0zv0Zk0w7m4ZlJt3o6o2mJ0p1kA="
-"""A Fernet key (32 url-safe base64 bytes), for these tests only."""
-
-
-class OAuthBot(Protocol):
-    async def __call__(self, **overrides: Any) -> Bot: ...
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-async def database(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path}/threadpilot.db"
-        return
-    async with fresh_postgres() as url:
-        yield url
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-@pytest.fixture
-async def make_oauth_bot(
-    slack: FakeSlack, llm: LLMock, tmp_path: Path, database: str
-) -> AsyncIterator[OAuthBot]:
-    """The app in OAuth mode on a port of its own, its redirect URI registered with the
-    fake Slack."""
-    started: list[ThreadpilotApp] = []
-    async with aiohttp.ClientSession() as http:
-
-        async def factory(**overrides: Any) -> Bot:
-            port = free_port()
-            redirect = f"http://127.0.0.1:{port}{REDIRECT_PATH}"
-            values: dict[str, Any] = {
-                "SLACK_BOT_TOKEN": None,
-                "SLACK_CLIENT_ID": CLIENT_ID,
-                "SLACK_CLIENT_SECRET": CLIENT_SECRET,
-                "SLACK_REDIRECT_URI": redirect,
-                "SLACK_TOKEN_KEY": TOKEN_KEY,
-                "ALLOW_EXTERNAL_USERS": True,
-                "ALLOW_GUESTS": True,
-                "DATABASE_URL": database,
-                **overrides,
-            }
-            settings = bot_settings(slack, llm, tmp_path, **values)
-            app = ThreadpilotApp(settings, listen_port=port, listen_host="127.0.0.1")
-            started.append(app)
-            await app.start()
-            slack.oauth.redirect_uris.append(redirect)
-            return Bot(app, slack, http)
-
-        yield factory
-        for app in started:
-            await app.shutdown()
-
-
-@pytest.fixture
-async def oauth_bot(make_oauth_bot: OAuthBot) -> Bot:
-    return await make_oauth_bot()
-
-
-async def install(bot: Bot, target: Target) -> tuple[int, str]:
-    """A person opens the install link in a browser and allows the app for ``target``:
-    the page they end on."""
-    bot.slack.oauth.approve_next(target)
-    async with (
-        aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as browser,
-        browser.get(f"{bot.url}{INSTALL_PATH}") as page,
-    ):
-        return page.status, await page.text()
-
-
-def workspace(team_id: str) -> Workspace:
-    return Workspace(team_id=team_id, team_domain=team_id.lower())
-
-
-def mention_in(team_id: str, channel: str, *, enterprise_id: str | None = None) -> Json:
-    """A mention from ``team_id``; with ``enterprise_id``, delivered for an org-wide
-    install (``authorizations[0]`` names the enterprise, not the workspace)."""
-    envelope = slack_requests.app_mention(
-        f"<@{DEFAULT_WORKSPACE.bot_user_id}> what time is it?",
-        channel=channel,
-        workspace=workspace(team_id),
-    )
-    if enterprise_id is not None:
-        envelope["enterprise_id"] = envelope["context_enterprise_id"] = enterprise_id
-        envelope["authorizations"][0].update(
-            enterprise_id=enterprise_id, team_id=None, is_enterprise_install=True
-        )
-    return envelope
-
-
-async def run_to_the_end(bot: Bot, envelope: Json) -> Message:
-    assert await bot.event(envelope) == 200
-    event = envelope["event"]
-    status = await bot.status_message(event["channel"], event["ts"])
-    return await bot.final(status)
-
-
-def tokens_used_in(slack: FakeSlack, channel: str) -> set[str | None]:
-    return {c.token for c in slack.calls() if c.args.get("channel") == channel}
+    from tests.bot.harness import Bot
+    from tests.bot.oauth_harness import OAuthBot
 
 
 async def test_each_workspace_and_the_org_run_with_their_own_installation(
@@ -234,16 +111,16 @@ async def test_an_uninstalled_team_is_forgotten_at_once(oauth_bot: Bot) -> None:
     assert slack.calls()[before:] == []
 
 
-async def test_tokens_are_encrypted_at_rest(oauth_bot: Bot, database: str) -> None:
+async def test_tokens_are_encrypted_at_rest(oauth_bot: Bot, oauth_database: str) -> None:
     await install(oauth_bot, TEAM_A)
     token = oauth_bot.slack.oauth.current_token(TEAM_A)
 
     read = "SELECT secret FROM installations"
-    if database.startswith("sqlite"):
-        with sqlite3.connect(database.removeprefix("sqlite:///")) as db:
+    if oauth_database.startswith("sqlite"):
+        with sqlite3.connect(oauth_database.removeprefix("sqlite:///")) as db:
             (secret,) = db.execute(read).fetchone()
     else:
-        conn = await asyncpg.connect(database)
+        conn = await asyncpg.connect(oauth_database)
         try:
             secret = await conn.fetchval(read)
         finally:

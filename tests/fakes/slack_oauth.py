@@ -75,9 +75,19 @@ class Grant:
 
 
 class FakeOAuth:
-    def __init__(self, *, rotation: bool = False, expires_in: int = 43_200) -> None:
+    def __init__(
+        self,
+        *,
+        rotation: bool = False,
+        expires_in: int = 43_200,
+        refreshed_expires_in: int | None = None,
+    ) -> None:
         self.rotation = rotation
         self.expires_in = expires_in
+        self.refreshed_expires_in = refreshed_expires_in or expires_in
+        """The life of a token a refresh gives."""
+        self.refuse_refreshes = False
+        """While True, every refresh is refused (`invalid_refresh_token`)."""
         self.redirect_uris: list[str] = []
         """The app's registered redirect URLs (empty: any is accepted)."""
         self._next: deque[Target | str] = deque()
@@ -189,18 +199,24 @@ class FakeOAuth:
 
     def _refresh(self, refresh_token: str) -> Json:
         grant = self._by_refresh.get(refresh_token)
-        taken = grant is not None and not grant.revoked and refresh_token not in self._spent_refresh
+        taken = (
+            grant is not None
+            and not grant.revoked
+            and not self.refuse_refreshes
+            and refresh_token not in self._spent_refresh
+        )
         self.refreshes.append((refresh_token, taken))
         if grant is None or not taken:
             raise Refused("invalid_refresh_token")
         self._spent_refresh.add(refresh_token)
         del self._by_refresh[refresh_token]
-        return self._answer(grant)
+        return self._answer(grant, refreshed=True)
 
-    def _answer(self, grant: Grant) -> Json:
+    def _answer(self, grant: Grant, *, refreshed: bool = False) -> Json:
         target, ws, n = grant.target, DEFAULT_WORKSPACE, next(self._serial)
         token = f"xoxb-{target.team_id or target.enterprise_id}-{n}"
-        grant.access_tokens[token] = time.time() + self.expires_in if self.rotation else None
+        life = self.refreshed_expires_in if refreshed else self.expires_in
+        grant.access_tokens[token] = time.time() + life if self.rotation else None
         self._by_token[token] = grant
         answer: Json = {
             "ok": True,
@@ -222,5 +238,5 @@ class FakeOAuth:
             refresh = f"xoxe-1-{n}"
             grant.refresh_token = refresh
             self._by_refresh[refresh] = grant
-            answer |= {"refresh_token": refresh, "expires_in": self.expires_in}
+            answer |= {"refresh_token": refresh, "expires_in": life}
         return answer
