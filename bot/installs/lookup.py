@@ -29,6 +29,7 @@ import structlog
 from slack_bolt.authorization import AuthorizeResult
 
 from bot.errors import BotError
+from bot.inbound.identity import AppIdentity
 from bot.installs.store import InstallationStore, key_of
 
 if TYPE_CHECKING:
@@ -125,6 +126,20 @@ class InstallationLookup:
         requests were served by, else its own; None if there is none."""
         found = await self.installation(self._served_by.get(team_id, ("", team_id)))
         return None if found is None else found.bot_token
+
+    async def identity(self, team_id: str) -> AppIdentity | None:
+        """The app in a workspace (its bot user and bot), from the installation serving
+        it; None if there is none."""
+        found = await self.installation(self._served_by.get(team_id, ("", team_id)))
+        if found is None or not found.bot_user_id:
+            return None
+        return AppIdentity(
+            user_id=found.bot_user_id,
+            bot_id=found.bot_id or "",
+            team_id=team_id,
+            team=found.team_name or "",
+            enterprise_id=found.enterprise_id,
+        )
 
     async def authorize(self, context: AsyncBoltContext) -> AuthorizeResult:
         """Bolt's ``authorize``: the installation of the request's ``authorizations[0]``.

@@ -4,7 +4,10 @@ mode there is none, and the client's own ``SLACK_BOT_TOKEN`` is used."""
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from bot.inbound.identity import AppIdentity
 
 __all__ = ["TeamCredentials"]
 
@@ -12,6 +15,10 @@ __all__ = ["TeamCredentials"]
 class TeamCredentials(Protocol):
     async def bot_token(self, team_id: str) -> str | None:
         """The workspace's bot token now (None: it has no installation)."""
+        ...
+
+    async def identity(self, team_id: str) -> AppIdentity | None:
+        """The app in that workspace: its bot user and bot, from its installation."""
         ...
 
     def refused(self, team_id: str, error: str) -> None:

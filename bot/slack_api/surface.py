@@ -132,6 +132,8 @@ class Feature:
 class SlackSurface:
     team_id: str
     budget: SlackBudget
+    me: AppIdentity | None = None
+    """The app in this workspace (its bot user and bot); None: the process's identity."""
     streaming: Feature = field(default_factory=lambda: Feature("chat streaming"))
     agent_sessions: Feature = field(default_factory=lambda: Feature("agent sessions"))
 
@@ -179,15 +181,18 @@ class Workspaces:
         async with self._lock:
             surface = self._surfaces.get(team_id)
             if surface is None:
+                me = self._me
+                if self._credentials is not None:
+                    me = await self._credentials.identity(team_id) or me
                 budget = SlackBudget(
                     self._client,
                     team_id=team_id,
-                    me=self._me,
+                    me=me,
                     metrics=self._metrics,
                     credentials=self._credentials,
                 )
                 await budget.start()
-                surface = SlackSurface(team_id, budget)
+                surface = SlackSurface(team_id, budget, me)
                 self._surfaces[team_id] = surface
         return surface
 

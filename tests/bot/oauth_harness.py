@@ -8,6 +8,7 @@ The fixtures are registered for every test under ``tests/bot`` by its conftest.
 from __future__ import annotations
 
 import socket
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 import aiohttp
@@ -19,7 +20,7 @@ from bot.process.app import ThreadpilotApp
 from tests.bot.harness import Bot
 from tests.fakes import slack_requests
 from tests.fakes.slack_oauth import CLIENT_ID, CLIENT_SECRET, Target
-from tests.fakes.slack_workspace import DEFAULT_WORKSPACE, Workspace
+from tests.fakes.slack_workspace import Workspace
 from tests.system.conftest import fresh_postgres
 
 if TYPE_CHECKING:
@@ -126,18 +127,20 @@ def workspace(team_id: str) -> Workspace:
     return Workspace(team_id=team_id, team_domain=team_id.lower())
 
 
-def mention_in(team_id: str, channel: str, *, enterprise_id: str | None = None) -> Json:
-    """A mention from ``team_id``; with ``enterprise_id``, delivered for an org-wide
-    install (``authorizations[0]`` names the enterprise, not the workspace)."""
-    envelope = slack_requests.app_mention(
-        f"<@{DEFAULT_WORKSPACE.bot_user_id}> what time is it?",
-        channel=channel,
-        workspace=workspace(team_id),
-    )
-    if enterprise_id is not None:
-        envelope["enterprise_id"] = envelope["context_enterprise_id"] = enterprise_id
+def mention_in(
+    target: Target, channel: str, *, team_id: str | None = None, text: str = "what time is it?"
+) -> Json:
+    """A mention of the app as installed at ``target``, from ``team_id`` (an org-wide
+    install's workspace; else the target's own): ``authorizations[0]`` names the
+    installation, the enterprise for an org-wide one."""
+    team = team_id or target.team_id
+    assert team is not None
+    installed = replace(workspace(team), bot_user_id=target.bot_user_id, bot_id=target.bot_id)
+    envelope = slack_requests.app_mention(text, channel=channel, workspace=installed)
+    if target.org_wide:
+        envelope["enterprise_id"] = envelope["context_enterprise_id"] = target.enterprise_id
         envelope["authorizations"][0].update(
-            enterprise_id=enterprise_id, team_id=None, is_enterprise_install=True
+            enterprise_id=target.enterprise_id, team_id=None, is_enterprise_install=True
         )
     return envelope
 

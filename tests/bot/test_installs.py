@@ -10,7 +10,7 @@ people of any team act (``ALLOW_EXTERNAL_USERS``, ``ALLOW_GUESTS``).
 from __future__ import annotations
 
 import sqlite3
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
 import aiohttp
@@ -18,7 +18,7 @@ import asyncpg  # type: ignore[import-untyped]
 
 from bot.installs.oauth import INSTALL_PATH, REDIRECT_PATH, STATE_COOKIE
 from tests.bot.oauth_harness import install, mention_in, run_to_the_end, tokens_used_in
-from tests.fakes.slack_oauth import CLIENT_ID, ORG, ORG_WORKSPACES, TEAM_A, TEAM_B
+from tests.fakes.slack_oauth import CLIENT_ID, ORG, ORG_WORKSPACES, TEAM_A, TEAM_B, Target
 
 if TYPE_CHECKING:
     from llmock.pytest_plugin import LLMock
@@ -41,19 +41,28 @@ async def test_each_workspace_and_the_org_run_with_their_own_installation(
     llm.reply("It is noon in the org's other workspace.")
 
     assert TEAM_A.team_id is not None and TEAM_B.team_id is not None
-    await run_to_the_end(oauth_bot, mention_in(TEAM_A.team_id, "C0TEAMA0001"))
-    await run_to_the_end(oauth_bot, mention_in(TEAM_B.team_id, "C0TEAMB0001"))
+    await run_to_the_end(oauth_bot, mention_in(TEAM_A, "C0TEAMA0001"))
+    await run_to_the_end(oauth_bot, mention_in(TEAM_B, "C0TEAMB0001"))
     for i, team in enumerate(ORG_WORKSPACES):
         channel = f"C0ORGW{i}0001"
-        await run_to_the_end(oauth_bot, mention_in(team, channel, enterprise_id=ORG.enterprise_id))
+        await run_to_the_end(oauth_bot, mention_in(ORG, channel, team_id=team))
         assert tokens_used_in(slack, channel) == {slack.oauth.current_token(ORG)}
 
     assert tokens_used_in(slack, "C0TEAMA0001") == {slack.oauth.current_token(TEAM_A)}
     assert tokens_used_in(slack, "C0TEAMB0001") == {slack.oauth.current_token(TEAM_B)}
+    # Each workspace's own bot user was recognised in its mention: the model got the task.
+    asked = [_last_user_text(r.body or {}) for r in llm.requests]
+    assert asked == ["what time is it?"] * 4
     # Found from the installations, never asked per request.
     assert [c.token for c in slack.calls("auth.test")] == [
         slack.oauth.current_token(t) for t in (TEAM_A, TEAM_B, ORG)
     ]
+
+
+def _last_user_text(body: dict[str, Any]) -> str:
+    users = [m for m in body.get("messages", []) if m.get("role") == "user"]
+    content = users[-1]["content"]
+    return content if isinstance(content, str) else " ".join(p["text"] for p in content)
 
 
 async def test_the_authorize_link_carries_the_client_scopes_and_redirect(oauth_bot: Bot) -> None:
@@ -81,7 +90,7 @@ async def test_a_reinstall_replaces_the_installation_and_its_token(
 
     assert TEAM_A.team_id is not None
     # Within the cache's time: this worker forgot the old installation when it saved the new.
-    await run_to_the_end(oauth_bot, mention_in(TEAM_A.team_id, "C0TEAMA0001"))
+    await run_to_the_end(oauth_bot, mention_in(TEAM_A, "C0TEAMA0001"))
 
     assert tokens_used_in(slack, "C0TEAMA0001") == {second}
 
@@ -91,7 +100,7 @@ async def test_a_team_without_an_installation_gets_nothing_done(oauth_bot: Bot) 
     await install(oauth_bot, TEAM_A)
     before = len(slack.calls())
 
-    assert await oauth_bot.event(mention_in("T0TPNOBODY1", "C0NOBODY001")) == 200
+    assert await oauth_bot.event(mention_in(Target("T0TPNOBODY1", "Nobody"), "C0NOBODY001")) == 200
 
     assert slack.calls()[before:] == []
 
@@ -106,7 +115,7 @@ async def test_an_uninstalled_team_is_forgotten_at_once(oauth_bot: Bot) -> None:
 
     await store.async_delete_installation(enterprise_id=None, team_id=TEAM_A.team_id)
     before = len(slack.calls())
-    assert await oauth_bot.event(mention_in(TEAM_A.team_id, "C0TEAMA0001")) == 200
+    assert await oauth_bot.event(mention_in(TEAM_A, "C0TEAMA0001")) == 200
 
     assert slack.calls()[before:] == []
 
@@ -224,7 +233,7 @@ async def test_socket_mode_serves_the_install_routes_on_port(
     assert status == 200, page
     assert TEAM_B.team_id is not None
     llm.reply("Over the socket.")
-    envelope = mention_in(TEAM_B.team_id, "C0TEAMB0001")
+    envelope = mention_in(TEAM_B, "C0TEAMB0001")
     await bot.socket_event(envelope)
     message = await bot.status_message("C0TEAMB0001", envelope["event"]["ts"])
     await bot.final(message)

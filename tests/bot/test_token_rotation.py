@@ -58,7 +58,7 @@ async def test_two_workers_refresh_a_token_once_before_it_expires(
     # The next run, on either worker, uses the new token.
     llm.reply("Fresh.")
     assert TEAM_A.team_id is not None
-    await run_to_the_end(second, mention_in(TEAM_A.team_id, "C0TEAMA0001"))
+    await run_to_the_end(second, mention_in(TEAM_A, "C0TEAMA0001"))
     assert tokens_used_in(slack, "C0TEAMA0001") <= {refreshed, installed}
     assert second.app._installs is not None
     found = await second.app._installs.store.async_find_installation(

@@ -440,7 +440,15 @@ class FakeSlack:
             if method == "apps.connections.open":
                 ws_base = self.url.replace("http://", "ws://", 1)
                 return 200, {"ok": True, "url": self.socket.issue_url(ws_base)}, {}
-            return 200, self.state.call(method, args), {}
+            acting = self.oauth.acting_as(token, self.workspace.team_id)
+            if acting is None:
+                return 200, self.state.call(method, args), {}
+            # An installation's token: the call is that installation's bot user's.
+            self.state.workspace = acting
+            try:
+                return 200, self.state.call(method, args), {}
+            finally:
+                self.state.workspace = self.workspace
         except Refused as refused:
             return 200, {"ok": False, "error": refused.error}, {}
 

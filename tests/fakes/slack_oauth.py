@@ -19,13 +19,13 @@ from __future__ import annotations
 import itertools
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from urllib.parse import urlencode
 
 from aiohttp import web
 
 from tests.fakes.slack_messages import Refused
-from tests.fakes.slack_workspace import DEFAULT_WORKSPACE, Json
+from tests.fakes.slack_workspace import DEFAULT_WORKSPACE, Json, Workspace
 
 __all__ = [
     "CLIENT_ID",
@@ -51,15 +51,20 @@ class Target:
     team_name: str | None
     enterprise_id: str | None = None
     enterprise_name: str | None = None
+    bot_user_id: str = DEFAULT_WORKSPACE.bot_user_id
+    """The app's bot user there: each installation has its own, as in Slack."""
+    bot_id: str = DEFAULT_WORKSPACE.bot_id
 
     @property
     def org_wide(self) -> bool:
         return self.team_id is None
 
 
-TEAM_A = Target("T0TPTEAMA01", "Team A")
-TEAM_B = Target("T0TPTEAMB01", "Team B")
-ORG = Target(None, None, "E0TPORG0001", "Example Org")
+TEAM_A = Target("T0TPTEAMA01", "Team A", bot_user_id="U0TPBOTA001", bot_id="B0TPBOTA001")
+TEAM_B = Target("T0TPTEAMB01", "Team B", bot_user_id="U0TPBOTB001", bot_id="B0TPBOTB001")
+ORG = Target(
+    None, None, "E0TPORG0001", "Example Org", bot_user_id="W0TPBOTORG1", bot_id="B0TPBOTORG1"
+)
 ORG_WORKSPACES = ("T0TPORGW001", "T0TPORGW002")
 
 
@@ -126,6 +131,19 @@ class FakeOAuth:
         grant = self._by_token.get(token or "")
         return None if grant is None else grant.target
 
+    def acting_as(self, token: str | None, team_id: str) -> Workspace | None:
+        """The app as the state should see it for a call with ``token`` (its bot user
+        and bot in that installation), or None for a token not issued here."""
+        target = self.installed_where(token)
+        if target is None:
+            return None
+        return replace(
+            DEFAULT_WORKSPACE,
+            team_id=target.team_id or team_id,
+            bot_user_id=target.bot_user_id,
+            bot_id=target.bot_id,
+        )
+
     # -- HTTP --------------------------------------------------------------------------
 
     async def authorize(self, request: web.Request) -> web.Response:
@@ -184,8 +202,8 @@ class FakeOAuth:
             "team": target.team_name,
             "user": ws.bot_name,
             "team_id": target.team_id,
-            "user_id": ws.bot_user_id,
-            "bot_id": ws.bot_id,
+            "user_id": target.bot_user_id,
+            "bot_id": target.bot_id,
             "enterprise_id": target.enterprise_id,
             "is_enterprise_install": target.org_wide,
         }
@@ -223,7 +241,7 @@ class FakeOAuth:
             "access_token": token,
             "token_type": "bot",
             "scope": "app_mentions:read,chat:write",
-            "bot_user_id": ws.bot_user_id,
+            "bot_user_id": target.bot_user_id,
             "app_id": ws.app_id,
             "team": None if target.org_wide else {"id": target.team_id, "name": target.team_name},
             "enterprise": (
