@@ -783,6 +783,18 @@ class InstallationRows(Protocol):
         """Rows whose last refresh failed, most failures first (``--check``)."""
         ...
 
+    async def installations_after(
+        self, after: tuple[str, str] | None = None, *, limit: int = 100
+    ) -> list[InstallationRecord]:
+        """Every row, a page at a time: those keyed after ``after`` (``(enterprise_id,
+        team_id)``, None: from the first), in key order."""
+        ...
+
+    async def replace_secret(self, enterprise_id: str, team_id: str, old: str, new: str) -> bool:
+        """Set the row's ``secret`` to ``new`` only if it is still ``old`` (re-sealing
+        with a new key never overwrites a refresh or a re-install made meanwhile)."""
+        ...
+
 
 class Store(
     RunStore,

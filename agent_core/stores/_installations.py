@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
 __all__ = [
+    "AFTER_SQL",
     "CLAIM_SQL",
     "COLUMNS",
     "DELETE_SQL",
@@ -26,6 +27,7 @@ __all__ = [
     "FAILING_SQL",
     "FAIL_SQL",
     "GET_SQL",
+    "REPLACE_SECRET_SQL",
     "SAVE_SQL",
     "SUCCEED_SQL",
     "from_row",
@@ -67,6 +69,13 @@ FAIL_SQL = (
     "UPDATE installations SET refresh_owner = NULL, refresh_until = ?, "
     "refresh_failures = refresh_failures + 1, refresh_error = ? "
     "WHERE enterprise_id = ? AND team_id = ? AND refresh_owner = ?"
+)
+AFTER_SQL = (
+    f"SELECT {COLUMNS} FROM installations WHERE (enterprise_id, team_id) > (?, ?) "
+    "ORDER BY enterprise_id, team_id LIMIT ?"
+)
+REPLACE_SECRET_SQL = (
+    "UPDATE installations SET secret = ? WHERE enterprise_id = ? AND team_id = ? AND secret = ?"
 )
 FAILING_SQL = (
     f"SELECT {COLUMNS} FROM installations WHERE refresh_error IS NOT NULL "

@@ -120,6 +120,22 @@ class MemoryInstallations:
             self._installations[key] = record
             return True
 
+    async def installations_after(
+        self, after: tuple[str, str] | None = None, *, limit: int = 100
+    ) -> list[InstallationRecord]:
+        start = after or ("", "")
+        keys = sorted(k for k in self._installations if k > start)
+        return [self._installations[k] for k in keys[:limit]]
+
+    async def replace_secret(self, enterprise_id: str, team_id: str, old: str, new: str) -> bool:
+        key = (enterprise_id, team_id)
+        async with self._installations_lock:
+            record = self._installations.get(key)
+            if record is None or record.secret != old:
+                return False
+            self._installations[key] = dataclasses.replace(record, secret=new)
+            return True
+
     async def failing_refreshes(self, *, limit: int = 100) -> list[InstallationRecord]:
         failing = [r for r in self._installations.values() if r.refresh_error is not None]
         failing.sort(key=lambda r: (-r.refresh_failures, r.enterprise_id, r.team_id))

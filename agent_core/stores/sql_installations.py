@@ -80,6 +80,17 @@ class SqliteInstallations:
         rows = await self._rows("list failing refreshes", sql.FAILING_SQL, (limit,))
         return [sql.from_row(r) for r in rows]
 
+    async def installations_after(
+        self, after: tuple[str, str] | None = None, *, limit: int = 100
+    ) -> list[InstallationRecord]:
+        params = (*(after or _BEFORE_ALL), limit)
+        rows = await self._rows("list installations", sql.AFTER_SQL, params)
+        return [sql.from_row(r) for r in rows]
+
+    async def replace_secret(self, enterprise_id: str, team_id: str, old: str, new: str) -> bool:
+        params = (new, enterprise_id, team_id, old)
+        return await self._change("re-seal an installation", sql.REPLACE_SECRET_SQL, params) > 0
+
 
 class PostgresInstallations:
     """The installation methods; the host class provides the pool and its error handling."""
@@ -158,6 +169,26 @@ class PostgresInstallations:
     async def failing_refreshes(self, *, limit: int = 100) -> list[InstallationRecord]:
         rows = await self._fetch("list failing refreshes", sql.numbered(sql.FAILING_SQL), limit)
         return [sql.from_row(r) for r in rows]
+
+    async def installations_after(
+        self, after: tuple[str, str] | None = None, *, limit: int = 100
+    ) -> list[InstallationRecord]:
+        rows = await self._fetch(
+            "list installations", sql.numbered(sql.AFTER_SQL), *(after or _BEFORE_ALL), limit
+        )
+        return [sql.from_row(r) for r in rows]
+
+    async def replace_secret(self, enterprise_id: str, team_id: str, old: str, new: str) -> bool:
+        statement = sql.numbered(sql.REPLACE_SECRET_SQL)
+        changed = await self._execute(
+            "re-seal an installation", statement, new, enterprise_id, team_id, old, idempotent=True
+        )
+        return changed > 0
+
+
+_BEFORE_ALL = ("", "")
+"""Before every key but ``("", "")`` itself, which no row has (a row names a team or an
+enterprise)."""
 
 
 def _finish(

@@ -1,5 +1,6 @@
 """Token rotation: each installation's access token is refreshed before it expires, by
-one worker at a time, in the background (never on a click's path).
+one worker at a time, in the background (never on a click's path). The same task first
+re-seals installations after a change of ``SLACK_TOKEN_KEY`` (once, at start).
 
 Every :data:`CHECK_EVERY_S`, each worker lists the installations whose token expires
 within :data:`REFRESH_BEFORE_S` and takes each one's refresh lease in the database
@@ -133,6 +134,7 @@ class Rotation:
         return self._passes
 
     async def _loop(self) -> None:
+        await self._reseal()
         while not self._closing.is_set():
             try:
                 await self.run_once()
@@ -144,6 +146,17 @@ class Rotation:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self._timing.check_every_s):
                     await self._closing.wait()
+
+    async def _reseal(self) -> None:
+        """Once, at start: installations sealed in clear or with an older key are sealed
+        with the newest ``SLACK_TOKEN_KEY`` (a key rotation, docs/admin.md)."""
+        try:
+            resealed = await self._lookup.store.reseal_all()
+        except (StorageError, SecretUnreadable) as exc:
+            log.warning("installations.not_resealed", error=str(exc))
+            return
+        if resealed:
+            log.info("installations.resealed", count=resealed)
 
     async def run_once(self) -> int:
         """Refresh what is due now; how many this worker refreshed."""

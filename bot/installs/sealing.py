@@ -2,12 +2,13 @@
 
 ``SLACK_TOKEN_KEY`` is one or more Fernet keys, comma-separated, newest first: the first
 seals, any of them opens (cryptography's ``MultiFernet``), so a key is rotated by putting
-the new one in front, re-sealing (each installation is re-sealed whenever it is saved or
-its token refreshed), then dropping the old one (docs/admin.md).
+the new one in front, letting the workers re-seal, then dropping the old one
+(docs/admin.md).
 
 A stored secret says how it was stored: ``fernet:`` + the token, or ``clear:`` + the
-JSON. One written in clear is still read once a key is set (an upgrade in place), and
-sealed at its next save.
+JSON. One written in clear is still read once a key is set (an upgrade in place). Each
+worker re-seals, once after it starts, every installation in clear or sealed with an older
+key (:meth:`bot.installs.store.InstallationStore.reseal_all`).
 """
 
 from __future__ import annotations
@@ -50,7 +51,9 @@ class Sealer:
     """Seals and opens the stored form of an installation."""
 
     def __init__(self, keys: str | None) -> None:
-        self._fernet = MultiFernet(check_keys(keys)) if keys else None
+        fernets = check_keys(keys) if keys else []
+        self._fernet = MultiFernet(fernets) if fernets else None
+        self._newest = fernets[0] if fernets else None
 
     @property
     def sealing(self) -> bool:
@@ -61,6 +64,19 @@ class Sealer:
         if self._fernet is None:
             return CLEAR + text
         return SEALED + self._fernet.encrypt(text.encode()).decode()
+
+    def stale(self, stored: str) -> bool:
+        """True if ``stored`` should be sealed again: it is in clear while a key is set,
+        or sealed with a key other than the newest."""
+        if self._newest is None:
+            return False
+        if stored.startswith(CLEAR):
+            return True
+        try:
+            self._newest.decrypt(stored.removeprefix(SEALED).encode())
+        except InvalidToken:
+            return True
+        return False
 
     def open(self, stored: str) -> str:
         if stored.startswith(CLEAR):

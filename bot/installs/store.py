@@ -115,6 +115,21 @@ class InstallationStore(AsyncInstallationStore):
         )
         self._on_change(key)
 
+    async def reseal_all(self, *, page: int = 100) -> int:
+        """Seal again, with the newest key, every installation in clear or sealed with an
+        older one; how many were. Each row changes only if it is still what was read (a
+        refresh or re-install meanwhile wins), so every worker may run it at once."""
+        resealed = 0
+        after: Key | None = None
+        while rows := await self._rows.installations_after(after, limit=page):
+            for record in rows:
+                if self._sealer.stale(record.secret):
+                    fresh = self._sealer.seal(self._sealer.open(record.secret))
+                    key = (record.enterprise_id, record.team_id)
+                    resealed += await self._rows.replace_secret(*key, record.secret, fresh)
+            after = (rows[-1].enterprise_id, rows[-1].team_id)
+        return resealed
+
     async def async_save_bot(self, bot: Bot) -> None:
         raise NotImplementedError("save the whole installation: async_save")
 

@@ -4,6 +4,7 @@ which states the redirect takes."""
 
 from __future__ import annotations
 
+from cryptography.fernet import Fernet
 from slack_sdk.oauth.installation_store.models.installation import Installation
 
 from agent_core.stores.memory import MemoryStore
@@ -95,3 +96,20 @@ async def test_states_are_single_use_signed_and_expire() -> None:
     clock.now += 601
     assert await states.spend(second) is Outcome.EXPIRED_STATE
     assert await states.spend("garbage") is Outcome.BAD_STATE
+
+
+async def test_a_new_key_reseals_every_installation_and_the_old_key_can_go() -> None:
+    rows = MemoryStore()
+    old_key = TOKEN_KEY
+    new_key = Fernet.generate_key().decode()
+    before = InstallationLookup(rows, Sealer(old_key))
+    await before.store.async_save(installation("T1", "xoxb-1"))
+    await InstallationLookup(rows, Sealer(None)).store.async_save(installation("T2", "xoxb-2"))
+
+    rotating = InstallationLookup(rows, Sealer(f"{new_key},{old_key}"))
+    assert await rotating.store.reseal_all(page=1) == 2
+    assert await rotating.store.reseal_all() == 0
+
+    after = InstallationLookup(rows, Sealer(new_key))
+    assert await after.bot_token("T1") == "xoxb-1"
+    assert await after.bot_token("T2") == "xoxb-2"

@@ -113,3 +113,26 @@ async def test_a_failed_refresh_is_counted_and_retried_later(backend: Backend) -
     assert await store.installations_due(now + timedelta(hours=1), now=now) == []
     due_later = await store.installations_due(retry_at + timedelta(hours=1), now=retry_at)
     assert [r.team_id for r in due_later] == ["T1"]
+
+
+async def test_every_installation_is_listed_a_page_at_a_time(backend: Backend) -> None:
+    store = await backend.open()
+    for team in ("T3", "T1", "T2"):
+        await store.save_installation(InstallationRecord("", team, team))
+    await store.save_installation(InstallationRecord("E1", "", "org"))
+
+    first = await store.installations_after(limit=2)
+    assert [(r.enterprise_id, r.team_id) for r in first] == [("", "T1"), ("", "T2")]
+    last = first[-1]
+    rest = await store.installations_after((last.enterprise_id, last.team_id), limit=2)
+    assert [(r.enterprise_id, r.team_id) for r in rest] == [("", "T3"), ("E1", "")]
+
+
+async def test_a_secret_is_replaced_only_if_unchanged(backend: Backend) -> None:
+    store = await backend.open()
+    await store.save_installation(InstallationRecord("", "T1", "sealed-old"))
+
+    assert not await store.replace_secret("", "T1", "something-else", "sealed-new")
+    assert await store.replace_secret("", "T1", "sealed-old", "sealed-new")
+    got = await store.get_installation("", "T1")
+    assert got is not None and got.secret == "sealed-new"
