@@ -121,6 +121,13 @@ class InstallationLookup:
             self.forget(key)
             log.warning("installation.token_refused", team=team_id, error=error)
 
+    def remember(self, team_id: str, enterprise_id: str | None) -> None:
+        """Say which enterprise a workspace belongs to (a stored run's, say), so that its
+        calls find an org-wide installation even before a request from it has reached
+        this worker (after a restart)."""
+        if enterprise_id and team_id not in self._served_by:
+            self._served_by[team_id] = (enterprise_id, team_id)
+
     async def bot_token(self, team_id: str) -> str | None:
         """The bot token for a workspace's Web API calls: from the installation its
         requests were served by, else its own; None if there is none."""

@@ -42,6 +42,7 @@ __all__ = [
     "oauth_database",
     "run_to_the_end",
     "tokens_used_in",
+    "workspace",
 ]
 
 TOKEN_KEY = "3q2-7vJ1cOv3Gq6l0zv0Zk0w7m4ZlJt3o6o2mJ0p1kA="

@@ -113,3 +113,15 @@ async def test_a_new_key_reseals_every_installation_and_the_old_key_can_go() -> 
     after = InstallationLookup(rows, Sealer(new_key))
     assert await after.bot_token("T1") == "xoxb-1"
     assert await after.bot_token("T2") == "xoxb-2"
+
+
+async def test_a_workspace_of_an_org_is_found_once_its_enterprise_is_known() -> None:
+    lookup = InstallationLookup(MemoryStore(), Sealer(None), clock=Clock())
+    await lookup.store.async_save(installation(None, "xoxb-org", enterprise="E1"))
+    assert await lookup.bot_token("T7") is None  # no request from it yet, after a restart
+
+    lookup.remember("T7", "E1")
+
+    assert await lookup.bot_token("T7") == "xoxb-org"
+    identity = await lookup.identity("T7")
+    assert identity is not None and (identity.user_id, identity.team_id) == ("UBOT", "T7")

@@ -10,6 +10,7 @@ people of any team act (``ALLOW_EXTERNAL_USERS``, ``ALLOW_GUESTS``).
 from __future__ import annotations
 
 import sqlite3
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -17,7 +18,15 @@ import aiohttp
 import asyncpg  # type: ignore[import-untyped]
 
 from bot.installs.oauth import INSTALL_PATH, REDIRECT_PATH, STATE_COOKIE
-from tests.bot.oauth_harness import install, mention_in, run_to_the_end, tokens_used_in
+from tests.bot.harness import ACTION_STOP, SECRET, block_text, stalled_answer
+from tests.bot.oauth_harness import (
+    install,
+    mention_in,
+    run_to_the_end,
+    tokens_used_in,
+    workspace,
+)
+from tests.fakes import slack_requests
 from tests.fakes.slack_oauth import CLIENT_ID, ORG, ORG_WORKSPACES, TEAM_A, TEAM_B, Target
 
 if TYPE_CHECKING:
@@ -238,3 +247,42 @@ async def test_socket_mode_serves_the_install_routes_on_port(
     message = await bot.status_message("C0TEAMB0001", envelope["event"]["ts"])
     await bot.final(message)
     assert tokens_used_in(bot.slack, "C0TEAMB0001") == {bot.slack.oauth.current_token(TEAM_B)}
+
+
+async def test_a_click_is_authorised_from_its_workspaces_installation(
+    oauth_bot: Bot, llm: LLMock
+) -> None:
+    slack = oauth_bot.slack
+    await install(oauth_bot, TEAM_B)
+    llm.add(*stalled_answer())
+    envelope = mention_in(TEAM_B, "C0TEAMB0001")
+    assert await oauth_bot.event(envelope) == 200
+    status = await oauth_bot.status_message("C0TEAMB0001", envelope["event"]["ts"])
+    assert TEAM_B.team_id is not None
+    from_b = replace(
+        workspace(TEAM_B.team_id), bot_user_id=TEAM_B.bot_user_id, bot_id=TEAM_B.bot_id
+    )
+
+    # A click from a workspace the app is not installed in changes nothing.
+    stranger = slack_requests.click_button(
+        slack.message(status.channel, status.ts),
+        ACTION_STOP,
+        response_url=slack.new_response_url(status.channel, status.ts),
+        workspace=workspace("T0TPNOBODY1"),
+    )
+    assert (
+        await oauth_bot.post(slack_requests.interaction_request(stranger, SECRET))
+    ).status == 200
+    assert oauth_bot.live_run(status) is not None
+
+    click = slack_requests.click_button(
+        slack.message(status.channel, status.ts),
+        ACTION_STOP,
+        response_url=slack.new_response_url(status.channel, status.ts),
+        workspace=from_b,
+    )
+    assert (await oauth_bot.post(slack_requests.interaction_request(click, SECRET))).status == 200
+    final = await oauth_bot.final(status)
+
+    assert "stopped" in block_text(final).lower()
+    assert tokens_used_in(slack, "C0TEAMB0001") == {slack.oauth.current_token(TEAM_B)}
