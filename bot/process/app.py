@@ -290,6 +290,7 @@ class ThreadpilotApp:
             deliveries,
             trust,
             clicks,
+            installs=self._installs,
         )
 
     def _agent(
