@@ -91,3 +91,20 @@ async def test_a_refused_refresh_is_retried_and_shown_by_check(
     await slack.wait_until(lambda s: any(taken for _t, taken in s.oauth.refreshes) or None)
     await more_passes(bot)
     assert [c.name for c in await _installations(bot.app.settings)] == ["installations"]
+
+
+async def test_a_mention_never_waits_for_a_refresh(
+    slack: FakeSlack, make_oauth_bot: OAuthBot, llm: LLMock
+) -> None:
+    slack.oauth.rotation = True
+    slack.oauth.expires_in = HOUR  # due, but the background task will not look for an hour
+    idle = RotationTiming(refresh_before_s=2 * HOUR, check_every_s=HOUR)
+    bot = await make_oauth_bot(rotation=idle)
+    await rotation_of(bot).passes(1)  # its pass at start-up, before the install
+    await install(bot, TEAM_A)
+    llm.reply("Done.")
+
+    await run_to_the_end(bot, mention_in(TEAM_A, "C0TEAMA0001"))
+
+    assert slack.oauth.refreshes == []  # the run went on with the token it had
+    assert tokens_used_in(slack, "C0TEAMA0001") == {slack.oauth.current_token(TEAM_A)}
