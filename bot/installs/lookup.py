@@ -82,7 +82,6 @@ class InstallationLookup:
         self.store = InstallationStore(rows, sealer, on_change=self.forget)
         """The installation store (slack_sdk's interface) over the same rows: what it
         saves or deletes, this cache forgets at once."""
-        self._store = self.store
         self._ttl_s = ttl_s
         self._clock = clock
         self._cache: dict[Key, tuple[Installation | None, float]] = {}
@@ -100,7 +99,7 @@ class InstallationLookup:
             if found is None or not _expired(found):
                 return found
         enterprise_id, team_id = key
-        found = await self._store.find(enterprise_id or None, team_id or None)
+        found = await self.store.find(enterprise_id or None, team_id or None)
         self._cache[key] = (found, self._clock())
         return found
 

@@ -64,6 +64,8 @@ LEASE_S = 60.0
 """How long a worker holds a refresh: far more than one ``oauth.v2.access`` takes (its
 request is bounded by :data:`CALL_TIMEOUT_S`)."""
 CALL_TIMEOUT_S = 15.0
+CLOSE_WAIT_S = 3.0
+"""At shutdown, how long a refresh under way may take to finish before it is cancelled."""
 
 
 def retry_after_s(failures: int, base_s: float = 60.0) -> float:
@@ -117,12 +119,19 @@ class Rotation:
         self._task = asyncio.create_task(self._loop(), name="token-rotation")
 
     async def close(self) -> None:
+        """Stop after the refresh under way, if any (waiting up to :data:`CLOSE_WAIT_S`;
+        a refresh Slack has answered is always stored, see :meth:`_refresh`)."""
         self._closing.set()
-        if self._task is not None:
-            self._task.cancel()
+        task, self._task = self._task, None
+        if task is None:
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(CLOSE_WAIT_S):
+                await asyncio.shield(task)
+        if not task.done():
+            task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+                await task
 
     async def passes(self, count: int) -> None:
         """Wait until this worker has looked for due tokens ``count`` times in all."""
@@ -166,6 +175,8 @@ class Rotation:
         )
         refreshed = 0
         for record in due:
+            if self._closing.is_set():
+                break
             refreshed += await self._refresh(record.enterprise_id, record.team_id)
         return refreshed
 
@@ -195,8 +206,12 @@ class Rotation:
         ) as exc:
             await self._failed(held, _describe(exc))
             return False
-        stored = await self._finish(
-            held, secret=self._lookup.store.seal(refreshed), expires_at=expiry_of(refreshed)
+        # Slack has taken the old refresh token: the new one must be stored even if this
+        # task is cancelled now, or the installation dies when its access token expires.
+        stored = await asyncio.shield(
+            self._finish(
+                held, secret=self._lookup.store.seal(refreshed), expires_at=expiry_of(refreshed)
+            )
         )
         self._lookup.forget((enterprise_id, team_id))
         if stored:
