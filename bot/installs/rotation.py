@@ -209,9 +209,7 @@ class Rotation:
         # Slack has taken the old refresh token: the new one must be stored even if this
         # task is cancelled now, or the installation dies when its access token expires.
         stored = await asyncio.shield(
-            self._finish(
-                held, secret=self._lookup.store.seal(refreshed), expires_at=expiry_of(refreshed)
-            )
+            self._store(held, self._lookup.store.seal(refreshed), refreshed)
         )
         self._lookup.forget((enterprise_id, team_id))
         if stored:
@@ -229,6 +227,15 @@ class Rotation:
                 fix="reinstall the app in this workspace if its token stops working",
             )
         return stored
+
+    async def _store(self, held: InstallationRecord, secret: str, refreshed: Installation) -> bool:
+        """Store a refreshed installation; if the lease ran out meanwhile, still store it
+        over the row as it was when claimed (nobody refreshed it since: the old refresh
+        token was spent here), else leave the newer row."""
+        if await self._finish(held, secret=secret, expires_at=expiry_of(refreshed)):
+            return True
+        key = (held.enterprise_id, held.team_id)
+        return await self._rows.replace_secret(*key, held.secret, secret)
 
     async def _exchange(self, installation: Installation) -> Installation:
         if installation.bot_refresh_token is None:
