@@ -3,7 +3,7 @@ mentions spread over workspaces and channels, Stop clicks on the status messages
 the database and log checks that say every run ended once.
 
 Two Slack details shape the mentions, both imposed by the app's own Slack budget
-(``bot/slack_api/budget.py``), not by the queue:
+(``bot/slack_api/rate_budget.py``), not by the queue:
 
 - **One channel per mention.** ``chat.postMessage`` is budgeted at about one a second per
   channel, and a queued run's status message is posted before its row is written. With

@@ -33,7 +33,7 @@ from agent_core import HTTPChatModel, StopReason, ThreadKey, current_run
 from bench._llmock import openai_model
 from bot.process.app import ThreadpilotApp
 from bot.process.heap import freeze_start_up_heap
-from bot.process.settings import Settings
+from bot.config.settings import Settings
 from bot.views.status import ACTION_ABORT, ACTION_STOP
 from tests.fakes import slack_requests
 from tests.fakes.slack_api import FakeSlack
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from agent_core import Run
     from agent_core.ports import TextSink
     from agent_core.values.chat import ModelRequest, ModelResponse
-    from bot.process.context import BotContext
+    from bot.handlers.context import BotContext
     from bot.runs.supervisor import LiveRun
 
 __all__ = [

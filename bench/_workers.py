@@ -21,7 +21,7 @@ import aiohttp
 
 from agent_core.stores.factory import open_store
 from bench._llmock import llmock_server
-from bot.process.loop_load import BUSY_LAG_S
+from bot.observe.loop_load import BUSY_LAG_S
 from tests.fakes import slack_requests
 from tests.fakes.slack_api import FakeSlack
 from tests.system.workers import LEASE_TTL_S, Cluster, kill_leftovers

@@ -26,8 +26,8 @@ import structlog
 
 from agent_core import ConfigError, configure_logging, make_undumpable, warn_if_root
 from bot.errors import SlackUnreachable
-from bot.process.settings import Settings, load_settings
-from bot.process.unknown_settings import UnknownSetting, unknown_settings
+from bot.config.settings import Settings, load_settings
+from bot.config.unknown_settings import UnknownSetting, unknown_settings
 
 if TYPE_CHECKING:
     from bot.process.app import ThreadpilotApp

@@ -1,7 +1,7 @@
 """Every error the Slack app (`bot`) raises on purpose, under one root.
 
     BotError
-    ├── BudgetNotRunning      a SlackBudget was used before start() or after close()
+    ├── BudgetNotRunning      a SlackRateBudget was used before start() or after close()
     ├── SlackUnreachable      start-up cannot reach Slack at its default address
     └── SlackError            a Slack Web API call failed (names the method and Slack's error)
         ├── SlackRefused         Slack answered ``ok: false`` or a 4xx: the same call fails again
@@ -9,7 +9,7 @@
         └── SlackUnavailable     5xx, timeout or lost connection: Slack may or may not have acted
 
 slack_sdk and aiohttp errors are translated where the app talks to Slack
-(``bot/slack_api/budget.py``) with ``raise ... from exc``, so callers only catch these.
+(``bot/slack_api/rate_budget.py``) with ``raise ... from exc``, so callers only catch these.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ class BotError(Exception):
 
 
 class BudgetNotRunning(BotError):
-    """The workspace's SlackBudget is not started yet, or already closed."""
+    """The workspace's SlackRateBudget is not started yet, or already closed."""
 
     def __init__(self, team_id: str) -> None:
         super().__init__(

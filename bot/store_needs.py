@@ -41,7 +41,7 @@ __all__ = [
 
 
 class GuidanceMarksStore(GuidanceStore, RunStore, Protocol):
-    """Settling guidance, with its audit events (:mod:`bot.stopping.guidance`)."""
+    """Settling guidance, with its audit events (:mod:`bot.steering.guidance`)."""
 
 
 class SessionStore(GuidanceStore, RunStore, Protocol):

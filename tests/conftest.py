@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from bot.process.settings import Settings
+from bot.config.settings import Settings
 from tests.fakes.mcp_server import FakeMcpServer
 
 if TYPE_CHECKING:

@@ -44,7 +44,7 @@ READERS = (
     "tests/agent_core/test_cli.py::test_a_finished_run_exits_0_with_the_json_object",
     "tests/agent_core/test_tool_limits.py::test_the_terminal_runner_refuses_a_bad_tool_timeout",
     # Settings built in the test process, from its environment.
-    "tests/bot/test_tool_freeze.py::"
+    "tests/bot/runs/test_tool_freeze.py::"
     "test_the_tool_timeout_setting_defaults_to_120_s_and_must_be_positive",
 )
 

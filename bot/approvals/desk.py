@@ -68,7 +68,7 @@ _STILL_AHEAD = frozenset({None, ResumeState.SCHEDULED, ResumeState.CLAIMED})
 
 
 class ApprovalMetrics(Protocol):
-    """What ``/metrics`` counts of approvals (:class:`bot.process.metrics.Metrics`)."""
+    """What ``/metrics`` counts of approvals (:class:`bot.observe.metrics.Metrics`)."""
 
     def approval_decided(self, status: str, waited_s: float) -> None: ...
 

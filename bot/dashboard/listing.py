@@ -7,9 +7,9 @@ whichever worker runs them. The one exception is what a live run has spent so fa
 lives in the run, so only the worker that holds the run shows it (:class:`LiveRuns`),
 and the others show nothing rather than a guess. A member sees the runs they started; an admin
 (``ADMIN_USER_IDS``) every run of the workspace, but the request of someone else's run
-only where its channel is public (:mod:`bot.dashboard.channels`). Only top-level runs are listed: a
+only where its channel is public (:mod:`bot.slack_api.channels`). Only top-level runs are listed: a
 sub-agent is stopped through its parent. Someone who may not use the app at all
-(:mod:`bot.inbound.trust`) is shown only why.
+(:mod:`bot.access.trust`) is shown only why.
 
 ``Stop all`` (admins only) asks every live run of the workspace that is not already
 stopping for a Stop, decided by the stop service (:mod:`bot.stopping.stops`) and committed as one
@@ -30,18 +30,18 @@ import structlog
 from agent_core import RunState, StopReason, StopSource, StorageError, strongest
 from agent_core.values.clock import utcnow
 from bot import messages
-from bot.dashboard.channels import ChannelPrivacy
+from bot.slack_api.channels import ChannelPrivacy
 from bot.errors import BudgetNotRunning, SlackError
-from bot.inbound.trust import Person
-from bot.stopping.policy import StopAsk
+from bot.access.trust import Person
+from bot.access.stop_policy import StopAsk
 from bot.views.home import FEEDBACK_KIND, ListedRun, Listing
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from agent_core import Run, Spent, StopRequestRecord
-    from bot.inbound.trust import TrustGate
-    from bot.process.settings import Settings
+    from bot.access.trust import TrustGate
+    from bot.config.settings import Settings
     from bot.slack_api.surface import Workspaces
     from bot.stopping.decisions import StopDecision
     from bot.stopping.stops import StopService
@@ -124,7 +124,7 @@ class Dashboard:
     async def listing(self, team: str, viewer: str, *, notice: str | None = None) -> Listing:
         """What ``viewer`` sees now. Raises :class:`agent_core.StorageError`.
 
-        Someone who may not use the app (:mod:`bot.inbound.trust`) sees only why."""
+        Someone who may not use the app (:mod:`bot.access.trust`) sees only why."""
         if (refusal := await self._trust.refusal(Person(viewer))) is not None:
             return Listing(viewer=viewer, admin=False, now=utcnow(), notice=refusal, refused=True)
         admin = self.is_admin(viewer)

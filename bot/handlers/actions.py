@@ -26,9 +26,9 @@ from bot import messages
 from bot.errors import SlackError
 from bot.handlers.acking import control
 from bot.inbound.dedupe import click_key
-from bot.inbound.trust import person_of
+from bot.access.trust import person_of
 from bot.slack_api.click_answer import click_answer
-from bot.stopping.policy import Origin, StopAsk
+from bot.access.stop_policy import Origin, StopAsk
 from bot.stopping.resume_controls import ResumeAction, ResumeAsk, ResumeDecided
 from bot.stopping.stops import ACK_BUDGET_S
 from bot.views.status import (
@@ -42,7 +42,7 @@ from bot.views.status import (
 if TYPE_CHECKING:
     from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncRespond
 
-    from bot.process.context import BotContext
+    from bot.handlers.context import BotContext
     from bot.slack_api.click_answer import ClickAnswer
     from bot.stopping.decisions import StopDecision
 
@@ -188,7 +188,7 @@ def _ask(body: dict[str, Any], action: StopReason) -> StopAsk | None:
 
 
 def presser_team(body: dict[str, Any]) -> str | None:
-    """The presser's own team (:func:`bot.inbound.trust.person_of`)."""
+    """The presser's own team (:func:`bot.access.trust.person_of`)."""
     person = person_of(body)
     return person.team if person is not None else None
 

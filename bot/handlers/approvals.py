@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
     from bot.approvals.clicks import ApprovalClick
     from bot.dashboard.refresh import HomeRefresher
-    from bot.process.context import BotContext
+    from bot.handlers.context import BotContext
 
 __all__ = ["register"]
 

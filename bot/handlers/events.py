@@ -16,14 +16,14 @@ import structlog
 from agent_core import StopReason, StopSource, ThreadKey
 from bot.inbound.dedupe import event_key
 from bot.stopping.decisions import StopDecision
-from bot.stopping.policy import StopAsk
+from bot.access.stop_policy import StopAsk
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from slack_bolt.async_app import AsyncApp, AsyncBoltContext
 
-    from bot.process.context import BotContext
+    from bot.handlers.context import BotContext
 
 __all__ = ["register"]
 

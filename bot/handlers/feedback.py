@@ -3,9 +3,9 @@
 A press is recorded as an audit event (kind ``feedback``: who, and ``value`` positive or
 negative) and counted in App Home's history of ended runs: one vote per person per run,
 their latest press (:func:`bot.views.home.latest_votes`). It counts only on the run's own
-status message, like the Stop button (:func:`bot.stopping.policy.comes_from`): the run id in the
+status message, like the Stop button (:func:`bot.access.stop_policy.comes_from`): the run id in the
 button's value can be copied, where it was pressed cannot. Someone who may not use the
-app at all (:mod:`bot.inbound.trust`) is told so, and nothing is recorded. Nothing here must be
+app at all (:mod:`bot.access.trust`) is told so, and nothing is recorded. Nothing here must be
 durable before the ack, so the press is acknowledged first; a delivery Slack sends again
 is recorded once (the shared delivery log), and the person is told whether it counted.
 """
@@ -20,8 +20,8 @@ import structlog
 from agent_core import AuditEvent, StorageError
 from bot import messages
 from bot.errors import BudgetNotRunning, SlackError
-from bot.inbound.trust import Person, person_of
-from bot.stopping.policy import Origin, RunHome, comes_from
+from bot.access.trust import Person, person_of
+from bot.access.stop_policy import Origin, RunHome, comes_from
 from bot.stopping.stops import ACK_BUDGET_S
 from bot.views.home import FEEDBACK_KIND
 from bot.views.status import ACTION_FEEDBACK
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
     from agent_core import RunRecord
     from bot.inbound.dedupe import Deliveries
-    from bot.process.context import BotContext
+    from bot.handlers.context import BotContext
 
 __all__ = ["register"]
 

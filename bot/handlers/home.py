@@ -26,8 +26,8 @@ from agent_core import StopReason, StopSource, StorageError
 from bot import messages
 from bot.handlers.acking import control
 from bot.inbound.dedupe import click_key
-from bot.inbound.trust import person_of
-from bot.stopping.policy import StopAsk, Verdict
+from bot.access.trust import person_of
+from bot.access.stop_policy import StopAsk, Verdict
 from bot.stopping.stops import stop_answer
 from bot.views.home import (
     ACTION_HOME_ABORT,
@@ -41,8 +41,8 @@ if TYPE_CHECKING:
 
     from bot.dashboard.listing import Dashboard, StopAll
     from bot.dashboard.refresh import HomeRefresher
-    from bot.process.context import BotContext
-    from bot.process.settings import Settings
+    from bot.handlers.context import BotContext
+    from bot.config.settings import Settings
     from bot.stopping.decisions import StopDecision
 
 __all__ = ["Click", "register", "respond_with_list"]

@@ -3,7 +3,7 @@ thread (docs/architecture.md, The path of a mention). A thread never gets a seco
 run, and is never blocked by a row nobody runs: a live run whose lease has run out is
 ended (as the reconciler would) instead of refusing the mention. Other apps' messages
 start nothing: two agents mentioning each other would talk forever; nor do people the
-trust boundary refuses (another organisation, guests: :mod:`bot.inbound.trust`), who are told why.
+trust boundary refuses (another organisation, guests: :mod:`bot.access.trust`), who are told why.
 
 The run is *accepted* before Slack's event is acknowledged (:meth:`Mentions.before_ack`,
 a listener middleware, within :data:`bot.stopping.stops.ACK_BUDGET_S`): its row is written, held
@@ -45,9 +45,9 @@ from bot import messages
 from bot.errors import BudgetNotRunning, SlackError
 from bot.handlers.late_admissions import LateAdmissions
 from bot.handlers.steering import STEERED, Steering
-from bot.inbound.identity import bot_user_of
+from bot.slack_api.identity import bot_user_of
 from bot.inbound.thread_history import read_thread, task_of
-from bot.inbound.trust import Person, person_of
+from bot.access.trust import Person, person_of
 from bot.stopping.stops import ACK_BUDGET_S
 
 if TYPE_CHECKING:
@@ -58,7 +58,7 @@ if TYPE_CHECKING:
     from slack_bolt.context.async_context import AsyncBoltContext
 
     from agent_core import ChatMessage, RunRecord
-    from bot.process.context import BotContext
+    from bot.handlers.context import BotContext
     from bot.slack_api.surface import SlackSurface
 
 __all__ = ["Asked", "Mentions", "register"]
@@ -89,7 +89,7 @@ class Asked:
     """Live rows of the thread whose worker is gone: ended after the ack."""
     refusal: str | None = None
     """Nothing was accepted, and this is the person's answer: they may not use the app
-    (:mod:`bot.inbound.trust`), or have ``MAX_RUNS_PER_USER`` runs live or queued."""
+    (:mod:`bot.access.trust`), or have ``MAX_RUNS_PER_USER`` runs live or queued."""
 
 
 def register(app: AsyncApp, ctx: BotContext) -> LateAdmissions:

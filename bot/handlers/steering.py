@@ -20,7 +20,7 @@ Before the ack, every database call within :data:`bot.stopping.stops.ACK_BUDGET_
    queue: its guidance is delivered when it starts)? If not (or the database cannot
    say), nothing happens here and the listener carries on (a reply in a finished run's
    thread continues it, as before).
-3. By someone who may not use the app at all (:mod:`bot.inbound.trust`), longer than
+3. By someone who may not use the app at all (:mod:`bot.access.trust`), longer than
    ``GUIDANCE_MAX_CHARS``, or by someone ``STOP_POLICY`` does not allow (the policy that
    decides who may stop the run; under ``participants`` whoever writes in the thread is
    one): refused, nothing is queued.
@@ -52,10 +52,10 @@ from agent_core.values.clock import utcnow
 from agent_core.values.records import is_accepted, is_waiting
 from bot import messages
 from bot.errors import BudgetNotRunning, SlackError
-from bot.inbound.identity import bot_user_of
-from bot.inbound.trust import Person, person_of
-from bot.stopping.guidance import guidance_id, reply_text, stop_word
-from bot.stopping.policy import StopAsk, may_stop, read_participants
+from bot.slack_api.identity import bot_user_of
+from bot.access.trust import Person, person_of
+from bot.steering.guidance import guidance_id, reply_text, stop_word
+from bot.access.stop_policy import StopAsk, may_stop, read_participants
 from bot.stopping.stops import ACK_BUDGET_S
 
 if TYPE_CHECKING:
@@ -64,7 +64,7 @@ if TYPE_CHECKING:
     from slack_bolt.context.async_context import AsyncBoltContext
 
     from agent_core import StopReason
-    from bot.process.context import BotContext
+    from bot.handlers.context import BotContext
     from bot.stopping.decisions import StopDecision
 
 __all__ = ["STEERED", "Reply", "Steered", "Steering"]

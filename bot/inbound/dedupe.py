@@ -44,7 +44,7 @@ import structlog
 from slack_bolt.response import BoltResponse
 
 from agent_core import StorageError, ThreadKey
-from bot.inbound.identity import bot_user_of
+from bot.slack_api.identity import bot_user_of
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from slack_bolt.context.async_context import AsyncBoltContext
 
     from agent_core.ports import DeliveryLog, RunQueries
-    from bot.inbound.identity import AppIdentity
+    from bot.slack_api.identity import AppIdentity
 
 __all__ = ["CLOCK_SKEW", "Deliveries", "EventDeduper", "click_key", "event_key"]
 

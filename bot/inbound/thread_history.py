@@ -2,9 +2,9 @@
 of a mention): this app's own posts as the assistant's turns, people's messages as user
 turns ("<@U…>: text"), other apps' and webhooks' posts as user turns labelled with the
 app's name ("[app: name]: text", never the agent's own words: only
-:meth:`bot.inbound.identity.AppIdentity.wrote` makes a post ours), and the messages of people
+:meth:`bot.slack_api.identity.AppIdentity.wrote` makes a post ours), and the messages of people
 the trust gate would refuse (another organisation, guests:
-:meth:`bot.inbound.trust.TrustGate.untrusted`) as user turns labelled untrusted
+:meth:`bot.access.trust.TrustGate.untrusted`) as user turns labelled untrusted
 ("[untrusted, from another organisation: <@U…>]: text"), never as a coworker's words; at
 most ``HISTORY_MESSAGES`` messages and ``HISTORY_CHARS`` characters, newest last.
 
@@ -29,15 +29,15 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from bot.errors import SlackError
-from bot.inbound.trust import Distrust
+from bot.access.trust import Distrust
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
     from agent_core import ChatMessage, ThreadKey
-    from bot.inbound.identity import AppIdentity
-    from bot.inbound.trust import TrustGate
-    from bot.slack_api.budget import SlackBudget
+    from bot.slack_api.identity import AppIdentity
+    from bot.access.trust import TrustGate
+    from bot.slack_api.rate_budget import SlackRateBudget
     from bot.slack_api.surface import SlackSurface
 
 __all__ = [
@@ -88,7 +88,7 @@ class Replies:
 
 
 async def read_replies(
-    budget: SlackBudget,
+    budget: SlackRateBudget,
     thread: ThreadKey,
     *,
     keep: int,
@@ -197,7 +197,7 @@ def history_from(
 ) -> list[ChatMessage]:
     """The thread as a chat history: our posts as the assistant, everyone else's (people,
     other apps) as users, each labelled with who wrote it; ``untrusted``'s people
-    (:meth:`~bot.inbound.trust.TrustGate.untrusted`) labelled untrusted."""
+    (:meth:`~bot.access.trust.TrustGate.untrusted`) labelled untrusted."""
     history: list[ChatMessage] = []
     for message in slack_messages[-HISTORY_MESSAGES - 1 :]:
         if message.get("ts") == exclude_ts or not message.get("text"):

@@ -29,7 +29,7 @@ import structlog
 from slack_bolt.authorization import AuthorizeResult
 
 from bot.errors import BotError
-from bot.inbound.identity import AppIdentity
+from bot.slack_api.identity import AppIdentity
 from bot.installs.store import InstallationStore, key_of
 
 if TYPE_CHECKING:

@@ -4,7 +4,7 @@ Transports (docs/slack-setup.md): Socket Mode when ``SLACK_APP_TOKEN`` is set, o
 HTTP on ``PORT`` at ``POST /slack/events`` (signature and shape checked by
 :mod:`bot.process.http_guard` before Bolt sees a byte, and the signature again by Bolt). Both
 serve ``GET /healthz`` (the process is up), ``GET /readyz`` (503 while starting,
-shutting down, or, in Socket Mode, disconnected) and ``GET /metrics`` (:mod:`bot.process.metrics`)
+shutting down, or, in Socket Mode, disconnected) and ``GET /metrics`` (:mod:`bot.observe.metrics`)
 on ``PORT``; with ``METRICS_PORT`` set, the three are served on ``METRICS_HOST`` and that
 port too, and ``/metrics`` no longer on ``PORT`` (docs/admin.md, What to expose).
 
@@ -18,7 +18,7 @@ instead, since no setting is at fault.
 
 Every Web API client this process makes uses ``SLACK_API_URL`` (Bolt's, the Socket Mode
 handler's, the budgets'): they are all the one :class:`AsyncWebClient` built here.
-``auth.test`` is asked once, at start-up: its answer (:class:`~bot.inbound.identity.AppIdentity`)
+``auth.test`` is asked once, at start-up: its answer (:class:`~bot.slack_api.identity.AppIdentity`)
 also authorizes Bolt's requests, which would otherwise ask again, once for every request
 that arrives before its first answer.
 """
@@ -68,15 +68,15 @@ from bot.dashboard.refresh import HomeRefresher
 from bot.errors import SlackUnreachable
 from bot.handlers import actions, approvals, command, events, feedback, home, mentions
 from bot.inbound.dedupe import Deliveries, EventDeduper
-from bot.inbound.identity import AppIdentity
-from bot.inbound.trust import TrustGate
+from bot.slack_api.identity import AppIdentity
+from bot.access.trust import TrustGate
 from bot.installs.lookup import InstallationLookup
 from bot.installs.oauth import INSTALL_PATH, REDIRECT_PATH, OAuthRoutes, OAuthStates
 from bot.installs.rotation import ROTATION, Rotation, RotationTiming
 from bot.installs.sealing import Sealer
-from bot.process.context import BotContext
+from bot.handlers.context import BotContext
 from bot.process.http_guard import Refusal, SlackRequestGuard, on_bolt_error
-from bot.process.metrics import CONTENT_TYPE, Metrics
+from bot.observe.metrics import CONTENT_TYPE, Metrics
 from bot.process.slack_silence import SILENCE_S, SlackSilence
 from bot.runs.tools import SLACK_READ_THREAD, slack_read_thread
 from bot.slack_api.surface import Workspaces
@@ -95,8 +95,8 @@ if TYPE_CHECKING:
     from agent_core import ChatModel
     from agent_core.ports import Store
     from bot.handlers.late_admissions import LateAdmissions
-    from bot.process.loop_load import LoopLoad
-    from bot.process.settings import Settings
+    from bot.observe.loop_load import LoopLoad
+    from bot.config.settings import Settings
 
 __all__ = ["SHUTDOWN_BUDGET_S", "ThreadpilotApp"]
 

@@ -36,11 +36,11 @@ from agent_core.stores.migrations import VERSION_TABLE, head_revision
 from agent_core.tools.mcp import McpManager
 from agent_core.values.redact import public_url, redact
 from bot.installs.health import read_summary
-from bot.process.settings import load_settings
-from bot.process.unknown_settings import unknown_settings
+from bot.config.settings import load_settings
+from bot.config.unknown_settings import unknown_settings
 
 if TYPE_CHECKING:
-    from bot.process.settings import Settings
+    from bot.config.settings import Settings
 
 __all__ = ["Check", "run_checks"]
 

@@ -18,7 +18,7 @@ from agent_core import StorageError
 from agent_core.stores.factory import open_store
 
 if TYPE_CHECKING:
-    from bot.process.settings import Settings
+    from bot.config.settings import Settings
 
 __all__ = ["forget_user"]
 

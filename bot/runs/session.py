@@ -11,7 +11,7 @@ from the answer at once; a stream (append-only) shows a "retrying" marker meanwh
 its message is rewritten with the answer that counts once the run has ended.
 
 Guidance (replies written to the run while it works) is marked on the reply itself by
-the session's :class:`~bot.stopping.guidance.GuidanceMarks`: taken, sent with a model request, or
+the session's :class:`~bot.steering.guidance.GuidanceMarks`: taken, sent with a model request, or
 never seen because the run ended first; what the model never saw is listed in the
 handoff. A run interrupted by a shutdown leaves its guidance queued: the run is resumed,
 and the resumed run takes it.
@@ -60,11 +60,11 @@ from agent_core import (
 )
 from agent_core.run.delegation import DELEGATE
 from bot import messages
-from bot.approvals.waiting import WaitingForApproval
+from bot.runs.approval_wait import WaitingForApproval
 from bot.errors import BudgetNotRunning, SlackError
 from bot.runs.agent_session import SessionStatus, set_session_status
 from bot.runs.answer_stream import AnswerStream, TaskStatus
-from bot.stopping.guidance import GuidanceMarks
+from bot.steering.guidance import GuidanceMarks
 from bot.views.status import ChildTask, StatusSnapshot, render_status
 
 if TYPE_CHECKING:

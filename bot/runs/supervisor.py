@@ -58,7 +58,7 @@ from agent_core import (
 from agent_core.run.recording import abandon_run, leased, record_delivery, until_landed
 from agent_core.values.clock import utcnow
 from bot.runs.session import RunSession
-from bot.stopping.guidance import to_guidance
+from bot.steering.guidance import to_guidance
 from bot.workers.resume import spent_of, stored_ended_because
 
 if TYPE_CHECKING:
@@ -74,8 +74,8 @@ if TYPE_CHECKING:
         RunResult,
         ThreadKey,
     )
-    from bot.process.loop_load import LoopLoad
-    from bot.process.metrics import Metrics
+    from bot.observe.loop_load import LoopLoad
+    from bot.observe.metrics import Metrics
     from bot.slack_api.surface import Workspaces
     from bot.store_needs import SupervisorStore
     from bot.views.status import EndingView
@@ -232,7 +232,7 @@ class Supervisor:
 
     def has_room(self) -> bool:
         """True if a new run may start here now: accepting, the event loop not busy
-        (:mod:`bot.process.loop_load`), and fewer than ``max_live`` runs still working (a run
+        (:mod:`bot.observe.loop_load`), and fewer than ``max_live`` runs still working (a run
         whose loop has ended, only waiting for Slack to take its final message, no longer
         counts) or about to start (:meth:`hold_room`).
 

@@ -1,7 +1,7 @@
 """Tools the Slack app adds to its agent's own: ``slack_read_thread``.
 
 ``slack_read_thread`` reads the thread of the run calling it (``conversations.replies``,
-through the workspace's :class:`~bot.slack_api.budget.SlackBudget`, like every Web API call),
+through the workspace's :class:`~bot.slack_api.rate_budget.SlackRateBudget`, like every Web API call),
 so the agent can work with what people wrote there, including what they wrote after the
 run started. It takes no arguments, and what it can cost is bounded: the thread is read
 as a new run's history is (:func:`bot.inbound.thread_history.read_replies`: to its end, at most
@@ -31,8 +31,8 @@ from bot.views.status import RUN_EVENT_TYPE
 
 if TYPE_CHECKING:
     from agent_core import Run
-    from bot.inbound.identity import AppIdentity
-    from bot.inbound.trust import TrustGate
+    from bot.slack_api.identity import AppIdentity
+    from bot.access.trust import TrustGate
     from bot.slack_api.surface import Workspaces
 
 __all__ = ["SLACK_READ_THREAD", "slack_read_thread"]

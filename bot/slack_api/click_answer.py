@@ -3,7 +3,7 @@
 
 Slack does not count those posts against ``chat.update``, so the person who pressed a
 button sees its effect at once, ahead of every run's progress waiting for that budget in
-the workspace (:mod:`bot.slack_api.budget`). It is only the first write: whoever changes the
+the workspace (:mod:`bot.slack_api.rate_budget`). It is only the first write: whoever changes the
 message writes it through the budget as well (a progress update, a final), which keeps
 the order of a message's writes and is what stands if the answer is lost. A
 ``response_url`` takes five posts; a click makes at most one here.

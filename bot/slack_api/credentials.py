@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from bot.inbound.identity import AppIdentity
+    from bot.slack_api.identity import AppIdentity
 
 __all__ = ["TeamCredentials"]
 

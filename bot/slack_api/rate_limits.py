@@ -5,7 +5,7 @@ sourced below. A bucket saves a burst of ``BURST_SHARE`` of that limit (at most
 ``MAX_BURST`` calls) and refills at what is left of ``WINDOW_SHARE`` of it, so a full
 bucket followed by steady use never puts more than 95 % of Slack's limit in any 60-second
 window. The burst is what Slack's bursty moments need (a restart telling ten threads at
-once, many runs ending together); the steady rate pays for it. :mod:`bot.slack_api.budget`
+once, many runs ending together); the steady rate pays for it. :mod:`bot.slack_api.rate_budget`
 decides what to send through them.
 """
 

@@ -20,15 +20,15 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import structlog
 
 from bot.errors import SlackError
-from bot.slack_api.budget import SlackBudget
+from bot.slack_api.rate_budget import SlackRateBudget
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from slack_sdk.web.async_client import AsyncWebClient
 
-    from bot.inbound.identity import AppIdentity
-    from bot.process.metrics import Metrics
+    from bot.slack_api.identity import AppIdentity
+    from bot.observe.metrics import Metrics
     from bot.slack_api.credentials import TeamCredentials
 
 __all__ = ["RECHECK_AFTER_S", "Feature", "SlackSurface", "Workspaces", "means_unavailable"]
@@ -131,7 +131,7 @@ class Feature:
 @dataclass
 class SlackSurface:
     team_id: str
-    budget: SlackBudget
+    budget: SlackRateBudget
     me: AppIdentity | None = None
     """The app in this workspace (its bot user and bot); None: the process's identity."""
     streaming: Feature = field(default_factory=lambda: Feature("chat streaming"))
@@ -184,7 +184,7 @@ class Workspaces:
                 me = self._me
                 if self._credentials is not None:
                     me = await self._credentials.identity(team_id) or me
-                budget = SlackBudget(
+                budget = SlackRateBudget(
                     self._client,
                     team_id=team_id,
                     me=me,

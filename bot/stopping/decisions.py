@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from agent_core import RunRecord, RunResult, StopRequestRecord, ThreadKey
-    from bot.stopping.policy import StopAsk, Verdict
+    from bot.access.stop_policy import StopAsk, Verdict
 
 __all__ = ["StopDecision"]
 

@@ -13,7 +13,7 @@ message and the person's answer (docs/stopping.md).
   continuation, a new run in the thread from the run's checkpoint with one more budget
   of the same size (:meth:`bot.workers.resume.Resumes.continue_budget`). It spends on the
   requester's behalf, so only the requester and admins may press it, whatever
-  ``STOP_POLICY`` says (:func:`bot.stopping.policy.may_continue`), and it counts towards
+  ``STOP_POLICY`` says (:func:`bot.access.stop_policy.may_continue`), and it counts towards
   the requester's ``MAX_RUNS_PER_USER`` like a new run: past it, the press is refused.
 - A Stop or Abort (button, native stop, stop word, App Home, the command) that finds no
   live run but a run whose resume is ahead cancels that resume, and posts its handoff
@@ -22,7 +22,7 @@ message and the person's answer (docs/stopping.md).
 
 Who may: for ``Resume now`` and ``Don't resume``, the same people ``STOP_POLICY`` lets stop
 the run; for ``Continue``, the requester and admins. A button counts only on the run's own
-status message (:func:`bot.stopping.policy.comes_from`).
+status message (:func:`bot.access.stop_policy.comes_from`).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ import structlog
 from agent_core import AuditEvent, EndedBecause, RunState, StorageError
 from agent_core.values.records import ResumeState
 from bot import messages
-from bot.stopping.policy import (
+from bot.access.stop_policy import (
     RunHome,
     RunView,
     Verdict,
@@ -52,10 +52,10 @@ if TYPE_CHECKING:
 
     from agent_core import RunRecord
     from bot.inbound.dedupe import Deliveries
-    from bot.process.settings import Settings
+    from bot.config.settings import Settings
     from bot.slack_api.click_answer import ClickAnswer
     from bot.stopping.decisions import StopDecision
-    from bot.stopping.policy import Origin, StopAsk
+    from bot.access.stop_policy import Origin, StopAsk
     from bot.store_needs import StopIntakeStore
     from bot.workers.worker import Worker
 

@@ -2,7 +2,7 @@
 
 The Stop and Abort buttons, Slack's native stop (``agent_session_stopped``), a reply
 that is only a stop word, App Home's buttons and ``/threadpilot``'s each turn what they
-received into a :class:`~bot.stopping.policy.StopAsk` (its ``source`` an
+received into a :class:`~bot.access.stop_policy.StopAsk` (its ``source`` an
 :class:`agent_core.StopSource`) and call, in this order (docs/architecture.md, "The path
 of a click")::
 
@@ -17,7 +17,7 @@ its database work within :data:`ACK_BUDGET_S` of Slack's 3 seconds:
 2. read what the policy needs besides the run, only where it can change the answer:
    who wrote in the thread (for ``STOP_POLICY=participants``) and the asker's own
    earlier Stops (for a double press), from the database, which every worker reads;
-   then decide once, by the pure :func:`bot.stopping.policy.verdict_for`, so every worker
+   then decide once, by the pure :func:`bot.access.stop_policy.verdict_for`, so every worker
    decides alike;
 3. for an ask that changes the run, commit the stop request, durable before the ack,
    in one transaction with its delivery's key: Slack re-delivers a click or an event,
@@ -72,9 +72,9 @@ from agent_core.values.clock import utcnow
 from agent_core.values.records import is_waiting
 from bot import messages
 from bot.errors import BudgetNotRunning, SlackError
-from bot.inbound.trust import Person
+from bot.access.trust import Person
 from bot.stopping.decisions import StopDecision
-from bot.stopping.policy import (
+from bot.access.stop_policy import (
     DOUBLE_PRESS_S,
     RunHome,
     RunView,
@@ -92,13 +92,13 @@ if TYPE_CHECKING:
 
     from agent_core import RunRecord, ThreadKey
     from bot.inbound.dedupe import Deliveries
-    from bot.inbound.trust import TrustGate
-    from bot.process.metrics import Metrics
-    from bot.process.settings import Settings
+    from bot.access.trust import TrustGate
+    from bot.observe.metrics import Metrics
+    from bot.config.settings import Settings
     from bot.runs.supervisor import LiveRun, Supervisor
     from bot.slack_api.click_answer import ClickAnswer
     from bot.slack_api.surface import Workspaces
-    from bot.stopping.policy import Origin
+    from bot.access.stop_policy import Origin
     from bot.stopping.resume_controls import ResumeAsk
     from bot.store_needs import StopIntakeStore
     from bot.workers.worker import Worker
@@ -135,7 +135,7 @@ class StopService:
         self._trust = trust
         self._budget_s = budget_s
         self.double_press_s = DOUBLE_PRESS_S
-        """The double-press window (:data:`bot.stopping.policy.DOUBLE_PRESS_S`)."""
+        """The double-press window (:data:`bot.access.stop_policy.DOUBLE_PRESS_S`)."""
         self.resume_controls = ResumeControls(store, worker, settings, self._deliveries, self._tell)
 
     # -- who may stop ------------------------------------------------------------------
@@ -144,7 +144,7 @@ class StopService:
         """``user`` wrote in ``thread``: under ``STOP_POLICY=participants`` they may stop
         its run, under ``APPROVAL_POLICY=participants`` decide its held calls, whichever
         worker their click lands on. Recorded only under either policy
-        (:func:`~bot.stopping.policy.records_participants`); a failure is logged (the next
+        (:func:`~bot.access.stop_policy.records_participants`); a failure is logged (the next
         message records them again)."""
         if not records_participants(self._settings):
             return
@@ -162,7 +162,7 @@ class StopService:
         Never raises for a database fault: the decision then has no verdict, and its
         ``failure`` is the answer :meth:`after` gives. Its store calls are made as
         :func:`~agent_core.values.answering.answering` ones: a person waits for their answer.
-        Whoever may not act at all (:mod:`bot.inbound.trust`) is refused first, and nothing about
+        Whoever may not act at all (:mod:`bot.access.trust`) is refused first, and nothing about
         the run is read.
         """
         refusal = await self._trust.refusal(Person(ask.user, ask.user_team))
@@ -456,7 +456,7 @@ class StopService:
     async def resume(self, ask: ResumeAsk) -> ResumeDecided:
         """Before the ack: decide and commit, every store call in the budget; never raises
         for a database fault (the answer then says nothing was recorded). Whoever may not
-        act at all (:mod:`bot.inbound.trust`) is refused first."""
+        act at all (:mod:`bot.access.trust`) is refused first."""
         refusal = await self._trust.refusal(Person(ask.user))
         if refusal is not None:
             return ResumeDecided(ask, None, failure=refusal)

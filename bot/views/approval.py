@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from agent_core import shown_arguments
 from bot import messages as m
-from bot.views import limits
+from bot.views import block_limits as limits
 from bot.views.blocks import context, plain, section
 from bot.views.code_text import code_blocks
 

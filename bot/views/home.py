@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from agent_core import Outcome, RunResult, RunState, Spent, StopReason
 from bot import messages as m
-from bot.views import limits
+from bot.views import block_limits as limits
 from bot.views.approval import home_approvals
 from bot.views.blocks import (
     Block,
@@ -120,7 +120,7 @@ class Listing:
     live_not_listed: int = 0
     """Live runs that were not even read (more than the listing's limit)."""
     public_channels: frozenset[str] = frozenset()
-    """Channels known to be public (:mod:`bot.dashboard.channels`). A run elsewhere (a DM, a group
+    """Channels known to be public (:mod:`bot.slack_api.channels`). A run elsewhere (a DM, a group
     DM, a private channel, or one Slack did not describe) shows its request only to
     whoever asked for it."""
     approvals: tuple[ApprovalRecord, ...] = ()

@@ -43,7 +43,7 @@ import structlog
 from agent_core import ExitCode, GuidanceStatus, StopSource, StorageError
 from agent_core.ports import StopWakeups
 from agent_core.values.clock import utcnow
-from bot.stopping.guidance import QUEUED, UNDELIVERED, react, settle
+from bot.steering.guidance import QUEUED, UNDELIVERED, react, settle
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection

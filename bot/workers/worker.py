@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from agent_core.values.clock import utcnow
-from bot.process.loop_load import LoopLoad
+from bot.observe.loop_load import LoopLoad
 from bot.runs.run_queue import RunQueue
 from bot.runs.supervisor import Supervisor
 from bot.workers.reconciler import Reconciler
@@ -36,10 +36,10 @@ if TYPE_CHECKING:
     from agent_core.ports import Store
     from agent_core.values.records import Checkpoint, RunRecord
     from bot.approvals.desk import ApprovalDesk
-    from bot.inbound.identity import AppIdentity
-    from bot.inbound.trust import TrustGate
-    from bot.process.metrics import Metrics
-    from bot.process.settings import Settings
+    from bot.slack_api.identity import AppIdentity
+    from bot.access.trust import TrustGate
+    from bot.observe.metrics import Metrics
+    from bot.config.settings import Settings
     from bot.slack_api.surface import Workspaces
     from bot.views.status import EndingView
 

@@ -10,9 +10,9 @@ import pytest
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agent_core.stores.factory import open_store
-from bot.inbound.identity import AppIdentity
+from bot.slack_api.identity import AppIdentity
 from bot.process.app import ThreadpilotApp
-from bot.process.settings import Settings
+from bot.config.settings import Settings
 from bot.slack_api.surface import Workspaces
 from tests.bot.harness import SECRET, Bot
 from tests.bot.oauth_harness import make_oauth_bot, oauth_bot, oauth_database  # noqa: F401
@@ -72,10 +72,10 @@ def bot_settings(slack: FakeSlack, llm: LLMock, tmp_path: Path, **overrides: Any
         "LOG_LEVEL": "DEBUG",
         # Off: this loop also serves the fake Slack and llmock, on a CI machine shared
         # with other jobs; a worker declining new runs for that would hold up tests about
-        # other things. tests/bot/test_loop_load.py turns it on.
+        # other things. tests/bot/observe/test_loop_load.py turns it on.
         "BUSY_LOOP_LAG_MS": 0,
         # Off: most tests are one person asking for many runs at once.
-        # tests/bot/test_runs_per_user.py turns it on.
+        # tests/bot/runs/test_runs_per_user.py turns it on.
         "MAX_RUNS_PER_USER": 0,
         **overrides,
     }

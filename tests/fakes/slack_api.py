@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Self, TypeVar
 
 from aiohttp import web
 
-from bot.views import limits
+from bot.views import block_limits as limits
 from tests.fakes.slack_messages import Refused
 from tests.fakes.slack_oauth import FakeOAuth
 from tests.fakes.slack_socket import FakeSocketMode

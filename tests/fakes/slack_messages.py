@@ -12,12 +12,12 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-from bot.views import limits
+from bot.views import block_limits as limits
 
 if TYPE_CHECKING:
     from tests.fakes.slack_workspace import Json
 
-# Slack's documented limits (bot/views/limits.py): text is truncated, blocks that break
+# Slack's documented limits (bot/views/block_limits.py): text is truncated, blocks that break
 # Block Kit's limits (too many, a section too long, a button label too long...) are refused.
 MAX_TEXT = limits.MESSAGE_TEXT
 MAX_MESSAGE_BLOCKS = limits.MESSAGE_BLOCKS

@@ -15,7 +15,7 @@ import json
 import time
 from typing import TYPE_CHECKING
 
-from bot.views import limits
+from bot.views import block_limits as limits
 from bot.views.blocks import units
 from tests.fakes.slack_messages import (
     Ephemeral,

@@ -20,7 +20,7 @@ import pytest
 from agent_core import GuidanceStatus, RunState
 from agent_core.values.prompts import RESUMED_NOTE
 from bot import messages
-from bot.stopping.guidance import DELIVERED, QUEUED, UNDELIVERED
+from bot.steering.guidance import DELIVERED, QUEUED, UNDELIVERED
 from tests.bot.harness import ACTION_STOP, block_text, run_id_of, stalled_answer
 from tests.fakes import slack_requests
 from tests.fakes.slack_workspace import DEFAULT_USER, DEFAULT_WORKSPACE

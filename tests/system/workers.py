@@ -315,7 +315,7 @@ class Cluster:
     busy_loop_lag_ms: str = "0"
     """Off in the tests: they send each mention to the worker that must run it, and a
     worker starting on a CI machine shared with other jobs may find its loop late for a
-    moment and queue the run for the other (tests/bot/test_loop_load.py tests it). The
+    moment and queue the run for the other (tests/bot/observe/test_loop_load.py tests it). The
     benchmarks give the app's default."""
 
     def settings(self, name: str, **overrides: str) -> dict[str, str]:
