@@ -31,9 +31,9 @@ import aiohttp
 
 from agent_core import HTTPChatModel, StopReason, ThreadKey, current_run
 from bench._llmock import openai_model
+from bot.config.settings import Settings
 from bot.process.app import ThreadpilotApp
 from bot.process.heap import freeze_start_up_heap
-from bot.config.settings import Settings
 from bot.views.status import ACTION_ABORT, ACTION_STOP
 from tests.fakes import slack_requests
 from tests.fakes.slack_api import FakeSlack

@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING
 import structlog
 
 from agent_core import ConfigError, configure_logging, make_undumpable, warn_if_root
-from bot.errors import SlackUnreachable
 from bot.config.settings import Settings, load_settings
 from bot.config.unknown_settings import UnknownSetting, unknown_settings
+from bot.errors import SlackUnreachable
 
 if TYPE_CHECKING:
     from bot.process.app import ThreadpilotApp

@@ -39,22 +39,22 @@ import structlog
 
 from agent_core import ApprovalStatus, StorageError
 from bot import messages
-from bot.approvals.desk import still_counts
-from bot.slack_api.channels import ChannelPrivacy
-from bot.errors import BudgetNotRunning, SlackError
-from bot.access.trust import Person
-from bot.config.settings import StopPolicy
 from bot.access.stop_policy import may_stop
+from bot.access.trust import Person
+from bot.approvals.desk import still_counts
+from bot.config.settings import StopPolicy
+from bot.errors import BudgetNotRunning, SlackError
+from bot.slack_api.channels import ChannelPrivacy
 from bot.views.approval import arguments_view, may_see_arguments, render_approval
 
 if TYPE_CHECKING:
     from agent_core import ApprovalRecord
-    from bot.approvals.desk import ApprovalDesk
+    from bot.access.stop_policy import Origin
     from bot.access.trust import TrustGate
+    from bot.approvals.desk import ApprovalDesk
     from bot.config.settings import Settings
     from bot.slack_api.click_answer import ClickAnswer
     from bot.slack_api.surface import Workspaces
-    from bot.access.stop_policy import Origin
     from bot.store_needs import ApprovalClickStore
 
 __all__ = ["LATE_S", "ApprovalAsk", "ApprovalClick", "ApprovalClicks", "ApprovalVerdict"]

@@ -30,10 +30,10 @@ import structlog
 from agent_core import RunState, StopReason, StopSource, StorageError, strongest
 from agent_core.values.clock import utcnow
 from bot import messages
-from bot.slack_api.channels import ChannelPrivacy
-from bot.errors import BudgetNotRunning, SlackError
-from bot.access.trust import Person
 from bot.access.stop_policy import StopAsk
+from bot.access.trust import Person
+from bot.errors import BudgetNotRunning, SlackError
+from bot.slack_api.channels import ChannelPrivacy
 from bot.views.home import FEEDBACK_KIND, ListedRun, Listing
 
 if TYPE_CHECKING:

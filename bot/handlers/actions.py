@@ -23,12 +23,12 @@ import structlog
 
 from agent_core import StopReason, StopSource
 from bot import messages
+from bot.access.stop_policy import Origin, StopAsk
+from bot.access.trust import person_of
 from bot.errors import SlackError
 from bot.handlers.acking import control
 from bot.inbound.dedupe import click_key
-from bot.access.trust import person_of
 from bot.slack_api.click_answer import click_answer
-from bot.access.stop_policy import Origin, StopAsk
 from bot.stopping.resume_controls import ResumeAction, ResumeAsk, ResumeDecided
 from bot.stopping.stops import ACK_BUDGET_S
 from bot.views.status import (

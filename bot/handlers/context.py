@@ -7,13 +7,13 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from agent_core.ports import Store
-    from bot.approvals.clicks import ApprovalClicks
-    from bot.inbound.dedupe import Deliveries
-    from bot.slack_api.identity import AppIdentity
     from bot.access.trust import TrustGate
-    from bot.installs.lookup import InstallationLookup
+    from bot.approvals.clicks import ApprovalClicks
     from bot.config.settings import Settings
+    from bot.inbound.dedupe import Deliveries
+    from bot.installs.lookup import InstallationLookup
     from bot.runs.supervisor import Supervisor
+    from bot.slack_api.identity import AppIdentity
     from bot.slack_api.surface import Workspaces
     from bot.stopping.stops import StopService
     from bot.workers.worker import Worker

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from agent_core import StopReason, StopSource, ThreadKey
+from bot.access.stop_policy import StopAsk
 from bot.inbound.dedupe import event_key
 from bot.stopping.decisions import StopDecision
-from bot.access.stop_policy import StopAsk
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable

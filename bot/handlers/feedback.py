@@ -19,9 +19,9 @@ import structlog
 
 from agent_core import AuditEvent, StorageError
 from bot import messages
-from bot.errors import BudgetNotRunning, SlackError
-from bot.access.trust import Person, person_of
 from bot.access.stop_policy import Origin, RunHome, comes_from
+from bot.access.trust import Person, person_of
+from bot.errors import BudgetNotRunning, SlackError
 from bot.stopping.stops import ACK_BUDGET_S
 from bot.views.home import FEEDBACK_KIND
 from bot.views.status import ACTION_FEEDBACK
@@ -30,8 +30,8 @@ if TYPE_CHECKING:
     from slack_bolt.async_app import AsyncAck, AsyncApp
 
     from agent_core import RunRecord
-    from bot.inbound.dedupe import Deliveries
     from bot.handlers.context import BotContext
+    from bot.inbound.dedupe import Deliveries
 
 __all__ = ["register"]
 

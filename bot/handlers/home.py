@@ -24,10 +24,10 @@ import structlog
 
 from agent_core import StopReason, StopSource, StorageError
 from bot import messages
+from bot.access.stop_policy import StopAsk, Verdict
+from bot.access.trust import person_of
 from bot.handlers.acking import control
 from bot.inbound.dedupe import click_key
-from bot.access.trust import person_of
-from bot.access.stop_policy import StopAsk, Verdict
 from bot.stopping.stops import stop_answer
 from bot.views.home import (
     ACTION_HOME_ABORT,
@@ -39,10 +39,10 @@ from bot.views.home import (
 if TYPE_CHECKING:
     from slack_bolt.async_app import AsyncApp, AsyncRespond
 
+    from bot.config.settings import Settings
     from bot.dashboard.listing import Dashboard, StopAll
     from bot.dashboard.refresh import HomeRefresher
     from bot.handlers.context import BotContext
-    from bot.config.settings import Settings
     from bot.stopping.decisions import StopDecision
 
 __all__ = ["Click", "register", "respond_with_list"]

@@ -42,12 +42,12 @@ from agent_core.run.recording import abandon_run
 from agent_core.values.clock import utcnow
 from agent_core.values.records import is_accepted, is_waiting
 from bot import messages
+from bot.access.trust import Person, person_of
 from bot.errors import BudgetNotRunning, SlackError
 from bot.handlers.late_admissions import LateAdmissions
 from bot.handlers.steering import STEERED, Steering
-from bot.slack_api.identity import bot_user_of
 from bot.inbound.thread_history import read_thread, task_of
-from bot.access.trust import Person, person_of
+from bot.slack_api.identity import bot_user_of
 from bot.stopping.stops import ACK_BUDGET_S
 
 if TYPE_CHECKING:

@@ -51,11 +51,11 @@ from agent_core import (
 from agent_core.values.clock import utcnow
 from agent_core.values.records import is_accepted, is_waiting
 from bot import messages
+from bot.access.stop_policy import StopAsk, may_stop, read_participants
+from bot.access.trust import Person, person_of
 from bot.errors import BudgetNotRunning, SlackError
 from bot.slack_api.identity import bot_user_of
-from bot.access.trust import Person, person_of
 from bot.steering.guidance import guidance_id, reply_text, stop_word
-from bot.access.stop_policy import StopAsk, may_stop, read_participants
 from bot.stopping.stops import ACK_BUDGET_S
 
 if TYPE_CHECKING:

@@ -28,15 +28,15 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from bot.errors import SlackError
 from bot.access.trust import Distrust
+from bot.errors import SlackError
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
     from agent_core import ChatMessage, ThreadKey
-    from bot.slack_api.identity import AppIdentity
     from bot.access.trust import TrustGate
+    from bot.slack_api.identity import AppIdentity
     from bot.slack_api.rate_budget import SlackRateBudget
     from bot.slack_api.surface import SlackSurface
 

@@ -29,8 +29,8 @@ import structlog
 from slack_bolt.authorization import AuthorizeResult
 
 from bot.errors import BotError
-from bot.slack_api.identity import AppIdentity
 from bot.installs.store import InstallationStore, key_of
+from bot.slack_api.identity import AppIdentity
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable

@@ -61,24 +61,24 @@ from agent_core.stores.factory import open_store
 from agent_core.tools.mcp import McpManager
 from agent_core.values.redact import public_url, redact
 from bot import messages
+from bot.access.trust import TrustGate
 from bot.approvals.clicks import ApprovalClicks
 from bot.approvals.desk import ApprovalDesk
 from bot.dashboard.listing import Dashboard
 from bot.dashboard.refresh import HomeRefresher
 from bot.errors import SlackUnreachable
 from bot.handlers import actions, approvals, command, events, feedback, home, mentions
+from bot.handlers.context import BotContext
 from bot.inbound.dedupe import Deliveries, EventDeduper
-from bot.slack_api.identity import AppIdentity
-from bot.access.trust import TrustGate
 from bot.installs.lookup import InstallationLookup
 from bot.installs.oauth import INSTALL_PATH, REDIRECT_PATH, OAuthRoutes, OAuthStates
 from bot.installs.rotation import ROTATION, Rotation, RotationTiming
 from bot.installs.sealing import Sealer
-from bot.handlers.context import BotContext
-from bot.process.http_guard import Refusal, SlackRequestGuard, on_bolt_error
 from bot.observe.metrics import CONTENT_TYPE, Metrics
+from bot.process.http_guard import Refusal, SlackRequestGuard, on_bolt_error
 from bot.process.slack_silence import SILENCE_S, SlackSilence
 from bot.runs.tools import SLACK_READ_THREAD, slack_read_thread
+from bot.slack_api.identity import AppIdentity
 from bot.slack_api.surface import Workspaces
 from bot.stopping.stops import ACK_BUDGET_S, StopService
 from bot.workers.worker import Worker, default_worker_id
@@ -94,9 +94,9 @@ if TYPE_CHECKING:
 
     from agent_core import ChatModel
     from agent_core.ports import Store
+    from bot.config.settings import Settings
     from bot.handlers.late_admissions import LateAdmissions
     from bot.observe.loop_load import LoopLoad
-    from bot.config.settings import Settings
 
 __all__ = ["SHUTDOWN_BUDGET_S", "ThreadpilotApp"]
 

@@ -35,9 +35,9 @@ from agent_core.stores.factory import parse_database_url
 from agent_core.stores.migrations import VERSION_TABLE, head_revision
 from agent_core.tools.mcp import McpManager
 from agent_core.values.redact import public_url, redact
-from bot.installs.health import read_summary
 from bot.config.settings import load_settings
 from bot.config.unknown_settings import unknown_settings
+from bot.installs.health import read_summary
 
 if TYPE_CHECKING:
     from bot.config.settings import Settings

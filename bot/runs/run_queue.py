@@ -63,11 +63,11 @@ if TYPE_CHECKING:
 
     from agent_core import ChatMessage, ResumeSettings, ThreadKey
     from agent_core.values.records import StopRequestRecord
-    from bot.slack_api.identity import AppIdentity
     from bot.access.trust import TrustGate
     from bot.observe.metrics import Metrics
     from bot.runs.supervisor import Supervisor
     from bot.slack_api.click_answer import ClickAnswer
+    from bot.slack_api.identity import AppIdentity
     from bot.slack_api.surface import SlackSurface, Workspaces
     from bot.store_needs import RunQueueStore
     from bot.workers.reconciler import Reconciler

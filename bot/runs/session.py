@@ -60,10 +60,10 @@ from agent_core import (
 )
 from agent_core.run.delegation import DELEGATE
 from bot import messages
-from bot.runs.approval_wait import WaitingForApproval
 from bot.errors import BudgetNotRunning, SlackError
 from bot.runs.agent_session import SessionStatus, set_session_status
 from bot.runs.answer_stream import AnswerStream, TaskStatus
+from bot.runs.approval_wait import WaitingForApproval
 from bot.steering.guidance import GuidanceMarks
 from bot.views.status import ChildTask, StatusSnapshot, render_status
 

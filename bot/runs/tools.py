@@ -31,8 +31,8 @@ from bot.views.status import RUN_EVENT_TYPE
 
 if TYPE_CHECKING:
     from agent_core import Run
-    from bot.slack_api.identity import AppIdentity
     from bot.access.trust import TrustGate
+    from bot.slack_api.identity import AppIdentity
     from bot.slack_api.surface import Workspaces
 
 __all__ = ["SLACK_READ_THREAD", "slack_read_thread"]

@@ -53,9 +53,9 @@ if TYPE_CHECKING:
     from slack_sdk.web.async_client import AsyncWebClient
     from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
-    from bot.slack_api.identity import AppIdentity
     from bot.observe.metrics import Metrics
     from bot.slack_api.credentials import TeamCredentials
+    from bot.slack_api.identity import AppIdentity
 
 __all__ = ["LIMITS_PER_MINUTE", "WINDOW_SHARE", "SlackRateBudget", "TokenBucket"]
 

@@ -27,9 +27,9 @@ if TYPE_CHECKING:
 
     from slack_sdk.web.async_client import AsyncWebClient
 
-    from bot.slack_api.identity import AppIdentity
     from bot.observe.metrics import Metrics
     from bot.slack_api.credentials import TeamCredentials
+    from bot.slack_api.identity import AppIdentity
 
 __all__ = ["RECHECK_AFTER_S", "Feature", "SlackSurface", "Workspaces", "means_unavailable"]
 

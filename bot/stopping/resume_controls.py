@@ -51,11 +51,11 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from agent_core import RunRecord
-    from bot.inbound.dedupe import Deliveries
+    from bot.access.stop_policy import Origin, StopAsk
     from bot.config.settings import Settings
+    from bot.inbound.dedupe import Deliveries
     from bot.slack_api.click_answer import ClickAnswer
     from bot.stopping.decisions import StopDecision
-    from bot.access.stop_policy import Origin, StopAsk
     from bot.store_needs import StopIntakeStore
     from bot.workers.worker import Worker
 

@@ -71,9 +71,6 @@ from agent_core.values.answering import answering
 from agent_core.values.clock import utcnow
 from agent_core.values.records import is_waiting
 from bot import messages
-from bot.errors import BudgetNotRunning, SlackError
-from bot.access.trust import Person
-from bot.stopping.decisions import StopDecision
 from bot.access.stop_policy import (
     DOUBLE_PRESS_S,
     RunHome,
@@ -85,20 +82,23 @@ from bot.access.stop_policy import (
     records_participants,
     verdict_for,
 )
+from bot.access.trust import Person
+from bot.errors import BudgetNotRunning, SlackError
+from bot.stopping.decisions import StopDecision
 from bot.stopping.resume_controls import ResumeControls, ResumeDecided
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
     from agent_core import RunRecord, ThreadKey
-    from bot.inbound.dedupe import Deliveries
+    from bot.access.stop_policy import Origin
     from bot.access.trust import TrustGate
-    from bot.observe.metrics import Metrics
     from bot.config.settings import Settings
+    from bot.inbound.dedupe import Deliveries
+    from bot.observe.metrics import Metrics
     from bot.runs.supervisor import LiveRun, Supervisor
     from bot.slack_api.click_answer import ClickAnswer
     from bot.slack_api.surface import Workspaces
-    from bot.access.stop_policy import Origin
     from bot.stopping.resume_controls import ResumeAsk
     from bot.store_needs import StopIntakeStore
     from bot.workers.worker import Worker

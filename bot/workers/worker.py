@@ -35,11 +35,11 @@ if TYPE_CHECKING:
     from agent_core import Agent
     from agent_core.ports import Store
     from agent_core.values.records import Checkpoint, RunRecord
-    from bot.approvals.desk import ApprovalDesk
-    from bot.slack_api.identity import AppIdentity
     from bot.access.trust import TrustGate
-    from bot.observe.metrics import Metrics
+    from bot.approvals.desk import ApprovalDesk
     from bot.config.settings import Settings
+    from bot.observe.metrics import Metrics
+    from bot.slack_api.identity import AppIdentity
     from bot.slack_api.surface import Workspaces
     from bot.views.status import EndingView
 

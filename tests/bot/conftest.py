@@ -10,9 +10,9 @@ import pytest
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agent_core.stores.factory import open_store
-from bot.slack_api.identity import AppIdentity
-from bot.process.app import ThreadpilotApp
 from bot.config.settings import Settings
+from bot.process.app import ThreadpilotApp
+from bot.slack_api.identity import AppIdentity
 from bot.slack_api.surface import Workspaces
 from tests.bot.harness import SECRET, Bot
 from tests.bot.oauth_harness import make_oauth_bot, oauth_bot, oauth_database  # noqa: F401

@@ -29,9 +29,9 @@ import pytest
 from llmock.scenarios import Reply, StreamFault
 
 from agent_core import TERMINAL_STATES
+from bot.config.settings import Settings
 from bot.messages import slack_outcome_label
 from bot.process.app import ThreadpilotApp
-from bot.config.settings import Settings
 from bot.slack_api import rate_limits as slack_limits
 from tests.bot.harness import ACTION_ABORT, ACTION_STOP, SECRET, Bot, run_id_of, stalled_answer
 from tests.system.blocks import final_revisions, revision_text

@@ -26,9 +26,9 @@ from llmock.scenarios import Reply, ToolCall
 from bot import messages
 from bot.handlers.actions import ACK_BUDGET_S
 from bot.views.approval import ACTION_APPROVE
-from tests.bot.harness import SECRET, block_text, buttons, run_id_of
 from tests.bot.approvals.test_approvals import approval_id_of, approval_message, tool_messages
 from tests.bot.handlers.test_click_faults import ACK_WELL_WITHIN_S, write_lock_held
+from tests.bot.harness import SECRET, block_text, buttons, run_id_of
 from tests.fakes import slack_requests
 from tests.fakes.mcp_server import FakeMcpServer, serve_http
 from tests.fakes.slack_workspace import DEFAULT_USER

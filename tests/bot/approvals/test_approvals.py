@@ -33,8 +33,8 @@ from bot import messages
 from bot.approvals.desk import ApprovalDesk, still_counts
 from bot.views.approval import ACTION_APPROVE, ACTION_DENY
 from bot.workers.reconciler import Reconciler
-from tests.bot.harness import ACTION_ABORT, ACTION_STOP, WAIT_S, block_text, buttons, run_id_of
 from tests.bot.dashboard.test_home import home, open_home, press, says, view_text
+from tests.bot.harness import ACTION_ABORT, ACTION_STOP, WAIT_S, block_text, buttons, run_id_of
 from tests.fakes import slack_requests
 from tests.fakes.mcp_server import FakeMcpServer, serve_http
 from tests.fakes.slack_workspace import DEFAULT_CHANNEL, DEFAULT_USER

@@ -25,9 +25,9 @@ from bot.views.approval import (
     render_approval,
 )
 from bot.views.code_text import code_blocks
-from tests.bot.harness import WAIT_S, block_text, buttons, buttons_in
 from tests.bot.approvals.test_approvals import approval_message, tool_messages
 from tests.bot.dashboard.test_home import home, open_home, press, says
+from tests.bot.harness import WAIT_S, block_text, buttons, buttons_in
 from tests.fakes import slack_requests
 from tests.fakes.mcp_server import FakeMcpServer, serve_http
 from tests.fakes.slack_blocks import blocks_text

@@ -13,9 +13,9 @@ from llmock.scenarios import Reply, StreamFault, ToolCall
 from agent_core import ExitCode, Outcome, RunRecord, RunState, ThreadKey
 from agent_core.values.clock import utcnow
 from bot import messages
+from tests.bot.dashboard.test_home import home, open_home, says, view_text
 from tests.bot.harness import SHORT_TEXT, stalled_answer
 from tests.bot.runs.test_app_budget import spend_shown
-from tests.bot.dashboard.test_home import home, open_home, says, view_text
 from tests.fakes.slack_workspace import DEFAULT_CHANNEL, DEFAULT_USER
 
 if TYPE_CHECKING:

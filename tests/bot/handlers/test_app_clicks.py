@@ -21,7 +21,6 @@ import pytest
 from agent_core import StopReason, StopSource, ThreadKey
 from agent_core.stores.memory import MemoryStore
 from bot import messages
-from bot.config.settings import Settings, StopPolicy
 from bot.access.stop_policy import (
     DOUBLE_PRESS_S,
     Origin,
@@ -33,6 +32,7 @@ from bot.access.stop_policy import (
     read_participants,
     verdict_for,
 )
+from bot.config.settings import Settings, StopPolicy
 from tests.agent_core.helpers import offered_tools
 from tests.bot.harness import (
     ACTION_ABORT,

@@ -24,6 +24,7 @@ from structlog.testing import capture_logs
 
 from agent_core import StopReason
 from bot import messages
+from tests.bot.handlers.test_click_faults import status_stored, stop_requests, two_workers
 from tests.bot.harness import (
     ACTION_ABORT,
     ACTION_STOP,
@@ -34,7 +35,6 @@ from tests.bot.harness import (
     run_id_of,
     stalled_answer,
 )
-from tests.bot.handlers.test_click_faults import status_stored, stop_requests, two_workers
 from tests.fakes import slack_requests
 from tests.fakes.slack_workspace import DEFAULT_USER
 

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from agent_core import ConfigError
+from bot.config.settings import Settings, load_settings
 from bot.handlers.command import COMMAND
 from bot.installs.oauth import BOT_SCOPES
-from bot.config.settings import Settings, load_settings
 
 MANIFEST = Path(__file__).resolve().parents[3] / "manifest.yml"
 

@@ -14,6 +14,7 @@ from agent_core import RunState
 from agent_core.values.records import ResumeState, is_waiting
 from bot.views.status import ACTION_RESUME_NOW
 from tests.bot.harness import ACTION_ABORT, block_text, run_id_of
+from tests.bot.runs.test_run_queue import fill_the_worker, queued
 from tests.bot.workers.test_resume import (
     ANSWER,
     FAST,
@@ -24,7 +25,6 @@ from tests.bot.workers.test_resume import (
     run_id_of_done,
     stored,
 )
-from tests.bot.runs.test_run_queue import fill_the_worker, queued
 from tests.fakes import slack_requests
 from tests.fakes.slack_workspace import DEFAULT_CHANNEL
 from tests.system.workers import until_async

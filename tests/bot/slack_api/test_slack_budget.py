@@ -31,8 +31,8 @@ from bot.errors import (
     SlackRefused,
     SlackUnavailable,
 )
-from bot.slack_api.identity import AppIdentity
 from bot.slack_api import rate_budget as slack_budget
+from bot.slack_api.identity import AppIdentity
 from bot.slack_api.rate_budget import LIMITS_PER_MINUTE, WINDOW_SHARE, SlackRateBudget, TokenBucket
 from tests.fakes.slack_api import FakeSlack
 from tests.fakes.slack_workspace import DEFAULT_CHANNEL, DEFAULT_USER, DEFAULT_WORKSPACE

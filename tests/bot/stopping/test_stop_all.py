@@ -20,8 +20,8 @@ from agent_core.stores.factory import open_store
 from agent_core.values.clock import utcnow
 from bot import messages
 from bot.views.status import ACTION_STOP
-from tests.bot.harness import WAIT_S, block_text
 from tests.bot.dashboard.test_home import ADMIN, command, stalled_run, store_of
+from tests.bot.harness import WAIT_S, block_text
 from tests.fakes.slack_workspace import DEFAULT_CHANNEL, DEFAULT_USER
 from tests.system.conftest import fresh_postgres
 

@@ -22,7 +22,15 @@ from bot.views.status import (
     StatusSnapshot,
     render_status,
 )
-from tests.bot.views.test_status_view import RUN, T0, assert_snapshot, buttons, done, result, validated
+from tests.bot.views.test_status_view import (
+    RUN,
+    T0,
+    assert_snapshot,
+    buttons,
+    done,
+    result,
+    validated,
+)
 
 RATE_LIMITED = result(
     Outcome.BLOCKED,
