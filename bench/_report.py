@@ -149,6 +149,11 @@ TARGETS: dict[str, Target] = {
         "0",
         ("no_loss",),
     ),
+    "installation_lookup": Target(
+        "event, click or command → its installation found (OAuth mode, 1,000 installations)",
+        "p99 < 1 ms from cache; no token refresh on a click's path",
+        ("installation_lookup",),
+    ),
 }
 
 

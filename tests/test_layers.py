@@ -34,6 +34,7 @@ BOT_LAYERS: tuple[tuple[str, ...], ...] = (
     ("observe",),  # metrics and the event loop's load
     ("config",),  # settings
     ("slack_api",),  # the Web API as the app uses it
+    ("installs",),  # OAuth: installations, their tokens and their rotation
     ("access",),  # who may do what
     ("inbound",),  # deliveries and thread history
     ("approvals", "steering"),

@@ -23,6 +23,7 @@ from agent_core.stores._queue import (
     person_key,
 )
 from agent_core.stores._retention import BATCH_SIZE, check_batch_size
+from agent_core.stores.memory_installations import MemoryInstallations
 from agent_core.values.clock import utcnow
 from agent_core.values.ended import EndedBecause
 from agent_core.values.records import (
@@ -52,10 +53,11 @@ if TYPE_CHECKING:
 __all__ = ["MemoryStore"]
 
 
-class MemoryStore:
+class MemoryStore(MemoryInstallations):
     """All the store ports in one object, guarded by one lock so CAS is atomic."""
 
     def __init__(self) -> None:
+        super().__init__()
         self._lock = asyncio.Lock()
         self._runs: dict[str, RunRecord] = {}
         self._checkpoints: dict[str, Checkpoint] = {}

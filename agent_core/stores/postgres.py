@@ -39,6 +39,7 @@ from agent_core.stores.migrations import TIMEOUT_S as MIGRATION_TIMEOUT_S
 from agent_core.stores.migrations import upgrade_postgres
 from agent_core.stores.postgres_listener import PostgresStopListener
 from agent_core.stores.postgres_queue import PostgresQueue
+from agent_core.stores.sql_installations import PostgresInstallations
 from agent_core.values.answering import ANSWERING
 from agent_core.values.clock import utcnow
 from agent_core.values.errors import StorageError
@@ -166,7 +167,7 @@ def _cannot_connect(where: str, exc: BaseException, connect_timeout_s: float) ->
     )
 
 
-class PostgresStore(PostgresQueue):
+class PostgresStore(PostgresQueue, PostgresInstallations):
     """Runs, stop requests, checkpoints, events and leases in a PostgreSQL database (the
     run queue's SQL is :class:`~agent_core.stores.postgres_queue.PostgresQueue`'s)."""
 

@@ -51,6 +51,7 @@ from agent_core.stores import _retention as retention
 from agent_core.stores._sqlite_thread import SqliteThread, Work
 from agent_core.stores.migrations import TIMEOUT_S as MIGRATION_TIMEOUT_S
 from agent_core.stores.migrations import upgrade_sqlite
+from agent_core.stores.sql_installations import SqliteInstallations
 from agent_core.stores.sqlite_queue import SqliteQueue, one_run_per_id
 from agent_core.values.clock import utcnow
 from agent_core.values.errors import StorageError
@@ -110,7 +111,7 @@ _TOUCH_RUN = "UPDATE runs SET updated_at = ? WHERE id = ?"
 ``updated_at``)."""
 
 
-class SqliteStore(SqliteQueue):
+class SqliteStore(SqliteQueue, SqliteInstallations):
     """Runs, stop requests, checkpoints, events and leases in one SQLite file (the run
     queue's SQL is :class:`~agent_core.stores.sqlite_queue.SqliteQueue`'s)."""
 

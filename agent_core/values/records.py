@@ -1,6 +1,7 @@
 """The records the stores keep, as the core and the Slack layer read and write them: a
 run (:class:`RunRecord`, with where it lives in Slack and its resume decision), its
-checkpoint and audit trail, stop requests, guidance, and what a purge forgot.
+checkpoint and audit trail, stop requests, guidance, what a purge forgot, and the
+installations of the app (:class:`InstallationRecord`).
 
 The ports that keep them are in :mod:`agent_core.ports`.
 """
@@ -33,6 +34,7 @@ __all__ = [
     "Forgotten",
     "GuidanceRecord",
     "GuidanceStatus",
+    "InstallationRecord",
     "ResumeState",
     "RunRecord",
     "StopRequestRecord",
@@ -306,3 +308,28 @@ class Wakeup:
     def queued(self) -> bool:
         """True when it says a run was queued (only the queue's taker need wake)."""
         return self.run_id is None
+
+
+@dataclass(frozen=True, slots=True)
+class InstallationRecord:
+    """Where the app is installed and its credentials there, kept for the Slack layer.
+
+    One per ``(enterprise_id, team_id)``: ``""`` stands for "none" in either (an org-wide
+    install has ``team_id == ""``, a workspace outside an enterprise
+    ``enterprise_id == ""``). ``secret`` is opaque to the core: the app's own encoding of
+    the installation (encrypted when it has a key).
+    """
+
+    enterprise_id: str
+    team_id: str
+    secret: str
+    expires_at: datetime | None = None
+    """When the access token expires (token rotation); None if it does not."""
+    installed_at: datetime = field(default_factory=utcnow)
+    updated_at: datetime = field(default_factory=utcnow)
+    refresh_failures: int = 0
+    """Refreshes that failed in a row since the last one that worked."""
+    refresh_error: str | None = None
+    """What the last failed refresh met (None once one works)."""
+    refresh_until: datetime | None = None
+    """While a worker refreshes: when its lease ends; after a failure: the next try."""

@@ -130,7 +130,24 @@ class Settings(BaseSettings):
         case_sensitive=True,
     )
 
-    SLACK_BOT_TOKEN: str = Field(description="Bot token, xoxb-...")
+    # -- OAuth mode (many workspaces); declared before SLACK_BOT_TOKEN, which reads them --
+    SLACK_CLIENT_ID: str | None = Field(
+        default=None, description="The app's Client ID: turns OAuth mode on (many workspaces)."
+    )
+    SLACK_CLIENT_SECRET: str | None = Field(
+        default=None, validate_default=True, description="The app's Client Secret (OAuth mode)."
+    )
+    SLACK_REDIRECT_URI: str | None = Field(
+        default=None, description="Public address of /slack/oauth_redirect (OAuth mode)."
+    )
+    SLACK_TOKEN_KEY: str | None = Field(
+        default=None,
+        description="Fernet key(s), comma-separated, newest first: installations' tokens "
+        "are encrypted at rest with the first.",
+    )
+    SLACK_BOT_TOKEN: str | None = Field(
+        default=None, validate_default=True, description="Bot token, xoxb-..."
+    )
     SLACK_SIGNING_SECRET: str | None = Field(
         default=None, description="Verifies HTTP requests; not needed with Socket Mode."
     )
@@ -264,7 +281,14 @@ class Settings(BaseSettings):
 
     @field_validator("SLACK_BOT_TOKEN")
     @classmethod
-    def _bot_token(cls, value: str) -> str:
+    def _bot_token(cls, value: str | None, info: ValidationInfo) -> str | None:
+        oauth = info.data.get("SLACK_CLIENT_ID") is not None
+        if oauth and (value is None or _placeholder(value, "xoxb-")):
+            return None  # .env.example's empty "xoxb-" is no second mode
+        if value is None:
+            raise PydanticCustomError("missing", "Field required")
+        if oauth:
+            raise ValueError(ONE_MODE_ONLY)
         if not value.startswith("xoxb-"):
             raise ValueError("must be a bot token starting with xoxb-")
         if _placeholder(value, "xoxb-"):
@@ -302,6 +326,43 @@ class Settings(BaseSettings):
         if _placeholder(value, "xapp-"):
             raise ValueError("is a placeholder: paste the App-Level Token (xapp-...)")
         return value
+
+    @field_validator("SLACK_CLIENT_SECRET")
+    @classmethod
+    def _client_secret(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None and info.data.get("SLACK_CLIENT_ID") is not None:
+            raise PydanticCustomError(_MISSING_FOR_OAUTH, "missing for OAuth")
+        return value
+
+    @field_validator("SLACK_TOKEN_KEY")
+    @classmethod
+    def _token_key(cls, value: str | None) -> str | None:
+        if value is not None:
+            from bot.config.token_key import check_keys  # cryptography comes with it
+
+            check_keys(value)
+        return value
+
+    @field_validator("SLACK_REDIRECT_URI")
+    @classmethod
+    def _redirect_uri(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError(
+                "must be the https:// address of /slack/oauth_redirect, as listed in the "
+                "app's redirect URLs"
+            )
+        return value
+
+    @field_validator(
+        "SLACK_CLIENT_ID",
+        "SLACK_CLIENT_SECRET",
+        "SLACK_REDIRECT_URI",
+        "SLACK_TOKEN_KEY",
+        mode="before",
+    )
+    @classmethod
+    def _unset_when_empty(cls, value: Any) -> Any:
+        return None if value == "" else value
 
     @field_validator(
         "SLACK_SIGNING_SECRET", "OPENAI_BASE_URL", "ANTHROPIC_BASE_URL", "MCP_CONFIG", mode="before"
@@ -439,6 +500,12 @@ class Settings(BaseSettings):
         return self._run_limits
 
     @property
+    def oauth_mode(self) -> bool:
+        """Installed by OAuth in any number of workspaces (``SLACK_CLIENT_ID``), rather
+        than in one by ``SLACK_BOT_TOKEN``."""
+        return self.SLACK_CLIENT_ID is not None
+
+    @property
     def socket_mode(self) -> bool:
         return self.SLACK_APP_TOKEN is not None
 
@@ -505,6 +572,8 @@ def _problems(error: Any, env_file: object) -> list[ConfigError]:
         return [ConfigError(location[0], missing(env_file))]
     if error["type"] == _MISSING_FOR_API:  # "missing (required with ...): set it in ..."
         return [ConfigError(location[0], missing(env_file, message))]
+    if error["type"] == _MISSING_FOR_OAUTH:
+        return [ConfigError(location[0], missing(env_file, _OAUTH_NEEDS))]
     if error["type"] == _NO_TRANSPORT:
         return [
             ConfigError("SLACK_APP_TOKEN", missing(env_file, _SOCKET_MODE_NEEDS)),
@@ -513,6 +582,13 @@ def _problems(error: Any, env_file: object) -> list[ConfigError]:
     return [ConfigError(location[0], message)]
 
 
+ONE_MODE_ONLY = (
+    "is set together with SLACK_CLIENT_ID: choose one mode, a bot token for one workspace "
+    "or OAuth (SLACK_CLIENT_ID, SLACK_CLIENT_SECRET) for many, and unset the other"
+)
+_MISSING_FOR_OAUTH = "missing_for_oauth"
+"""The error type of an OAuth setting missing while ``SLACK_CLIENT_ID`` is set."""
+_OAUTH_NEEDS = "OAuth mode (SLACK_CLIENT_ID is set) needs it"
 _MISSING_FOR_API = "missing_for_api"
 """The error type of a setting only the chosen ``MODEL_API`` requires."""
 _NO_TRANSPORT = "no_transport"

@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from bot.approvals.clicks import ApprovalClicks
     from bot.config.settings import Settings
     from bot.inbound.dedupe import Deliveries
+    from bot.installs.lookup import InstallationLookup
     from bot.runs.supervisor import Supervisor
     from bot.slack_api.identity import AppIdentity
     from bot.slack_api.surface import Workspaces
@@ -37,10 +38,14 @@ class BotContext:
 
     @property
     def bot_user_id(self) -> str:
-        """The app's bot user: mentions of it are stripped from tasks."""
+        """The app's bot user, with a bot token (in OAuth mode each workspace has its
+        own: a request's is :func:`bot.slack_api.identity.bot_user_of`)."""
         return self.me.user_id
 
     trust: TrustGate
     """Who may act at all (external people and guests): every entry asks it first."""
     approvals: ApprovalClicks
     """Approve and Deny clicks on held tool calls (:mod:`bot.approvals`)."""
+    installs: InstallationLookup | None = None
+    """OAuth mode: the installations (``installs.store`` is slack_sdk's installation
+    store: ``async_delete_installation`` at an uninstall); None with a bot token."""

@@ -48,6 +48,7 @@ from bot.handlers.asked import Asked
 from bot.handlers.late_admissions import LateAdmissions
 from bot.handlers.steering import STEERED, Steering
 from bot.inbound.thread_history import read_thread, task_of
+from bot.slack_api.identity import bot_user_of
 from bot.stopping.stops import ACK_BUDGET_S
 
 if TYPE_CHECKING:
@@ -128,7 +129,10 @@ class Mentions:
         """Bolt listener middleware: accept the run an event asks for (after
         :meth:`bot.handlers.steering.Steering.before_ack`, which took it if it steers a
         live run)."""
-        if context.get(STEERED) is None and (asked := await self._asked(body)) is not None:
+        asked = None
+        if context.get(STEERED) is None:
+            asked = await self._asked(body, bot_user_of(context, self._ctx.me))
+        if asked is not None:
             with structlog.contextvars.bound_contextvars(
                 thread=str(asked.thread), user=asked.user, message_ts=asked.ts
             ):
@@ -142,14 +146,13 @@ class Mentions:
             return replace(asked, refusal=refusal)
         return await self._accept(asked)
 
-    async def _asked(self, body: dict[str, Any]) -> Asked | None:
+    async def _asked(self, body: dict[str, Any], bot_user_id: str) -> Asked | None:
         """The new run ``body``'s event asks for, if any: a mention, a DM, or a reply in a
         thread that had a run."""
         event = body.get("event")
         team = body.get("team_id")
         if not isinstance(event, dict) or not isinstance(team, str) or not team:
             return None
-        bot_user_id = self._ctx.bot_user_id
         if not _from_a_person(event, bot_user_id) or not _strings(event, "user", "ts", "channel"):
             return None
         mentioned = f"<@{bot_user_id}>" in str(event.get("text") or "")
@@ -252,7 +255,7 @@ class Mentions:
             read = await read_thread(
                 surface,
                 thread,
-                ctx.me,
+                surface.me or ctx.me,
                 ctx.trust,
                 requester=asked.user,
                 task=asked.task,

@@ -54,6 +54,7 @@ from bot import messages
 from bot.access.stop_policy import StopAsk, may_stop, read_participants
 from bot.access.trust import Person, person_of
 from bot.errors import BudgetNotRunning, SlackError
+from bot.slack_api.identity import bot_user_of
 from bot.steering.guidance import guidance_id, reply_text, stop_word
 from bot.stopping.stops import ACK_BUDGET_S
 
@@ -89,6 +90,8 @@ class Reply:
     """As written (with any mention of the app)."""
     user_team: str | None = None
     """The writer's own team (the event's ``user_team``)."""
+    bot_user_id: str = ""
+    """The app's bot user in the reply's workspace (its mention is not guidance)."""
 
     @property
     def delivery(self) -> str:
@@ -132,7 +135,7 @@ class Steering:
         next: Callable[[], Awaitable[None]],
     ) -> None:
         """Bolt listener middleware: steer the run if the event is a reply in its thread."""
-        reply = self._reply(body)
+        reply = self._reply(body, bot_user_of(context, self._ctx.me))
         if reply is not None:
             with structlog.contextvars.bound_contextvars(
                 thread=str(reply.thread), user=reply.user, message_ts=reply.ts
@@ -142,7 +145,7 @@ class Steering:
                 context[STEERED] = steered
         await next()
 
-    def _reply(self, body: dict[str, Any]) -> Reply | None:
+    def _reply(self, body: dict[str, Any], bot_user_id: str) -> Reply | None:
         """The reply an event carries, if it is a person's message inside a thread."""
         event = body.get("event")
         if not isinstance(event, dict) or event.get("type") not in ("message", "app_mention"):
@@ -155,18 +158,20 @@ class Steering:
         channel, text = _text(event, "channel"), event.get("text")
         if not (user and ts and thread_ts and channel) or not isinstance(text, str):
             return None
-        if thread_ts == ts or user == self._ctx.bot_user_id:
+        if thread_ts == ts or user == bot_user_id:
             return None  # a new thread, or our own message
-        if event["type"] == "message" and f"<@{self._ctx.bot_user_id}" in text:
+        if event["type"] == "message" and f"<@{bot_user_id}" in text:
             return None  # its app_mention event is the one that counts
         thread = ThreadKey(str(body["team_id"]), channel, thread_ts)
         person = person_of(body)
-        return Reply(thread, user, ts, text, person.team if person is not None else None)
+        return Reply(
+            thread, user, ts, text, person.team if person is not None else None, bot_user_id
+        )
 
     async def steer(self, reply: Reply) -> Steered | None:
         """Decide and commit ``reply``; None if its thread has no live run (or the
         database cannot say which), for the listener to carry on as before."""
-        kind = stop_word(reply.text, self._ctx.bot_user_id)
+        kind = stop_word(reply.text, reply.bot_user_id or self._ctx.bot_user_id)
         if kind is not None:
             # The stop service finds the thread's live run itself, wherever it runs; in a
             # thread with none, a bare stop word starts nothing and is answered nothing.
@@ -196,7 +201,7 @@ class Steering:
 
     async def _queue(self, reply: Reply, target: _Target) -> Steered:
         """Guidance for ``target``: checked, committed, and handed over if it runs here."""
-        text = reply_text(reply.text, self._ctx.bot_user_id)
+        text = reply_text(reply.text, reply.bot_user_id or self._ctx.bot_user_id)
         limit = self._ctx.settings.GUIDANCE_MAX_CHARS
         if not text:
             return Steered(reply, target.run_id)  # only our mention: nothing to pass on

@@ -44,9 +44,12 @@ import structlog
 from slack_bolt.response import BoltResponse
 
 from agent_core import StorageError, ThreadKey
+from bot.slack_api.identity import bot_user_of
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
+
+    from slack_bolt.context.async_context import AsyncBoltContext
 
     from agent_core.ports import DeliveryLog, RunQueries
     from bot.slack_api.identity import AppIdentity
@@ -156,7 +159,7 @@ class EventDeduper:
         self._budget_s = budget_s
         self._joined: OrderedDict[ThreadKey, None] = OrderedDict()
 
-    async def can_act(self, body: dict[str, Any]) -> bool:
+    async def can_act(self, body: dict[str, Any], bot_user_id: str | None = None) -> bool:
         """True if the event may start or steer a run, so a repeat of it must be dropped:
         a mention, a DM or group DM, Slack's native stop, or a person's reply in a thread
         the app has had a run in (a database read, within the budget; a database that
@@ -170,11 +173,12 @@ class EventDeduper:
             return True
         if kind not in _STARTS_RUNS or event.get("bot_id"):
             return False
-        if event.get("subtype") not in _PERSONS_MESSAGE or event.get("user") == self._me.user_id:
+        bot_user_id = bot_user_id or self._me.user_id
+        if event.get("subtype") not in _PERSONS_MESSAGE or event.get("user") == bot_user_id:
             return False
         if kind == "app_mention" or event.get("channel_type") == "im":
             return True
-        if f"<@{self._me.user_id}" in str(event.get("text") or ""):
+        if f"<@{bot_user_id}" in str(event.get("text") or ""):
             return False  # its app_mention event is the one that acts
         if event.get("channel_type") == "mpim":
             return True
@@ -254,10 +258,13 @@ class EventDeduper:
         return not any(r.created_at >= at for r in runs)
 
     async def middleware(
-        self, body: dict[str, Any], next: Callable[[], Awaitable[None]]
+        self,
+        body: dict[str, Any],
+        context: AsyncBoltContext,
+        next: Callable[[], Awaitable[None]],
     ) -> BoltResponse | None:
         event_id = body.get("event_id") if body.get("type") == "event_callback" else None
-        if event_id and not await self.can_act(body):
+        if event_id and not await self.can_act(body, bot_user_of(context, self._me)):
             await next()  # nothing a repeat could do twice: not recorded
             return None
         taken_here = bool(event_id) and self._deliveries.seen_here(event_key(str(event_id)))

@@ -64,6 +64,7 @@ from bot import messages
 from bot.access.trust import TrustGate
 from bot.approvals.clicks import ApprovalClicks
 from bot.approvals.desk import ApprovalDesk
+from bot.config.token_key import Sealer
 from bot.dashboard.listing import Dashboard
 from bot.dashboard.refresh import HomeRefresher
 from bot.errors import SlackUnreachable
@@ -79,6 +80,9 @@ from bot.handlers import (
 )
 from bot.handlers.context import BotContext
 from bot.inbound.dedupe import Deliveries, EventDeduper
+from bot.installs.lookup import InstallationLookup
+from bot.installs.oauth import INSTALL_PATH, REDIRECT_PATH, OAuthRoutes, OAuthStates
+from bot.installs.rotation import ROTATION, Rotation, RotationTiming
 from bot.observe.metrics import CONTENT_TYPE, Metrics
 from bot.process.http_guard import Refusal, SlackRequestGuard, on_bolt_error
 from bot.process.slack_silence import SILENCE_S, SlackSilence
@@ -91,6 +95,7 @@ from bot.workers.worker import Worker, default_worker_id
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
+    from slack_bolt.context.async_context import AsyncBoltContext
     from slack_bolt.request.async_request import AsyncBoltRequest
     from slack_bolt.response import BoltResponse
     from slack_sdk.socket_mode.async_client import AsyncBaseSocketModeClient
@@ -130,8 +135,12 @@ class ThreadpilotApp:
         listen_port: int | None = None,
         listen_host: str = "0.0.0.0",
         silence_after_s: float = SILENCE_S,
+        rotation: RotationTiming = ROTATION,
     ) -> None:
+        """``rotation``: when OAuth mode refreshes tokens (tests shorten it)."""
         self.settings = settings
+        self._rotation_timing = rotation
+        self._rotation: Rotation | None = None
         self.silence = SlackSilence(silence_after_s)
         """HTTP mode: one warning if Slack sends nothing at all
         (:mod:`bot.process.slack_silence`)."""
@@ -166,6 +175,9 @@ class ThreadpilotApp:
         """Where ``METRICS_PORT``'s listener is bound (None without it)."""
         self.ctx: BotContext | None = None
         self.bolt: AsyncApp | None = None
+        self._installs: InstallationLookup | None = None
+        """OAuth mode: the installations, cached (None with a bot token)."""
+        self._oauth_routes: OAuthRoutes | None = None
 
     # -- start -------------------------------------------------------------------------
 
@@ -177,25 +189,30 @@ class ThreadpilotApp:
         """
         settings = self.settings
         await self._listen_http()
-        self._session = aiohttp.ClientSession()
+        self._session = session = aiohttp.ClientSession()
         client = AsyncWebClient(
-            token=settings.SLACK_BOT_TOKEN, base_url=settings.SLACK_API_URL, session=self._session
+            token=settings.SLACK_BOT_TOKEN, base_url=settings.SLACK_API_URL, session=session
         )
         me, socket_url = await self._ask_slack(client)
-        self._store = await _step(
+        self._store = store = await _step(
             partial(ConfigError, "DATABASE_URL"),
             "the database",
             _open_store(
                 settings.DATABASE_URL, settings.DATABASE_POOL_SIZE, settings.MIGRATION_TIMEOUT
             ),
         )
+        if settings.oauth_mode:
+            self._installs = self._oauth(store, session)
         # A server that does not start is logged once and left out; the others serve.
         await self.mcp.start()
         self.metrics.mcp_tools({t: s.name for s in self.mcp.status() for t in s.tools})
-        ctx = self.ctx = self._assemble(client, me, self._store)
+        ctx = self.ctx = self._assemble(client, me, store)
         # Leases, the stop watcher and the reconciler run before we take any work: a run
         # started here must be heartbeated, and a click landing elsewhere must reach it.
         await ctx.worker.start()
+        if self._installs is not None:
+            self._rotation = self._rotator(self._installs, store, session, ctx.worker.id)
+            self._rotation.start()
         assert self._home is not None
         await self._home.start()
         if self._load is not None:
@@ -218,11 +235,17 @@ class ThreadpilotApp:
 
     async def _ask_slack(self, client: AsyncWebClient) -> tuple[AppIdentity, str | None]:
         """Who this app is (``auth.test``) and, in Socket Mode, a connection URL: each
-        proves its token works."""
+        proves its token works. In OAuth mode there is no token to ask with: each
+        request is authorised from its installation (:mod:`bot.installs.lookup`)."""
         settings = self.settings
         unreachable = _slack_fault(settings)
         at = public_url(settings.SLACK_API_URL)
-        me = await _step(unreachable, f"Slack at {at} (auth.test)", _who_am_i(client, unreachable))
+        if settings.oauth_mode:
+            me = OAUTH_IDENTITY
+        else:
+            me = await _step(
+                unreachable, f"Slack at {at} (auth.test)", _who_am_i(client, unreachable)
+            )
         if settings.SLACK_APP_TOKEN is None:
             return me, None
         socket_url = await _step(
@@ -236,7 +259,7 @@ class ThreadpilotApp:
         """Build the parts that take work, each wired when it is built: the worker (and its
         supervisor), the stop service, the App Home."""
         settings = self.settings
-        workspaces = Workspaces(client, me, metrics=self.metrics)
+        workspaces = Workspaces(client, me, metrics=self.metrics, credentials=self._installs)
         trust = TrustGate(settings, workspaces, me.team_id)
         desk = ApprovalDesk(store, workspaces, metrics=self.metrics)
         worker = Worker(
@@ -276,6 +299,7 @@ class ThreadpilotApp:
             deliveries,
             trust,
             clicks,
+            installs=self._installs,
         )
 
     def _agent(
@@ -339,9 +363,19 @@ class ThreadpilotApp:
         # (the token would be set aside, with a warning).
         tokenless = copy.copy(client)
         tokenless.token = None
+        installs = self._installs
+        authorize: Callable[..., Awaitable[AuthorizeResult]]
+        if installs is not None:
+            # A function, not the bound method: Bolt passes arguments by their names.
+            async def authorize(context: AsyncBoltContext) -> AuthorizeResult:
+                assert installs is not None
+                return await installs.authorize(context)
+        else:
+            assert self.settings.SLACK_BOT_TOKEN is not None  # settings: one mode or the other
+            authorize = _authorization(ctx.me, self.settings.SLACK_BOT_TOKEN)
         bolt = AsyncApp(
             client=tokenless,
-            authorize=_authorization(ctx.me, self.settings.SLACK_BOT_TOKEN),
+            authorize=authorize,
             # Socket Mode payloads are not signed (the xapp- token authenticates the socket).
             signing_secret=self.settings.SLACK_SIGNING_SECRET or "unused-in-socket-mode",
             request_verification_enabled=not socket_mode,
@@ -361,6 +395,8 @@ class ThreadpilotApp:
             return await on_bolt_error(error, request, response)
 
         bolt.error(on_error)
+        if installs is not None:
+            bolt.middleware(installs.middleware)
         bolt.middleware(deduper.middleware)
         self._late = mentions.register(bolt, ctx)
         # Before actions.register, whose last listener takes every button nobody took.
@@ -384,6 +420,9 @@ class ThreadpilotApp:
             assert settings.SLACK_SIGNING_SECRET  # settings require it in HTTP mode
             self._guard = SlackRequestGuard(settings.SLACK_SIGNING_SECRET)
             public.router.add_post("/slack/events", self._slack_events)
+        if settings.oauth_mode:  # in both transports: the browser comes here, not Slack
+            public.router.add_get(INSTALL_PATH, self._oauth_route)
+            public.router.add_get(REDIRECT_PATH, self._oauth_route)
         self._runner, self.port = await _bind(public, *self._listen, setting="PORT")
         if settings.METRICS_PORT is not None:
             self._metrics_runner, self.metrics_port = await _bind(
@@ -414,6 +453,51 @@ class ThreadpilotApp:
         acked = await self.bolt.async_dispatch(admitted)
         self.metrics.acked(admitted.body, received)
         return await to_aiohttp_response(acked)
+
+    async def _oauth_route(self, request: web.Request) -> web.Response:
+        routes = self._oauth_routes
+        if not self._ready or routes is None:
+            return web.Response(text="starting, try again in a moment", status=503)
+        if request.path == INSTALL_PATH:
+            return await routes.install(request)
+        return await routes.redirect(request)
+
+    def _oauth(self, store: Store, session: aiohttp.ClientSession) -> InstallationLookup:
+        """OAuth mode's installations (cached) and its two routes."""
+        settings = self.settings
+        assert settings.SLACK_CLIENT_ID is not None and settings.SLACK_CLIENT_SECRET is not None
+        installs = InstallationLookup(store, Sealer(settings.SLACK_TOKEN_KEY))
+        if not installs.store.sealing:
+            log.warning(
+                "installations.stored_in_clear",
+                fix="set SLACK_TOKEN_KEY to encrypt the tokens in the database",
+            )
+        self._oauth_routes = OAuthRoutes(
+            client_id=settings.SLACK_CLIENT_ID,
+            client_secret=settings.SLACK_CLIENT_SECRET,
+            redirect_uri=settings.SLACK_REDIRECT_URI,
+            api_url=settings.SLACK_API_URL,
+            states=OAuthStates(settings.SLACK_CLIENT_SECRET, store),
+            installations=installs.store,
+            session=session,
+        )
+        return installs
+
+    def _rotator(
+        self, installs: InstallationLookup, store: Store, session: aiohttp.ClientSession, owner: str
+    ) -> Rotation:
+        """OAuth mode's token refresher, at ``SLACK_API_URL`` (a client without a token)."""
+        settings = self.settings
+        assert settings.SLACK_CLIENT_ID is not None and settings.SLACK_CLIENT_SECRET is not None
+        return Rotation(
+            store,
+            installs,
+            AsyncWebClient(base_url=settings.SLACK_API_URL, session=session),
+            client_id=settings.SLACK_CLIENT_ID,
+            client_secret=settings.SLACK_CLIENT_SECRET,
+            owner=owner,
+            timing=self._rotation_timing,
+        )
 
     async def _healthz(self, request: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
@@ -446,6 +530,8 @@ class ThreadpilotApp:
             async with asyncio.timeout(timeout_s + 2):
                 if self._late is not None:  # first: nothing new is recorded from here on
                     await self._late.shutdown()
+                if self._rotation is not None:
+                    await self._rotation.close()
                 if self._socket is not None:
                     await _bounded(
                         self._socket.close_async(),  # type: ignore[no-untyped-call]
@@ -518,6 +604,11 @@ async def _who_am_i(client: AsyncWebClient, unreachable: Callable[[str], Excepti
             f"cannot reach Slack at {public_url(client.base_url)} ({redact(str(exc))})"
         ) from exc
     return AppIdentity.from_auth_test(auth.data if isinstance(auth.data, dict) else {})
+
+
+OAUTH_IDENTITY = AppIdentity(user_id="", bot_id="")
+"""OAuth mode's process-wide identity: none (each workspace's bot user is in its
+installation, and Bolt's authorization carries it per request)."""
 
 
 def _authorization(me: AppIdentity, token: str) -> Callable[[], Awaitable[AuthorizeResult]]:

@@ -37,6 +37,7 @@ from agent_core.tools.mcp import McpManager
 from agent_core.values.redact import public_url, redact
 from bot.config.settings import load_settings
 from bot.config.unknown_settings import unknown_settings
+from bot.installs.health import read_summary
 
 if TYPE_CHECKING:
     from bot.config.settings import Settings
@@ -52,9 +53,12 @@ class Check:
     name: str
     ok: bool
     detail: str
+    warn: bool = False
+    """Passed, but something deserves the operator's attention (the exit status is 0)."""
 
     def line(self) -> str:
-        return f"{'ok  ' if self.ok else 'FAIL'} {self.name}: {self.detail}"
+        label = "FAIL" if not self.ok else "warn" if self.warn else "ok  "
+        return f"{label} {self.name}: {self.detail}"
 
 
 async def run_checks(out: TextIO = sys.stdout) -> int:
@@ -84,6 +88,9 @@ async def run_checks(out: TextIO = sys.stdout) -> int:
     for check in (_database, _slack_bot, _slack_app, _model):
         found = await check(settings)
         if found is not None:
+            report(found)
+    if settings.oauth_mode:
+        for found in await _installations(settings):
             report(found)
     for found in await _mcp(settings):
         report(found)
@@ -171,7 +178,57 @@ async def _pg_version(dsn: str) -> str | None:
 # -- Slack ----------------------------------------------------------------------------
 
 
-async def _slack_bot(settings: Settings) -> Check:
+async def _installations(settings: Settings) -> list[Check]:
+    """OAuth mode: the installations in the database, whether their tokens are sealed,
+    and each token whose refresh is failing (a FAIL: that workspace will lose the app)."""
+    name = "installations"
+    try:
+        summary = await read_summary(settings.DATABASE_URL, CHECK_TIMEOUT_S)
+    except (OSError, sqlite3.Error, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        return [Check(name, False, f"cannot read them: {redact(str(exc))}")]
+    except TimeoutError:
+        return [Check(name, False, f"no answer within {CHECK_TIMEOUT_S:g} s")]
+    install = "install it from /slack/install on PORT"
+    if not summary.migrated or summary.installations == 0:
+        checks = [Check(name, True, f"none yet: {install}")]
+    else:
+        checks = [Check(name, True, f"{summary.installations} (workspaces or organisations)")]
+    if settings.SLACK_TOKEN_KEY is None:
+        checks.append(
+            Check(
+                "token encryption",
+                True,
+                "tokens are stored in clear in the database: set SLACK_TOKEN_KEY "
+                "(docs/admin.md, Installations)",
+                warn=True,
+            )
+        )
+    elif summary.in_clear:
+        checks.append(
+            Check(
+                "token encryption",
+                True,
+                f"{summary.in_clear} installation(s) still in clear: each is encrypted at "
+                "its next save or token refresh",
+                warn=True,
+            )
+        )
+    for failing in summary.failing:
+        checks.append(
+            Check(
+                "token refresh",
+                False,
+                f"{failing.where}: failed {failing.failures} time(s) in a row "
+                f"({failing.error}); it is retried, and once its token expires the app stops "
+                "working there until it is installed again",
+            )
+        )
+    return checks
+
+
+async def _slack_bot(settings: Settings) -> Check | None:
+    if settings.oauth_mode:
+        return None  # no bot token: each installation has its own (installations_checks)
     name = "Slack bot token"
     async with aiohttp.ClientSession() as session:
         client = AsyncWebClient(

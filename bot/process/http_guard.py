@@ -43,6 +43,7 @@ from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_bolt.response import BoltResponse
 
 from agent_core import StorageError
+from bot.installs.lookup import UnknownInstallation
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -287,6 +288,13 @@ async def on_bolt_error(
     if isinstance(error, BoltUnhandledRequestError):
         log.info("slack_request.unhandled", **what)
         return None  # Bolt's own 404
+    if isinstance(error, UnknownInstallation):
+        # Nothing is done for a workspace the app is not installed in; answered, so
+        # Slack does not deliver it again.
+        log.warning(
+            "installation.unknown_team", team=error.team_id, enterprise=error.enterprise_id, **what
+        )
+        return BoltResponse(status=200, body="") if response is not None else None
     log.error(
         "slack_request.failed",
         error=f"{type(error).__name__}: {error}",

@@ -304,7 +304,7 @@ class RunQueue:
         read = await read_thread(
             surface,
             record.thread,
-            self._me,
+            surface.me or self._me,
             self._trust,
             requester=record.requester,
             task=record.task,

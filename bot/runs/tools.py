@@ -65,7 +65,7 @@ def slack_read_thread(workspaces: Workspaces, me: AppIdentity, trust: TrustGate)
         except BudgetNotRunning as exc:
             raise ToolError("threadpilot is shutting down") from exc
         untrusted = await trust.untrusted(replies.newest)
-        history = history_from(replies.newest, me, exclude_ts="", untrusted=untrusted)
+        history = history_from(replies.newest, surface.me or me, exclude_ts="", untrusted=untrusted)
         lines = [_line(m["role"], str(m["content"])) for m in history]
         return _heading(len(lines), replies.read, replies.complete) + "\n".join(lines)
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-__all__ = ["AppIdentity"]
+__all__ = ["AppIdentity", "bot_user_of"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,3 +49,11 @@ class AppIdentity:
         if message.get("user") == self.user_id:
             return True
         return bool(self.bot_id) and message.get("bot_id") == self.bot_id
+
+
+def bot_user_of(context: Mapping[str, Any], me: AppIdentity) -> str:
+    """The app's bot user in the workspace a request comes from: Bolt's authorization of
+    the request says (in OAuth mode each workspace's installation has its own), else
+    ``me``'s."""
+    found = context.get("bot_user_id")
+    return found if isinstance(found, str) and found else me.user_id

@@ -54,6 +54,7 @@ if TYPE_CHECKING:
     from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
     from bot.observe.metrics import Metrics
+    from bot.slack_api.credentials import TeamCredentials
     from bot.slack_api.identity import AppIdentity
 
 __all__ = ["LIMITS_PER_MINUTE", "WINDOW_SHARE", "SlackRateBudget", "TokenBucket"]
@@ -150,7 +151,9 @@ class SlackRateBudget:
         tiers: Mapping[str, float] | None = None,
         clock: Callable[[], float] = time.monotonic,
         metrics: Metrics | None = None,
+        credentials: TeamCredentials | None = None,
     ) -> None:
+        """``credentials``: OAuth mode's token for each call (None: the client's own)."""
         # slack_sdk's retry handlers would resend behind the budget's back (its default
         # resends after a connection reset, which can post a message twice), so calls go
         # through a copy of the client without them: every retry is decided here.
@@ -162,6 +165,7 @@ class SlackRateBudget:
         self._limits = {**LIMITS_PER_MINUTE, **(tiers or {})}
         self._clock = clock
         self._metrics = metrics
+        self._credentials = credentials
         self._buckets: dict[str, TokenBucket] = {}
         self._progress: OrderedDict[_Key, _Progress] = OrderedDict()  # oldest dirty first
         self._finals: OrderedDict[_Key, _Final] = OrderedDict()
@@ -530,9 +534,16 @@ class SlackRateBudget:
             self._metrics.slack_call(method)
         try:
             async with asyncio.timeout(REQUEST_TIMEOUT_S):
+                if self._credentials is not None:
+                    # OAuth mode: this workspace's token, read from its installation's
+                    # cache at each call (a refreshed token is used from the next one).
+                    args = {**args, "token": await self._credentials.bot_token(self.team_id)}
                 response = await self._dispatch(method, args)
         except SlackApiError as exc:
-            raise self._translate(bucket, method, exc) from exc
+            error = self._translate(bucket, method, exc)
+            if self._credentials is not None and isinstance(error, SlackRefused):
+                self._credentials.refused(self.team_id, error.error)
+            raise error from exc
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise SlackUnavailable(method, f"{type(exc).__name__}: {exc}") from exc
         if not isinstance(response.data, dict):

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from slack_sdk.web.async_client import AsyncWebClient
 
     from bot.observe.metrics import Metrics
+    from bot.slack_api.credentials import TeamCredentials
     from bot.slack_api.identity import AppIdentity
 
 __all__ = ["RECHECK_AFTER_S", "Feature", "SlackSurface", "Workspaces", "means_unavailable"]
@@ -131,6 +132,8 @@ class Feature:
 class SlackSurface:
     team_id: str
     budget: SlackRateBudget
+    me: AppIdentity | None = None
+    """The app in this workspace (its bot user and bot); None: the process's identity."""
     streaming: Feature = field(default_factory=lambda: Feature("chat streaming"))
     agent_sessions: Feature = field(default_factory=lambda: Feature("agent sessions"))
 
@@ -156,11 +159,18 @@ class Workspaces:
     this app (``auth.test``), whose messages alone the budgets take for ours."""
 
     def __init__(
-        self, client: AsyncWebClient, me: AppIdentity, *, metrics: Metrics | None = None
+        self,
+        client: AsyncWebClient,
+        me: AppIdentity,
+        *,
+        metrics: Metrics | None = None,
+        credentials: TeamCredentials | None = None,
     ) -> None:
+        """``credentials``: OAuth mode's token per workspace (None: the client's own)."""
         self._client = client
         self._me = me
         self._metrics = metrics
+        self._credentials = credentials
         self._surfaces: dict[str, SlackSurface] = {}
         self._lock = asyncio.Lock()
 
@@ -171,11 +181,18 @@ class Workspaces:
         async with self._lock:
             surface = self._surfaces.get(team_id)
             if surface is None:
+                me = self._me
+                if self._credentials is not None:
+                    me = await self._credentials.identity(team_id) or me
                 budget = SlackRateBudget(
-                    self._client, team_id=team_id, me=self._me, metrics=self._metrics
+                    self._client,
+                    team_id=team_id,
+                    me=me,
+                    metrics=self._metrics,
+                    credentials=self._credentials,
                 )
                 await budget.start()
-                surface = SlackSurface(team_id, budget)
+                surface = SlackSurface(team_id, budget, me)
                 self._surfaces[team_id] = surface
         return surface
 

@@ -15,6 +15,7 @@ from bot.process.app import ThreadpilotApp
 from bot.slack_api.identity import AppIdentity
 from bot.slack_api.surface import Workspaces
 from tests.bot.harness import SECRET, Bot
+from tests.bot.oauth_harness import make_oauth_bot, oauth_bot, oauth_database  # noqa: F401
 from tests.fakes.slack_api import FakeSlack
 
 if TYPE_CHECKING:

@@ -18,6 +18,7 @@ short bursts allowed, limited when sustained): 60 in any 60 seconds in one chann
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import math
@@ -30,6 +31,7 @@ from aiohttp import web
 
 from bot.views import block_limits as limits
 from tests.fakes.slack_messages import Refused
+from tests.fakes.slack_oauth import FakeOAuth
 from tests.fakes.slack_socket import FakeSocketMode
 from tests.fakes.slack_state import STREAM_TTL_S, SlackState
 from tests.fakes.slack_workspace import DEFAULT_USER, DEFAULT_WORKSPACE, Json, Workspace
@@ -143,10 +145,13 @@ class FakeSlack:
         *,
         rate_limits: Mapping[str, int] | None = None,
         stream_ttl_s: float = STREAM_TTL_S,
+        oauth: FakeOAuth | None = None,
     ) -> None:
         """`stream_ttl_s`: how long a stream takes appends (Slack: about 5 minutes); then
         appends and stops answer `message_not_in_streaming_state`."""
         self.workspace = workspace
+        self.oauth = oauth or FakeOAuth()
+        """Installs by OAuth, the tokens they hand out, rotation and revocation."""
         self._rate_limits = dict(rate_limits or {})
         self._recent: dict[tuple[str, str], deque[float]] = {}
         """Per rate-limited (method, channel), when its admitted calls arrived (the last
@@ -170,6 +175,7 @@ class FakeSlack:
         app = web.Application()
         app.router.add_route("*", "/api/{method}", self._api)
         app.router.add_post("/response_url/{hook_id}", self._response_url)
+        app.router.add_get("/oauth/v2/authorize", self.oauth.authorize)
         app.router.add_get("/socket", self.socket.handle)
         # A short shutdown timeout: a client left connected must not stall teardown.
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
@@ -422,16 +428,32 @@ class FakeSlack:
         if method in self._unknown or not self._implements(method):
             return 200, unknown, {}
         try:
+            if method == "oauth.v2.access":  # the client's id and secret, not a token
+                return 200, self.oauth.access(args), {}
             _check_token(method, token)
+            assert token is not None
+            self.oauth.check(method, token)
+            if method == "auth.revoke":
+                return 200, self.oauth.revoke_token(token), {}
+            if method == "auth.test" and (ours := self.oauth.auth_test(token)) is not None:
+                return 200, ours, {}
             if method == "apps.connections.open":
                 ws_base = self.url.replace("http://", "ws://", 1)
                 return 200, {"ok": True, "url": self.socket.issue_url(ws_base)}, {}
-            return 200, self.state.call(method, args), {}
+            acting = self.oauth.acting_as(token, self.workspace.team_id)
+            if acting is None:
+                return 200, self.state.call(method, args), {}
+            # An installation's token: the call is that installation's bot user's.
+            self.state.workspace = acting
+            try:
+                return 200, self.state.call(method, args), {}
+            finally:
+                self.state.workspace = self.workspace
         except Refused as refused:
             return 200, {"ok": False, "error": refused.error}, {}
 
     def _implements(self, method: str) -> bool:
-        return method == "apps.connections.open" or self.state.handles(method)
+        return method in _OWN_METHODS or self.state.handles(method)
 
     async def _response_url(self, request: web.Request) -> web.Response:
         hook_id = request.match_info["hook_id"]
@@ -458,6 +480,10 @@ class FakeSlack:
             status = 404 if error == "used_url" else 400
             return web.json_response({"ok": False, "error": error}, status=status)
         return web.json_response({"ok": True})
+
+
+_OWN_METHODS = frozenset({"apps.connections.open", "oauth.v2.access", "auth.revoke"})
+"""Methods the fake answers itself, not through the workspace's state."""
 
 
 def _fault_answer(fault: Fault) -> tuple[int, Json, dict[str, str]]:
@@ -490,6 +516,10 @@ async def _read_args(request: web.Request) -> tuple[Json, str | None]:
     authorization = request.headers.get("Authorization", "")
     if authorization.startswith("Bearer "):
         token = authorization.removeprefix("Bearer ")
+    elif authorization.startswith("Basic "):  # oauth.v2.access: the client's id and secret
+        user, _, password = base64.b64decode(authorization[6:]).decode().partition(":")
+        args.setdefault("client_id", user)
+        args.setdefault("client_secret", password)
     return args, token if isinstance(token, str) and token else None
 
 

@@ -37,7 +37,8 @@ ADMIN_URL = os.environ.get(
     "THREADPILOT_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/postgres"
 )
 _TABLES = (
-    "runs, stop_requests, checkpoints, events, deliveries, guidance, thread_participants, approvals"
+    "runs, stop_requests, checkpoints, events, deliveries, guidance, thread_participants, "
+    "approvals, installations"
 )
 
 

@@ -87,6 +87,24 @@ MORE_CASES = {
     "time budget not a duration": Case("RUN_TIME_BUDGET", {"RUN_TIME_BUDGET": "a while"}),
     "negative runs per user": Case("MAX_RUNS_PER_USER", {"MAX_RUNS_PER_USER": "-1"}),
     "runs per user not a number": Case("MAX_RUNS_PER_USER", {"MAX_RUNS_PER_USER": "three"}),
+    "both modes": Case(
+        "SLACK_BOT_TOKEN", {"SLACK_CLIENT_ID": "1.2", "SLACK_CLIENT_SECRET": "client-secret"}
+    ),
+    "oauth without its secret": Case(
+        "SLACK_CLIENT_SECRET", {"SLACK_BOT_TOKEN": None, "SLACK_CLIENT_ID": "1.2"}
+    ),
+    "token key not a fernet key": Case(
+        "SLACK_TOKEN_KEY", {"SLACK_TOKEN_KEY": "not-a-key-do-not-echo"}
+    ),
+    "redirect uri not a url": Case(
+        "SLACK_REDIRECT_URI",
+        {
+            "SLACK_BOT_TOKEN": None,
+            "SLACK_CLIENT_ID": "1.2",
+            "SLACK_CLIENT_SECRET": "client-secret",
+            "SLACK_REDIRECT_URI": "example.com/slack/oauth_redirect",
+        },
+    ),
 }
 """Checked in-process through load_settings(), whose error is the line main() prints."""
 
@@ -528,3 +546,16 @@ def test_the_readme_and_help_say_health_checks_stay_on_port() -> None:
     assert "Without `METRICS_PORT` everything stays on `PORT`" in " ".join(
         (REPO / "docs" / "admin.md").read_text().split()
     )
+
+
+def test_oauth_mode_needs_no_bot_token_and_ignores_the_example_placeholder(
+    environment: pytest.MonkeyPatch,
+) -> None:
+    environment.setenv("SLACK_BOT_TOKEN", "xoxb-")  # as .env.example ships it
+    environment.setenv("SLACK_CLIENT_ID", "1.2")
+    environment.setenv("SLACK_CLIENT_SECRET", "client-secret")
+
+    settings = load_settings()
+
+    assert settings.oauth_mode
+    assert settings.SLACK_BOT_TOKEN is None

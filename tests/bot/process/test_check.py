@@ -31,7 +31,7 @@ pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[3]
 CHECK_S = 60.0
-CHECK_LINE = re.compile(r"(ok  |FAIL) [^:]+: \S")
+CHECK_LINE = re.compile(r"(ok  |warn|FAIL) [^:]+: \S")
 
 
 @dataclass(frozen=True)
@@ -281,3 +281,26 @@ async def test_mcp_servers_are_checked_without_showing_their_secrets(
     assert f"127.0.0.1:{port}/mcp/${{MCP_TOKEN}}" in ran.line("MCP server wiki")
     assert ran.line("MCP server tool").startswith("FAIL")
     assert "no-such-${MCP_TOKEN}" in ran.line("MCP server tool")
+
+
+async def test_oauth_mode_checks_the_installations_and_warns_of_tokens_in_clear(
+    slack: FakeSlack, llm: LLMock, tmp_path: Path
+) -> None:
+    settings = good_settings(slack, llm.base_url(), tmp_path)
+    del settings["SLACK_BOT_TOKEN"]
+    ran = await run_bot(
+        tmp_path,
+        "--check",
+        **settings,
+        SLACK_CLIENT_ID="1111.2222",
+        SLACK_CLIENT_SECRET="client-secret",
+    )
+
+    assert all(CHECK_LINE.match(line) for line in ran.lines), ran.stdout
+    assert not any("Slack bot token" in line for line in ran.lines)  # none to check
+    assert ran.line("installations").startswith("ok")
+    assert "none yet" in ran.line("installations")
+    assert ran.line("token encryption").startswith("warn")
+    assert "SLACK_TOKEN_KEY" in ran.line("token encryption")
+    assert ran.status == 0  # a warning, not a failure
+    assert not (tmp_path / "threadpilot.db").exists()

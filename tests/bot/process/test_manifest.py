@@ -18,6 +18,7 @@ import pytest
 from agent_core import ConfigError
 from bot.config.settings import Settings, load_settings
 from bot.handlers.command import COMMAND
+from bot.installs.oauth import BOT_SCOPES
 
 MANIFEST = Path(__file__).resolve().parents[3] / "manifest.yml"
 
@@ -146,3 +147,7 @@ def test_the_readme_says_the_shipped_manifest_needs_the_app_level_token() -> Non
     assert about_it
     assert not [p for p in about_it if "optional" in p.lower()]
     assert any("manifest" in p and "needs" in p and "SLACK_APP_TOKEN" in p for p in about_it)
+
+
+def test_an_oauth_install_asks_for_the_manifests_scopes() -> None:
+    assert list(BOT_SCOPES) == items("bot")
