@@ -45,11 +45,14 @@ asks for it, and then passed through :func:`agent_core.values.redact.redact` as 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import json
 import os
+import threading
 from typing import TYPE_CHECKING, Any
 
+from agent_core.process.settings_file import settings_text
 from agent_core.values.ended import EndedBecause
 from agent_core.values.events import (
     ApprovalDecided,
@@ -62,7 +65,7 @@ from agent_core.values.events import (
 from agent_core.values.redact import redact
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
     from types import TracebackType
 
     from opentelemetry.context import Context
@@ -76,6 +79,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AGENT_NAME",
+    "FLUSH_S",
     "NO_TRACE",
     "SEMCONV",
     "ChatSpan",
@@ -84,6 +88,7 @@ __all__ = [
     "flush_traces",
     "reset_tracing",
     "run_trace",
+    "shutdown_tracing",
     "tracing_enabled",
     "use_tracer_provider",
 ]
@@ -92,6 +97,8 @@ SEMCONV = "semantic-conventions-genai 0.1.0"
 """The version of the GenAI conventions these spans follow."""
 
 AGENT_NAME = "threadpilot"
+FLUSH_S = 2.0
+"""How long a process waits, as it exits, for the spans it buffered to be sent."""
 ENDPOINT_SETTINGS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
 CAPTURE_SETTING = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 
@@ -139,7 +146,15 @@ def _flag(environ: Mapping[str, str], name: str, on: frozenset[str], off: frozen
 
 def configure_tracing(environ: Mapping[str, str] | None = None) -> bool:
     """Export traces over OTLP/HTTP if an endpoint is set (and ``OTEL_SDK_DISABLED`` is
-    not true); True if they will be. A bad flag raises :class:`ValueError` naming it."""
+    not true); True if they will be. A bad flag raises :class:`ValueError` naming it.
+
+    ``environ``: the settings to read (default: the environment and ``.env``, whose
+    ``OTEL_*`` lines are copied into the environment, where the SDK reads the rest of
+    them: headers, timeout, sampler)."""
+    if environ is None:
+        for name, value in settings_text().items():
+            if name.startswith("OTEL_"):
+                os.environ.setdefault(name, value)
     env = os.environ if environ is None else environ
     capture = _flag(env, CAPTURE_SETTING, _CAPTURE_ON, _CAPTURE_OFF)
     disabled = _flag(env, "OTEL_SDK_DISABLED", _TRUE, _FALSE)
@@ -156,9 +171,19 @@ def configure_tracing(environ: Mapping[str, str] | None = None) -> bool:
     provider = TracerProvider(
         resource=Resource.create({SERVICE_NAME: service}), shutdown_on_exit=False
     )
-    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    exporter = OTLPSpanExporter(endpoint=_traces_endpoint(env))
+    provider.add_span_processor(BatchSpanProcessor(exporter))
     use_tracer_provider(provider, capture_content=capture)
     return True
+
+
+def _traces_endpoint(env: Mapping[str, str]) -> str:
+    """Where spans go: the traces endpoint as given, or the base endpoint's ``/v1/traces``
+    (as the OTLP/HTTP exporter specification says)."""
+    traces = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip()
+    if traces:
+        return traces
+    return env["OTEL_EXPORTER_OTLP_ENDPOINT"].strip().rstrip("/") + "/v1/traces"
 
 
 def use_tracer_provider(provider: TracerProvider, *, capture_content: bool = False) -> None:
@@ -175,16 +200,57 @@ def reset_tracing() -> None:
     _state.capture = False
 
 
-async def flush_traces(timeout_s: float) -> bool:
-    """Export what is buffered, for at most ``timeout_s`` (the SDK's flush blocks, so it
-    runs in a thread). False if it did not finish in time or nothing is configured."""
+async def flush_traces(timeout_s: float = FLUSH_S) -> bool:
+    """Export what is buffered, waiting at most ``timeout_s``. False if it did not finish
+    in time or nothing is configured."""
     provider = _state.provider
     if provider is None:
         return False
     millis = max(1, int(timeout_s * 1000))
+    return await _bounded(lambda: provider.force_flush(millis), timeout_s)
+
+
+async def shutdown_tracing(timeout_s: float = FLUSH_S) -> None:
+    """Send what is buffered and stop the exporter (each bounded), then trace nothing more."""
+    provider = _state.provider
+    if provider is None:
+        return
+    await flush_traces(timeout_s)
+    reset_tracing()
+
+    def shut() -> bool:
+        provider.shutdown()
+        return True
+
+    await _bounded(shut, timeout_s)
+
+
+async def _bounded(work: Callable[[], bool], timeout_s: float) -> bool:
+    """``work()`` in a daemon thread, waited on for at most ``timeout_s``.
+
+    Not ``asyncio.to_thread``: the SDK's flush ignores its own timeout and an export to
+    a receiver that is down takes the exporter's (10 s by default); the event loop's
+    executor would make the process wait for it at exit, a daemon thread does not.
+    """
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[bool] = loop.create_future()
+
+    def settle(ok: bool) -> None:
+        if not done.done():
+            done.set_result(ok)
+
+    def run() -> None:
+        try:
+            ok = bool(work())
+        except Exception:
+            ok = False
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+            loop.call_soon_threadsafe(settle, ok)
+
+    threading.Thread(target=run, name="threadpilot-traces", daemon=True).start()
     try:
-        async with asyncio.timeout(timeout_s + 0.5):
-            return await asyncio.to_thread(provider.force_flush, millis)
+        async with asyncio.timeout(timeout_s):
+            return await done
     except TimeoutError:
         return False
 

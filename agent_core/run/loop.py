@@ -438,7 +438,11 @@ class Run:
             )
             self._trace.event(
                 "threadpilot.budget_spent",
-                {"threadpilot.budget": spent.kind.value, "threadpilot.budget.limit": spent.limit},
+                {
+                    "threadpilot.budget": spent.kind.value,
+                    "threadpilot.budget.limit": spent.limit,
+                    "threadpilot.budget.spent": spent.spent,
+                },
             )
             if self._tally.steps_completed == 0:
                 return budget_spent_before_work(spent.sentence(), self._how)
