@@ -44,6 +44,7 @@ BENCHMARKS = (
     "sigterm_exit",
     "restart_reconcile",
     "no_loss",
+    "tracing_ab",
 )
 CHILD_LIMIT_S = 150.0
 CHILD_LIMITS_S = {"queue_share": 420.0, "chunk_cpu": 220.0}

@@ -54,14 +54,6 @@ from typing import TYPE_CHECKING, Any
 
 from agent_core.process.settings_file import settings_text
 from agent_core.values.ended import EndedBecause
-from agent_core.values.events import (
-    ApprovalDecided,
-    ApprovalRequested,
-    GuidanceDelivered,
-    Retrying,
-    StopHonoured,
-    StopRequested,
-)
 from agent_core.values.redact import redact
 
 if TYPE_CHECKING:
@@ -72,18 +64,22 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.trace import Link, Span, Tracer
 
+    from agent_core.values.approvals import ApprovalDecision, ApprovalRequest
+    from agent_core.values.budget import Exhaustion
     from agent_core.values.chat import ChatMessage, ModelResponse, ToolCall
-    from agent_core.values.events import RunEvent
     from agent_core.values.outcomes import RunResult
     from agent_core.values.records import ThreadKey
+    from agent_core.values.stop import StopReason, StopRequest
 
 __all__ = [
     "AGENT_NAME",
     "FLUSH_S",
     "NO_TRACE",
     "SEMCONV",
+    "ApprovalSpan",
     "ChatSpan",
     "RunTrace",
+    "approval_wait",
     "configure_tracing",
     "flush_traces",
     "reset_tracing",
@@ -299,17 +295,94 @@ class RunTrace:
     def tool_ended(self, call: ToolCall, ok: bool) -> None:
         """Close the call's span."""
 
-    def event(self, name: str, attributes: Mapping[str, str | int | float | bool]) -> None:
-        """An event on the root span."""
+    def stop_requested(self, request: StopRequest) -> None:
+        """An event on the root: ``threadpilot.stop``, ``.abort`` or ``.shutdown``."""
 
-    def on_event(self, event: RunEvent) -> None:
-        """A run event: the ones that matter become root events or approval spans."""
+    def stop_honoured(self, reason: StopReason) -> None:
+        """The run acted on its stop request."""
+
+    def guidance_delivered(self, turn: int, count: int) -> None:
+        """Replies went out with the request of ``turn``."""
+
+    def retrying(self, attempt: int, delay_s: float, error: Exception) -> None:
+        """A failed model request is retried after ``delay_s``."""
+
+    def budget_spent(self, spent: Exhaustion) -> None:
+        """The request's budget ran out (the final turn follows)."""
+
+    def context_full(self, window: int | None, tokens: int | None) -> None:
+        """The conversation filled the context window (or overflowed it)."""
 
     def end(self, result: RunResult | None) -> None:
         """Close every span still open, then the root, with how the run ended."""
 
 
 NO_TRACE = RunTrace()
+
+
+class ApprovalSpan:
+    """The wait for a person's decision on one call; the no-op one is :data:`_NO_WAIT`.
+    Used as ``with`` around the wait, in the call's own task."""
+
+    def decided(self, decision: ApprovalDecision) -> None:
+        """The wait ended with ``decision``."""
+
+    def __enter__(self) -> ApprovalSpan:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        return None
+
+
+_NO_WAIT = ApprovalSpan()
+
+
+def approval_wait(request: ApprovalRequest) -> ApprovalSpan:
+    """The span of the wait for ``request``, under the span of its call (the call running
+    in this task); the no-op one when the call is not traced."""
+    tool = _tool_span.get()
+    tracer = _state.tracer
+    if tool is None or tracer is None:
+        return _NO_WAIT
+    from opentelemetry import trace
+
+    span = tracer.start_span(
+        "threadpilot.approval",
+        context=trace.set_span_in_context(tool),
+        attributes={
+            "gen_ai.tool.name": request.tool,
+            "gen_ai.tool.call.id": request.call_id,
+            "threadpilot.approval.id": request.id,
+        },
+    )
+    return _OpenWait(span)
+
+
+class _OpenWait(ApprovalSpan):
+    def __init__(self, span: Span) -> None:
+        self._span = span
+
+    def decided(self, decision: ApprovalDecision) -> None:
+        self._span.set_attribute("threadpilot.approval.decision", decision.status.value)
+        if decision.decided_by:
+            self._span.set_attribute("threadpilot.approval.decided_by", decision.decided_by)
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if isinstance(error, Exception):
+            _fail(self._span, type(error).__name__, str(error))
+        elif error is not None:
+            self._span.set_attribute("threadpilot.cancelled", True)
+        self._span.end()
 
 
 def run_trace(
@@ -397,7 +470,6 @@ class _RunTrace(RunTrace):
         self._open: list[Span] = []
         """Child spans not ended yet (a cancellation can leave some): ended by :meth:`end`."""
         self._tools: dict[str, Span] = {}
-        self._approvals: dict[str, Span] = {}
 
     # -- the root ----------------------------------------------------------------------
 
@@ -434,7 +506,6 @@ class _RunTrace(RunTrace):
             span.end()
         self._open.clear()
         self._tools.clear()
-        self._approvals.clear()
         if result is None:  # cancelled before its ending could be recorded
             root.set_attribute("threadpilot.run.ended_because", EndedBecause.SHUTDOWN.value)
             root.end()
@@ -506,45 +577,51 @@ class _RunTrace(RunTrace):
         self.closed(span)
         span.end()
 
-    def on_event(self, event: RunEvent) -> None:
-        match event:
-            case StopRequested():
-                self.event(
-                    f"threadpilot.{event.reason.value}",
-                    {
-                        "threadpilot.stop.requested_by": event.requested_by,
-                        "threadpilot.stop.source": event.source.value,
-                    },
-                )
-            case StopHonoured():
-                self.event(
-                    "threadpilot.stop_honoured", {"threadpilot.stop.reason": event.reason.value}
-                )
-            case GuidanceDelivered():
-                self.event(
-                    "threadpilot.guidance_delivered",
-                    {
-                        "threadpilot.turn": event.turn,
-                        "threadpilot.guidance.count": len(event.guidance),
-                    },
-                )
-            case Retrying():
-                self.event(
-                    "threadpilot.retry",
-                    {
-                        "threadpilot.retry.attempt": event.attempt,
-                        "threadpilot.retry.delay_s": event.delay_s,
-                        "error.type": event.error[:200],
-                    },
-                )
-            case ApprovalRequested():
-                self._approval_requested(event)
-            case ApprovalDecided():
-                self._approval_decided(event)
-            case _:
-                pass
+    def stop_requested(self, request: StopRequest) -> None:
+        self._event(
+            f"threadpilot.{request.reason.value}",
+            {
+                "threadpilot.stop.requested_by": request.requested_by,
+                "threadpilot.stop.source": request.source.value,
+            },
+        )
 
-    def event(self, name: str, attributes: Mapping[str, str | int | float | bool]) -> None:
+    def stop_honoured(self, reason: StopReason) -> None:
+        self._event("threadpilot.stop_honoured", {"threadpilot.stop.reason": reason.value})
+
+    def guidance_delivered(self, turn: int, count: int) -> None:
+        self._event(
+            "threadpilot.guidance_delivered",
+            {"threadpilot.turn": turn, "threadpilot.guidance.count": count},
+        )
+
+    def retrying(self, attempt: int, delay_s: float, error: Exception) -> None:
+        self._event(
+            "threadpilot.retry",
+            {
+                "threadpilot.retry.attempt": attempt,
+                "threadpilot.retry.delay_s": delay_s,
+                "error.type": _error_type(error),
+            },
+        )
+
+    def budget_spent(self, spent: Exhaustion) -> None:
+        self._event(
+            "threadpilot.budget_spent",
+            {
+                "threadpilot.budget": spent.kind.value,
+                "threadpilot.budget.limit": spent.limit,
+                "threadpilot.budget.spent": spent.spent,
+            },
+        )
+
+    def context_full(self, window: int | None, tokens: int | None) -> None:
+        attributes = {"threadpilot.context.window": window or 0}
+        if tokens is not None:
+            attributes["threadpilot.context.tokens"] = tokens
+        self._event("threadpilot.context_full", attributes)
+
+    def _event(self, name: str, attributes: Mapping[str, str | int | float | bool]) -> None:
         if self._root is not None:
             self._root.add_event(name, dict(attributes))
 
@@ -556,34 +633,6 @@ class _RunTrace(RunTrace):
             pass
 
     # -- helpers -----------------------------------------------------------------------
-
-    def _approval_requested(self, event: ApprovalRequested) -> None:
-        from opentelemetry import trace
-
-        request = event.request
-        tool = self._tools.get(request.call_id)
-        parent = trace.set_span_in_context(tool) if tool is not None else None
-        span = self._tracer.start_span(
-            "threadpilot.approval",
-            context=parent or self._root_context(),
-            attributes={
-                "gen_ai.tool.name": request.tool,
-                "gen_ai.tool.call.id": request.call_id,
-                "threadpilot.approval.id": request.id,
-            },
-        )
-        self._open.append(span)
-        self._approvals[request.id] = span
-
-    def _approval_decided(self, event: ApprovalDecided) -> None:
-        span = self._approvals.pop(event.request.id, None)
-        if span is None:
-            return
-        span.set_attribute("threadpilot.approval.decision", event.decision.status.value)
-        if event.decision.decided_by:
-            span.set_attribute("threadpilot.approval.decided_by", event.decision.decided_by)
-        self.closed(span)
-        span.end()
 
     def _child(self, name: str, kind: Any, attributes: Mapping[str, Any]) -> Span:
         span = self._tracer.start_span(

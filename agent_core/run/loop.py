@@ -259,8 +259,6 @@ class Run:
             parent=parent._trace if parent is not None else None,
             links=trace_links,
         )
-        if self._trace.active:
-            self.events.add_listener(self._trace.on_event)
         self.control.add_listener(self._on_stop_requested)
         if parent is not None:
             parent.control.adopt(self.control)
@@ -395,7 +393,7 @@ class Run:
                     )
                 return await self._final_turn(FinalTurnReason.MAX_RETRIES)
             except ContextOverflow as exc:
-                self._context_full(None)
+                self._trace.context_full(self.agent.config.context_window, None)
                 await self._checkpoint_unfinished_turn()
                 return context_exhausted_ending(
                     exc, self._tally, how=self._how, stored=self._stored
@@ -436,14 +434,7 @@ class Run:
             self._log.info(
                 "budget.spent", budget=spent.kind.value, spent=spent.spent, limit=spent.limit
             )
-            self._trace.event(
-                "threadpilot.budget_spent",
-                {
-                    "threadpilot.budget": spent.kind.value,
-                    "threadpilot.budget.limit": spent.limit,
-                    "threadpilot.budget.spent": spent.spent,
-                },
-            )
+            self._trace.budget_spent(spent)
             if self._tally.steps_completed == 0:
                 return budget_spent_before_work(spent.sentence(), self._how)
             return FinalTurnReason.BUDGET
@@ -454,7 +445,7 @@ class Run:
             window
             and self._tally.last_usage.total_tokens >= window * self.agent.config.context_threshold
         ):
-            self._context_full(self._tally.last_usage.total_tokens)
+            self._trace.context_full(window, self._tally.last_usage.total_tokens)
             return FinalTurnReason.TOKEN_LIMIT
         return None
 
@@ -466,6 +457,7 @@ class Run:
         self._messages.extend(g.message() for g in taken)
         self._log.info("guidance.delivered", guidance_ids=[g.id for g in taken])
         self.events.emit(GuidanceDelivered(self.id, self._tally.turns + 1, taken))
+        self._trace.guidance_delivered(self._tally.turns + 1, len(taken))
 
     def _request(self) -> ModelRequest:
         return ModelRequest(self._messages, tools=[*self._toolbox.specs, FINAL_REPORT, ASK_USER])
@@ -519,6 +511,7 @@ class Run:
             "model.retrying", attempt=attempt, delay_s=round(delay, 3), error=str(error)
         )
         self.events.emit(Retrying(self.id, attempt, delay, str(error)))
+        self._trace.retrying(attempt, delay, error)
         self.events.emit(StepRestarted(self.id, self._tally.turns))
         self._tally.activity = "waiting to retry the model"
         if final:
@@ -719,6 +712,7 @@ class Run:
         if self.control.honoured_at is None and self.control.reason is not None:
             self.control.mark_honoured()
             self.events.emit(StopHonoured(self.id, self.control.reason))
+            self._trace.stop_honoured(self.control.reason)
 
     async def _drain_ending(self, started_at: datetime) -> None:
         """Record the ending of a run cancelled from outside, for at most
@@ -809,13 +803,6 @@ class Run:
         self._tally.activity = "streaming the model's answer"
         self.events.emit(TextDelta(self.id, text))
 
-    def _context_full(self, tokens: int | None) -> None:
-        window = self.agent.config.context_window
-        attributes = {"threadpilot.context.window": window or 0}
-        if tokens is not None:
-            attributes["threadpilot.context.tokens"] = tokens
-        self._trace.event("threadpilot.context_full", attributes)
-
     def _on_tool_start(self, call: ToolCall) -> None:
         # In the call's own task: a sub-agent it starts puts its trace under this span.
         self._trace.tool_started(call)
@@ -840,6 +827,7 @@ class Run:
             StopRequested(self.id, request.reason, request.requested_by, request.source)
         )
         self._recorder.stop_requested(request)
+        self._trace.stop_requested(request)
 
     def _close_calls(
         self, calls: Sequence[ToolCall], *, answered: ToolCall | None, note: str
