@@ -281,6 +281,11 @@ class RunTrace:
 
     active = False
 
+    @property
+    def traceparent(self) -> str | None:
+        """The root span's context as a W3C ``traceparent`` (None: untraced)."""
+        return None
+
     def start(self) -> None:
         """The run began: open its root span."""
 
@@ -467,6 +472,7 @@ class _RunTrace(RunTrace):
         self._parent = parent
         self._links = links
         self._root: Span | None = None
+        self._traceparent: str | None = None
         self._open: list[Span] = []
         """Child spans not ended yet (a cancellation can leave some): ended by :meth:`end`."""
         self._tools: dict[str, Span] = {}
@@ -495,6 +501,7 @@ class _RunTrace(RunTrace):
             attributes=attributes,
             links=_links(self._links),
         )
+        self._traceparent = _traceparent(self._root)
 
     def end(self, result: RunResult | None) -> None:
         root = self._root
@@ -530,9 +537,7 @@ class _RunTrace(RunTrace):
     @property
     def traceparent(self) -> str | None:
         """The root span's context as a W3C ``traceparent`` (stored with the run)."""
-        if self._root is None:
-            return None
-        return _traceparent(self._root)
+        return self._traceparent
 
     # -- children ----------------------------------------------------------------------
 

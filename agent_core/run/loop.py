@@ -270,6 +270,11 @@ class Run:
         return list(self._messages)
 
     @property
+    def trace_context(self) -> str | None:
+        """The W3C ``traceparent`` of this run's trace once it started; None untraced."""
+        return self._trace.traceparent
+
+    @property
     def children(self) -> tuple[Run, ...]:
         """The child runs started so far (sub-agents), oldest first."""
         return tuple(self._children)

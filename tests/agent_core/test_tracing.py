@@ -18,6 +18,7 @@ from agent_core.models.retry import RetryPolicy
 from agent_core.process import tracing
 from agent_core.run.agent import Agent
 from agent_core.run.config import AgentConfig
+from agent_core.stores.memory import MemoryStore
 from agent_core.testing import HandApprovals, ScriptedChatModel, ScriptedTurn
 from agent_core.tools.toolbox import Tool, tool
 from agent_core.values.approvals import ApprovalStatus
@@ -143,6 +144,33 @@ async def test_a_completed_run_is_one_trace_with_a_chat_span_per_request(
     assert {s.context.trace_id for s in finished(spans)} == {root.context.trace_id}
     # No content unless asked for.
     assert not any("gen_ai.input.messages" in attrs(s) for s in finished(spans))
+
+
+async def test_the_run_row_keeps_its_trace_context(spans: InMemorySpanExporter) -> None:
+    store = MemoryStore()
+    model = NamedModel()
+    run = Agent(model, config=AgentConfig(retry=FAST), store=store).new_run("Hi")
+    await run.run()
+
+    root = root_of(spans)
+    record = await store.get_run(run.id)
+    assert record is not None
+    ctx = root.context
+    flags = int(ctx.trace_flags)
+    assert record.trace_context == f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{flags:02x}"
+
+
+async def test_a_resumed_run_is_a_new_trace_linked_to_the_first(
+    spans: InMemorySpanExporter,
+) -> None:
+    first = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    await agent(NamedModel()).new_run("Hi", trace_links=[first]).run()
+
+    root = root_of(spans)
+    assert root.context.trace_id != 0x4BF92F3577B34DA6A3CE929D0E0E4736
+    assert [(link.context.trace_id, link.context.span_id) for link in root.links] == [
+        (0x4BF92F3577B34DA6A3CE929D0E0E4736, 0x00F067AA0BA902B7)
+    ]
 
 
 async def stopped_mid_stream(reason: StopReason, spans: InMemorySpanExporter) -> ReadableSpan:
