@@ -13,7 +13,7 @@ from agent_core.models.retry import RetryPolicy
 from agent_core.ports import Approvals, ApprovalStore, ChatModel, RunStore, StopRequestStore
 from agent_core.process.isolation import make_undumpable, warn_if_root
 from agent_core.process.logs import configure_logging
-from agent_core.process.tracing import configure_tracing, flush_traces
+from agent_core.process.tracing import configure_tracing, flush_traces, record_elsewhere
 from agent_core.run.agent import Agent
 from agent_core.run.compaction import (
     Compacted,
@@ -239,6 +239,7 @@ __all__ = [
     "parse_auto_resume",
     "parse_max_auto_resumes",
     "parse_user_exit_grace",
+    "record_elsewhere",
     "remote_tool",
     "report_progress",
     "shown_arguments",

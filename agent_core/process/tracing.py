@@ -82,6 +82,7 @@ __all__ = [
     "approval_wait",
     "configure_tracing",
     "flush_traces",
+    "record_elsewhere",
     "reset_tracing",
     "run_trace",
     "shutdown_tracing",
@@ -249,6 +250,32 @@ async def _bounded(work: Callable[[], bool], timeout_s: float) -> bool:
             return await done
     except TimeoutError:
         return False
+
+
+def record_elsewhere(
+    name: str,
+    traceparent: str | None,
+    attributes: Mapping[str, str | int | bool],
+    *,
+    ended_because: EndedBecause | None = None,
+) -> None:
+    """One short span of its own, linked to a run's trace (``traceparent``, from its
+    row): what a worker that does not run it did to it (a Stop it took, the ending of a
+    lost worker's run, ``ended_because``: ERROR as a run's root would be). Nothing when
+    untraced, or the run was."""
+    tracer = _state.tracer
+    if tracer is None or traceparent is None:
+        return
+    from opentelemetry import context
+
+    span = tracer.start_span(
+        name, context=context.Context(), attributes=dict(attributes), links=_links([traceparent])
+    )
+    if ended_because is not None:
+        span.set_attribute("threadpilot.run.ended_because", ended_because.value)
+        if ended_because in _ERRORS:
+            _fail(span, ended_because.value, ended_because.value)
+    span.end()
 
 
 # -- spans -------------------------------------------------------------------------------

@@ -383,3 +383,23 @@ def test_a_bad_flag_names_its_setting() -> None:
         tracing.configure_tracing({"OTEL_SDK_DISABLED": "maybe"})
     with pytest.raises(ValueError, match="OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"):
         tracing.configure_tracing({"OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "x"})
+
+
+def test_what_another_worker_did_is_a_span_linked_to_the_runs_trace(
+    spans: InMemorySpanExporter,
+) -> None:
+    first = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    tracing.record_elsewhere(
+        "threadpilot.run_taken_over",
+        first,
+        {"threadpilot.run.id": "r1"},
+        ended_because=EndedBecause.WORKER_LOST,
+    )
+    tracing.record_elsewhere("threadpilot.stop_request", first, {"threadpilot.run.id": "r1"})
+    tracing.record_elsewhere("threadpilot.stop_request", None, {"threadpilot.run.id": "r2"})
+
+    lost, stop = finished(spans)  # the untraced run's: none
+    assert [link.context.trace_id for link in lost.links] == [0x4BF92F3577B34DA6A3CE929D0E0E4736]
+    assert lost.status.status_code is StatusCode.ERROR
+    assert attrs(lost)["error.type"] == "worker_lost"
+    assert stop.status.status_code is StatusCode.UNSET
