@@ -1,7 +1,7 @@
 """Tracing on (OTLP to a live receiver) vs off, in one run: CPU per streamed chunk within
 +2 %, Abort → close and Stop → final-turn request p99 unchanged, ≤ 50 µs CPU per turn.
 
-"On" is what ``OTEL_EXPORTER_OTLP_ENDPOINT`` turns on (agent_core/process/tracing.py):
+"On" is what ``OTEL_EXPORTER_OTLP_ENDPOINT`` turns on (agent_core/process/tracing/):
 the SDK's batch processor and the OTLP/HTTP exporter, sending to a receiver in a process
 of its own (``bench._otlp_serve``, decoding every request with ``opentelemetry-proto``),
 so its decoding is not counted here. "Off" is no endpoint: every run gets the no-op

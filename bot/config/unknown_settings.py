@@ -35,7 +35,7 @@ READ_BY_OTHERS = frozenset({"POSTGRES_PASSWORD"})
 
 READ_BY_THE_TRACING_SDK = "OTEL_"
 """The OpenTelemetry settings (``OTEL_*``): the tracing SDK reads them itself
-(agent_core/process/tracing.py), so they are never unknown."""
+(agent_core/process/tracing/), so they are never unknown."""
 
 ENVIRONMENT_CUTOFF = 0.85
 """How close (difflib's ratio) a variable of the environment must be to a setting's name,

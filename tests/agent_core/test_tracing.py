@@ -1,4 +1,4 @@
-"""Traces of runs (agent_core/process/tracing.py), read from the SDK's in-memory exporter:
+"""Traces of runs (agent_core/process/tracing/), read from the SDK's in-memory exporter:
 one root per run with why it ended, a chat span per request, a tool span per call, and
 which endings are errors (only failures, lost workers and rate limits that ended the run)."""
 

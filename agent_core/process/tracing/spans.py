@@ -1,8 +1,5 @@
-"""Traces: one OpenTelemetry trace per run, in the GenAI semantic conventions.
-
-Follows :data:`SEMCONV`: the GenAI conventions as released in the repository
-``open-telemetry/semantic-conventions-genai`` 0.1.0 (all of it still "Development"; the
-names below are the ones that release uses). When they move, they move here, and only here.
+"""A run's spans: the root, a chat span per model request, a tool span per call, the
+approval wait, root events, and the spans a worker that does not run a run links to it.
 
 What a run leaves (docs/operations.md lists every attribute)::
 
@@ -14,14 +11,8 @@ What a run leaves (docs/operations.md lists every attribute)::
     └─ events: stop, abort, shutdown, stop honoured, guidance delivered, retry,
        budget spent, context full
 
-Why our own spans and not the contrib instrumentations (aiohttp client, asyncpg, sqlite3,
-the openai and anthropic wrappers): they would trace every stop-table poll and lease
-heartbeat, put trace headers on our requests to Slack and to the model providers, and do
-work for each streamed chunk. Ours start and end at request, tool and run boundaries only;
-nothing here runs per chunk.
-
-Why a run ended is ours too (there is no agent-level finish reason in the conventions
-yet): ``threadpilot.run.ended_because``, ``threadpilot.run.exit_code`` and
+Why a run ended is ours (there is no agent-level finish reason in the conventions yet):
+``threadpilot.run.ended_because``, ``threadpilot.run.exit_code`` and
 ``threadpilot.run.outcome``. Stop, Abort, a shutdown, a spent budget and the loop's limits
 leave the status unset; a failure, a lost worker and a rate limit that ended the run set
 ERROR with ``error.type``.
@@ -29,13 +20,7 @@ ERROR with ``error.type``.
 Spans are ended by the loop itself, in its ``finally`` (and the chat span as the
 ``with`` around the model call unwinds): the OpenTelemetry API records only
 ``Exception``, never ``CancelledError``, and an Abort cancels from another task, so
-nothing is ended inside the streaming generator.
-
-Nothing is loaded unless ``OTEL_EXPORTER_OTLP_ENDPOINT`` or
-``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` is set and ``OTEL_SDK_DISABLED`` is not true: then
-:func:`configure_tracing` imports the SDK and the OTLP/HTTP exporter (which read the
-standard ``OTEL_*`` settings: headers, timeout, sampler), and a batch processor exports
-from its own thread, so a receiver that is down never blocks a run. Otherwise every
+nothing is ended inside the streaming generator. Without tracing every
 :class:`RunTrace` is :data:`NO_TRACE`, whose methods do nothing.
 
 Message content is recorded only when ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``
@@ -44,27 +29,29 @@ asks for it, and then passed through :func:`agent_core.values.redact.redact` as 
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import contextvars
-import json
-import os
-import threading
 from typing import TYPE_CHECKING, Any
 
-from agent_core.process.settings_file import settings_text
+from agent_core.process.tracing.setup import AGENT_NAME, state
+from agent_core.process.tracing.shapes import (
+    ERRORS,
+    error_type,
+    fail,
+    input_json,
+    links_to,
+    output_json,
+    traceparent_of,
+)
 from agent_core.values.ended import EndedBecause
 from agent_core.values.redact import redact
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Mapping, Sequence
     from types import TracebackType
 
     from opentelemetry.context import Context
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.trace import Link, Span, Tracer
+    from opentelemetry.trace import Span, Tracer
 
-    from agent_core.values.approvals import ApprovalDecision, ApprovalRequest
     from agent_core.values.budget import Exhaustion
     from agent_core.values.chat import ChatMessage, ModelResponse, ToolCall
     from agent_core.values.outcomes import RunResult
@@ -72,184 +59,23 @@ if TYPE_CHECKING:
     from agent_core.values.stop import StopReason, StopRequest
 
 __all__ = [
-    "AGENT_NAME",
-    "FLUSH_S",
     "NO_TRACE",
-    "SEMCONV",
-    "ApprovalSpan",
     "ChatSpan",
     "RunTrace",
-    "approval_wait",
-    "configure_tracing",
-    "flush_traces",
     "record_elsewhere",
-    "reset_tracing",
     "run_trace",
-    "shutdown_tracing",
-    "tracing_enabled",
-    "use_tracer_provider",
+    "tool_span",
 ]
 
-SEMCONV = "semantic-conventions-genai 0.1.0"
-"""The version of the GenAI conventions these spans follow."""
-
-AGENT_NAME = "threadpilot"
-FLUSH_S = 2.0
-"""How long a process waits, as it exits, for the spans it buffered to be sent."""
-ENDPOINT_SETTINGS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-CAPTURE_SETTING = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
-
-_ERRORS = frozenset({EndedBecause.ERROR, EndedBecause.WORKER_LOST, EndedBecause.RATE_LIMIT})
-"""Endings that set the root span's status to ERROR; every other ending leaves it unset."""
 
 _PROVIDERS = {"openai-chat": "openai", "openai-responses": "openai", "anthropic": "anthropic"}
 """``MODEL_API`` → ``gen_ai.provider.name``."""
 
-_TRUE = frozenset({"true", "1", "yes", "on"})
-_FALSE = frozenset({"", "false", "0", "no", "off"})
-_CAPTURE_ON = frozenset({*_TRUE, "span_only", "span_and_event"})
-_CAPTURE_OFF = frozenset({*_FALSE, "no_content", "event_only"})
-
-
-class _Tracing:
-    """The process's tracer, once :func:`configure_tracing` (or a test) set one."""
-
-    tracer: Tracer | None = None
-    provider: TracerProvider | None = None
-    capture: bool = False
-
-
-_state = _Tracing()
-
-_tool_span: contextvars.ContextVar[Span | None] = contextvars.ContextVar(
-    "threadpilot_tool_span", default=None
+tool_span: contextvars.ContextVar[Span | None] = contextvars.ContextVar(
+    "threadpilottool_span", default=None
 )
 """The ``execute_tool`` span of the call running in this task: a sub-agent started by a
 ``delegate`` call puts its root span under it."""
-
-
-def tracing_enabled() -> bool:
-    return _state.tracer is not None
-
-
-def _flag(environ: Mapping[str, str], name: str, on: frozenset[str], off: frozenset[str]) -> bool:
-    value = environ.get(name, "").strip().lower()
-    if value in on:
-        return True
-    if value in off:
-        return False
-    raise ValueError(f"{name} must be true or false, not {environ[name]!r}")
-
-
-def configure_tracing(environ: Mapping[str, str] | None = None) -> bool:
-    """Export traces over OTLP/HTTP if an endpoint is set (and ``OTEL_SDK_DISABLED`` is
-    not true); True if they will be. A bad flag raises :class:`ValueError` naming it.
-
-    ``environ``: the settings to read (default: the environment and ``.env``, whose
-    ``OTEL_*`` lines are copied into the environment, where the SDK reads the rest of
-    them: headers, timeout, sampler)."""
-    if environ is None:
-        for name, value in settings_text().items():
-            if name.startswith("OTEL_"):
-                os.environ.setdefault(name, value)
-    env = os.environ if environ is None else environ
-    capture = _flag(env, CAPTURE_SETTING, _CAPTURE_ON, _CAPTURE_OFF)
-    disabled = _flag(env, "OTEL_SDK_DISABLED", _TRUE, _FALSE)
-    if disabled or not any(env.get(name, "").strip() for name in ENDPOINT_SETTINGS):
-        return False
-    # Imported here: without an endpoint the SDK is never loaded.
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-    from opentelemetry.sdk.resources import SERVICE_NAME, Resource
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
-
-    service = env.get("OTEL_SERVICE_NAME", "").strip() or AGENT_NAME
-    # No atexit shutdown: flush_traces is the bounded one, after the checkpoint.
-    provider = TracerProvider(
-        resource=Resource.create({SERVICE_NAME: service}), shutdown_on_exit=False
-    )
-    exporter = OTLPSpanExporter(endpoint=_traces_endpoint(env))
-    provider.add_span_processor(BatchSpanProcessor(exporter))
-    use_tracer_provider(provider, capture_content=capture)
-    return True
-
-
-def _traces_endpoint(env: Mapping[str, str]) -> str:
-    """Where spans go: the traces endpoint as given, or the base endpoint's ``/v1/traces``
-    (as the OTLP/HTTP exporter specification says)."""
-    traces = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip()
-    if traces:
-        return traces
-    return env["OTEL_EXPORTER_OTLP_ENDPOINT"].strip().rstrip("/") + "/v1/traces"
-
-
-def use_tracer_provider(provider: TracerProvider, *, capture_content: bool = False) -> None:
-    """Trace runs with ``provider`` (tests and benchmarks give one with their exporter)."""
-    _state.provider = provider
-    _state.tracer = provider.get_tracer("threadpilot", schema_url=None)
-    _state.capture = capture_content
-
-
-def reset_tracing() -> None:
-    """Back to no tracing (the provider is not shut down: its owner does that)."""
-    _state.provider = None
-    _state.tracer = None
-    _state.capture = False
-
-
-async def flush_traces(timeout_s: float = FLUSH_S) -> bool:
-    """Export what is buffered, waiting at most ``timeout_s``. False if it did not finish
-    in time or nothing is configured."""
-    provider = _state.provider
-    if provider is None:
-        return False
-    millis = max(1, int(timeout_s * 1000))
-    return await _bounded(lambda: provider.force_flush(millis), timeout_s)
-
-
-async def shutdown_tracing(timeout_s: float = FLUSH_S) -> None:
-    """Send what is buffered and stop the exporter (each bounded), then trace nothing more."""
-    provider = _state.provider
-    if provider is None:
-        return
-    await flush_traces(timeout_s)
-    reset_tracing()
-
-    def shut() -> bool:
-        provider.shutdown()
-        return True
-
-    await _bounded(shut, timeout_s)
-
-
-async def _bounded(work: Callable[[], bool], timeout_s: float) -> bool:
-    """``work()`` in a daemon thread, waited on for at most ``timeout_s``.
-
-    Not ``asyncio.to_thread``: the SDK's flush ignores its own timeout and an export to
-    a receiver that is down takes the exporter's (10 s by default); the event loop's
-    executor would make the process wait for it at exit, a daemon thread does not.
-    """
-    loop = asyncio.get_running_loop()
-    done: asyncio.Future[bool] = loop.create_future()
-
-    def settle(ok: bool) -> None:
-        if not done.done():
-            done.set_result(ok)
-
-    def run() -> None:
-        try:
-            ok = bool(work())
-        except Exception:
-            ok = False
-        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
-            loop.call_soon_threadsafe(settle, ok)
-
-    threading.Thread(target=run, name="threadpilot-traces", daemon=True).start()
-    try:
-        async with asyncio.timeout(timeout_s):
-            return await done
-    except TimeoutError:
-        return False
 
 
 def record_elsewhere(
@@ -263,22 +89,19 @@ def record_elsewhere(
     row): what a worker that does not run it did to it (a Stop it took, the ending of a
     lost worker's run, ``ended_because``: ERROR as a run's root would be). Nothing when
     untraced, or the run was."""
-    tracer = _state.tracer
+    tracer = state.tracer
     if tracer is None or traceparent is None:
         return
     from opentelemetry import context
 
     span = tracer.start_span(
-        name, context=context.Context(), attributes=dict(attributes), links=_links([traceparent])
+        name, context=context.Context(), attributes=dict(attributes), links=links_to([traceparent])
     )
     if ended_because is not None:
         span.set_attribute("threadpilot.run.ended_because", ended_because.value)
-        if ended_because in _ERRORS:
-            _fail(span, ended_because.value, ended_because.value)
+        if ended_because in ERRORS:
+            fail(span, ended_because.value, ended_because.value)
     span.end()
-
-
-# -- spans -------------------------------------------------------------------------------
 
 
 class ChatSpan:
@@ -352,71 +175,6 @@ class RunTrace:
 NO_TRACE = RunTrace()
 
 
-class ApprovalSpan:
-    """The wait for a person's decision on one call; the no-op one is :data:`_NO_WAIT`.
-    Used as ``with`` around the wait, in the call's own task."""
-
-    def decided(self, decision: ApprovalDecision) -> None:
-        """The wait ended with ``decision``."""
-
-    def __enter__(self) -> ApprovalSpan:
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        return None
-
-
-_NO_WAIT = ApprovalSpan()
-
-
-def approval_wait(request: ApprovalRequest) -> ApprovalSpan:
-    """The span of the wait for ``request``, under the span of its call (the call running
-    in this task); the no-op one when the call is not traced."""
-    tool = _tool_span.get()
-    tracer = _state.tracer
-    if tool is None or tracer is None:
-        return _NO_WAIT
-    from opentelemetry import trace
-
-    span = tracer.start_span(
-        "threadpilot.approval",
-        context=trace.set_span_in_context(tool),
-        attributes={
-            "gen_ai.tool.name": request.tool,
-            "gen_ai.tool.call.id": request.call_id,
-            "threadpilot.approval.id": request.id,
-        },
-    )
-    return _OpenWait(span)
-
-
-class _OpenWait(ApprovalSpan):
-    def __init__(self, span: Span) -> None:
-        self._span = span
-
-    def decided(self, decision: ApprovalDecision) -> None:
-        self._span.set_attribute("threadpilot.approval.decision", decision.status.value)
-        if decision.decided_by:
-            self._span.set_attribute("threadpilot.approval.decided_by", decision.decided_by)
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if isinstance(error, Exception):
-            _fail(self._span, type(error).__name__, str(error))
-        elif error is not None:
-            self._span.set_attribute("threadpilot.cancelled", True)
-        self._span.end()
-
-
 def run_trace(
     *,
     run_id: str,
@@ -429,7 +187,7 @@ def run_trace(
     run's chat model (its ``api`` and ``model`` name the provider and the model);
     ``parent``: the parent run's trace for a sub-agent; ``links``: W3C ``traceparent``
     values of traces this run continues (a resumed run links to its first one)."""
-    tracer = _state.tracer
+    tracer = state.tracer
     if tracer is None:
         return NO_TRACE
     return _RunTrace(
@@ -439,7 +197,7 @@ def run_trace(
         model=model,
         parent=parent if isinstance(parent, _RunTrace) else None,
         links=links,
-        capture=_state.capture,
+        capture=state.capture,
     )
 
 
@@ -460,7 +218,7 @@ class _OpenChat(ChatSpan):
         if usage.cached_tokens:
             self._span.set_attribute("gen_ai.usage.cache_read.input_tokens", usage.cached_tokens)
         if self._owner.capture:
-            self._span.set_attribute("gen_ai.output.messages", _output_json(response))
+            self._span.set_attribute("gen_ai.output.messages", output_json(response))
 
     def __exit__(
         self,
@@ -469,7 +227,7 @@ class _OpenChat(ChatSpan):
         tb: TracebackType | None,
     ) -> None:
         if isinstance(error, Exception):
-            _fail(self._span, _error_type(error), str(error))
+            fail(self._span, error_type(error), str(error))
         elif error is not None:  # cancelled (Abort, shutdown): ended, not an error
             self._span.set_attribute("threadpilot.cancelled", True)
         self._owner.closed(self._span)
@@ -512,7 +270,7 @@ class _RunTrace(RunTrace):
         if self._parent is None:
             parent_context: Context = context.Context()  # a new trace, whatever is current
         else:
-            above = _tool_span.get() or self._parent._root
+            above = tool_span.get() or self._parent._root
             parent_context = trace.set_span_in_context(above) if above else context.Context()
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "invoke_agent",
@@ -526,9 +284,9 @@ class _RunTrace(RunTrace):
             context=parent_context,
             kind=trace.SpanKind.INTERNAL,
             attributes=attributes,
-            links=_links(self._links),
+            links=links_to(self._links),
         )
-        self._traceparent = _traceparent(self._root)
+        self._traceparent = traceparent_of(self._root)
 
     def end(self, result: RunResult | None) -> None:
         root = self._root
@@ -557,8 +315,8 @@ class _RunTrace(RunTrace):
         )
         if result.stop_reason is not None:
             root.set_attribute("threadpilot.run.stop_reason", result.stop_reason.value)
-        if result.ended_because in _ERRORS:
-            _fail(root, result.ended_because.value, result.error or result.ended_because.value)
+        if result.ended_because in ERRORS:
+            fail(root, result.ended_because.value, result.error or result.ended_because.value)
         root.end()
 
     @property
@@ -582,7 +340,7 @@ class _RunTrace(RunTrace):
         if reason is not None:
             attributes["threadpilot.turn.final_reason"] = reason
         if self.capture:
-            attributes["gen_ai.input.messages"] = _input_json(messages)
+            attributes["gen_ai.input.messages"] = input_json(messages)
         span = self._child(f"chat {self._model or 'model'}", trace.SpanKind.CLIENT, attributes)
         return _OpenChat(self, span)
 
@@ -598,14 +356,14 @@ class _RunTrace(RunTrace):
             attributes["gen_ai.tool.call.arguments"] = redact(call.arguments)
         span = self._child(f"execute_tool {call.name}", trace.SpanKind.INTERNAL, attributes)
         self._tools[call.id] = span
-        _tool_span.set(span)
+        tool_span.set(span)
 
     def tool_ended(self, call: ToolCall, ok: bool) -> None:
         span = self._tools.pop(call.id, None)
         if span is None:
             return
         if not ok:
-            _fail(span, "tool_error", f"{call.name} returned an error")
+            fail(span, "tool_error", f"{call.name} returned an error")
         self.closed(span)
         span.end()
 
@@ -633,7 +391,7 @@ class _RunTrace(RunTrace):
             {
                 "threadpilot.retry.attempt": attempt,
                 "threadpilot.retry.delay_s": delay_s,
-                "error.type": _error_type(error),
+                "error.type": error_type(error),
             },
         )
 
@@ -685,66 +443,3 @@ class _RunTrace(RunTrace):
         if self._model:
             found["gen_ai.request.model"] = self._model
         return found
-
-
-def _fail(span: Span, error_type: str, description: str) -> None:
-    from opentelemetry.trace import Status, StatusCode
-
-    span.set_attribute("error.type", error_type)
-    span.set_status(Status(StatusCode.ERROR, redact(description)[:400]))
-
-
-def _error_type(error: Exception) -> str:
-    """The conventions' ``error.type``: the HTTP status when there was one, else the class."""
-    status = getattr(error, "status", None)
-    return str(status) if isinstance(status, int) else type(error).__name__
-
-
-def _traceparent(span: Span) -> str:
-    ctx = span.get_span_context()
-    return f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{int(ctx.trace_flags):02x}"
-
-
-def _links(traceparents: Sequence[str]) -> list[Link]:
-    from opentelemetry.trace import Link, SpanContext, TraceFlags
-
-    found = []
-    for value in traceparents:
-        parts = value.split("-")
-        if len(parts) != 4:
-            continue
-        try:
-            trace_id, span_id, flags = int(parts[1], 16), int(parts[2], 16), int(parts[3], 16)
-        except ValueError:
-            continue
-        context = SpanContext(trace_id, span_id, is_remote=True, trace_flags=TraceFlags(flags))
-        if context.is_valid:
-            found.append(Link(context))
-    return found
-
-
-def _text_of(message: ChatMessage) -> str:
-    content = message.get("content")
-    if isinstance(content, str):
-        return content
-    return json.dumps(content, default=str) if content is not None else ""
-
-
-def _input_json(messages: Sequence[ChatMessage]) -> str:
-    shaped = [
-        {"role": m.get("role", ""), "parts": [{"type": "text", "content": _text_of(m)}]}
-        for m in messages
-    ]
-    return redact(json.dumps(shaped, ensure_ascii=False))
-
-
-def _output_json(response: ModelResponse) -> str:
-    parts: list[dict[str, Any]] = []
-    if response.text:
-        parts.append({"type": "text", "content": response.text})
-    parts.extend(
-        {"type": "tool_call", "id": c.id, "name": c.name, "arguments": c.arguments}
-        for c in response.tool_calls
-    )
-    shaped = [{"role": "assistant", "parts": parts, "finish_reason": response.finish_reason}]
-    return redact(json.dumps(shaped, ensure_ascii=False))
