@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import socket
+import tracemalloc
 from typing import TYPE_CHECKING
 
 import pytest
@@ -15,8 +16,9 @@ from llmock.scenarios import Reply, StreamFault, ToolCall
 
 from agent_core.models.api import ModelAPI
 from agent_core.process import tracing
+from agent_core.run.agent import Agent
 from agent_core.run.config import AgentConfig
-from agent_core.testing import HandApprovals
+from agent_core.testing import HandApprovals, ScriptedChatModel, ScriptedTurn
 from agent_core.tools.toolbox import tool
 from agent_core.values.approvals import ApprovalStatus
 from agent_core.values.budget import BudgetLimits
@@ -256,3 +258,44 @@ async def test_a_receiver_that_is_down_does_not_touch_the_run(
         await tracing.flush_traces(0.2)  # bounded, whatever the exporter is doing
     finally:
         await tracing.shutdown_tracing(0.2)
+
+
+async def test_with_the_receiver_down_tracing_memory_stays_flat_over_200_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What the exporter cannot send is dropped once its queue is full (the SDK's
+    ``OTEL_BSP_MAX_QUEUE_SIZE``, small here so 200 runs overflow it): what tracing holds
+    after 200 runs is what it held after 100."""
+    monkeypatch.setenv("OTEL_BSP_MAX_QUEUE_SIZE", "64")
+    monkeypatch.setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "32")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    assert tracing.configure_tracing({"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}"})
+
+    async def runs(count: int) -> None:
+        for _ in range(count):
+            model = ScriptedChatModel().add(
+                ScriptedTurn(tool_calls=(("noop", {}),)), ScriptedTurn("Done.")
+            )
+            result = await Agent(model, [noop]).new_run("Work").run()
+            assert result.ended_because.value == "completed"
+
+    held = [tracemalloc.Filter(True, "*opentelemetry*"), tracemalloc.Filter(True, "*tracing*")]
+    tracemalloc.start()
+    try:
+        await runs(100)
+        before = tracemalloc.take_snapshot().filter_traces(held)
+        await runs(100)
+        after = tracemalloc.take_snapshot().filter_traces(held)
+    finally:
+        tracemalloc.stop()
+        await tracing.shutdown_tracing(0.2)
+    grown = sum(s.size_diff for s in after.compare_to(before, "filename"))
+    assert grown < 64 * 1024, f"tracing held {grown} more bytes after 100 more runs"
+
+
+@tool
+async def noop() -> str:
+    """Do nothing."""
+    return "done"
