@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
 from agent_core import Agent, ModelAPI
 from agent_core.process import tracing
@@ -53,7 +53,9 @@ from bench._setup import bench_main, parser
 from bench._stats import Figure, machine_line, percentile, print_figures, revision_line
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import Awaitable, Callable, Sequence
+
+    from opentelemetry.sdk.trace import ReadableSpan
 
 CHUNK_TARGET_PCT = 2.0
 TURN_TARGET_US = 50.0
@@ -69,14 +71,20 @@ async def lookup(city: str) -> str:
 
 
 class Switch:
-    """Tracing on (a provider exporting to the receiver) or off, between trials."""
+    """Tracing on (a provider exporting to the receiver) or off, between trials.
 
-    def __init__(self, url: str) -> None:
+    The batch processor's timer is off and its queue holds every span: the spans of the
+    traced rounds are exported when a batch fills (during a traced round) or by the
+    flush at the end of a phase, whose CPU is charged to "on". Nothing of tracing's is
+    ever done during an untraced round."""
+
+    def __init__(self, url: str | None) -> None:
         self.provider = TracerProvider(
             resource=Resource.create({SERVICE_NAME: "threadpilot-bench"}), shutdown_on_exit=False
         )
+        exporter = OTLPSpanExporter(endpoint=f"{url}/v1/traces") if url else _Nowhere()
         self.provider.add_span_processor(
-            BatchSpanProcessor(OTLPSpanExporter(endpoint=f"{url}/v1/traces"))
+            BatchSpanProcessor(exporter, max_queue_size=1_000_000, schedule_delay_millis=3.6e6)
         )
 
     def set(self, on: bool) -> None:
@@ -86,13 +94,33 @@ class Switch:
             tracing.reset_tracing()
 
 
-async def cpu_of(work: Callable[[], Awaitable[int]], on: bool) -> tuple[float, int]:
-    """CPU seconds of ``work`` (and of flushing its spans, when on), and its count."""
+class _Nowhere(SpanExporter):
+    """An exporter that sends nothing: what the SDK's spans cost without the OTLP export."""
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        return SpanExportResult.SUCCESS
+
+
+async def alternating(
+    switch: Switch, rounds: int, work: Callable[[], Awaitable[int]]
+) -> tuple[float, float]:
+    """CPU µs per unit of ``work`` (it returns its count), untraced and traced, over
+    ``rounds`` rounds each way, alternating after one warm-up; the closing flush is
+    charged to the traced rounds."""
+    await work()
+    cpu = {False: 0.0, True: 0.0}
+    units = {False: 0, True: 0}
+    for index in range(rounds * 2):
+        on = index % 2 == 1
+        switch.set(on)
+        started = time.process_time()
+        units[on] += await work()
+        cpu[on] += time.process_time() - started
+    switch.set(False)
     started = time.process_time()
-    count = await work()
-    if on:
-        assert await tracing.flush_traces(10.0), "the receiver did not take the spans"
-    return time.process_time() - started, count
+    assert await tracing.flush_traces(30.0), "the spans were not all taken"
+    cpu[True] += time.process_time() - started
+    return cpu[False] / units[False] * 1e6, cpu[True] / units[True] * 1e6
 
 
 async def chunk_cpu(switch: Switch, rounds: int, streams: int, words: int) -> tuple[float, float]:
@@ -106,19 +134,10 @@ async def chunk_cpu(switch: Switch, rounds: int, streams: int, words: int) -> tu
             await asyncio.gather(*(r.run() for r in runs))
             return streams * words
 
-        totals = {False: [0.0, 0], True: [0.0, 0]}
         try:
-            await one_round()  # warm-up
-            for index in range(rounds * 2):
-                on = index % 2 == 1
-                switch.set(on)
-                cpu, chunks = await cpu_of(one_round, on)
-                totals[on][0] += cpu
-                totals[on][1] += chunks
+            return await alternating(switch, rounds, one_round)
         finally:
-            switch.set(False)
             await model.aclose()
-    return tuple(t[0] / t[1] * 1e6 for t in (totals[False], totals[True]))  # type: ignore[return-value]
 
 
 async def turn_cpu(switch: Switch, rounds: int, runs: int, turns: int) -> tuple[float, float]:
@@ -133,16 +152,7 @@ async def turn_cpu(switch: Switch, rounds: int, runs: int, turns: int) -> tuple[
             await Agent(model, [lookup]).new_run("weather").run()
         return runs * turns
 
-    totals = {False: [0.0, 0], True: [0.0, 0]}
-    await one_round()  # warm-up
-    for index in range(rounds * 2):
-        on = index % 2 == 1
-        switch.set(on)
-        cpu, count = await cpu_of(one_round, on)
-        totals[on][0] += cpu
-        totals[on][1] += count
-    switch.set(False)
-    return tuple(t[0] / t[1] * 1e6 for t in (totals[False], totals[True]))  # type: ignore[return-value]
+    return await alternating(switch, rounds, one_round)
 
 
 async def abort_p99(switch: Switch, trials: int) -> tuple[float, float]:
@@ -200,14 +210,16 @@ async def measure(args: object) -> bool:
     rounds, trials = getattr(args, "rounds", 6), getattr(args, "trials", 300)
     streams, words = getattr(args, "streams", 10), getattr(args, "words", 400)
     async with serving_process("bench._otlp_serve") as url:
-        switch = Switch(url)
+        switch, nowhere = Switch(url), Switch(None)
         try:
             chunk_off, chunk_on = await chunk_cpu(switch, rounds, streams, words)
             turn_off, turn_on = await turn_cpu(switch, rounds, runs=50, turns=8)
+            sdk_off, sdk_on = await turn_cpu(nowhere, rounds, runs=50, turns=8)
             abort_off, abort_on = await abort_p99(switch, trials)
             stop_off, stop_on = await stop_p99(switch, trials)
         finally:
             await asyncio.to_thread(switch.provider.shutdown)
+            await asyncio.to_thread(nowhere.provider.shutdown)
     chunk_pct = (chunk_on / chunk_off - 1) * 100
     figures = [
         Figure(
@@ -227,6 +239,12 @@ async def measure(args: object) -> bool:
             limit=TURN_TARGET_US,
             target_id="tracing",
         ),
+        Figure(
+            "of which the SDK's spans alone (an exporter that sends nothing)",
+            sdk_on - sdk_off,
+            "µs",
+            rounds,
+        ),
         p99_figure("Abort → close (llmock saw it)", abort_off, abort_on, trials),
         p99_figure("Stop → final-turn request at llmock", stop_off, stop_on, trials),
     ]
@@ -237,7 +255,10 @@ async def measure(args: object) -> bool:
             f"chunks: {streams} runs at once x {words} chunks, 2 ms apart, llmock in a "
             f"process; {rounds} rounds each way, alternating, one warm-up round",
             f"turns: {rounds} rounds each way of 50 runs x 8 turns (7 tool calls, an answer), "
-            "scripted model; the exporter's flush is inside each traced round",
+            "scripted model (a chat and a tool span per turn, a root per run)",
+            "all of tracing's CPU is charged to the traced rounds: the batch processor's "
+            "timer is off, batches fill during traced rounds, the closing flush counts as "
+            "traced",
             f"Abort and Stop: {trials} trials each way, alternating, llmock in a thread",
             "the receiver runs in a process of its own (bench._otlp_serve)",
             machine_line(),

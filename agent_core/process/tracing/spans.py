@@ -253,10 +253,17 @@ class _RunTrace(RunTrace):
         self._run_id = run_id
         self._thread = thread
         self._model = str(getattr(model, "model", "") or "")
-        self._provider = _PROVIDERS.get(str(getattr(model, "api", "")), "")
+        provider = _PROVIDERS.get(str(getattr(model, "api", "")), "")
+        self._model_attributes = {
+            **({"gen_ai.provider.name": provider} if provider else {}),
+            **({"gen_ai.request.model": self._model} if self._model else {}),
+        }
+        """Said on the root and on every chat span: worked out once."""
+        self._chat_name = f"chat {self._model or 'model'}"
         self._parent = parent
         self._links = links
         self._root: Span | None = None
+        self._root_context: Context | None = None
         self._traceparent: str | None = None
         self._open: list[Span] = []
         """Child spans not ended yet (a cancellation can leave some): ended by :meth:`end`."""
@@ -278,7 +285,7 @@ class _RunTrace(RunTrace):
             "gen_ai.conversation.id": str(self._thread),
             "threadpilot.run.id": self._run_id,
         }
-        attributes.update(self._model_attributes())
+        attributes.update(self._model_attributes)
         self._root = self._tracer.start_span(
             f"invoke_agent {AGENT_NAME}",
             context=parent_context,
@@ -287,6 +294,7 @@ class _RunTrace(RunTrace):
             links=links_to(self._links),
         )
         self._traceparent = traceparent_of(self._root)
+        self._root_context = trace.set_span_in_context(self._root)
 
     def end(self, result: RunResult | None) -> None:
         root = self._root
@@ -336,12 +344,12 @@ class _RunTrace(RunTrace):
             "threadpilot.turn": turn,
             "threadpilot.turn.final": final,
         }
-        attributes.update(self._model_attributes())
+        attributes.update(self._model_attributes)
         if reason is not None:
             attributes["threadpilot.turn.final_reason"] = reason
         if self.capture:
             attributes["gen_ai.input.messages"] = input_json(messages)
-        span = self._child(f"chat {self._model or 'model'}", trace.SpanKind.CLIENT, attributes)
+        span = self._child(self._chat_name, trace.SpanKind.CLIENT, attributes)
         return _OpenChat(self, span)
 
     def tool_started(self, call: ToolCall) -> None:
@@ -426,20 +434,7 @@ class _RunTrace(RunTrace):
 
     def _child(self, name: str, kind: Any, attributes: Mapping[str, Any]) -> Span:
         span = self._tracer.start_span(
-            name, context=self._root_context(), kind=kind, attributes=attributes
+            name, context=self._root_context, kind=kind, attributes=attributes
         )
         self._open.append(span)
         return span
-
-    def _root_context(self) -> Context | None:
-        from opentelemetry import trace
-
-        return trace.set_span_in_context(self._root) if self._root is not None else None
-
-    def _model_attributes(self) -> dict[str, str]:
-        found = {}
-        if self._provider:
-            found["gen_ai.provider.name"] = self._provider
-        if self._model:
-            found["gen_ai.request.model"] = self._model
-        return found
