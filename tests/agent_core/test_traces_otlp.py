@@ -244,8 +244,9 @@ async def test_with_the_sdk_disabled_nothing_is_sent(llm: LLMock, make_agent: Ag
 
 
 async def test_a_receiver_that_is_down_does_not_touch_the_run(
-    llm: LLMock, make_agent: AgentFactory
+    llm: LLMock, make_agent: AgentFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "0.5")  # its retries end with the test
     with socket.socket() as sock:  # a port nobody listens on
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
@@ -257,7 +258,7 @@ async def test_a_receiver_that_is_down_does_not_touch_the_run(
             assert result.ended_because.value == "completed"
         await tracing.flush_traces(0.2)  # bounded, whatever the exporter is doing
     finally:
-        await tracing.shutdown_tracing(0.2)
+        await tracing.shutdown_tracing(2.0)
 
 
 async def test_with_the_receiver_down_tracing_memory_stays_flat_over_200_runs(
@@ -290,7 +291,7 @@ async def test_with_the_receiver_down_tracing_memory_stays_flat_over_200_runs(
         after = tracemalloc.take_snapshot().filter_traces(held)
     finally:
         tracemalloc.stop()
-        await tracing.shutdown_tracing(0.2)
+        await tracing.shutdown_tracing(2.0)
     grown = sum(s.size_diff for s in after.compare_to(before, "filename"))
     assert grown < 64 * 1024, f"tracing held {grown} more bytes after 100 more runs"
 
