@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         return asyncio.run(forget_user(settings, args.forget_user))
     try:
         traced = configure_tracing()  # the OTEL_* settings, read by the SDK itself
-    except ValueError as exc:
+    except ConfigError as exc:
         return _failed(str(exc))
     if traced:
         log.info("traces.exporting")

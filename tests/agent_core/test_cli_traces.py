@@ -78,5 +78,5 @@ async def test_a_bad_tracing_flag_stops_start_up_naming_it(llm: LLMock) -> None:
     assert status == 2
     assert stdout == ""
     assert cli.stderr.strip() == (
-        "threadpilot: OTEL_SDK_DISABLED must be true or false, not 'maybe'"
+        "threadpilot: OTEL_SDK_DISABLED: must be true or false, not 'maybe'"
     )

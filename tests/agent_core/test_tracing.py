@@ -25,7 +25,7 @@ from agent_core.values.approvals import ApprovalStatus
 from agent_core.values.budget import BudgetLimits
 from agent_core.values.chat import ModelResponse, Usage
 from agent_core.values.ended import EndedBecause
-from agent_core.values.errors import FatalModelError, RateLimited
+from agent_core.values.errors import ConfigError, FatalModelError, RateLimited
 from agent_core.values.events import ApprovalRequested, TextDelta
 from agent_core.values.records import ThreadKey
 from agent_core.values.stop import StopReason
@@ -379,9 +379,9 @@ async def test_without_an_endpoint_nothing_is_loaded_and_runs_are_untraced() -> 
 
 
 def test_a_bad_flag_names_its_setting() -> None:
-    with pytest.raises(ValueError, match="OTEL_SDK_DISABLED"):
+    with pytest.raises(ConfigError, match=r"^OTEL_SDK_DISABLED: must be true or false"):
         tracing.configure_tracing({"OTEL_SDK_DISABLED": "maybe"})
-    with pytest.raises(ValueError, match="OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"):
+    with pytest.raises(ConfigError, match="OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"):
         tracing.configure_tracing({"OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "x"})
 
 

@@ -18,6 +18,7 @@ import threading
 from typing import TYPE_CHECKING
 
 from agent_core.process.settings_file import settings_text
+from agent_core.values.errors import ConfigError
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -74,12 +75,13 @@ def _flag(environ: Mapping[str, str], name: str, on: frozenset[str], off: frozen
         return True
     if value in off:
         return False
-    raise ValueError(f"{name} must be true or false, not {environ[name]!r}")
+    raise ConfigError(name, f"must be true or false, not {environ[name]!r}")
 
 
 def configure_tracing(environ: Mapping[str, str] | None = None) -> bool:
     """Export traces over OTLP/HTTP if an endpoint is set (and ``OTEL_SDK_DISABLED`` is
-    not true); True if they will be. A bad flag raises :class:`ValueError` naming it.
+    not true); True if they will be. A bad value raises
+    :class:`~agent_core.values.errors.ConfigError` naming its setting.
 
     ``environ``: the settings to read (default: the environment and ``.env``, whose
     ``OTEL_*`` lines are copied into the environment, where the SDK reads the rest of
@@ -105,7 +107,11 @@ def configure_tracing(environ: Mapping[str, str] | None = None) -> bool:
         resource=Resource.create({SERVICE_NAME: service}), shutdown_on_exit=False
     )
     exporter = OTLPSpanExporter(endpoint=_traces_endpoint(env))
-    provider.add_span_processor(BatchSpanProcessor(exporter))
+    try:
+        processor = BatchSpanProcessor(exporter)  # reads OTEL_BSP_* itself
+    except ValueError as exc:  # the SDK's words do not name the setting
+        raise ConfigError("OTEL_BSP_*", str(exc)) from None
+    provider.add_span_processor(processor)
     use_tracer_provider(provider, capture_content=capture)
     return True
 
