@@ -27,6 +27,7 @@ from agent_core.values.chat import ModelResponse, Usage
 from agent_core.values.ended import EndedBecause
 from agent_core.values.errors import ConfigError, FatalModelError, RateLimited
 from agent_core.values.events import ApprovalRequested, TextDelta
+from agent_core.values.guidance import Guidance
 from agent_core.values.records import ThreadKey
 from agent_core.values.stop import StopReason
 from tests.agent_core.helpers import EventLog
@@ -228,6 +229,23 @@ async def test_a_shutdown_is_not_an_error(spans: InMemorySpanExporter) -> None:
     assert root.status.status_code is StatusCode.UNSET
     assert attrs(root)["threadpilot.run.ended_because"] == "shutdown"
     assert "threadpilot.shutdown" in events_of(root)
+
+
+async def test_guidance_delivered_is_an_event_on_the_root(spans: InMemorySpanExporter) -> None:
+    hold = asyncio.Event()
+    model = NamedModel().add(ScriptedTurn("Looking at Oslo", hold=hold), ScriptedTurn("Bergen."))
+    run = agent(model).new_run("Weather?")
+    log = EventLog(run)
+    task = asyncio.create_task(run.run())
+    await log.first(TextDelta)
+    run.add_guidance(Guidance(id="g1", author="U2", text="Bergen, please."))
+    hold.set()
+    await task
+
+    root = root_of(spans)
+    (delivered,) = [e for e in root.events if e.name == "threadpilot.guidance_delivered"]
+    assert delivered.attributes == {"threadpilot.turn": 2, "threadpilot.guidance.count": 1}
+    assert attrs(root)["threadpilot.run.ended_because"] == "completed"
 
 
 async def test_a_spent_token_budget_is_an_event_and_not_an_error(
