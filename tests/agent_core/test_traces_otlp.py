@@ -154,6 +154,24 @@ async def test_a_429_then_success_is_two_requests_and_a_run_that_is_not_an_error
     assert retry["threadpilot.retry.attempt"] == 1
 
 
+async def test_rate_limits_that_end_the_run_make_it_an_error(
+    llm: LLMock, make_agent: AgentFactory, receiver: OtlpReceiver
+) -> None:
+    llm.rate_limit(retry_after=0.01, times=4)  # every attempt the retry policy allows
+    result = await make_agent().new_run("Hello").run()
+    assert result.ended_because.value == "rate_limit"
+
+    spans = await sent(receiver)
+    root = only(spans, ROOT)
+    assert root.status_code == ERROR
+    assert root.attributes["error.type"] == "rate_limit"
+    assert root.attributes["threadpilot.run.ended_because"] == "rate_limit"
+    refused = named(spans, "chat ")
+    assert len(refused) == 4
+    assert {(s.status_code, s.attributes["error.type"]) for s in refused} == {(ERROR, "429")}
+    assert [name for name, _ in root.events].count("threadpilot.retry") == 3
+
+
 async def test_a_spent_token_budget_is_an_event_and_the_run_is_not_an_error(
     llm: LLMock, make_agent: AgentFactory, receiver: OtlpReceiver
 ) -> None:
