@@ -12,8 +12,8 @@ Decisions:
   columns on insert and ignores this one on read.
 - No index: it is read with its run, by id.
 
-Revision ID: r0013
-Revises: r0010
+Revision ID: r0012
+Revises: r0011
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "r0013"
-down_revision: str | None = "r0010"
+revision = "r0012"
+down_revision: str | None = "r0011"
 branch_labels = None
 depends_on = None
 
