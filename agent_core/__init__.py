@@ -13,6 +13,7 @@ from agent_core.models.retry import RetryPolicy
 from agent_core.ports import Approvals, ApprovalStore, ChatModel, RunStore, StopRequestStore
 from agent_core.process.isolation import make_undumpable, warn_if_root
 from agent_core.process.logs import configure_logging
+from agent_core.process.tracing import configure_tracing, flush_traces, record_elsewhere
 from agent_core.run.agent import Agent
 from agent_core.run.compaction import (
     Compacted,
@@ -221,12 +222,14 @@ __all__ = [
     "build_model",
     "classify",
     "configure_logging",
+    "configure_tracing",
     "continue_from",
     "count",
     "current_run",
     "decide_resume",
     "ended_by_person",
     "exit_code_of",
+    "flush_traces",
     "limits_from_settings",
     "make_undumpable",
     "normalize_outcome",
@@ -236,6 +239,7 @@ __all__ = [
     "parse_auto_resume",
     "parse_max_auto_resumes",
     "parse_user_exit_grace",
+    "record_elsewhere",
     "remote_tool",
     "report_progress",
     "shown_arguments",

@@ -46,6 +46,7 @@ BENCHMARKS = (
     "restart_reconcile",
     "no_loss",
     "installation_lookup",
+    "tracing_ab",
 )
 CHILD_LIMIT_S = 150.0
 CHILD_LIMITS_S = {"queue_share": 420.0, "chunk_cpu": 220.0}

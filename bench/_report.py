@@ -144,6 +144,12 @@ TARGETS: dict[str, Target] = {
         "< lease TTL + 10 s, 100 %",
         ("restart_reconcile",),
     ),
+    "tracing": Target(
+        "tracing on (OTLP to a live receiver) vs off: CPU per streamed chunk, "
+        "abort → close, Stop → final-turn request; CPU per turn",
+        "within +2 % / unchanged p99 / unchanged p99; ≤ 50 µs per turn",
+        ("tracing_ab",),
+    ),
     "no_loss": Target(
         "stop requests, guidance and mentions lost to kill -9 or a database blip",
         "0",

@@ -24,7 +24,13 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from agent_core import ConfigError, configure_logging, make_undumpable, warn_if_root
+from agent_core import (
+    ConfigError,
+    configure_logging,
+    configure_tracing,
+    make_undumpable,
+    warn_if_root,
+)
 from bot.config.settings import Settings, load_settings
 from bot.config.unknown_settings import UnknownSetting, unknown_settings
 from bot.errors import SlackUnreachable
@@ -88,6 +94,12 @@ def main(argv: list[str] | None = None) -> int:
         from bot.process.forget import forget_user
 
         return asyncio.run(forget_user(settings, args.forget_user))
+    try:
+        traced = configure_tracing()  # the OTEL_* settings, read by the SDK itself
+    except ConfigError as exc:
+        return _failed(str(exc))
+    if traced:
+        log.info("traces.exporting")
     _warn_unknown(unknown)
     for name, use in settings.deprecated.items():
         log.warning("settings.deprecated", name=name, use_instead=use)

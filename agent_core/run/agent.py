@@ -72,6 +72,7 @@ class Agent:
         resumed_because: EndedBecause = EndedBecause.SHUTDOWN,
         continued_from: str | None = None,
         spent: Spent | None = None,
+        trace_links: Sequence[str] = (),
     ) -> Run:
         """A new run; with ``restore``, one that resumes from that checkpoint.
 
@@ -82,6 +83,8 @@ class Agent:
         up; see :func:`agent_core.run.compaction.continue_from`); kept on the result.
         ``spent``: what the request had already spent, when this run continues it (its
         budget goes on from there, :mod:`agent_core.values.budget`).
+        ``trace_links``: the W3C ``traceparent`` of the run this one resumes, which its
+        trace links to (:mod:`agent_core.process.tracing`).
         """
         run_id = run_id or uuid.uuid4().hex
         return Run(
@@ -97,4 +100,5 @@ class Agent:
             resumed_because=resumed_because,
             continued_from=continued_from,
             spent=spent,
+            trace_links=trace_links,
         )

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from agent_core.process.tracing import approval_wait
 from agent_core.values.approvals import (
     DEFAULT_APPROVAL_TIMEOUT_S,
     ApprovalDecision,
@@ -108,7 +109,9 @@ class ApprovalGate:
         self._log.info("approval.requested", approval_id=request.id, tool=call.name)
         self._events.emit(ApprovalRequested(self._run_id, request))
         try:
-            decision = await self._wait(request)
+            with approval_wait(request) as wait:
+                decision = await self._wait(request)
+                wait.decided(decision)
         except Exception as exc:  # the call is not run: the model reads why, the run goes on
             # The detail (a host, a DSN) is the operator's; the model may repeat its text.
             self._log.exception(

@@ -214,11 +214,13 @@ def continue_from(
     requester: str = "local",
     thread: ThreadKey | None = None,
     spent: Spent | None = None,
+    trace_links: Sequence[str] = (),
 ) -> Run:
     """A new run that continues ``previous_run_id`` from its summary; ``task`` is the
     original request (repeated after the summary, and what the run record shows).
     ``spent``: what the request had spent so far (the same request: its budget goes on,
-    the summary's own request counted in)."""
+    the summary's own request counted in). ``trace_links``: the previous run's trace,
+    which this run's (a new one) links to."""
     if spent is not None:
         spent = spent.with_usage(compacted.usage, agent.config.budget.prices)
     return agent.new_run(
@@ -229,6 +231,7 @@ def continue_from(
         history=continuation_history(compacted.summary, previous_run_id),
         continued_from=previous_run_id,
         spent=spent,
+        trace_links=trace_links,
     )
 
 

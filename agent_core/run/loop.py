@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import structlog
 
+from agent_core.process.tracing import RunTrace, run_trace
 from agent_core.run.approval_gate import ApprovalGate
 from agent_core.run.delegation import MAX_DEPTH, SUB_AGENT_NOTE, Delegation
 from agent_core.run.recording import RunRecorder
@@ -174,6 +175,7 @@ class Run:
         resumed_because: EndedBecause = EndedBecause.SHUTDOWN,
         continued_from: str | None = None,
         spent: Spent | None = None,
+        trace_links: Sequence[str] = (),
     ) -> None:
         self.id = run_id
         self.task = task
@@ -250,6 +252,13 @@ class Run:
         self._started = False
         self._log = log.bind(run_id=run_id, thread=str(thread), requester=requester)
         self._recorder = RunRecorder(agent.store, self)
+        self._trace: RunTrace = run_trace(
+            run_id=run_id,
+            thread=thread,
+            model=agent.model,
+            parent=parent._trace if parent is not None else None,
+            links=trace_links,
+        )
         self.control.add_listener(self._on_stop_requested)
         if parent is not None:
             parent.control.adopt(self.control)
@@ -259,6 +268,11 @@ class Run:
     @property
     def messages(self) -> list[ChatMessage]:
         return list(self._messages)
+
+    @property
+    def trace_context(self) -> str | None:
+        """The W3C ``traceparent`` of this run's trace once it started; None untraced."""
+        return self._trace.traceparent
 
     @property
     def children(self) -> tuple[Run, ...]:
@@ -311,24 +325,30 @@ class Run:
         self._started = True
         self.budget.start()
         started_at = utcnow()
+        self._trace.start()
         try:
-            ending = await self._start_and_drive()
-        except asyncio.CancelledError:
-            if _cancelled_from_outside():
-                # Not ours to swallow: record a terminal state (bounded), then propagate.
-                self.control.request_stop(
-                    StopReason.SHUTDOWN, "system:cancelled", source=StopSource.TASK
-                )
-                await self._drain_ending(started_at)
-                raise
-            if not self.control.cancel_issued:
-                raise  # cancelled by something inside the run, not by us: a bug, surface it
-            ending = self._cancelled_ending()
-        except Exception as exc:
-            # A bug or a store failure must still leave the run with a terminal state.
-            self._log.exception("run.crashed")
-            ending = crashed_ending(exc, self._how)
-        return await self._finish(ending, started_at)
+            try:
+                ending = await self._start_and_drive()
+            except asyncio.CancelledError:
+                if _cancelled_from_outside():
+                    # Not ours to swallow: record a terminal state (bounded), then propagate.
+                    self.control.request_stop(
+                        StopReason.SHUTDOWN, "system:cancelled", source=StopSource.TASK
+                    )
+                    await self._drain_ending(started_at)
+                    raise
+                if not self.control.cancel_issued:
+                    raise  # cancelled by something inside the run, not by us: a bug
+                ending = self._cancelled_ending()
+            except Exception as exc:
+                # A bug or a store failure must still leave the run with a terminal state.
+                self._log.exception("run.crashed")
+                ending = crashed_ending(exc, self._how)
+            return await self._finish(ending, started_at)
+        finally:
+            # Here, not in the model's stream: a cancellation is not an exception to the
+            # tracing API, and spans left open by one are ended with the run's.
+            self._trace.end(self.result)
 
     # -- the loop ----------------------------------------------------------------------
 
@@ -378,6 +398,7 @@ class Run:
                     )
                 return await self._final_turn(FinalTurnReason.MAX_RETRIES)
             except ContextOverflow as exc:
+                self._trace.context_full(self.agent.config.context_window, None)
                 await self._checkpoint_unfinished_turn()
                 return context_exhausted_ending(
                     exc, self._tally, how=self._how, stored=self._stored
@@ -418,6 +439,7 @@ class Run:
             self._log.info(
                 "budget.spent", budget=spent.kind.value, spent=spent.spent, limit=spent.limit
             )
+            self._trace.budget_spent(spent)
             if self._tally.steps_completed == 0:
                 return budget_spent_before_work(spent.sentence(), self._how)
             return FinalTurnReason.BUDGET
@@ -428,6 +450,7 @@ class Run:
             window
             and self._tally.last_usage.total_tokens >= window * self.agent.config.context_threshold
         ):
+            self._trace.context_full(window, self._tally.last_usage.total_tokens)
             return FinalTurnReason.TOKEN_LIMIT
         return None
 
@@ -439,12 +462,18 @@ class Run:
         self._messages.extend(g.message() for g in taken)
         self._log.info("guidance.delivered", guidance_ids=[g.id for g in taken])
         self.events.emit(GuidanceDelivered(self.id, self._tally.turns + 1, taken))
+        self._trace.guidance_delivered(self._tally.turns + 1, len(taken))
 
     def _request(self) -> ModelRequest:
         return ModelRequest(self._messages, tools=[*self._toolbox.specs, FINAL_REPORT, ASK_USER])
 
     async def _call_model(
-        self, request: ModelRequest, *, final: bool, attempts: int | None = None
+        self,
+        request: ModelRequest,
+        *,
+        final: bool,
+        attempts: int | None = None,
+        reason: FinalTurnReason | None = None,
     ) -> ModelResponse:
         """One model turn, retried with backoff. Stop ends a retry wait unless ``final``."""
         policy = self.agent.config.retry
@@ -457,7 +486,14 @@ class Run:
             attempt += 1
             self._tally.activity = "waiting for the model's answer"
             try:
-                response = await self.agent.model.complete(request, self._on_text)
+                with self._trace.chat(
+                    request.messages,
+                    turn=self._tally.turns,
+                    final=final,
+                    reason=None if reason is None else reason.value,
+                ) as chat:
+                    response = await self.agent.model.complete(request, self._on_text)
+                    chat.answered(response)
             except RetryableModelError as exc:
                 self._tally.attempt_failed(exc)
                 retry_after = getattr(exc, "retry_after", None)
@@ -480,6 +516,7 @@ class Run:
             "model.retrying", attempt=attempt, delay_s=round(delay, 3), error=str(error)
         )
         self.events.emit(Retrying(self.id, attempt, delay, str(error)))
+        self._trace.retrying(attempt, delay, error)
         self.events.emit(StepRestarted(self.id, self._tally.turns))
         self._tally.activity = "waiting to retry the model"
         if final:
@@ -594,7 +631,7 @@ class Run:
         attempts = 1 if one_attempt else None
         cause = self._tally.last_error if reason is FinalTurnReason.MAX_RETRIES else None
         try:
-            response = await self._call_model(request, final=True, attempts=attempts)
+            response = await self._call_model(request, final=True, attempts=attempts, reason=reason)
         except (_RetriesExhausted, ModelError) as exc:
             error = exc.error if isinstance(exc, _RetriesExhausted) else exc
             return ending_after_final_turn(
@@ -680,6 +717,7 @@ class Run:
         if self.control.honoured_at is None and self.control.reason is not None:
             self.control.mark_honoured()
             self.events.emit(StopHonoured(self.id, self.control.reason))
+            self._trace.stop_honoured(self.control.reason)
 
     async def _drain_ending(self, started_at: datetime) -> None:
         """Record the ending of a run cancelled from outside, for at most
@@ -699,7 +737,9 @@ class Run:
         except TimeoutError:
             reason = self.control.reason
             self._log.warning(
-                "run.ending_unrecorded", reason=reason and reason.value, waited_s=limit
+                "run.ending_unrecorded",
+                reason=None if reason is None else reason.value,
+                waited_s=limit,
             )
         finally:
             # Also when cancelled again while draining: the write is not left behind.
@@ -769,6 +809,8 @@ class Run:
         self.events.emit(TextDelta(self.id, text))
 
     def _on_tool_start(self, call: ToolCall) -> None:
+        # In the call's own task: a sub-agent it starts puts its trace under this span.
+        self._trace.tool_started(call)
         self._tally.activity = f"running the tool {call.name}"
         self._log.info("tool.started", tool=call.name, call_id=call.id)
         self.events.emit(ToolStarted(self.id, call.id, call.name, call.arguments))
@@ -780,6 +822,7 @@ class Run:
 
     def _on_tool_done(self, outcome: ToolOutcome) -> None:
         call = outcome.call
+        self._trace.tool_ended(call, outcome.ok)
         self._tally.tool_log.append(f"{call.name}: {'ok' if outcome.ok else 'error'}")
         self._log.info("tool.finished", tool=call.name, call_id=call.id, ok=outcome.ok)
         self.events.emit(ToolFinished(self.id, call.id, call.name, outcome.ok, outcome.output))
@@ -789,6 +832,7 @@ class Run:
             StopRequested(self.id, request.reason, request.requested_by, request.source)
         )
         self._recorder.stop_requested(request)
+        self._trace.stop_requested(request)
 
     def _close_calls(
         self, calls: Sequence[ToolCall], *, answered: ToolCall | None, note: str

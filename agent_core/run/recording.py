@@ -81,6 +81,8 @@ class _RunView(Protocol):
 
     @property
     def parent(self) -> _RunView | None: ...
+    @property
+    def trace_context(self) -> str | None: ...
 
 
 def _tolerant(method: Callable[P, Awaitable[None]]) -> Callable[P, Awaitable[None]]:
@@ -241,7 +243,8 @@ class RunRecorder:
         # A run taken from the queue (or resumed in place) is ``running`` already: its
         # claim moved it, with its owner and lease, in one statement.
         expected = [RunState.QUEUED, RunState.RUNNING]
-        moved = await store.set_state(run.id, RunState.RUNNING, expected=expected)
+        traced = {} if run.trace_context is None else {"trace_context": run.trace_context}
+        moved = await store.set_state(run.id, RunState.RUNNING, expected=expected, **traced)
         if not moved:
             log.warning("run.start_not_recorded", run_id=run.id)
 

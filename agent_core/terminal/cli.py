@@ -57,6 +57,7 @@ from agent_core.process.settings_file import (
     raise_all,
     settings_text,
 )
+from agent_core.process.tracing import configure_tracing, flush_traces
 from agent_core.run.agent import Agent
 from agent_core.run.config import AgentConfig
 from agent_core.run.delegation import DELEGATE, stopped_here
@@ -105,6 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         model, servers, config = _configure(settings_text(), args)
         configure_logging("console", os.environ.get("LOG_LEVEL", "").strip() or "WARNING")
+        configure_tracing()  # the same OTEL_* settings as the app
     except SettingsInvalid as exc:
         for problem in exc.problems:
             print(f"threadpilot: {problem}", file=sys.stderr)
@@ -329,6 +331,8 @@ async def _session(
         agent = Agent(model, [*BUILTIN_TOOLS, *mcp.tools], config=config, approvals=approvals)
         return await _run(agent, args.task, args.json, shutdowns)
     finally:
+        # The run is over (checkpointed, its spans ended): send its trace, bounded.
+        await flush_traces()
         await asyncio.shield(mcp.close())
         await model.aclose()
 

@@ -131,6 +131,10 @@ class RunRecord:
     """Why the decision was made, for logs and the status message."""
     resume_by: str | None = None
     """Who cancelled or hurried a resume (a Slack user id); None for the policy."""
+    trace_context: str | None = None
+    """The W3C ``traceparent`` of the run's trace (:mod:`agent_core.process.tracing`),
+    written as it starts when traces are on: a Stop taken by another worker, the
+    reconciler and a resume link to it. None when untraced."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,10 +22,20 @@ from bot.config.settings import ENV_FILE, Settings
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
-__all__ = ["ENVIRONMENT_CUTOFF", "READ_BY_OTHERS", "UnknownSetting", "unknown_settings"]
+__all__ = [
+    "ENVIRONMENT_CUTOFF",
+    "READ_BY_OTHERS",
+    "READ_BY_THE_TRACING_SDK",
+    "UnknownSetting",
+    "unknown_settings",
+]
 
 READ_BY_OTHERS = frozenset({"POSTGRES_PASSWORD"})
 """Names that belong in ``.env`` without being settings: ``compose.yaml`` reads them."""
+
+READ_BY_THE_TRACING_SDK = "OTEL_"
+"""The OpenTelemetry settings (``OTEL_*``): the tracing SDK reads them itself
+(agent_core/process/tracing/), so they are never unknown."""
 
 ENVIRONMENT_CUTOFF = 0.85
 """How close (difflib's ratio) a variable of the environment must be to a setting's name,
@@ -60,7 +70,13 @@ def unknown_settings(
     known = sorted(Settings.model_fields)
     found: list[UnknownSetting] = []
     if env_file is not None and Path(env_file).is_file():
-        names = [n for n in dotenv_values(env_file) if n not in known and n not in READ_BY_OTHERS]
+        names = [
+            n
+            for n in dotenv_values(env_file)
+            if n not in known
+            and n not in READ_BY_OTHERS
+            and not n.startswith(READ_BY_THE_TRACING_SDK)
+        ]
         found += [UnknownSetting(n, str(env_file), _nearest(n, known, 0.6)) for n in names]
     first_words = tuple({f"{n.split('_', 1)[0]}_" for n in known if "_" in n})
     shared = os.environ if environ is None else environ

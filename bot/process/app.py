@@ -55,6 +55,7 @@ from agent_core import (
     RetryPolicy,
     StorageError,
     build_model,
+    flush_traces,
 )
 from agent_core.run.delegation import DELEGATE
 from agent_core.stores.factory import open_store
@@ -120,6 +121,10 @@ MCP_CLOSE_S = 5.0
 """Closing the MCP servers at shutdown: a stdio server that ignores its closed stdin is
 SIGTERMed after 2 s. One still running past this ends on its own when we exit (its stdin
 closes)."""
+
+TRACE_FLUSH_S = 2.0
+"""Sending the spans still buffered at shutdown, when traces are on; a receiver that is
+down costs at most this."""
 
 STEP_TIMEOUT_S = 8.0
 """Each start-up step that waits on something outside (Slack, the database, the Socket
@@ -540,6 +545,8 @@ class ThreadpilotApp:
                     )
                 if self.ctx is not None:
                     await self.ctx.supervisor.shutdown(timeout_s * 0.6)
+                # The runs are checkpointed and their spans ended: send what is buffered.
+                await flush_traces(TRACE_FLUSH_S)
                 # The runs have ended (their MCP calls were cancelled with them).
                 await _bounded(self.mcp.close(), MCP_CLOSE_S, "mcp.close")
                 if self._home is not None:

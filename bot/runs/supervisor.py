@@ -368,6 +368,7 @@ class Supervisor:
             restore=checkpoint,
             resumed_because=stored_ended_because(record),
             spent=spent_of(record),  # the same request: its budget goes on
+            trace_links=_traced_before(record),  # a new trace, linked to the run's last
         )
         session = RunSession(
             run, surface, store=self._store, status_ts=record.status_ts, resumed=True
@@ -392,6 +393,7 @@ class Supervisor:
             requester=previous.requester,
             thread=previous.thread,
             spent=spent_of(previous),  # the same request: its budget goes on
+            trace_links=_traced_before(previous),
         )
         session = RunSession(run, surface, store=self._store)
         auto_resumes = previous.auto_resumes + 1
@@ -419,6 +421,7 @@ class Supervisor:
             restore=replace(checkpoint, turn=0) if checkpoint else None,
             resumed_because=EndedBecause.BUDGET_EXHAUSTED,
             continued_from=previous.id,
+            trace_links=_traced_before(previous),
         )
         session = RunSession(run, surface, store=self._store)
         # A person asked for it: not one of the thread's automatic resumes.
@@ -568,3 +571,8 @@ class Supervisor:
                 log.exception("run.not_released", run_id=run_id)
                 continue
             log.info("run.released", run_id=run_id, reason="shutting down")
+
+
+def _traced_before(record: RunRecord) -> tuple[str, ...]:
+    """The trace ``record``'s run last had, which a run continuing it links to."""
+    return () if record.trace_context is None else (record.trace_context,)

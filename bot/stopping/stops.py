@@ -71,6 +71,7 @@ from agent_core import (
     StopReason,
     StopRequestRecord,
     StorageError,
+    record_elsewhere,
     strongest,
 )
 from agent_core.values.answering import answering
@@ -393,6 +394,18 @@ class StopService:
             self._metrics.stop_asked(decision.ask.kind, decision.ask.source, verdict)
         if decision.request is not None and not decision.audited:
             await self._audit(decision, decision.request)
+        if decision.request is not None and decision.record is not None and not decision.local:
+            # Another worker runs it: this worker's part shows in the run's trace as a link.
+            record_elsewhere(
+                "threadpilot.stop_request",
+                decision.record.trace_context,
+                {
+                    "threadpilot.run.id": decision.record.id,
+                    "threadpilot.stop.kind": ask.kind.value,
+                    "threadpilot.stop.requested_by": ask.user,
+                    "threadpilot.stop.source": ask.source.value,
+                },
+            )
         decision = await self._answer_once(decision)
         record = decision.record
         if decision.resume_cancelled:

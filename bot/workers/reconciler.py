@@ -66,6 +66,7 @@ from agent_core import (
     Timings,
     Usage,
     ended_by_person,
+    record_elsewhere,
     strongest,
 )
 from agent_core.run.delegation import MAX_DEPTH
@@ -264,6 +265,12 @@ class Reconciler:
         await self._end_sub_agents(record, stops, now)
         if not won:
             return None
+        record_elsewhere(
+            "threadpilot.run_taken_over",
+            record.trace_context,
+            {"threadpilot.run.id": record.id, "threadpilot.run.owner": record.owner or ""},
+            ended_because=result.ended_because,
+        )
         await self._store.record_event(
             AuditEvent(
                 run_id=record.id,

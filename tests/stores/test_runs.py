@@ -29,6 +29,18 @@ def a_run(run_id: str = "run-1", **fields: Any) -> RunRecord:
     return dataclasses.replace(run, **fields)
 
 
+async def test_a_run_keeps_the_trace_context_it_started_with(store: Store) -> None:
+    traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    await store.create_run(a_run())
+    assert await store.set_state(
+        "run-1", RunState.RUNNING, expected=[RunState.QUEUED], trace_context=traceparent
+    )
+
+    got = await store.get_run("run-1")
+
+    assert got is not None and got.trace_context == traceparent
+
+
 async def test_create_and_get_round_trips_every_field(store: Store) -> None:
     run = RunRecord(
         id="run-full",

@@ -170,6 +170,12 @@ async def test_a_port_already_in_use(slack: FakeSlack, tmp_path: Path) -> None:
     assert_one_line_naming(result, "PORT", str(port), "already in use")
 
 
+async def test_a_bad_tracing_flag(slack: FakeSlack, tmp_path: Path) -> None:
+    result = await run_bot(slack, tmp_path, OTEL_SDK_DISABLED="maybe")
+
+    assert_one_line_naming(result, "OTEL_SDK_DISABLED", "true or false", "'maybe'")
+
+
 async def test_a_metrics_port_already_in_use(slack: FakeSlack, tmp_path: Path) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
