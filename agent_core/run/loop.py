@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import dataclasses
 from typing import TYPE_CHECKING, Protocol
 
 import structlog
@@ -32,7 +31,9 @@ import structlog
 from agent_core.process.tracing import RunTrace, run_trace
 from agent_core.run.approval_gate import ApprovalGate
 from agent_core.run.delegation import MAX_DEPTH, SUB_AGENT_NOTE, Delegation
+from agent_core.run.model_turns import ModelTurns, RetriesExhausted, StopDuringWait
 from agent_core.run.recording import RunRecorder
+from agent_core.run.result import run_result
 from agent_core.run.step_log import (
     InterruptedStep,
     StepLog,
@@ -55,6 +56,7 @@ from agent_core.run.steps import (
     default_outcome,
     ending_after_final_turn,
     ending_for_step,
+    final_report_of,
     model_failed_ending,
     parse_ask,
     parse_report,
@@ -63,42 +65,33 @@ from agent_core.run.steps import (
     tool_result,
 )
 from agent_core.run.tally import RunTally
+from agent_core.run.tool_reports import ToolReports
 from agent_core.tools.toolbox import (
     ASK_USER,
     FINAL_REPORT,
     Tool,
     Toolbox,
-    ToolOutcome,
     gather_tools,
 )
 from agent_core.values.budget import Budget, admit_calls
 from agent_core.values.chat import ModelRequest
 from agent_core.values.clock import utcnow
-from agent_core.values.ended import EndedBecause, classify
+from agent_core.values.ended import EndedBecause
 from agent_core.values.errors import (
     ContextOverflow,
     FatalModelError,
     ModelError,
     RateLimited,
-    RetryableModelError,
 )
 from agent_core.values.events import (
     EventHub,
     GuidanceDelivered,
-    Retrying,
     RunFinished,
-    StepRestarted,
     StopHonoured,
     StopRequested,
-    TextDelta,
-    ToolFinished,
-    ToolProgress,
-    ToolStarted,
-    TurnFinished,
-    TurnStarted,
 )
 from agent_core.values.guidance import Guidance, GuidanceInbox
-from agent_core.values.outcomes import ExitCode, Handoff, Outcome, RunResult, Timings
+from agent_core.values.outcomes import ExitCode, Outcome, RunResult
 from agent_core.values.prompts import FinalTurnReason, final_turn_instruction, resumed_note
 from agent_core.values.records import ThreadKey
 from agent_core.values.stop import RunControl, StopReason, StopSource
@@ -124,16 +117,6 @@ _current_run: contextvars.ContextVar[Run] = contextvars.ContextVar("threadpilot_
 def current_run() -> Run:
     """The run whose tool is executing now (for tools that start child runs)."""
     return _current_run.get()
-
-
-class _StopDuringWait(Exception):
-    """A stop arrived while waiting to retry: go to the step boundary now."""
-
-
-class _RetriesExhausted(Exception):
-    def __init__(self, error: RetryableModelError) -> None:
-        super().__init__(str(error))
-        self.error = error
 
 
 class RunSetup(Protocol):
@@ -259,6 +242,20 @@ class Run:
             parent=parent._trace if parent is not None else None,
             links=trace_links,
         )
+        self._turns = ModelTurns(
+            run_id,
+            agent.model,
+            agent.config.retry,
+            tally=self._tally,
+            events=self.events,
+            trace=self._trace,
+            budget=self.budget,
+            control=self.control,
+            log=self._log,
+        )
+        self._tool_reports = ToolReports(
+            run_id, tally=self._tally, events=self.events, trace=self._trace, log=self._log
+        )
         self.control.add_listener(self._on_stop_requested)
         if parent is not None:
             parent.control.adopt(self.control)
@@ -377,10 +374,13 @@ class Run:
                 return await self._final_turn(forced)
             self._deliver_guidance()
             try:
-                response = await self._call_model(self._request(), final=False)
-            except _StopDuringWait:
+                response = await self._turns.call(self._request(), final=False)
+            except StopDuringWait as wait:
+                # After a rate limit the final turn gets one attempt: the provider has
+                # just said it will refuse for a while, and the person asked to end now.
+                self._stop_cut_rate_limit = wait.after_rate_limit
                 continue
-            except _RetriesExhausted as exc:
+            except RetriesExhausted as exc:
                 self._tally.last_error = exc.error
                 if isinstance(exc.error, RateLimited) and self.control.reason is StopReason.STOP:
                     # Stopped while the last attempt was being refused: the person's stop
@@ -467,78 +467,6 @@ class Run:
     def _request(self) -> ModelRequest:
         return ModelRequest(self._messages, tools=[*self._toolbox.specs, FINAL_REPORT, ASK_USER])
 
-    async def _call_model(
-        self,
-        request: ModelRequest,
-        *,
-        final: bool,
-        attempts: int | None = None,
-        reason: FinalTurnReason | None = None,
-    ) -> ModelResponse:
-        """One model turn, retried with backoff. Stop ends a retry wait unless ``final``."""
-        policy = self.agent.config.retry
-        attempts = attempts or policy.max_attempts
-        self._tally.turns += 1
-        self.events.emit(TurnStarted(self.id, self._tally.turns, final=final))
-        self._log.info("turn.started", turn=self._tally.turns, final=final)
-        attempt = 0
-        while True:
-            attempt += 1
-            self._tally.activity = "waiting for the model's answer"
-            try:
-                with self._trace.chat(
-                    request.messages,
-                    turn=self._tally.turns,
-                    final=final,
-                    reason=None if reason is None else reason.value,
-                ) as chat:
-                    response = await self.agent.model.complete(request, self._on_text)
-                    chat.answered(response)
-            except RetryableModelError as exc:
-                self._tally.attempt_failed(exc)
-                retry_after = getattr(exc, "retry_after", None)
-                if attempt >= attempts or (retry_after or 0) > policy.max_retry_after_s:
-                    self._tally.gave_up()
-                    raise _RetriesExhausted(exc) from exc
-                await self._wait_to_retry(attempt, policy.delay(attempt, retry_after), exc, final)
-                continue
-            self._tally.answered(response.usage)
-            self.budget.charge(response.usage)
-            self.events.emit(
-                TurnFinished(self.id, self._tally.turns, self._tally.usage, response.usage)
-            )
-            return response
-
-    async def _wait_to_retry(
-        self, attempt: int, delay: float, error: ModelError, final: bool
-    ) -> None:
-        self._log.warning(
-            "model.retrying", attempt=attempt, delay_s=round(delay, 3), error=str(error)
-        )
-        self.events.emit(Retrying(self.id, attempt, delay, str(error)))
-        self._trace.retrying(attempt, delay, error)
-        self.events.emit(StepRestarted(self.id, self._tally.turns))
-        self._tally.activity = "waiting to retry the model"
-        if final:
-            await asyncio.sleep(delay)
-            return
-        # The time budget running out ends the wait as a Stop does (nothing else can
-        # spend the budget while the run waits).
-        left = self.budget.time_left()
-        budget_first = left is not None and left < delay
-        if self.control.reason is not StopReason.STOP:
-            try:
-                async with asyncio.timeout(left if budget_first else delay):
-                    await self.control.wait_requested()
-            except TimeoutError:
-                if not budget_first:
-                    return
-        # A Stop ends the wait at once and goes to the final turn. After
-        # a rate limit that turn gets one attempt: the provider has just said it will
-        # refuse for a while, and the person asked for the run to end now, not later.
-        self._stop_cut_rate_limit = isinstance(error, RateLimited)
-        raise _StopDuringWait
-
     async def _take_step(self, response: ModelResponse) -> Step:
         calls = response.tool_calls
         self._messages.append(assistant_message(response))
@@ -584,9 +512,9 @@ class Run:
         outcomes = await gather_tools(
             self._toolbox,
             calls,
-            self._on_tool_start,
-            self._on_tool_done,
-            self._on_tool_progress,
+            self._tool_reports.started,
+            self._tool_reports.done,
+            self._tool_reports.progress,
         )
         self._messages.extend(o.message() for o in outcomes)
 
@@ -631,9 +559,9 @@ class Run:
         attempts = 1 if one_attempt else None
         cause = self._tally.last_error if reason is FinalTurnReason.MAX_RETRIES else None
         try:
-            response = await self._call_model(request, final=True, attempts=attempts, reason=reason)
-        except (_RetriesExhausted, ModelError) as exc:
-            error = exc.error if isinstance(exc, _RetriesExhausted) else exc
+            response = await self._turns.call(request, final=True, attempts=attempts, reason=reason)
+        except (RetriesExhausted, ModelError) as exc:
+            error = exc.error if isinstance(exc, RetriesExhausted) else exc
             return ending_after_final_turn(
                 reason,
                 None,
@@ -649,18 +577,9 @@ class Run:
             if timer is not None:
                 timer.cancel()
         self._messages.extend([instruction, assistant_message(response)])
-        report = next(
-            (
-                r
-                for c in response.tool_calls
-                if c.name == FINAL_REPORT.name
-                if (r := parse_report(c.arguments))
-            ),
-            None,
-        )
         return ending_after_final_turn(
             reason,
-            report,
+            final_report_of(response),
             response.text,
             how=self._how,
             default_outcome=default_outcome(reason, self._tally.last_error),
@@ -751,7 +670,17 @@ class Run:
         undelivered = self._guidance.close()
         if undelivered:
             self._log.info("guidance.undelivered", guidance_ids=[g.id for g in undelivered])
-        result = self._result(ending, started_at, undelivered)
+        result = run_result(
+            ending,
+            run_id=self.id,
+            control=self.control,
+            tally=self._tally,
+            started_at=started_at,
+            undelivered=undelivered,
+            children=self._children,
+            continued_from=self.continued_from,
+            spent=self.budget.spent() if self.parent is None else None,
+        )
         self.result = result
         if self.parent is not None:
             self.parent.control.release(self.control)
@@ -767,65 +696,6 @@ class Run:
         )
         self.events.emit(RunFinished(self.id, result))
         return result
-
-    def _result(
-        self, ending: Ending, started_at: datetime, undelivered: tuple[Guidance, ...]
-    ) -> RunResult:
-        request = self.control.request
-        honoured = self.control.honoured_at is not None
-        handoff = Handoff(
-            ending.outcome,
-            ending.evidence,
-            ending.artifacts,
-            ending.next_step,
-            stopped_by=request.requested_by if request and honoured else None,
-            question=ending.question,
-        )
-        return RunResult(
-            run_id=self.id,
-            outcome=ending.outcome,
-            exit_code=ending.exit_code,
-            handoff=handoff,
-            stop_reason=request.reason if request else None,
-            turns=self._tally.reached_turns,
-            usage=self._tally.usage,
-            timings=Timings(
-                started_at, utcnow(), self.control.first_requested_at, self.control.honoured_at
-            ),
-            final_text=ending.final_text,
-            error=ending.error,
-            children=tuple(c.result for c in self._children if c.result is not None),
-            undelivered_guidance=undelivered,
-            ended_because=classify(
-                dataclasses.replace(ending.clues, stop=request.reason if request else None)
-            ),
-            retry_after_s=ending.retry_after_s,
-            continued_from=self.continued_from,
-            spent=self.budget.spent() if self.parent is None else None,
-        )
-
-    def _on_text(self, text: str) -> None:
-        self._tally.activity = "streaming the model's answer"
-        self.events.emit(TextDelta(self.id, text))
-
-    def _on_tool_start(self, call: ToolCall) -> None:
-        # In the call's own task: a sub-agent it starts puts its trace under this span.
-        self._trace.tool_started(call)
-        self._tally.activity = f"running the tool {call.name}"
-        self._log.info("tool.started", tool=call.name, call_id=call.id)
-        self.events.emit(ToolStarted(self.id, call.id, call.name, call.arguments))
-
-    def _on_tool_progress(
-        self, call: ToolCall, progress: float, total: float | None, message: str | None
-    ) -> None:
-        self.events.emit(ToolProgress(self.id, call.id, call.name, progress, total, message))
-
-    def _on_tool_done(self, outcome: ToolOutcome) -> None:
-        call = outcome.call
-        self._trace.tool_ended(call, outcome.ok)
-        self._tally.tool_log.append(f"{call.name}: {'ok' if outcome.ok else 'error'}")
-        self._log.info("tool.finished", tool=call.name, call_id=call.id, ok=outcome.ok)
-        self.events.emit(ToolFinished(self.id, call.id, call.name, outcome.ok, outcome.output))
 
     def _on_stop_requested(self, request: StopRequest) -> None:
         self.events.emit(

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 import pydantic
 
-from agent_core.tools.toolbox import AskUser, FinalReport
+from agent_core.tools.toolbox import FINAL_REPORT, AskUser, FinalReport
 from agent_core.values.ended import Clues
 from agent_core.values.errors import ModelUnreachable
 from agent_core.values.outcomes import ExitCode, Outcome, exit_code_of, strip_softeners
@@ -414,3 +414,16 @@ def assistant_message(response: ModelResponse) -> ChatMessage:
 
 def tool_result(call: ToolCall, content: str) -> ChatMessage:
     return {"role": "tool", "tool_call_id": call.id, "content": content}
+
+
+def final_report_of(response: ModelResponse) -> FinalReport | None:
+    """The report a final turn's reply makes through ``final_report``, if it makes one."""
+    return next(
+        (
+            r
+            for c in response.tool_calls
+            if c.name == FINAL_REPORT.name
+            if (r := parse_report(c.arguments))
+        ),
+        None,
+    )
