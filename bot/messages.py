@@ -488,6 +488,10 @@ CLICK_NOT_FROM_RUN = (
     "That button is not on this run's own status message, so nothing changed. "
     "Use the buttons on the run's status message in its thread."
 )
+NOT_THIS_WORKSPACE = (
+    "That run is not one of this workspace's, so nothing changed. "
+    "Each workspace sees and controls only its own runs."
+)
 RUN_NOT_RECORDED = (
     "I could not start on this: threadpilot's database did not answer, so the request "
     "could not be recorded. Nothing is running. Please mention me again in a minute."

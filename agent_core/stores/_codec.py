@@ -102,6 +102,7 @@ RUN_COLUMNS = (
     "resume_at",
     "resume_reason",
     "resume_by",
+    "enterprise_id",
 )
 STOP_COLUMNS = (
     "id",
@@ -329,6 +330,7 @@ def run_from_row(row: Row) -> RunRecord:
         resume_at=from_db_time(row["resume_at"]),
         resume_reason=row["resume_reason"],
         resume_by=row["resume_by"],
+        enterprise_id=row["enterprise_id"],
     )
 
 

@@ -129,6 +129,9 @@ class RunRecord:
     """Why the decision was made, for logs and the status message."""
     resume_by: str | None = None
     """Who cancelled or hurried a resume (a Slack user id); None for the policy."""
+    enterprise_id: str | None = None
+    """The Enterprise Grid org of the run's workspace (``thread.team``); None for a
+    standalone workspace, the terminal, or when not known."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -147,7 +147,7 @@ class ApprovalClicks:
         """Before the ack: decided and, if it counts, committed; ``LATE`` if the database
         has not answered within the budget (the decision goes on). Never raises for a
         database fault (the answer then says nothing was recorded)."""
-        refusal = await self._trust.refusal(Person(ask.user, ask.user_team))
+        refusal = await self._trust.refusal(_person(ask))
         if refusal is not None:
             return ApprovalClick(ask, ApprovalVerdict.UNTRUSTED, answer=refusal)
         deciding = asyncio.create_task(self._decide(ask), name=f"approval-click:{ask.approval_id}")
@@ -303,7 +303,7 @@ class ApprovalClicks:
 
     async def _shown(self, ask: ApprovalAsk) -> ApprovalRecord | str:
         """The approval whose arguments ``ask``'s person may see in full, or why not."""
-        refusal = await self._trust.refusal(Person(ask.user, ask.user_team))
+        refusal = await self._trust.refusal(_person(ask))
         if refusal is not None:
             return refusal
         try:
@@ -334,10 +334,17 @@ class ApprovalClicks:
             log.warning("approval.reply_failed", error=repr(exc))
 
 
+def _person(ask: ApprovalAsk) -> Person:
+    """The person clicking, with the workspace the click comes from."""
+    workspace = ask.team or (ask.message.team if ask.message is not None else None)
+    return Person(ask.user, ask.user_team, workspace)
+
+
 def _comes_from(ask: ApprovalAsk, record: ApprovalRecord) -> bool:
-    """A click counts only on the approval's own message, or on App Home."""
+    """A click counts only on the approval's own message, or on its own workspace's App
+    Home (a Home click from another workspace names a run not of its own)."""
     if ask.on_home:
-        return True
+        return ask.team is not None and ask.team == record.thread.team
     where = ask.message
     thread = record.thread
     if where is None or (where.team, where.channel) != (thread.team, thread.channel):

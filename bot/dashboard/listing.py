@@ -125,7 +125,7 @@ class Dashboard:
         """What ``viewer`` sees now. Raises :class:`agent_core.StorageError`.
 
         Someone who may not use the app (:mod:`bot.access.trust`) sees only why."""
-        if (refusal := await self._trust.refusal(Person(viewer))) is not None:
+        if (refusal := await self._trust.refusal(Person(viewer, workspace=team))) is not None:
             return Listing(viewer=viewer, admin=False, now=utcnow(), notice=refusal, refused=True)
         admin = self.is_admin(viewer)
         requester = None if admin else viewer
@@ -209,7 +209,8 @@ class Dashboard:
         asker's own team, when the payload names it."""
         if not self.is_admin(user):
             return StopAll(refusal=messages.STOP_ALL_NOT_ALLOWED)
-        if (refusal := await self._trust.refusal(Person(user, user_team))) is not None:
+        person = Person(user, user_team, team)
+        if (refusal := await self._trust.refusal(person)) is not None:
             return StopAll(refusal=refusal)
         try:
             async with asyncio.timeout(READ_BUDGET_S):
@@ -222,7 +223,7 @@ class Dashboard:
             r.id for r in live if r.state is RunState.STOPPING
         }
         targets = {r.id: r for r in live if r.id not in stopping}
-        asks = [_ask(Person(user, user_team), source, run_id) for run_id in targets]
+        asks = [_ask(person, source, run_id) for run_id in targets]
         decisions = await self._stops.request_many(asks, targets, delivery=delivery)
         log.info(
             "stop_all.requested",
@@ -241,7 +242,12 @@ class Dashboard:
 
 def _ask(person: Person, source: StopSource, run_id: str) -> StopAsk:
     return StopAsk(
-        user=person.user, kind=StopReason.STOP, source=source, run_id=run_id, user_team=person.team
+        user=person.user,
+        kind=StopReason.STOP,
+        source=source,
+        run_id=run_id,
+        user_team=person.team,
+        team=person.workspace,
     )
 
 

@@ -137,7 +137,9 @@ class Mentions:
 
     async def _admit(self, asked: Asked, person: Person | None) -> Asked:
         """Accept the run, unless its person may not use the app at all."""
-        refusal = await self._ctx.trust.refusal(person or Person(asked.user))
+        refusal = await self._ctx.trust.refusal(
+            person or Person(asked.user, workspace=asked.thread.team)
+        )
         if refusal is not None:
             return replace(asked, refusal=refusal)
         return await self._accept(asked)

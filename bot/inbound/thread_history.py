@@ -173,7 +173,7 @@ async def read_thread(
         and not (me.wrote(m) or m.get("bot_id"))
         and m.get("subtype") in (None, "thread_broadcast")
     }
-    untrusted = await trust.untrusted(written)
+    untrusted = await trust.untrusted(written, workspace=thread.team)
     history = history_from(written, me, exclude_ts=asked_ts or "", untrusted=untrusted)
     return ThreadRead(history, frozenset(people))
 

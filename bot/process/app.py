@@ -61,18 +61,29 @@ from agent_core.stores.factory import open_store
 from agent_core.tools.mcp import McpManager
 from agent_core.values.redact import public_url, redact
 from bot import messages
+from bot.access.organisation import Organisations, Scope
 from bot.access.trust import TrustGate
 from bot.approvals.clicks import ApprovalClicks
 from bot.approvals.desk import ApprovalDesk
 from bot.dashboard.listing import Dashboard
 from bot.dashboard.refresh import HomeRefresher
 from bot.errors import SlackUnreachable
-from bot.handlers import actions, approvals, command, events, feedback, home, mentions
+from bot.handlers import (
+    actions,
+    approvals,
+    command,
+    events,
+    feedback,
+    home,
+    mentions,
+    team_access,
+)
 from bot.handlers.context import BotContext
 from bot.inbound.dedupe import Deliveries, EventDeduper
 from bot.observe.metrics import CONTENT_TYPE, Metrics
 from bot.process.http_guard import Refusal, SlackRequestGuard, on_bolt_error
 from bot.process.slack_silence import SILENCE_S, SlackSilence
+from bot.runs.team_end import TeamEnd
 from bot.runs.tools import SLACK_READ_THREAD, slack_read_thread
 from bot.slack_api.identity import AppIdentity
 from bot.slack_api.surface import Workspaces
@@ -156,6 +167,9 @@ class ThreadpilotApp:
         self.metrics_port: int | None = None
         """Where ``METRICS_PORT``'s listener is bound (None without it)."""
         self.ctx: BotContext | None = None
+        self._organisations: Organisations | None = None
+        """Which workspaces are one enterprise (:mod:`bot.access.organisation`)."""
+        self._team_end: TeamEnd | None = None
         self.bolt: AsyncApp | None = None
 
     # -- start -------------------------------------------------------------------------
@@ -228,7 +242,9 @@ class ThreadpilotApp:
         supervisor), the stop service, the App Home."""
         settings = self.settings
         workspaces = Workspaces(client, me, metrics=self.metrics)
-        trust = TrustGate(settings, workspaces, me.team_id)
+        own = Scope(me.team_id, me.enterprise_id) if me.team_id else None
+        self._organisations = organisations = Organisations(own)
+        trust = TrustGate(settings, workspaces, me.team_id, organisations=organisations)
         desk = ApprovalDesk(store, workspaces, metrics=self.metrics)
         worker = Worker(
             store,
@@ -253,6 +269,7 @@ class ThreadpilotApp:
             trust,
             metrics=self.metrics,
         )
+        self._team_end = TeamEnd(store, worker.supervisor, workspaces)
         self._dashboard = Dashboard(store, settings, workspaces, stops, trust, worker.supervisor)
         self._home = HomeRefresher(self._dashboard, store, workspaces)
         clicks = ApprovalClicks(store, desk, settings, trust, workspaces, budget_s=ACK_BUDGET_S)
@@ -351,6 +368,9 @@ class ThreadpilotApp:
             return await on_bolt_error(error, request, response)
 
         bolt.error(on_error)
+        # First: every payload teaches which enterprise its workspace is of (trust asks).
+        assert self._organisations is not None and self._team_end is not None
+        team_access.register(bolt, self._organisations, ctx.store, self._team_end)
         bolt.middleware(deduper.middleware)
         self._late = mentions.register(bolt, ctx)
         # Before actions.register, whose last listener takes every button nobody took.

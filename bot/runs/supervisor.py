@@ -150,8 +150,12 @@ class Supervisor:
         max_live: int | None = None,
         max_per_user: int | None = None,
         load: LoopLoad | None = None,
+        enterprise_of: Callable[[str], str | None] | None = None,
     ) -> None:
+        """``enterprise_of``: the Enterprise Grid org of a workspace, as far as Slack has
+        said (:meth:`bot.access.trust.TrustGate.enterprise_of`), written on each run."""
         self.agent = agent
+        self._enterprise_of = enterprise_of or _no_enterprise
         self._max_live = max_live
         """``MAX_LIVE_RUNS``: runs beyond it wait in the queue (:mod:`bot.runs.run_queue`)."""
         self._max_per_user = max_per_user
@@ -288,7 +292,13 @@ class Supervisor:
         """
         if thread in self._by_thread:
             return Admission.THREAD_BUSY
-        record = RunRecord(id=run_id, thread=thread, requester=requester, task=task)
+        record = RunRecord(
+            id=run_id,
+            thread=thread,
+            requester=requester,
+            task=task,
+            enterprise_id=self._enterprise_of(thread.team),
+        )
         if not self._accepting:
             admission = await self._store.admit_run(record, limit=self._max_per_user)
             if admission is Admission.ACCEPTED:
@@ -601,6 +611,7 @@ class Supervisor:
             task=run.task,
             continued_from=run.continued_from,
             auto_resumes=auto_resumes,
+            enterprise_id=self._enterprise_of(run.thread.team),
         )
         return leased(record, owner=self._worker_id, lease_ttl_s=self._lease_ttl_s)
 
@@ -677,3 +688,7 @@ async def _quietly(work: Awaitable[object], what: str) -> bool:
         log.exception("store.write_failed", step=what)
         return False
     return True
+
+
+def _no_enterprise(team: str) -> str | None:
+    return None

@@ -64,7 +64,7 @@ def slack_read_thread(workspaces: Workspaces, me: AppIdentity, trust: TrustGate)
             raise ToolError(f"Slack would not give the thread ({exc.error})") from exc
         except BudgetNotRunning as exc:
             raise ToolError("threadpilot is shutting down") from exc
-        untrusted = await trust.untrusted(replies.newest)
+        untrusted = await trust.untrusted(replies.newest, workspace=run.thread.team)
         history = history_from(replies.newest, me, exclude_ts="", untrusted=untrusted)
         lines = [_line(m["role"], str(m["content"])) for m in history]
         return _heading(len(lines), replies.read, replies.complete) + "\n".join(lines)

@@ -179,6 +179,16 @@ class Workspaces:
                 self._surfaces[team_id] = surface
         return surface
 
+    async def drop(self, team_id: str) -> None:
+        """``team_id`` can no longer be reached (uninstalled, revoked): its budget stops
+        now, its pending writes dropped, so every call its runs still make fails with
+        :class:`bot.errors.BudgetNotRunning` instead of reaching Slack. A later
+        :meth:`get` (a re-install) starts a fresh surface."""
+        async with self._lock:
+            surface = self._surfaces.pop(team_id, None)
+        if surface is not None:
+            await surface.budget.close(flush_timeout_s=0)
+
     async def close(self) -> None:
         """Flush every workspace's pending final writes, then stop the budgets."""
         surfaces, self._surfaces = list(self._surfaces.values()), {}

@@ -168,7 +168,8 @@ class StopService:
         Whoever may not act at all (:mod:`bot.access.trust`) is refused first, and nothing about
         the run is read.
         """
-        refusal = await self._trust.refusal(Person(ask.user, ask.user_team))
+        person = Person(ask.user, ask.user_team, ask.workspace)
+        refusal = await self._trust.refusal(person)
         if refusal is not None:
             return StopDecision(ask, Verdict.UNTRUSTED, failure=refusal)
         live = self._live(ask)
@@ -460,7 +461,8 @@ class StopService:
         """Before the ack: decide and commit, every store call in the budget; never raises
         for a database fault (the answer then says nothing was recorded). Whoever may not
         act at all (:mod:`bot.access.trust`) is refused first."""
-        refusal = await self._trust.refusal(Person(ask.user))
+        workspace = ask.message.team if ask.message is not None else None
+        refusal = await self._trust.refusal(Person(ask.user, workspace=workspace))
         if refusal is not None:
             return ResumeDecided(ask, None, failure=refusal)
         try:
@@ -609,6 +611,8 @@ def stop_answer(decision: StopDecision, settings: Settings) -> str | None:
             return messages.not_allowed(settings.STOP_POLICY.value, decision.requester)
         case Verdict.NOT_THIS_RUN:
             return messages.CLICK_NOT_FROM_RUN
+        case Verdict.OTHER_WORKSPACE:
+            return messages.NOT_THIS_WORKSPACE
         case Verdict.UNTRUSTED:
             return decision.failure
         case Verdict.FINISHED:
