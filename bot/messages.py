@@ -128,6 +128,19 @@ def spend(spent: Spent) -> str:
 # -- the live status line --------------------------------------------------------------
 
 STATUS_STARTING = "Starting..."
+HISTORY_NOT_READ = (
+    "Older thread messages were not read: Slack lets this app read a thread only once a "
+    "minute. This run starts from what threadpilot kept of the thread."
+)
+THREAD_READ_IN_PART_LIMITED = (
+    "Slack lets this app read only the start of a thread, once a minute: the later "
+    "messages of this thread were not read"
+)
+HISTORY_NOT_READ_TOOL = (
+    "The thread could not be read now: Slack lets this app read a thread only once a "
+    "minute per workspace, and that allowance is spent. Older thread messages were not "
+    "read; go on with what you have, or try again in a minute."
+)
 
 
 def status_queued(ahead: int) -> str:

@@ -69,10 +69,12 @@ if TYPE_CHECKING:
 __all__ = [
     "DEPRECATED_SETTINGS",
     "ENV_FILE",
+    "HistoryLimit",
     "ModelEndpointSettings",
     "Settings",
     "SettingsInvalid",
     "StopPolicy",
+    "default_history_limit",
     "load_settings",
 ]
 
@@ -93,6 +95,23 @@ class StopPolicy(StrEnum):
     PARTICIPANTS = "participants"
     """Anyone who has written in the run's thread."""
     ANYONE = "anyone"
+
+
+class HistoryLimit(StrEnum):
+    """How often Slack lets the app read a thread (``conversations.replies``)."""
+
+    TIER3 = "tier3"
+    """An internal, customer-built app: about 50 calls a minute, 1,000 messages each."""
+    DISTRIBUTED = "distributed"
+    """A commercially distributed app not in the Slack Marketplace: one call a minute
+    per workspace, at most 15 messages."""
+
+
+def default_history_limit(settings: Settings) -> HistoryLimit:
+    """``SLACK_HISTORY_LIMIT`` when it is not set: ``tier3`` with a bot token (an app
+    built for its own workspace). An app distributed by OAuth is held to ``distributed``
+    by Slack, so OAuth mode is where this would say so."""
+    return HistoryLimit.TIER3
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,6 +204,11 @@ class Settings(BaseSettings):
     )
     ALLOW_GUESTS: bool = Field(
         default=False, description="true: the workspace's guests may use the app."
+    )
+    SLACK_HISTORY_LIMIT: HistoryLimit | None = Field(
+        default=None,
+        description="tier3|distributed: how often Slack lets the app read a thread "
+        "(distributed: one conversations.replies a minute per workspace, 15 messages).",
     )
     LOG_FORMAT: Literal["console", "json"] = "console"
     LOG_LEVEL: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
@@ -437,6 +461,11 @@ class Settings(BaseSettings):
     def run_limits(self) -> RunLimits:
         """The request budget and the per-step, per-run and per-reply caps."""
         return self._run_limits
+
+    @property
+    def history_limit(self) -> HistoryLimit:
+        """``SLACK_HISTORY_LIMIT``, or its default for this mode (:func:`default_history_limit`)."""
+        return self.SLACK_HISTORY_LIMIT or default_history_limit(self)
 
     @property
     def socket_mode(self) -> bool:

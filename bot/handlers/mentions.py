@@ -47,7 +47,7 @@ from bot.errors import BudgetNotRunning, SlackError
 from bot.handlers.asked import Asked
 from bot.handlers.late_admissions import LateAdmissions
 from bot.handlers.steering import STEERED, Steering
-from bot.inbound.thread_history import read_thread, task_of
+from bot.inbound.thread_history import read_thread, stored_history, task_of
 from bot.stopping.stops import ACK_BUDGET_S
 
 if TYPE_CHECKING:
@@ -250,6 +250,7 @@ class Mentions:
         ctx = self._ctx
         thread = asked.thread
         history: list[ChatMessage] = []
+        note = ""
         if thread.thread_ts != asked.ts:
             read = await read_thread(
                 surface,
@@ -261,6 +262,9 @@ class Mentions:
                 asked_ts=asked.ts,
             )
             history = read.history
+            if read.withheld:  # Slack's allowance is spent: what we kept, and say so
+                history = await stored_history(ctx.store, thread, besides=run_id)
+                note = messages.HISTORY_NOT_READ
             # Who wrote in the thread before the app was part of it takes part in its
             # runs too (STOP_POLICY=participants); only threads with a run are recorded.
             for person in sorted(read.people - {asked.user}):
@@ -269,7 +273,11 @@ class Mentions:
         # The place is held until the run is launched: a resume or a queued run starting
         # here meanwhile cannot take it too.
         with ctx.supervisor.room() as held:
-            live = await ctx.supervisor.start(run_id, history=history) if held else None
+            live = (
+                await ctx.supervisor.start(run_id, history=history, history_note=note)
+                if held
+                else None
+            )
         if not held:
             await ctx.worker.queue.enqueue(
                 run_id,

@@ -241,7 +241,9 @@ class ThreadpilotApp:
         """Build the parts that take work, each wired when it is built: the worker (and its
         supervisor), the stop service, the App Home."""
         settings = self.settings
-        workspaces = Workspaces(client, me, metrics=self.metrics)
+        workspaces = Workspaces(
+            client, me, metrics=self.metrics, history_limit=settings.history_limit
+        )
         own = Scope(me.team_id, me.enterprise_id) if me.team_id else None
         self._organisations = organisations = Organisations(own)
         trust = TrustGate(settings, workspaces, me.team_id, organisations=organisations)

@@ -336,9 +336,12 @@ class Supervisor:
         self._queuing.add(run_id)
         return True
 
-    async def start(self, run_id: str, *, history: Sequence[ChatMessage]) -> LiveRun | None:
+    async def start(
+        self, run_id: str, *, history: Sequence[ChatMessage], history_note: str = ""
+    ) -> LiveRun | None:
         """Start the accepted run ``run_id``; None if it is not held here any more (this
-        worker began shutting down and put it back in the queue)."""
+        worker began shutting down and put it back in the queue). ``history_note``: said
+        in its status (its thread was not read in full)."""
         held = self._accepted.get(run_id)
         if held is None:
             return None
@@ -353,7 +356,8 @@ class Supervisor:
             thread=accepted.thread,
             history=history,
         )
-        return self._launch(run, RunSession(run, surface, store=self._store), accepted=True)
+        session = RunSession(run, surface, store=self._store, history_note=history_note)
+        return self._launch(run, session, accepted=True)
 
     async def start_queued(
         self, record: RunRecord, history: Sequence[ChatMessage]

@@ -19,7 +19,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import structlog
 
+from bot.config.settings import HistoryLimit
 from bot.errors import SlackError
+from bot.slack_api.history_allowance import HistoryAllowance
 from bot.slack_api.rate_budget import SlackRateBudget
 
 if TYPE_CHECKING:
@@ -133,6 +135,8 @@ class SlackSurface:
     budget: SlackRateBudget
     streaming: Feature = field(default_factory=lambda: Feature("chat streaming"))
     agent_sessions: Feature = field(default_factory=lambda: Feature("agent sessions"))
+    history: HistoryAllowance = field(default_factory=lambda: HistoryAllowance(HistoryLimit.TIER3))
+    """How much of a thread Slack lets this workspace's app read now."""
 
     async def optional_call(
         self, feature: Feature, method: str, **kwargs: Any
@@ -156,8 +160,15 @@ class Workspaces:
     this app (``auth.test``), whose messages alone the budgets take for ours."""
 
     def __init__(
-        self, client: AsyncWebClient, me: AppIdentity, *, metrics: Metrics | None = None
+        self,
+        client: AsyncWebClient,
+        me: AppIdentity,
+        *,
+        metrics: Metrics | None = None,
+        history_limit: HistoryLimit = HistoryLimit.TIER3,
     ) -> None:
+        """``history_limit``: ``SLACK_HISTORY_LIMIT``, each workspace's allowance."""
+        self._history_limit = history_limit
         self._client = client
         self._me = me
         self._metrics = metrics
@@ -175,7 +186,9 @@ class Workspaces:
                     self._client, team_id=team_id, me=self._me, metrics=self._metrics
                 )
                 await budget.start()
-                surface = SlackSurface(team_id, budget)
+                surface = SlackSurface(
+                    team_id, budget, history=HistoryAllowance(self._history_limit)
+                )
                 self._surfaces[team_id] = surface
         return surface
 
