@@ -53,6 +53,7 @@ if TYPE_CHECKING:
         ResumeState,
         RunRecord,
         StopRequestRecord,
+        TeamForgotten,
         ThreadKey,
         Wakeup,
     )
@@ -313,6 +314,13 @@ class RetentionStore(Protocol):
         rows, and what else they wrote: their settled guidance in other runs and their
         thread participations. Their live runs (and those with a resume ahead) are kept
         and counted: stop them, then ask again."""
+        ...
+
+    async def forget_team(self, team: str, *, batch_size: int = ...) -> TeamForgotten:
+        """Delete workspace ``team``'s runs that may be deleted, whatever their age, with
+        their rows, and its threads' handled stop requests, settled guidance and
+        participants (its app was uninstalled). Its live runs (and those with a resume
+        ahead) are kept and counted."""
         ...
 
 

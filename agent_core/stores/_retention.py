@@ -13,8 +13,12 @@ Deletes go in batches of at most ``batch_size`` runs (or rows) per transaction, 
 purge never holds SQLite's one writer, or PostgreSQL's row locks, for long: a click's
 commit waits for one batch at most.
 
-Conditions are written with ``{cutoff}`` and ``{user}`` placeholders that each store
-fills in with its own parameter marks (``?``, ``$1``); the rest is constants.
+Conditions are written with ``{cutoff}``, ``{user}`` and ``{team}`` placeholders that
+each store fills in with its own parameter marks (``?``, ``$1``); the rest is constants.
+
+Forgetting a workspace (its app uninstalled) deletes its runs that may go, the same way,
+and the rows of its threads that hang off no run: handled stop requests, settled
+guidance, who wrote in its threads. What its live runs still need is kept.
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ __all__ = [
     "OLD_ROWS",
     "OLD_RUNS",
     "RUN_TABLES",
+    "TEAM_ROWS",
+    "TEAM_RUNS",
     "USER_ROWS",
     "USER_RUNS",
     "Deleted",
@@ -97,6 +103,16 @@ OLD_RUNS = "updated_at < {cutoff}"
 
 USER_RUNS = "requester = {user}"
 """A person's runs (sub-agents' runs carry their parent's requester)."""
+
+TEAM_RUNS = "team = {team}"
+"""A workspace's runs (sub-agents' runs are in their parent's thread)."""
+
+TEAM_ROWS: tuple[tuple[str, str], ...] = (
+    ("thread_participants", "team = {team}"),
+    ("stop_requests", "team = {team} AND status = 'handled'"),
+    ("guidance", "team = {team} AND status <> 'queued'"),
+)
+"""A workspace's rows that forgetting it deletes besides its runs' (table, condition)."""
 
 OLD_ROWS: tuple[tuple[str, str], ...] = (
     ("stop_requests", "status = 'handled' AND handled_at < {cutoff}"),

@@ -37,6 +37,7 @@ from agent_core.values.records import (
     ResumeState,
     RunRecord,
     StopRequestRecord,
+    TeamForgotten,
     ThreadKey,
     is_waiting,
 )
@@ -374,6 +375,30 @@ class MemoryStore:
                 del self._approvals[key]
             kept = sum(1 for run in self._runs.values() if run.requester == user)
             return Forgotten(runs=len(doomed), kept=kept)
+
+    async def forget_team(self, team: str, *, batch_size: int = BATCH_SIZE) -> TeamForgotten:
+        check_batch_size(batch_size)
+        async with self._lock:
+            doomed = self._removable(lambda run: run.thread.team == team)
+            rows = self._delete_runs(doomed)
+            for participant in [p for p in self._participants if p[0].team == team]:
+                del self._participants[participant]
+                rows += 1
+            stops = [
+                k for k, r in self._stops.items() if r.thread.team == team and r.status == "handled"
+            ]
+            settled = [
+                k
+                for k, g in self._guidance.items()
+                if g.thread.team == team and g.status is not GuidanceStatus.QUEUED
+            ]
+            for key in stops:
+                del self._stops[key]
+            for key in settled:
+                del self._guidance[key]
+            rows += len(stops) + len(settled)
+            kept = sum(1 for run in self._runs.values() if run.thread.team == team)
+            return TeamForgotten(runs=len(doomed), rows=rows, kept=kept)
 
     def _removable(self, matches: Callable[[RunRecord], bool]) -> list[str]:
         """The runs ``matches`` picks that may be deleted (agent_core/stores/_retention.py

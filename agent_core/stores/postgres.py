@@ -42,7 +42,7 @@ from agent_core.stores.postgres_queue import PostgresQueue
 from agent_core.values.answering import ANSWERING
 from agent_core.values.clock import utcnow
 from agent_core.values.errors import StorageError
-from agent_core.values.records import Forgotten, ResumeState, StopRequestRecord
+from agent_core.values.records import Forgotten, ResumeState, StopRequestRecord, TeamForgotten
 from agent_core.values.states import LIVE_STATES, RunState
 
 if TYPE_CHECKING:
@@ -746,11 +746,22 @@ class PostgresStore(PostgresQueue):
         kept = await self._fetch("count a person's runs", sql, user)
         return Forgotten(runs=deleted.runs, kept=int(kept[0][0]))
 
+    async def forget_team(
+        self, team: str, *, batch_size: int = retention.BATCH_SIZE
+    ) -> TeamForgotten:
+        deleted = await self._delete_runs(retention.TEAM_RUNS, team, batch_size)
+        rows = deleted.rows
+        for table, condition in retention.TEAM_ROWS:
+            rows += await self._delete_rows(table, condition, team, batch_size)
+        sql = "SELECT count(*) FROM runs WHERE team = $1"
+        kept = await self._fetch("count a workspace's runs", sql, team)
+        return TeamForgotten(runs=deleted.runs, rows=rows, kept=int(kept[0][0]))
+
     async def _delete_runs(self, condition: str, value: Any, batch_size: int) -> retention.Deleted:
         """The runs matching ``condition`` that may go, and their rows: a batch per
         statement (agent_core/stores/_retention.py). Runs another worker's purge is
         deleting are skipped, not waited for."""
-        select = retention.removable_runs(condition.format(cutoff="$1", user="$1"))
+        select = retention.removable_runs(condition.format(cutoff="$1", user="$1", team="$1"))
         deletes = [
             f"d{i} AS (DELETE FROM {table} WHERE {column} IN (SELECT id FROM doomed) RETURNING 1)"
             for i, (table, column) in enumerate(retention.RUN_TABLES)
@@ -770,7 +781,7 @@ class PostgresStore(PostgresQueue):
         return await retention.in_batches(batch, batch_size)
 
     async def _delete_rows(self, table: str, condition: str, value: Any, batch_size: int) -> int:
-        where = condition.format(cutoff="$1", user="$1")
+        where = condition.format(cutoff="$1", user="$1", team="$1")
         sql = (
             f"DELETE FROM {table} WHERE ctid = ANY(ARRAY("
             f"SELECT ctid FROM {table} WHERE {where} LIMIT $2 FOR UPDATE SKIP LOCKED))"

@@ -54,7 +54,7 @@ from agent_core.stores.migrations import upgrade_sqlite
 from agent_core.stores.sqlite_queue import SqliteQueue, one_run_per_id
 from agent_core.values.clock import utcnow
 from agent_core.values.errors import StorageError
-from agent_core.values.records import Forgotten, ResumeState, StopRequestRecord
+from agent_core.values.records import Forgotten, ResumeState, StopRequestRecord, TeamForgotten
 from agent_core.values.states import LIVE_STATES, RunState
 
 if TYPE_CHECKING:
@@ -564,10 +564,23 @@ class SqliteStore(SqliteQueue):
         kept = await self._rows("count a person's runs", sql, [user])
         return Forgotten(runs=deleted.runs, kept=int(kept[0][0]))
 
+    async def forget_team(
+        self, team: str, *, batch_size: int = retention.BATCH_SIZE
+    ) -> TeamForgotten:
+        deleted = await self._delete_runs(retention.TEAM_RUNS, team, batch_size)
+        rows = deleted.rows
+        for table, condition in retention.TEAM_ROWS:
+            rows += await self._delete_rows(table, condition, team, batch_size)
+        sql = "SELECT count(*) FROM runs WHERE team = ?"
+        kept = await self._rows("count a workspace's runs", sql, [team])
+        return TeamForgotten(runs=deleted.runs, rows=rows, kept=int(kept[0][0]))
+
     async def _delete_runs(self, condition: str, value: Any, batch_size: int) -> retention.Deleted:
         """The runs matching ``condition`` that may go, and their rows, a batch per
         transaction (agent_core/stores/_retention.py)."""
-        select = retention.removable_runs(condition.format(cutoff="?", user="?")) + " LIMIT ?"
+        select = (
+            retention.removable_runs(condition.format(cutoff="?", user="?", team="?")) + " LIMIT ?"
+        )
 
         def batch(db: sqlite3.Connection) -> tuple[int, int]:
             ids = [row[0] for row in db.execute(select, (value, batch_size))]
@@ -585,7 +598,7 @@ class SqliteStore(SqliteQueue):
         )
 
     async def _delete_rows(self, table: str, condition: str, value: Any, batch_size: int) -> int:
-        where = condition.format(cutoff="?", user="?")
+        where = condition.format(cutoff="?", user="?", team="?")
         sql = (
             f"DELETE FROM {table} WHERE rowid IN (SELECT rowid FROM {table} WHERE {where} LIMIT ?)"
         )

@@ -36,6 +36,7 @@ __all__ = [
     "ResumeState",
     "RunRecord",
     "StopRequestRecord",
+    "TeamForgotten",
     "ThreadKey",
     "Wakeup",
     "is_accepted",
@@ -191,6 +192,18 @@ class Forgotten:
     """The person's runs deleted, with every row that hangs off them."""
     kept: int
     """The person's runs kept: live, with a resume ahead, or needed by a run that is."""
+
+
+@dataclass(frozen=True, slots=True)
+class TeamForgotten:
+    """What :meth:`RetentionStore.forget_team` did."""
+
+    runs: int
+    """The workspace's runs deleted."""
+    rows: int
+    """Every row deleted: the runs, what hangs off them, and the workspace's other rows."""
+    kept: int
+    """The workspace's runs kept: live, with a resume ahead, or needed by a run that is."""
 
 
 class GuidanceStatus(StrEnum):

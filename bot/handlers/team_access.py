@@ -17,6 +17,7 @@ import structlog
 
 from agent_core import AuditEvent, StorageError
 from bot.access.organisation import Scope, scope_of
+from bot.runs.team_end import team_event_run
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -25,17 +26,9 @@ if TYPE_CHECKING:
 
     from bot.access.organisation import Organisations
 
-__all__ = ["TEAM_EVENT_RUN", "AuditLog", "TeamRuns", "register", "team_event_run"]
+__all__ = ["AuditLog", "TeamRuns", "register"]
 
 log = structlog.get_logger("bot.handlers.team_access")
-
-TEAM_EVENT_RUN = "team:"
-"""Audit events about a whole workspace are filed under ``team:<team id>``."""
-
-
-def team_event_run(team: str) -> str:
-    """The run id a workspace's own audit events are filed under."""
-    return f"{TEAM_EVENT_RUN}{team}"
 
 
 class AuditLog(Protocol):

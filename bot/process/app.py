@@ -77,6 +77,7 @@ from bot.handlers import (
     home,
     mentions,
     team_access,
+    uninstall,
 )
 from bot.handlers.context import BotContext
 from bot.inbound.dedupe import Deliveries, EventDeduper
@@ -85,6 +86,7 @@ from bot.process.http_guard import Refusal, SlackRequestGuard, on_bolt_error
 from bot.process.slack_silence import SILENCE_S, SlackSilence
 from bot.runs.team_end import TeamEnd
 from bot.runs.tools import SLACK_READ_THREAD, slack_read_thread
+from bot.runs.uninstall import NO_INSTALLATIONS, Uninstaller
 from bot.slack_api.identity import AppIdentity
 from bot.slack_api.surface import Workspaces
 from bot.stopping.stops import ACK_BUDGET_S, StopService
@@ -170,6 +172,8 @@ class ThreadpilotApp:
         self._organisations: Organisations | None = None
         """Which workspaces are one enterprise (:mod:`bot.access.organisation`)."""
         self._team_end: TeamEnd | None = None
+        self._uninstaller: Uninstaller | None = None
+        """A workspace's uninstall (:mod:`bot.runs.uninstall`)."""
         self.bolt: AsyncApp | None = None
 
     # -- start -------------------------------------------------------------------------
@@ -271,7 +275,11 @@ class ThreadpilotApp:
             trust,
             metrics=self.metrics,
         )
-        self._team_end = TeamEnd(store, worker.supervisor, workspaces)
+        self._team_end = team_end = TeamEnd(store, worker.supervisor, workspaces)
+        # OAuth mode's installation store forgets a workspace's installation here.
+        self._uninstaller = Uninstaller(
+            store, team_end, worker.supervisor, deliveries, installations=NO_INSTALLATIONS
+        )
         self._dashboard = Dashboard(store, settings, workspaces, stops, trust, worker.supervisor)
         self._home = HomeRefresher(self._dashboard, store, workspaces)
         clicks = ApprovalClicks(store, desk, settings, trust, workspaces, budget_s=ACK_BUDGET_S)
@@ -373,6 +381,8 @@ class ThreadpilotApp:
         # First: every payload teaches which enterprise its workspace is of (trust asks).
         assert self._organisations is not None and self._team_end is not None
         team_access.register(bolt, self._organisations, ctx.store, self._team_end)
+        assert self._uninstaller is not None
+        uninstall.register(bolt, self._uninstaller)
         bolt.middleware(deduper.middleware)
         self._late = mentions.register(bolt, ctx)
         # Before actions.register, whose last listener takes every button nobody took.

@@ -22,13 +22,27 @@ if TYPE_CHECKING:
     from bot.runs.supervisor import Supervisor
     from bot.slack_api.surface import Workspaces
 
-__all__ = ["ENDED_BY", "TEAM_RUNS_LIMIT", "TeamEnd", "TeamEndStore"]
+__all__ = [
+    "ENDED_BY",
+    "TEAM_EVENT_RUN",
+    "TEAM_RUNS_LIMIT",
+    "TeamEnd",
+    "TeamEndStore",
+    "team_event_run",
+]
 
 log = structlog.get_logger("bot.runs.team_end")
 
 ENDED_BY = "slack"
 """Who the runs' Abort is recorded as asked by: Slack itself, not a person."""
 TEAM_RUNS_LIMIT = 10_000
+TEAM_EVENT_RUN = "team:"
+"""Audit events about a whole workspace are filed under ``team:<team id>``."""
+
+
+def team_event_run(team: str) -> str:
+    """The run id a workspace's own audit events are filed under."""
+    return f"{TEAM_EVENT_RUN}{team}"
 
 
 class TeamEndStore(Protocol):

@@ -17,7 +17,7 @@ import pytest
 
 from bot import messages
 from bot.access.organisation import Organisations, Scope, scope_of
-from bot.handlers.team_access import team_event_run
+from bot.runs.team_end import team_event_run
 from tests.bot.harness import SHORT_TEXT, block_text, is_final
 from tests.fakes import slack_requests
 from tests.fakes.slack_api import FakeSlack
