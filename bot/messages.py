@@ -832,7 +832,10 @@ def stop_all_confirm_text(count: int) -> str:
     return f"Stop {runs} in this workspace? Each finishes its step, then writes a summary."
 
 
-STOP_ALL_NOT_ALLOWED = "Only admins (ADMIN_USER_IDS) can stop every run. Nothing changed."
+STOP_ALL_NOT_ALLOWED = (
+    "Only admins (the workspace's admins and owners, whoever installed the app, and "
+    "ADMIN_USER_IDS) can stop every run. Nothing changed."
+)
 STOP_ALL_NOTHING = "Nothing is running, so there was nothing to stop."
 
 

@@ -294,8 +294,11 @@ def verdict_for(
     settings: Settings,
     *,
     double_press_s: float = DOUBLE_PRESS_S,
+    admin: bool = False,
 ) -> Verdict:
-    """What ``ask`` does to the run ``view`` describes (None: there is no such run)."""
+    """What ``ask`` does to the run ``view`` describes (None: there is no such run).
+    ``admin``: the asker is an admin of the run's workspace besides ``ADMIN_USER_IDS``
+    (:class:`bot.access.admins.Admins`)."""
     if view is None:
         return Verdict.NOT_FOUND
     if not same_workspace(ask.team, view.home):
@@ -311,7 +314,7 @@ def verdict_for(
         admins=settings.ADMIN_USER_IDS,
         participants=view.participants,
     )
-    if not allowed:
+    if not allowed and not admin:
         return Verdict.NOT_ALLOWED
     if view.pending is not None and view.pending.cancels:
         return Verdict.ALREADY_ABORTING

@@ -48,6 +48,7 @@ from bot.views.approval import arguments_view, may_see_arguments, render_approva
 
 if TYPE_CHECKING:
     from agent_core import ApprovalRecord
+    from bot.access.admins import Admins
     from bot.access.stop_policy import Origin
     from bot.access.trust import TrustGate
     from bot.approvals.desk import ApprovalDesk
@@ -132,7 +133,10 @@ class ApprovalClicks:
         workspaces: Workspaces,
         *,
         budget_s: float,
+        admins: Admins | None = None,
     ) -> None:
+        """``admins``: who besides ``ADMIN_USER_IDS`` administers a workspace's runs."""
+        self._admins = admins
         self._store = store
         self._desk = desk
         self._settings = settings
@@ -256,13 +260,16 @@ class ApprovalClicks:
             settings,
             policy=settings.APPROVAL_POLICY,
         )
-        return may_stop(
+        allowed = may_stop(
             user,
             policy=settings.APPROVAL_POLICY,
             requester=record.requester,
             admins=settings.ADMIN_USER_IDS,
             participants=participants,
         )
+        if allowed or self._admins is None:
+            return allowed
+        return await self._admins.is_admin(user, record.thread.team)
 
     async def after(self, click: ApprovalClick, answer: ClickAnswer | None) -> ApprovalClick:
         """After the ack: the message in place and the audit event, or the ephemeral

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from agent_core import Run, Spent, StopRequestRecord
+    from bot.access.admins import Admins
     from bot.access.trust import TrustGate
     from bot.config.settings import Settings
     from bot.slack_api.surface import Workspaces
@@ -105,7 +106,9 @@ class Dashboard:
         stops: StopService,
         trust: TrustGate,
         live_runs: LiveRuns,
+        admins: Admins,
     ) -> None:
+        self._admins = admins
         self._store = store
         self._live_runs = live_runs
         self._trust = trust
@@ -116,8 +119,9 @@ class Dashboard:
         self._team_urls: dict[str, str] = {}
         self._team_url_failed: dict[str, float] = {}
 
-    def is_admin(self, user: str) -> bool:
-        return user in self._settings.ADMIN_USER_IDS
+    def is_admin(self, user: str, team: str) -> bool:
+        """What is known now (:meth:`bot.access.admins.Admins.known`), without asking."""
+        return self._admins.known(user, team)
 
     # -- reading -----------------------------------------------------------------------
 
@@ -127,7 +131,7 @@ class Dashboard:
         Someone who may not use the app (:mod:`bot.access.trust`) sees only why."""
         if (refusal := await self._trust.refusal(Person(viewer, workspace=team))) is not None:
             return Listing(viewer=viewer, admin=False, now=utcnow(), notice=refusal, refused=True)
-        admin = self.is_admin(viewer)
+        admin = await self._admins.is_admin(viewer, team)
         requester = None if admin else viewer
         store = self._store
         live = await store.team_live_runs(team, requester=requester, limit=LIVE_LIMIT)
@@ -207,7 +211,7 @@ class Dashboard:
         ``delivery`` is the click's (or command's) key, taken by the batch: a
         re-delivery changes nothing, and a new press can retry. ``user_team``: the
         asker's own team, when the payload names it."""
-        if not self.is_admin(user):
+        if not await self._admins.is_admin(user, team):
             return StopAll(refusal=messages.STOP_ALL_NOT_ALLOWED)
         person = Person(user, user_team, team)
         if (refusal := await self._trust.refusal(person)) is not None:
@@ -224,7 +228,7 @@ class Dashboard:
         }
         targets = {r.id: r for r in live if r.id not in stopping}
         asks = [_ask(person, source, run_id) for run_id in targets]
-        decisions = await self._stops.request_many(asks, targets, delivery=delivery)
+        decisions = await self._stops.request_many(asks, targets, delivery=delivery, admin=True)
         log.info(
             "stop_all.requested",
             user=user,

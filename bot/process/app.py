@@ -61,6 +61,7 @@ from agent_core.stores.factory import open_store
 from agent_core.tools.mcp import McpManager
 from agent_core.values.redact import public_url, redact
 from bot import messages
+from bot.access.admins import NO_INSTALLERS, Admins
 from bot.access.organisation import Organisations, Scope
 from bot.access.trust import TrustGate
 from bot.approvals.clicks import ApprovalClicks
@@ -251,6 +252,8 @@ class ThreadpilotApp:
         own = Scope(me.team_id, me.enterprise_id) if me.team_id else None
         self._organisations = organisations = Organisations(own)
         trust = TrustGate(settings, workspaces, me.team_id, organisations=organisations)
+        # OAuth mode's installation store says who installed the app in a workspace.
+        admins = Admins(settings, trust, NO_INSTALLERS)
         desk = ApprovalDesk(store, workspaces, metrics=self.metrics)
         worker = Worker(
             store,
@@ -274,15 +277,20 @@ class ThreadpilotApp:
             deliveries,
             trust,
             metrics=self.metrics,
+            admins=admins,
         )
         self._team_end = team_end = TeamEnd(store, worker.supervisor, workspaces)
         # OAuth mode's installation store forgets a workspace's installation here.
         self._uninstaller = Uninstaller(
             store, team_end, worker.supervisor, deliveries, installations=NO_INSTALLATIONS
         )
-        self._dashboard = Dashboard(store, settings, workspaces, stops, trust, worker.supervisor)
+        self._dashboard = Dashboard(
+            store, settings, workspaces, stops, trust, worker.supervisor, admins
+        )
         self._home = HomeRefresher(self._dashboard, store, workspaces)
-        clicks = ApprovalClicks(store, desk, settings, trust, workspaces, budget_s=ACK_BUDGET_S)
+        clicks = ApprovalClicks(
+            store, desk, settings, trust, workspaces, budget_s=ACK_BUDGET_S, admins=admins
+        )
         return BotContext(
             settings,
             worker.supervisor,

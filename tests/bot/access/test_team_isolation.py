@@ -20,7 +20,7 @@ from bot.views.home import ACTION_HOME_STOP, ACTION_STOP_ALL
 from tests.bot.access.test_trust import finishes_untouched, running
 from tests.bot.approvals.test_approvals import approval_id_of, notes_config, waiting
 from tests.bot.dashboard.test_home import home, open_home, press, says, view_text
-from tests.bot.harness import ACTION_ABORT, ACTION_STOP, SECRET, buttons
+from tests.bot.harness import ACTION_ABORT, ACTION_STOP, SECRET, buttons, run_id_of
 from tests.fakes import slack_requests
 from tests.fakes.slack_api import FakeSlack
 from tests.fakes.slack_workspace import DEFAULT_USER, DEFAULT_WORKSPACE
@@ -41,14 +41,18 @@ TEAM_B = dataclasses.replace(
 )
 """Another workspace the app is installed in."""
 B_ADMIN = "U0TPBADMIN1"
-"""An admin (``ADMIN_USER_IDS``) who works in team B."""
+"""An admin of team B (``users.info``'s ``is_admin``; some tests name them in
+``ADMIN_USER_IDS`` too)."""
+A_OWNER = "U0TPAOWNER1"
+"""An owner of team A (``users.info``'s ``is_owner``), not in ``ADMIN_USER_IDS``."""
 
 
 @pytest.fixture
 async def slack() -> AsyncIterator[FakeSlack]:
     """The fake Slack, knowing team B's admin as a member of team B."""
     async with FakeSlack() as fake:
-        fake.state.add_person(B_ADMIN, team_id=TEAM_B.team_id, stranger=False)
+        fake.state.add_person(B_ADMIN, team_id=TEAM_B.team_id, stranger=False, admin=True)
+        fake.state.add_person(A_OWNER, owner=True)
         yield fake
 
 
@@ -150,3 +154,27 @@ async def test_an_approve_from_another_workspaces_home_changes_nothing(
     assert await bot.click(approval, ACTION_DENY) == 200  # its requester, in team A
     await bot.final(status)
     assert all(name != "write_note" for name, *_ in fake.notes)
+
+
+async def test_a_workspaces_owner_administers_its_runs_and_not_another_workspaces(
+    make_bot: BotFactory, llm: LLMock, database: dict[str, str]
+) -> None:
+    bot = await make_bot(**database)  # STOP_POLICY=requester, nobody in ADMIN_USER_IDS
+    _, status = await running(bot, llm)
+
+    # Team B's admin is nobody special in team A: its Home lists none of A's runs.
+    opened = slack_requests.app_home_opened(user=B_ADMIN, workspace=TEAM_B)
+    assert await bot.event(opened) == 200
+    view = await home(bot, B_ADMIN, lambda v: bool(v.get("blocks")))
+    assert ACTION_HOME_STOP not in view_text(view)
+
+    # Team A's owner sees every run of A on their Home, and may stop someone else's.
+    await open_home(bot, A_OWNER)
+    owners = await home(bot, A_OWNER, lambda v: ACTION_HOME_STOP in view_text(v))
+    assert await bot.click(status, ACTION_STOP, user=A_OWNER) == 200
+    await bot.final(status)
+    assert bot.ephemerals_for(A_OWNER, status.channel) == []  # not refused
+    assert bot.app.ctx is not None
+    requests = await bot.app.ctx.store.stop_requests_for(run_id_of(status))
+    assert [r.requested_by for r in requests] == [A_OWNER]
+    assert ACTION_STOP_ALL in view_text(owners)
