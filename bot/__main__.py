@@ -71,6 +71,12 @@ def main(argv: list[str] | None = None) -> int:
         help="delete the ended runs this Slack user started, and what they wrote in other "
         "runs, from the database; start nothing",
     )
+    parser.add_argument(
+        "--team",
+        metavar="TEAM_ID",
+        help="with --forget-user: only in this workspace (Slack team id); without it, "
+        "in every workspace",
+    )
     args = parser.parse_args(argv)
     if args.check:
         # Each check reports what it found in its own line: log lines would only repeat it.
@@ -87,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.forget_user is not None:
         from bot.process.forget import forget_user
 
-        return asyncio.run(forget_user(settings, args.forget_user))
+        return asyncio.run(forget_user(settings, args.forget_user, team=args.team))
     _warn_unknown(unknown)
     for name, use in settings.deprecated.items():
         log.warning("settings.deprecated", name=name, use_instead=use)

@@ -40,10 +40,13 @@ __all__ = [
     "TEAM_RUNS",
     "USER_ROWS",
     "USER_RUNS",
+    "USER_TEAM_ROWS",
+    "USER_TEAM_RUNS",
     "Deleted",
     "check_batch_size",
     "in_batches",
     "removable_runs",
+    "user_in_team",
 ]
 
 BATCH_SIZE = 500
@@ -135,6 +138,22 @@ USER_ROWS: tuple[tuple[str, str], ...] = (
     ("approvals", "status <> 'requested' AND decided_by = {user}"),
 )
 """What else a person wrote, in other people's threads, that forgetting them deletes."""
+
+USER_TEAM_RUNS = "team || ':' || requester = {user}"
+"""A person's runs in one workspace; the value is :func:`user_in_team` (one parameter,
+so each store's one-value delete serves it; ``--forget-user`` is rare enough to scan)."""
+
+USER_TEAM_ROWS: tuple[tuple[str, str], ...] = (
+    ("thread_participants", "team || ':' || user_id = {user}"),
+    ("guidance", "status <> 'queued' AND team || ':' || author = {user}"),
+    ("approvals", "status <> 'requested' AND team || ':' || decided_by = {user}"),
+)
+""":data:`USER_ROWS` in one workspace's threads."""
+
+
+def user_in_team(user: str, team: str) -> str:
+    """The value :data:`USER_TEAM_RUNS` and :data:`USER_TEAM_ROWS` compare with."""
+    return f"{team}:{user}"
 
 
 async def in_batches(batch: Callable[[], Awaitable[tuple[int, int]]], batch_size: int) -> Deleted:

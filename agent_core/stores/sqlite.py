@@ -555,13 +555,20 @@ class SqliteStore(SqliteQueue):
         return rows
 
     async def forget_requester(
-        self, user: str, *, batch_size: int = retention.BATCH_SIZE
+        self, user: str, *, team: str | None = None, batch_size: int = retention.BATCH_SIZE
     ) -> Forgotten:
-        deleted = await self._delete_runs(retention.USER_RUNS, user, batch_size)
-        for table, condition in retention.USER_ROWS:
-            await self._delete_rows(table, condition, user, batch_size)
-        sql = "SELECT count(*) FROM runs WHERE requester = ?"
-        kept = await self._rows("count a person's runs", sql, [user])
+        if team is None:
+            runs, rows, value = retention.USER_RUNS, retention.USER_ROWS, user
+            sql, params = "SELECT count(*) FROM runs WHERE requester = ?", [user]
+        else:
+            runs, rows = retention.USER_TEAM_RUNS, retention.USER_TEAM_ROWS
+            value = retention.user_in_team(user, team)
+            sql = "SELECT count(*) FROM runs WHERE requester = ? AND team = ?"
+            params = [user, team]
+        deleted = await self._delete_runs(runs, value, batch_size)
+        for table, condition in rows:
+            await self._delete_rows(table, condition, value, batch_size)
+        kept = await self._rows("count a person's runs", sql, params)
         return Forgotten(runs=deleted.runs, kept=int(kept[0][0]))
 
     async def forget_team(

@@ -164,6 +164,32 @@ async def test_forgetting_a_person_deletes_their_ended_runs_and_keeps_live_ones(
     assert (again.runs, again.kept) == (0, 1)
 
 
+async def test_forgetting_a_person_in_one_workspace_keeps_what_they_did_in_another(
+    backend: Backend,
+) -> None:
+    store = await backend.open()
+
+    def in_team(run: RunRecord, team: str) -> RunRecord:
+        return dataclasses.replace(run, thread=dataclasses.replace(run.thread, team=team))
+
+    here = in_team(a_run("here", RunState.FINISHED, requester="U9"), "TA")
+    there = in_team(a_run("there", RunState.FINISHED, requester="U9"), "TB")
+    for run in (here, there):
+        await with_everything(store, run)
+        await store.add_participant(run.thread, "U9")
+
+    forgotten = await store.forget_requester("U9", team="TA", batch_size=1)
+
+    assert (forgotten.runs, forgotten.kept) == (1, 0)
+    other = await backend.open()
+    assert await traces(other, "here") == GONE
+    assert await traces(other, "there") == KEPT
+    assert await other.participants(here.thread) == set()
+    assert await other.participants(there.thread) == {"U9"}
+    everywhere = await other.forget_requester("U9")
+    assert (everywhere.runs, everywhere.kept) == (1, 0)
+
+
 async def test_forgetting_a_workspace_deletes_its_rows_and_no_other_workspaces(
     backend: Backend,
 ) -> None:
