@@ -18,7 +18,7 @@ import pytest
 from bot import messages
 from bot.access.organisation import Organisations, Scope, scope_of
 from bot.runs.team_end import team_event_run
-from tests.bot.harness import SHORT_TEXT, block_text, is_final
+from tests.bot.harness import SHORT_TEXT, WAIT_S, block_text, is_final, stalled_answer
 from tests.fakes import slack_requests
 from tests.fakes.slack_api import FakeSlack
 from tests.fakes.slack_workspace import DEFAULT_CHANNEL, DEFAULT_WORKSPACE
@@ -159,3 +159,37 @@ def test_one_enterprise_is_one_organisation() -> None:
     assert not orgs.same("T1", "T2")
     standalone = Organisations(Scope("T5", None))
     assert standalone.same("T5", "T5") and not standalone.same("T5", "T6")
+
+
+async def test_a_revoked_workspaces_live_run_ends_without_a_word_to_slack(
+    bot: Bot, llm: LLMock
+) -> None:
+    llm.add(*stalled_answer(30.0, with_tool=False, text=SHORT_TEXT))
+    mention = written_by(
+        slack_requests.app_mention("go", workspace=SIBLING), COWORKER, SIBLING.team_id
+    )
+    assert await bot.event(mention) == 200
+    status = await status_in(bot, mention["event"]["ts"])
+    thread_ts = mention["event"]["ts"]
+    await bot.slack.wait_for_call(
+        "chat.startStream", lambda c: c.args.get("thread_ts") == thread_ts, timeout=WAIT_S
+    )
+    assert bot.app.ctx is not None
+    store = bot.app.ctx.store
+    (run,) = await store.find_runs(limit=10)
+
+    calls_before = len(bot.slack.calls())
+    revoked = slack_requests.event_callback(
+        {"type": "team_access_revoked", "team_ids": [SIBLING.team_id], "event_ts": "3.0"},
+        workspace=HOME,
+    )
+    assert await bot.event(revoked) == 200
+
+    async def ended() -> bool:
+        found = await store.get_run(run.id)
+        return found is not None and found.state.is_terminal
+
+    await until_async(ended, what="the revoked workspace's run ended")
+    said = [c.method for c in bot.slack.calls()[calls_before:] if c.method != "chat.appendStream"]
+    assert said == []  # no ending written to a workspace the app may no longer reach
+    assert not is_final(bot.slack.message(status.channel, status.ts))
