@@ -178,3 +178,19 @@ async def test_a_workspaces_owner_administers_its_runs_and_not_another_workspace
     requests = await bot.app.ctx.store.stop_requests_for(run_id_of(status))
     assert [r.requested_by for r in requests] == [A_OWNER]
     assert ACTION_STOP_ALL in view_text(owners)
+
+
+@pytest.mark.parametrize("text", ["also check the logs", "stop"])
+async def test_a_reply_or_stop_word_from_another_workspace_reaches_no_run_here(
+    make_bot: BotFactory, llm: LLMock, database: dict[str, str], text: str
+) -> None:
+    bot = await make_bot(STOP_POLICY="anyone", **database)
+    thread_ts, status = await running(bot, llm)
+
+    # The same channel and thread ids, in team B: another thread altogether.
+    reply = slack_requests.thread_reply(text, thread_ts=thread_ts, user=B_ADMIN, workspace=TEAM_B)
+    assert await bot.event(reply) == 200
+
+    await finishes_untouched(bot, status, llm)
+    assert bot.app.ctx is not None
+    assert await bot.app.ctx.store.guidance_for(run_id_of(status)) == []
