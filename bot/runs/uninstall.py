@@ -96,6 +96,9 @@ class Uninstaller:
         self._installations = installations
         self._wait_s = local_runs_wait_s
         self._gone: set[str] = set()
+        self._locks: dict[str, asyncio.Lock] = {}
+        """One uninstall of a workspace at a time here: the pair's second event waits
+        for the first, then finds (and purges) only what was left."""
 
     def gone(self, team: str) -> bool:
         """True if ``team`` uninstalled the app (here) and has not installed it again."""
@@ -111,6 +114,12 @@ class Uninstaller:
         """Forget ``team`` (see the module's steps); what was purged (None if the
         database failed: logged, and the other event of the pair tries again)."""
         self._gone.add(team)
+        async with self._locks.setdefault(team, asyncio.Lock()):
+            return await self._uninstall(team, enterprise, why=why, at=at)
+
+    async def _uninstall(
+        self, team: str, enterprise: str | None, *, why: str, at: datetime
+    ) -> TeamForgotten | None:
         log.info("team.uninstalling", team=team, enterprise=enterprise, why=why)
         await self._installations.forget_installation(team, enterprise)
         ended = await self._team_end.end_team(team, why=why)
