@@ -11,8 +11,8 @@ Decisions:
 - No new index: a workspace's runs are found by ``team``, which leads ``ix_runs_thread``
   already.
 
-Revision ID: r0012
-Revises: r0010
+Revision ID: r0013
+Revises: r0012
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "r0012"
-down_revision: str | None = "r0010"
+revision = "r0013"
+down_revision: str | None = "r0012"
 branch_labels = None
 depends_on = None
 
