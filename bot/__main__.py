@@ -77,6 +77,12 @@ def main(argv: list[str] | None = None) -> int:
         help="delete the ended runs this Slack user started, and what they wrote in other "
         "runs, from the database; start nothing",
     )
+    parser.add_argument(
+        "--team",
+        metavar="TEAM_ID",
+        help="with --forget-user: only in this workspace (Slack team id); without it, "
+        "in every workspace",
+    )
     args = parser.parse_args(argv)
     if args.check:
         # Each check reports what it found in its own line: log lines would only repeat it.
@@ -93,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.forget_user is not None:
         from bot.process.forget import forget_user
 
-        return asyncio.run(forget_user(settings, args.forget_user))
+        return asyncio.run(forget_user(settings, args.forget_user, team=args.team))
     try:
         traced = configure_tracing()  # the OTEL_* settings, read by the SDK itself
     except ConfigError as exc:

@@ -128,6 +128,19 @@ def spend(spent: Spent) -> str:
 # -- the live status line --------------------------------------------------------------
 
 STATUS_STARTING = "Starting..."
+HISTORY_NOT_READ = (
+    "Older thread messages were not read: Slack lets this app read a thread only once a "
+    "minute. This run starts from what threadpilot kept of the thread."
+)
+THREAD_READ_IN_PART_LIMITED = (
+    "Slack lets this app read only the start of a thread, once a minute: the later "
+    "messages of this thread were not read"
+)
+HISTORY_NOT_READ_TOOL = (
+    "The thread could not be read now: Slack lets this app read a thread only once a "
+    "minute per workspace, and that allowance is spent. Older thread messages were not "
+    "read; go on with what you have, or try again in a minute."
+)
 
 
 def status_queued(ahead: int) -> str:
@@ -548,6 +561,10 @@ CLICK_NOT_FROM_RUN = (
     "That button is not on this run's own status message, so nothing changed. "
     "Use the buttons on the run's status message in its thread."
 )
+NOT_THIS_WORKSPACE = (
+    "That run is not one of this workspace's, so nothing changed. "
+    "Each workspace sees and controls only its own runs."
+)
 RUN_NOT_RECORDED = (
     "I could not start on this: threadpilot's database did not answer, so the request "
     "could not be recorded. Nothing is running. Please mention me again in a minute."
@@ -875,7 +892,10 @@ def stop_all_confirm_text(count: int) -> str:
     return f"Stop {runs} in this workspace? Each finishes its step, then writes a summary."
 
 
-STOP_ALL_NOT_ALLOWED = "Only admins (ADMIN_USER_IDS) can stop every run. Nothing changed."
+STOP_ALL_NOT_ALLOWED = (
+    "Only admins (the workspace's admins and owners, whoever installed the app, and "
+    "ADMIN_USER_IDS) can stop every run. Nothing changed."
+)
 STOP_ALL_NOTHING = "Nothing is running, so there was nothing to stop."
 
 

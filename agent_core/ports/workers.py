@@ -11,6 +11,7 @@ if TYPE_CHECKING:
 
     from agent_core.values.records import (
         Forgotten,
+        TeamForgotten,
         RunRecord,
         Wakeup,
     )
@@ -99,11 +100,21 @@ class RetentionStore(Protocol):
         """
         ...
 
-    async def forget_requester(self, user: str, *, batch_size: int = ...) -> Forgotten:
+    async def forget_requester(
+        self, user: str, *, team: str | None = None, batch_size: int = ...
+    ) -> Forgotten:
         """Delete ``user``'s runs that may be deleted, whatever their age, with their
         rows, and what else they wrote: their settled guidance in other runs and their
         thread participations. Their live runs (and those with a resume ahead) are kept
-        and counted: stop them, then ask again."""
+        and counted: stop them, then ask again. ``team``: in that workspace only (None:
+        in every workspace)."""
+        ...
+
+    async def forget_team(self, team: str, *, batch_size: int = ...) -> TeamForgotten:
+        """Delete workspace ``team``'s runs that may be deleted, whatever their age, with
+        their rows, and its threads' handled stop requests, settled guidance and
+        participants (its app was uninstalled). Its live runs (and those with a resume
+        ahead) are kept and counted."""
         ...
 
 

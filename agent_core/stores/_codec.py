@@ -103,6 +103,7 @@ RUN_COLUMNS = (
     "resume_reason",
     "resume_by",
     "trace_context",
+    "enterprise_id",
 )
 STOP_COLUMNS = (
     "id",
@@ -331,6 +332,7 @@ def run_from_row(row: Row) -> RunRecord:
         resume_reason=row["resume_reason"],
         resume_by=row["resume_by"],
         trace_context=row["trace_context"],
+        enterprise_id=row["enterprise_id"],
     )
 
 

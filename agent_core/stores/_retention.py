@@ -13,8 +13,12 @@ Deletes go in batches of at most ``batch_size`` runs (or rows) per transaction, 
 purge never holds SQLite's one writer, or PostgreSQL's row locks, for long: a click's
 commit waits for one batch at most.
 
-Conditions are written with ``{cutoff}`` and ``{user}`` placeholders that each store
-fills in with its own parameter marks (``?``, ``$1``); the rest is constants.
+Conditions are written with ``{cutoff}``, ``{user}`` and ``{team}`` placeholders that
+each store fills in with its own parameter marks (``?``, ``$1``); the rest is constants.
+
+Forgetting a workspace (its app uninstalled) deletes its runs that may go, the same way,
+and the rows of its threads that hang off no run: handled stop requests, settled
+guidance, who wrote in its threads. What its live runs still need is kept.
 """
 
 from __future__ import annotations
@@ -32,12 +36,17 @@ __all__ = [
     "OLD_ROWS",
     "OLD_RUNS",
     "RUN_TABLES",
+    "TEAM_ROWS",
+    "TEAM_RUNS",
     "USER_ROWS",
     "USER_RUNS",
+    "USER_TEAM_ROWS",
+    "USER_TEAM_RUNS",
     "Deleted",
     "check_batch_size",
     "in_batches",
     "removable_runs",
+    "user_in_team",
 ]
 
 BATCH_SIZE = 500
@@ -98,6 +107,16 @@ OLD_RUNS = "updated_at < {cutoff}"
 USER_RUNS = "requester = {user}"
 """A person's runs (sub-agents' runs carry their parent's requester)."""
 
+TEAM_RUNS = "team = {team}"
+"""A workspace's runs (sub-agents' runs are in their parent's thread)."""
+
+TEAM_ROWS: tuple[tuple[str, str], ...] = (
+    ("thread_participants", "team = {team}"),
+    ("stop_requests", "team = {team} AND status = 'handled'"),
+    ("guidance", "team = {team} AND status <> 'queued'"),
+)
+"""A workspace's rows that forgetting it deletes besides its runs' (table, condition)."""
+
 OLD_ROWS: tuple[tuple[str, str], ...] = (
     ("stop_requests", "status = 'handled' AND handled_at < {cutoff}"),
     ("events", "at < {cutoff}"),
@@ -119,6 +138,22 @@ USER_ROWS: tuple[tuple[str, str], ...] = (
     ("approvals", "status <> 'requested' AND decided_by = {user}"),
 )
 """What else a person wrote, in other people's threads, that forgetting them deletes."""
+
+USER_TEAM_RUNS = "team || ':' || requester = {user}"
+"""A person's runs in one workspace; the value is :func:`user_in_team` (one parameter,
+so each store's one-value delete serves it; ``--forget-user`` is rare enough to scan)."""
+
+USER_TEAM_ROWS: tuple[tuple[str, str], ...] = (
+    ("thread_participants", "team || ':' || user_id = {user}"),
+    ("guidance", "status <> 'queued' AND team || ':' || author = {user}"),
+    ("approvals", "status <> 'requested' AND team || ':' || decided_by = {user}"),
+)
+""":data:`USER_ROWS` in one workspace's threads."""
+
+
+def user_in_team(user: str, team: str) -> str:
+    """The value :data:`USER_TEAM_RUNS` and :data:`USER_TEAM_ROWS` compare with."""
+    return f"{team}:{user}"
 
 
 async def in_batches(batch: Callable[[], Awaitable[tuple[int, int]]], batch_size: int) -> Deleted:

@@ -38,6 +38,7 @@ from agent_core.values.records import (
     ResumeState,
     RunRecord,
     StopRequestRecord,
+    TeamForgotten,
     ThreadKey,
     is_waiting,
 )
@@ -368,19 +369,57 @@ class MemoryStore(MemoryInstallations):
             deleted = self._delete_runs(doomed)
             return deleted + self._purge_old_rows(older_than)
 
-    async def forget_requester(self, user: str, *, batch_size: int = BATCH_SIZE) -> Forgotten:
+    async def forget_requester(
+        self, user: str, *, team: str | None = None, batch_size: int = BATCH_SIZE
+    ) -> Forgotten:
+        check_batch_size(batch_size)
+
+        def here(thread: ThreadKey) -> bool:
+            return team is None or thread.team == team
+
+        async with self._lock:
+            doomed = self._removable(lambda run: run.requester == user and here(run.thread))
+            self._delete_runs(doomed)
+            for participant in [p for p in self._participants if p[1] == user and here(p[0])]:
+                del self._participants[participant]
+            settled = [
+                k for k, g in self._guidance.items() if _settled_by(g, user) and here(g.thread)
+            ]
+            for key in settled:
+                del self._guidance[key]
+            decided = [
+                k for k, a in self._approvals.items() if _decided_by(a, user) and here(a.thread)
+            ]
+            for key in decided:
+                del self._approvals[key]
+            kept = sum(
+                1 for run in self._runs.values() if run.requester == user and here(run.thread)
+            )
+            return Forgotten(runs=len(doomed), kept=kept)
+
+    async def forget_team(self, team: str, *, batch_size: int = BATCH_SIZE) -> TeamForgotten:
         check_batch_size(batch_size)
         async with self._lock:
-            doomed = self._removable(lambda run: run.requester == user)
-            self._delete_runs(doomed)
-            for participant in [p for p in self._participants if p[1] == user]:
+            doomed = self._removable(lambda run: run.thread.team == team)
+            rows = self._delete_runs(doomed)
+            for participant in [p for p in self._participants if p[0].team == team]:
                 del self._participants[participant]
-            for key in [k for k, g in self._guidance.items() if _settled_by(g, user)]:
+                rows += 1
+            stops = [
+                k for k, r in self._stops.items() if r.thread.team == team and r.status == "handled"
+            ]
+            settled = [
+                k
+                for k, g in self._guidance.items()
+                if g.thread.team == team and g.status is not GuidanceStatus.QUEUED
+            ]
+            for key in stops:
+                del self._stops[key]
+            for key in settled:
                 del self._guidance[key]
-            for key in [k for k, a in self._approvals.items() if _decided_by(a, user)]:
-                del self._approvals[key]
-            kept = sum(1 for run in self._runs.values() if run.requester == user)
-            return Forgotten(runs=len(doomed), kept=kept)
+            rows += len(stops) + len(settled)
+            kept = sum(1 for run in self._runs.values() if run.thread.team == team)
+            return TeamForgotten(runs=len(doomed), rows=rows, kept=kept)
 
     def _removable(self, matches: Callable[[RunRecord], bool]) -> list[str]:
         """The runs ``matches`` picks that may be deleted (agent_core/stores/_retention.py

@@ -43,7 +43,7 @@ from agent_core.stores.sql_installations import PostgresInstallations
 from agent_core.values.answering import ANSWERING
 from agent_core.values.clock import utcnow
 from agent_core.values.errors import StorageError
-from agent_core.values.records import Forgotten, ResumeState, StopRequestRecord
+from agent_core.values.records import Forgotten, ResumeState, StopRequestRecord, TeamForgotten
 from agent_core.values.states import LIVE_STATES, RunState
 
 if TYPE_CHECKING:
@@ -748,20 +748,38 @@ class PostgresStore(PostgresQueue, PostgresInstallations):
         return rows
 
     async def forget_requester(
-        self, user: str, *, batch_size: int = retention.BATCH_SIZE
+        self, user: str, *, team: str | None = None, batch_size: int = retention.BATCH_SIZE
     ) -> Forgotten:
-        deleted = await self._delete_runs(retention.USER_RUNS, user, batch_size)
-        for table, condition in retention.USER_ROWS:
-            await self._delete_rows(table, condition, user, batch_size)
-        sql = "SELECT count(*) FROM runs WHERE requester = $1"
-        kept = await self._fetch("count a person's runs", sql, user)
+        if team is None:
+            runs, rows, value = retention.USER_RUNS, retention.USER_ROWS, user
+            sql, params = "SELECT count(*) FROM runs WHERE requester = $1", [user]
+        else:
+            runs, rows = retention.USER_TEAM_RUNS, retention.USER_TEAM_ROWS
+            value = retention.user_in_team(user, team)
+            sql = "SELECT count(*) FROM runs WHERE requester = $1 AND team = $2"
+            params = [user, team]
+        deleted = await self._delete_runs(runs, value, batch_size)
+        for table, condition in rows:
+            await self._delete_rows(table, condition, value, batch_size)
+        kept = await self._fetch("count a person's runs", sql, *params)
         return Forgotten(runs=deleted.runs, kept=int(kept[0][0]))
+
+    async def forget_team(
+        self, team: str, *, batch_size: int = retention.BATCH_SIZE
+    ) -> TeamForgotten:
+        deleted = await self._delete_runs(retention.TEAM_RUNS, team, batch_size)
+        rows = deleted.rows
+        for table, condition in retention.TEAM_ROWS:
+            rows += await self._delete_rows(table, condition, team, batch_size)
+        sql = "SELECT count(*) FROM runs WHERE team = $1"
+        kept = await self._fetch("count a workspace's runs", sql, team)
+        return TeamForgotten(runs=deleted.runs, rows=rows, kept=int(kept[0][0]))
 
     async def _delete_runs(self, condition: str, value: Any, batch_size: int) -> retention.Deleted:
         """The runs matching ``condition`` that may go, and their rows: a batch per
         statement (agent_core/stores/_retention.py). Runs another worker's purge is
         deleting are skipped, not waited for."""
-        select = retention.removable_runs(condition.format(cutoff="$1", user="$1"))
+        select = retention.removable_runs(condition.format(cutoff="$1", user="$1", team="$1"))
         deletes = [
             f"d{i} AS (DELETE FROM {table} WHERE {column} IN (SELECT id FROM doomed) RETURNING 1)"
             for i, (table, column) in enumerate(retention.RUN_TABLES)
@@ -781,7 +799,7 @@ class PostgresStore(PostgresQueue, PostgresInstallations):
         return await retention.in_batches(batch, batch_size)
 
     async def _delete_rows(self, table: str, condition: str, value: Any, batch_size: int) -> int:
-        where = condition.format(cutoff="$1", user="$1")
+        where = condition.format(cutoff="$1", user="$1", team="$1")
         sql = (
             f"DELETE FROM {table} WHERE ctid = ANY(ARRAY("
             f"SELECT ctid FROM {table} WHERE {where} LIMIT $2 FOR UPDATE SKIP LOCKED))"

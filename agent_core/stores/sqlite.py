@@ -55,7 +55,7 @@ from agent_core.stores.sql_installations import SqliteInstallations
 from agent_core.stores.sqlite_queue import SqliteQueue, one_run_per_id
 from agent_core.values.clock import utcnow
 from agent_core.values.errors import StorageError
-from agent_core.values.records import Forgotten, ResumeState, StopRequestRecord
+from agent_core.values.records import Forgotten, ResumeState, StopRequestRecord, TeamForgotten
 from agent_core.values.states import LIVE_STATES, RunState
 
 if TYPE_CHECKING:
@@ -567,19 +567,39 @@ class SqliteStore(SqliteQueue, SqliteInstallations):
         return rows
 
     async def forget_requester(
-        self, user: str, *, batch_size: int = retention.BATCH_SIZE
+        self, user: str, *, team: str | None = None, batch_size: int = retention.BATCH_SIZE
     ) -> Forgotten:
-        deleted = await self._delete_runs(retention.USER_RUNS, user, batch_size)
-        for table, condition in retention.USER_ROWS:
-            await self._delete_rows(table, condition, user, batch_size)
-        sql = "SELECT count(*) FROM runs WHERE requester = ?"
-        kept = await self._rows("count a person's runs", sql, [user])
+        if team is None:
+            runs, rows, value = retention.USER_RUNS, retention.USER_ROWS, user
+            sql, params = "SELECT count(*) FROM runs WHERE requester = ?", [user]
+        else:
+            runs, rows = retention.USER_TEAM_RUNS, retention.USER_TEAM_ROWS
+            value = retention.user_in_team(user, team)
+            sql = "SELECT count(*) FROM runs WHERE requester = ? AND team = ?"
+            params = [user, team]
+        deleted = await self._delete_runs(runs, value, batch_size)
+        for table, condition in rows:
+            await self._delete_rows(table, condition, value, batch_size)
+        kept = await self._rows("count a person's runs", sql, params)
         return Forgotten(runs=deleted.runs, kept=int(kept[0][0]))
+
+    async def forget_team(
+        self, team: str, *, batch_size: int = retention.BATCH_SIZE
+    ) -> TeamForgotten:
+        deleted = await self._delete_runs(retention.TEAM_RUNS, team, batch_size)
+        rows = deleted.rows
+        for table, condition in retention.TEAM_ROWS:
+            rows += await self._delete_rows(table, condition, team, batch_size)
+        sql = "SELECT count(*) FROM runs WHERE team = ?"
+        kept = await self._rows("count a workspace's runs", sql, [team])
+        return TeamForgotten(runs=deleted.runs, rows=rows, kept=int(kept[0][0]))
 
     async def _delete_runs(self, condition: str, value: Any, batch_size: int) -> retention.Deleted:
         """The runs matching ``condition`` that may go, and their rows, a batch per
         transaction (agent_core/stores/_retention.py)."""
-        select = retention.removable_runs(condition.format(cutoff="?", user="?")) + " LIMIT ?"
+        select = (
+            retention.removable_runs(condition.format(cutoff="?", user="?", team="?")) + " LIMIT ?"
+        )
 
         def batch(db: sqlite3.Connection) -> tuple[int, int]:
             ids = [row[0] for row in db.execute(select, (value, batch_size))]
@@ -597,7 +617,7 @@ class SqliteStore(SqliteQueue, SqliteInstallations):
         )
 
     async def _delete_rows(self, table: str, condition: str, value: Any, batch_size: int) -> int:
-        where = condition.format(cutoff="?", user="?")
+        where = condition.format(cutoff="?", user="?", team="?")
         sql = (
             f"DELETE FROM {table} WHERE rowid IN (SELECT rowid FROM {table} WHERE {where} LIMIT ?)"
         )

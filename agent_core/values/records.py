@@ -38,6 +38,7 @@ __all__ = [
     "ResumeState",
     "RunRecord",
     "StopRequestRecord",
+    "TeamForgotten",
     "ThreadKey",
     "Wakeup",
     "is_accepted",
@@ -135,6 +136,9 @@ class RunRecord:
     """The W3C ``traceparent`` of the run's trace (:mod:`agent_core.process.tracing`),
     written as it starts when traces are on: a Stop taken by another worker, the
     reconciler and a resume link to it. None when untraced."""
+    enterprise_id: str | None = None
+    """The Enterprise Grid org of the run's workspace (``thread.team``); None for a
+    standalone workspace, the terminal, or when not known."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +198,18 @@ class Forgotten:
     """The person's runs deleted, with every row that hangs off them."""
     kept: int
     """The person's runs kept: live, with a resume ahead, or needed by a run that is."""
+
+
+@dataclass(frozen=True, slots=True)
+class TeamForgotten:
+    """What :meth:`RetentionStore.forget_team` did."""
+
+    runs: int
+    """The workspace's runs deleted."""
+    rows: int
+    """Every row deleted: the runs, what hangs off them, and the workspace's other rows."""
+    kept: int
+    """The workspace's runs kept: live, with a resume ahead, or needed by a run that is."""
 
 
 class GuidanceStatus(StrEnum):

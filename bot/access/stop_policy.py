@@ -14,7 +14,9 @@ Rules, in the order they are checked (docs/stopping.md, Who may stop and Escalat
 1. A button counts only on the run's own status message: its team, channel and message
    (:func:`comes_from`). The run id in a button's ``value`` can be copied by anyone who
    can post a signed payload; where it was pressed cannot. Checked first, so a click
-   from elsewhere learns nothing about the run, not even that it ended.
+   from elsewhere learns nothing about the run, not even that it ended. Likewise an ask
+   from another workspace (App Home, ``/threadpilot``: :func:`same_workspace`) changes
+   nothing in this one's runs.
 2. A run that has ended stays ended.
 3. ``STOP_POLICY``: the requester and ``ADMIN_USER_IDS`` always; under ``participants``
    also whoever wrote in the run's thread; under ``anyone``, anyone (:func:`may_stop`).
@@ -61,6 +63,7 @@ __all__ = [
     "needs_own_stops",
     "needs_participants",
     "read_participants",
+    "same_workspace",
     "verdict_for",
 ]
 
@@ -84,6 +87,18 @@ class StopAsk:
     """Where a button was pressed: it must be the run's status message."""
     user_team: str | None = None
     """The asker's own team, when the payload names it (:class:`bot.access.trust.Person`)."""
+    team: str | None = None
+    """The workspace the ask comes from (App Home, ``/threadpilot``): only that
+    workspace's runs can be asked (:func:`verdict_for`)."""
+
+    @property
+    def workspace(self) -> str | None:
+        """The workspace the ask comes from, whichever way the payload says it."""
+        if self.team is not None:
+            return self.team
+        if self.message is not None:
+            return self.message.team
+        return self.thread.team if self.thread is not None else None
 
     def __post_init__(self) -> None:
         if not self.kind.by_person:
@@ -115,6 +130,9 @@ class Verdict(StrEnum):
     NOT_THIS_RUN = "not_this_run"
     """A button not on the run's status message (another thread, channel, message or
     team): refused, whatever the run's state."""
+    OTHER_WORKSPACE = "other_workspace"
+    """Asked from another workspace than the run's (App Home, ``/threadpilot``): refused,
+    whatever the run's state."""
     UNTRUSTED = "untrusted"
     """From another organisation, or a guest, where the settings do not allow them
     (:mod:`bot.access.trust`): refused before anything about the run is read."""
@@ -160,6 +178,12 @@ class RunHome:
     channel: str
     thread_ts: str
     status_ts: str | None
+
+
+def same_workspace(team: str | None, home: RunHome) -> bool:
+    """True unless an ask from workspace ``team`` names a run of another workspace
+    (``team`` None: the ask was found by its thread or message, checked elsewhere)."""
+    return team is None or team == home.team
 
 
 def comes_from(origin: Origin | None, home: RunHome) -> bool:
@@ -270,10 +294,15 @@ def verdict_for(
     settings: Settings,
     *,
     double_press_s: float = DOUBLE_PRESS_S,
+    admin: bool = False,
 ) -> Verdict:
-    """What ``ask`` does to the run ``view`` describes (None: there is no such run)."""
+    """What ``ask`` does to the run ``view`` describes (None: there is no such run).
+    ``admin``: the asker is an admin of the run's workspace besides ``ADMIN_USER_IDS``
+    (:class:`bot.access.admins.Admins`)."""
     if view is None:
         return Verdict.NOT_FOUND
+    if not same_workspace(ask.team, view.home):
+        return Verdict.OTHER_WORKSPACE
     if ask.source.on_status_message and not comes_from(ask.message, view.home):
         return Verdict.NOT_THIS_RUN
     if view.finished:
@@ -285,7 +314,7 @@ def verdict_for(
         admins=settings.ADMIN_USER_IDS,
         participants=view.participants,
     )
-    if not allowed:
+    if not allowed and not admin:
         return Verdict.NOT_ALLOWED
     if view.pending is not None and view.pending.cancels:
         return Verdict.ALREADY_ABORTING

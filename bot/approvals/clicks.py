@@ -48,6 +48,7 @@ from bot.views.approval import arguments_view, may_see_arguments, render_approva
 
 if TYPE_CHECKING:
     from agent_core import ApprovalRecord
+    from bot.access.admins import Admins
     from bot.access.stop_policy import Origin
     from bot.access.trust import TrustGate
     from bot.approvals.desk import ApprovalDesk
@@ -132,7 +133,10 @@ class ApprovalClicks:
         workspaces: Workspaces,
         *,
         budget_s: float,
+        admins: Admins | None = None,
     ) -> None:
+        """``admins``: who besides ``ADMIN_USER_IDS`` administers a workspace's runs."""
+        self._admins = admins
         self._store = store
         self._desk = desk
         self._settings = settings
@@ -147,7 +151,7 @@ class ApprovalClicks:
         """Before the ack: decided and, if it counts, committed; ``LATE`` if the database
         has not answered within the budget (the decision goes on). Never raises for a
         database fault (the answer then says nothing was recorded)."""
-        refusal = await self._trust.refusal(Person(ask.user, ask.user_team))
+        refusal = await self._trust.refusal(_person(ask))
         if refusal is not None:
             return ApprovalClick(ask, ApprovalVerdict.UNTRUSTED, answer=refusal)
         deciding = asyncio.create_task(self._decide(ask), name=f"approval-click:{ask.approval_id}")
@@ -256,13 +260,16 @@ class ApprovalClicks:
             settings,
             policy=settings.APPROVAL_POLICY,
         )
-        return may_stop(
+        allowed = may_stop(
             user,
             policy=settings.APPROVAL_POLICY,
             requester=record.requester,
             admins=settings.ADMIN_USER_IDS,
             participants=participants,
         )
+        if allowed or self._admins is None:
+            return allowed
+        return await self._admins.is_admin(user, record.thread.team)
 
     async def after(self, click: ApprovalClick, answer: ClickAnswer | None) -> ApprovalClick:
         """After the ack: the message in place and the audit event, or the ephemeral
@@ -303,7 +310,7 @@ class ApprovalClicks:
 
     async def _shown(self, ask: ApprovalAsk) -> ApprovalRecord | str:
         """The approval whose arguments ``ask``'s person may see in full, or why not."""
-        refusal = await self._trust.refusal(Person(ask.user, ask.user_team))
+        refusal = await self._trust.refusal(_person(ask))
         if refusal is not None:
             return refusal
         try:
@@ -334,10 +341,17 @@ class ApprovalClicks:
             log.warning("approval.reply_failed", error=repr(exc))
 
 
+def _person(ask: ApprovalAsk) -> Person:
+    """The person clicking, with the workspace the click comes from."""
+    workspace = ask.team or (ask.message.team if ask.message is not None else None)
+    return Person(ask.user, ask.user_team, workspace)
+
+
 def _comes_from(ask: ApprovalAsk, record: ApprovalRecord) -> bool:
-    """A click counts only on the approval's own message, or on App Home."""
+    """A click counts only on the approval's own message, or on its own workspace's App
+    Home (a Home click from another workspace names a run not of its own)."""
     if ask.on_home:
-        return True
+        return ask.team is not None and ask.team == record.thread.team
     where = ask.message
     thread = record.thread
     if where is None or (where.team, where.channel) != (thread.team, thread.channel):

@@ -69,10 +69,12 @@ if TYPE_CHECKING:
 __all__ = [
     "DEPRECATED_SETTINGS",
     "ENV_FILE",
+    "HistoryLimit",
     "ModelEndpointSettings",
     "Settings",
     "SettingsInvalid",
     "StopPolicy",
+    "default_history_limit",
     "load_settings",
 ]
 
@@ -93,6 +95,23 @@ class StopPolicy(StrEnum):
     PARTICIPANTS = "participants"
     """Anyone who has written in the run's thread."""
     ANYONE = "anyone"
+
+
+class HistoryLimit(StrEnum):
+    """How often Slack lets the app read a thread (``conversations.replies``)."""
+
+    TIER3 = "tier3"
+    """An internal, customer-built app: about 50 calls a minute, 1,000 messages each."""
+    DISTRIBUTED = "distributed"
+    """A commercially distributed app not in the Slack Marketplace: one call a minute
+    per workspace, at most 15 messages."""
+
+
+def default_history_limit(settings: Settings) -> HistoryLimit:
+    """``SLACK_HISTORY_LIMIT`` when it is not set: ``tier3`` with a bot token (an app
+    built for its own workspace), ``distributed`` in OAuth mode (an app distributed
+    outside the Marketplace is held to it by Slack)."""
+    return HistoryLimit.DISTRIBUTED if settings.oauth_mode else HistoryLimit.TIER3
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,6 +221,11 @@ class Settings(BaseSettings):
     )
     ALLOW_GUESTS: bool = Field(
         default=False, description="true: the workspace's guests may use the app."
+    )
+    SLACK_HISTORY_LIMIT: HistoryLimit | None = Field(
+        default=None,
+        description="tier3|distributed: how often Slack lets the app read a thread "
+        "(distributed: one conversations.replies a minute per workspace, 15 messages).",
     )
     LOG_FORMAT: Literal["console", "json"] = "console"
     LOG_LEVEL: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
@@ -504,6 +528,12 @@ class Settings(BaseSettings):
         """Installed by OAuth in any number of workspaces (``SLACK_CLIENT_ID``), rather
         than in one by ``SLACK_BOT_TOKEN``."""
         return self.SLACK_CLIENT_ID is not None
+
+    @property
+    def history_limit(self) -> HistoryLimit:
+        """``SLACK_HISTORY_LIMIT``, or its default for this mode
+        (:func:`default_history_limit`)."""
+        return self.SLACK_HISTORY_LIMIT or default_history_limit(self)
 
     @property
     def socket_mode(self) -> bool:

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from agent_core import Run, RunRecord, Spent, StopRequestRecord
+    from bot.access.admins import Admins
     from bot.access.trust import TrustGate
     from bot.config.settings import Settings
     from bot.slack_api.surface import Workspaces
@@ -107,7 +108,9 @@ class Dashboard:
         stops: StopService,
         trust: TrustGate,
         live_runs: LiveRuns,
+        admins: Admins,
     ) -> None:
+        self._admins = admins
         self._store = store
         self._live_runs = live_runs
         self._trust = trust
@@ -118,8 +121,9 @@ class Dashboard:
         self._team_urls: dict[str, str] = {}
         self._team_url_failed: dict[str, float] = {}
 
-    def is_admin(self, user: str) -> bool:
-        return user in self._settings.ADMIN_USER_IDS
+    def is_admin(self, user: str, team: str) -> bool:
+        """What is known now (:meth:`bot.access.admins.Admins.known`), without asking."""
+        return self._admins.known(user, team)
 
     # -- reading -----------------------------------------------------------------------
 
@@ -127,9 +131,9 @@ class Dashboard:
         """What ``viewer`` sees now. Raises :class:`agent_core.StorageError`.
 
         Someone who may not use the app (:mod:`bot.access.trust`) sees only why."""
-        if (refusal := await self._trust.refusal(Person(viewer))) is not None:
+        if (refusal := await self._trust.refusal(Person(viewer, workspace=team))) is not None:
             return Listing(viewer=viewer, admin=False, now=utcnow(), notice=refusal, refused=True)
-        admin = self.is_admin(viewer)
+        admin = await self._admins.is_admin(viewer, team)
         requester = None if admin else viewer
         store = self._store
         live = await store.team_live_runs(team, requester=requester, limit=LIVE_LIMIT)
@@ -216,9 +220,10 @@ class Dashboard:
         ``delivery`` is the click's (or command's) key, taken by the batch: a
         re-delivery changes nothing, and a new press can retry. ``user_team``: the
         asker's own team, when the payload names it."""
-        if not self.is_admin(user):
+        if not await self._admins.is_admin(user, team):
             return StopAll(refusal=messages.STOP_ALL_NOT_ALLOWED)
-        if (refusal := await self._trust.refusal(Person(user, user_team))) is not None:
+        person = Person(user, user_team, team)
+        if (refusal := await self._trust.refusal(person)) is not None:
             return StopAll(refusal=refusal)
         try:
             async with asyncio.timeout(READ_BUDGET_S):
@@ -231,8 +236,8 @@ class Dashboard:
             r.id for r in live if r.state is RunState.STOPPING
         }
         targets = {r.id: r for r in live if r.id not in stopping}
-        asks = [_ask(Person(user, user_team), source, run_id) for run_id in targets]
-        decisions = await self._stops.request_many(asks, targets, delivery=delivery)
+        asks = [_ask(person, source, run_id) for run_id in targets]
+        decisions = await self._stops.request_many(asks, targets, delivery=delivery, admin=True)
         log.info(
             "stop_all.requested",
             user=user,
@@ -250,7 +255,12 @@ class Dashboard:
 
 def _ask(person: Person, source: StopSource, run_id: str) -> StopAsk:
     return StopAsk(
-        user=person.user, kind=StopReason.STOP, source=source, run_id=run_id, user_team=person.team
+        user=person.user,
+        kind=StopReason.STOP,
+        source=source,
+        run_id=run_id,
+        user_team=person.team,
+        team=person.workspace,
     )
 
 

@@ -196,7 +196,7 @@ class HomeRefresher:
         team = record.thread.team
         for key, viewer in self._viewers.items():
             if viewer.team == team and (
-                viewer.user == record.requester or self._dashboard.is_admin(viewer.user)
+                viewer.user == record.requester or self._dashboard.is_admin(viewer.user, team)
             ):
                 if key not in self._dirty:
                     self._dirty[key] = False

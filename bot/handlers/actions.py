@@ -187,7 +187,7 @@ async def _resume_request(
         user=user,
         action=action,
         run_id=str(payload_field(pressed, "value") or ""),
-        delivery=click_key(action_ts, user),
+        delivery=click_key(_workspace(body), action_ts, user),
         message=click_origin(body),
     )
     with structlog.contextvars.bound_contextvars(run_id=ask.run_id, user=user):
@@ -250,7 +250,7 @@ def _ask(body: dict[str, Any], action: StopReason, *, run_id: str | None = None)
         kind=action,
         source=StopSource.BUTTON,
         run_id=run_id if run_id is not None else str(payload_field(pressed, "value") or ""),
-        delivery=click_key(action_ts, user),
+        delivery=click_key(_workspace(body), action_ts, user),
         message=click_origin(body),
         user_team=presser_team(body),
     )
@@ -260,6 +260,12 @@ def presser_team(body: dict[str, Any]) -> str | None:
     """The presser's own team (:func:`bot.access.trust.person_of`)."""
     person = person_of(body)
     return person.team if person is not None else None
+
+
+def _workspace(body: dict[str, Any]) -> str:
+    """The workspace a click came from."""
+    team = payload_field(body.get("team"), "id") or payload_field(body.get("user"), "team_id")
+    return str(team or "")
 
 
 def click_origin(body: dict[str, Any]) -> Origin | None:

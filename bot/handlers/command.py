@@ -75,7 +75,7 @@ async def _stop_all(
     user: str,
 ) -> None:
     trigger = command.get("trigger_id")
-    delivery = f"command:{trigger}:{user}" if isinstance(trigger, str) and trigger else None
+    delivery = f"command:{team}:{trigger}:{user}" if isinstance(trigger, str) and trigger else None
     result = await dashboard.stop_all(team, user, StopSource.COMMAND, delivery=delivery)
     await ack(response_type="ephemeral", text=result.answer)
     await dashboard.after_stop_all(result)

@@ -76,5 +76,5 @@ def _native_stop(body: dict[str, Any]) -> StopAsk | None:
         kind=StopReason.STOP,
         source=StopSource.NATIVE,
         thread=ThreadKey(str(team), str(channel), str(thread_ts)),
-        delivery=event_key(str(event_id)) if isinstance(event_id, str) and event_id else None,
+        delivery=event_key(str(team), event_id) if isinstance(event_id, str) and event_id else None,
     )

@@ -77,7 +77,7 @@ async def _record(
             if record is None or not comes_from(origin, _home(record)):
                 log.warning("feedback.not_from_run", found=record is not None)
                 return messages.FEEDBACK_NOT_FROM_RUN
-            if not await deliveries.first(f"feedback:{action_ts}:{user}"):
+            if not await deliveries.first(f"feedback:{origin.team}:{action_ts}:{user}"):
                 return None
             await ctx.store.record_event(
                 AuditEvent(

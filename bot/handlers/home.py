@@ -106,7 +106,7 @@ class Click:
 
     @property
     def delivery(self) -> str:
-        return click_key(self.action_ts, self.user)
+        return click_key(self.team, self.action_ts, self.user)
 
     @classmethod
     def read(cls, body: dict[str, Any]) -> Click | None:
@@ -156,6 +156,7 @@ async def _request(ctx: BotContext, body: dict[str, Any], kind: StopReason) -> D
         run_id=click.value,
         delivery=click.delivery,
         user_team=click.user_team,
+        team=click.team,
     )
     with structlog.contextvars.bound_contextvars(run_id=ask.run_id, user=ask.user):
         return Decided(click, await ctx.stops.request(ask))

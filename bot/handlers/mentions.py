@@ -47,7 +47,7 @@ from bot.errors import BudgetNotRunning, SlackError
 from bot.handlers.asked import Asked
 from bot.handlers.late_admissions import LateAdmissions
 from bot.handlers.steering import STEERED, Steering
-from bot.inbound.thread_history import read_thread, task_of
+from bot.inbound.thread_history import read_thread, stored_history, task_of
 from bot.slack_api.identity import bot_user_of
 from bot.stopping.stops import ACK_BUDGET_S
 
@@ -141,7 +141,9 @@ class Mentions:
 
     async def _admit(self, asked: Asked, person: Person | None) -> Asked:
         """Accept the run, unless its person may not use the app at all."""
-        refusal = await self._ctx.trust.refusal(person or Person(asked.user))
+        refusal = await self._ctx.trust.refusal(
+            person or Person(asked.user, workspace=asked.thread.team)
+        )
         if refusal is not None:
             return replace(asked, refusal=refusal)
         return await self._accept(asked)
@@ -251,6 +253,7 @@ class Mentions:
         ctx = self._ctx
         thread = asked.thread
         history: list[ChatMessage] = []
+        note = ""
         if thread.thread_ts != asked.ts:
             read = await read_thread(
                 surface,
@@ -262,6 +265,9 @@ class Mentions:
                 asked_ts=asked.ts,
             )
             history = read.history
+            if read.withheld:  # Slack's allowance is spent: what we kept, and say so
+                history = await stored_history(ctx.store, thread, besides=run_id)
+                note = messages.HISTORY_NOT_READ
             # Who wrote in the thread before the app was part of it takes part in its
             # runs too (STOP_POLICY=participants); only threads with a run are recorded.
             for person in sorted(read.people - {asked.user}):
@@ -270,7 +276,11 @@ class Mentions:
         # The place is held until the run is launched: a resume or a queued run starting
         # here meanwhile cannot take it too.
         with ctx.supervisor.room() as held:
-            live = await ctx.supervisor.start(run_id, history=history) if held else None
+            live = (
+                await ctx.supervisor.start(run_id, history=history, history_note=note)
+                if held
+                else None
+            )
         if not held:
             await ctx.worker.queue.enqueue(
                 run_id,

@@ -205,7 +205,8 @@ class Steering:
         limit = self._ctx.settings.GUIDANCE_MAX_CHARS
         if not text:
             return Steered(reply, target.run_id)  # only our mention: nothing to pass on
-        refusal = await self._ctx.trust.refusal(Person(reply.user, reply.user_team))
+        person = Person(reply.user, reply.user_team, reply.thread.team)
+        refusal = await self._ctx.trust.refusal(person)
         if refusal is not None:
             return Steered(reply, target.run_id, refusal=refusal)
         if len(text) > limit:

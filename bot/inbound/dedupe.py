@@ -7,9 +7,11 @@ nothing: not start a second run, not turn one Stop into an escalation.
 :class:`Deliveries` answers "is this the first delivery?" for a key: this process's memory
 first (cheap; catches the common repeat to the same process), then the database's
 delivery log, which every worker shares (``Store.first_delivery``). Keys:
-``event:<event_id>`` for events (:class:`EventDeduper`, a Bolt middleware, before any
-listener can start a run) and ``click:<action_ts>:<user>`` for button clicks
-(:mod:`bot.handlers.actions`): a deliberate second press has a new ``action_ts``. A
+``event:<team>:<event_id>`` for events (:class:`EventDeduper`, a Bolt middleware, before
+any listener can start a run) and ``click:<team>:<action_ts>:<user>`` for button clicks
+(:mod:`bot.handlers.actions`): a deliberate second press has a new ``action_ts``. Each
+key carries the workspace the delivery came from, so one workspace's delivery can never
+pass for another's. A
 click or event that asks a run to stop has its key recorded by the stop request's own
 transaction (:meth:`Deliveries.take`): the key is taken exactly when the request is
 committed, never one without the other.
@@ -73,12 +75,21 @@ JOINED_MEMORY = 10_000
 """Threads known to have had a run (that never stops being true), remembered here."""
 
 
-def event_key(event_id: str) -> str:
-    return f"event:{event_id}"
+def event_key(team: str, event_id: str) -> str:
+    return f"event:{team}:{event_id}"
 
 
-def click_key(action_ts: str, user: str) -> str:
-    return f"click:{action_ts}:{user}"
+def click_key(team: str, action_ts: str, user: str) -> str:
+    return f"click:{team}:{action_ts}:{user}"
+
+
+def _team_of(body: dict[str, Any]) -> str:
+    """The workspace an event came from (``team_id``; the event's ``team`` otherwise)."""
+    team = body.get("team_id")
+    if not isinstance(team, str) or not team:
+        event = body.get("event")
+        team = event.get("team") if isinstance(event, dict) else None
+    return team if isinstance(team, str) else ""
 
 
 class Deliveries:
@@ -202,8 +213,8 @@ class EventDeduper:
                 self._joined.popitem(last=False)
         return had
 
-    async def first_time(self, event_id: str) -> bool:
-        key = event_key(event_id)
+    async def first_time(self, team: str, event_id: str) -> bool:
+        key = event_key(team, event_id)
         try:
             async with asyncio.timeout(self._budget_s):
                 return await self._deliveries.first(key)
@@ -224,7 +235,7 @@ class EventDeduper:
         database that cannot be told within the budget is logged: the retry that
         comes after :data:`RETAKE_AFTER` is still taken again if no run came of it."""
         event_id = body.get("event_id") if body.get("type") == "event_callback" else None
-        key = event_key(str(event_id))
+        key = event_key(_team_of(body), str(event_id))
         if not event_id or not self._deliveries.seen_here(key):
             return  # not taken here (not recorded, or dropped as a repeat)
         try:
@@ -267,8 +278,9 @@ class EventDeduper:
         if event_id and not await self.can_act(body, bot_user_of(context, self._me)):
             await next()  # nothing a repeat could do twice: not recorded
             return None
-        taken_here = bool(event_id) and self._deliveries.seen_here(event_key(str(event_id)))
-        if event_id and not await self.first_time(str(event_id)):
+        team = _team_of(body)
+        taken_here = bool(event_id) and self._deliveries.seen_here(event_key(team, str(event_id)))
+        if event_id and not await self.first_time(team, str(event_id)):
             if not taken_here and await self.work_lost(body):
                 log.warning("event.retaken", event_id=event_id, reason="no run came of it")
                 await next()

@@ -24,18 +24,21 @@ from __future__ import annotations
 import re
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 
+from agent_core import StorageError
 from bot.access.trust import Distrust
 from bot.errors import SlackError
+from bot.slack_api.history_allowance import Grant
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-    from agent_core import ChatMessage, ThreadKey
+    from agent_core import ChatMessage, Checkpoint, RunRecord, ThreadKey
     from bot.access.trust import TrustGate
+    from bot.slack_api.history_allowance import HistoryAllowance
     from bot.slack_api.identity import AppIdentity
     from bot.slack_api.rate_budget import SlackRateBudget
     from bot.slack_api.surface import SlackSurface
@@ -50,6 +53,7 @@ __all__ = [
     "history_from",
     "read_replies",
     "read_thread",
+    "stored_history",
     "task_of",
 ]
 
@@ -84,7 +88,11 @@ class Replies:
     read: int
     """How many messages (of those wanted) were read to find them."""
     complete: bool
-    """The thread was read to its end (else it is longer than ``MAX_PAGES`` pages)."""
+    """The thread was read to its end (else it is longer than ``MAX_PAGES`` pages, or
+    than Slack's allowance let the app read)."""
+    withheld: bool = False
+    """Slack's allowance for reading threads was spent (``SLACK_HISTORY_LIMIT``):
+    nothing was read."""
 
 
 async def read_replies(
@@ -94,19 +102,24 @@ async def read_replies(
     keep: int,
     wanted: Callable[[dict[str, Any]], bool] = lambda message: True,
     with_metadata: bool = False,
+    allowance: HistoryAllowance | None = None,
 ) -> Replies:
     """The newest ``keep`` messages of ``thread`` that are ``wanted``, read page by page
-    to the thread's end. Raises :class:`~bot.errors.SlackError` if Slack will not give
-    a page."""
+    to the thread's end, as far as ``allowance`` lets (never waiting for it). Raises
+    :class:`~bot.errors.SlackError` if Slack will not give a page."""
+    grant = allowance.take(MAX_PAGES) if allowance is not None else Grant(MAX_PAGES, None)
+    if grant.pages == 0:
+        log.info("thread.read_withheld", thread=str(thread), reason="SLACK_HISTORY_LIMIT")
+        return Replies([], 0, complete=False, withheld=True)
     newest: deque[dict[str, Any]] = deque(maxlen=keep)
     last: tuple[int, str] | None = None
     read, cursor = 0, ""
-    for _ in range(MAX_PAGES):
+    for _ in range(grant.pages):
         page = await budget.call(
             "conversations.replies",
             channel=thread.channel,
             ts=thread.thread_ts,
-            limit=PAGE_SIZE,
+            limit=grant.page_size or PAGE_SIZE,
             **({"include_all_metadata": True} if with_metadata else {}),
             **({"cursor": cursor} if cursor else {}),
         )
@@ -121,7 +134,7 @@ async def read_replies(
         cursor = str((page.get("response_metadata") or {}).get("next_cursor") or "")
         if not cursor:
             return Replies(list(newest), read, complete=True)
-    log.warning("thread.read_in_part", thread=str(thread), pages=MAX_PAGES)
+    log.warning("thread.read_in_part", thread=str(thread), pages=grant.pages)
     return Replies(list(newest), read, complete=False)
 
 
@@ -138,6 +151,8 @@ class ThreadRead:
     history: list[ChatMessage]
     people: frozenset[str] = frozenset()
     """Who wrote the messages read (people, not apps): the thread's participants."""
+    withheld: bool = False
+    """Slack's allowance was spent: nothing was read (:attr:`Replies.withheld`)."""
 
 
 async def read_thread(
@@ -159,10 +174,13 @@ async def read_thread(
             thread,
             keep=HISTORY_MESSAGES + 1,  # and the asking message, left out below
             wanted=lambda message: bool(message.get("text")),
+            allowance=surface.history,
         )
     except SlackError as exc:
         log.warning("thread.history_unavailable", error=exc.error)
         return ThreadRead([])
+    if replies.withheld:
+        return ThreadRead([], withheld=True)
     written = replies.newest
     if asked_ts is None:
         asked_ts = _asking_ts(written, me.user_id, requester, task)
@@ -173,9 +191,50 @@ async def read_thread(
         and not (me.wrote(m) or m.get("bot_id"))
         and m.get("subtype") in (None, "thread_broadcast")
     }
-    untrusted = await trust.untrusted(written)
+    untrusted = await trust.untrusted(written, workspace=thread.team)
     history = history_from(written, me, exclude_ts=asked_ts or "", untrusted=untrusted)
     return ThreadRead(history, frozenset(people))
+
+
+class StoredThreads(Protocol):
+    """Where what the app kept of a thread is read (the store)."""
+
+    async def find_runs(
+        self, *, thread: ThreadKey | None = None, top_level: bool | None = None, limit: int = 100
+    ) -> list[RunRecord]: ...
+
+    async def latest_checkpoint(self, run_id: str) -> Checkpoint | None: ...
+
+
+async def stored_history(
+    store: StoredThreads, thread: ThreadKey, *, besides: str
+) -> list[ChatMessage]:
+    """What the app kept of ``thread`` without asking Slack: the conversation of the
+    thread's latest run but ``besides`` (the one starting: its history, its task and its
+    answers), as people's and the app's turns only (no tool calls or results), at most
+    ``HISTORY_MESSAGES`` and ``HISTORY_CHARS``, newest last. Empty if there was no run
+    (or the database fails)."""
+    try:
+        runs = await store.find_runs(thread=thread, top_level=True, limit=1_000)
+        earlier = [r for r in runs if r.id != besides]
+        checkpoint = await store.latest_checkpoint(earlier[-1].id) if earlier else None
+    except StorageError:
+        log.exception("thread.stored_history_unreadable", thread=str(thread))
+        return []
+    if checkpoint is None:
+        return []
+    history: list[ChatMessage] = [
+        {"role": m["role"], "content": m["content"]}
+        for m in checkpoint.messages
+        if m.get("role") in ("user", "assistant")
+        and isinstance(m.get("content"), str)
+        and m.get("content")
+        and not m.get("tool_calls")
+    ]
+    history = history[-HISTORY_MESSAGES:]
+    while sum(len(str(m["content"])) for m in history) > HISTORY_CHARS and len(history) > 1:
+        history.pop(0)
+    return history
 
 
 def _asking_ts(

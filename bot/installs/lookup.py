@@ -147,6 +147,20 @@ class InstallationLookup:
             enterprise_id=found.enterprise_id,
         )
 
+    async def installer_of(self, team: str) -> str | None:
+        """Who installed the app serving workspace ``team`` (an admin of its runs);
+        None if nobody is known."""
+        found = await self.installation(self._served_by.get(team, ("", team)))
+        return None if found is None else found.user_id
+
+    async def forget_installation(self, team: str, enterprise: str | None) -> None:
+        """The app was uninstalled from workspace ``team``: delete the installation that
+        served it (its own, or its organisation's org-wide one)."""
+        enterprise_id, team_id = self._served_by.pop(team, (enterprise or "", team))
+        await self.store.async_delete_installation(
+            enterprise_id=enterprise_id or None, team_id=team_id or None
+        )
+
     async def authorize(self, context: AsyncBoltContext) -> AuthorizeResult:
         """Bolt's ``authorize``: the installation of the request's ``authorizations[0]``.
         Raises :class:`UnknownInstallation` when there is none."""

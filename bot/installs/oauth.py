@@ -145,7 +145,11 @@ class OAuthRoutes:
         states: OAuthStates,
         installations: InstallationStore,
         session: aiohttp.ClientSession,
+        installed: Callable[[str], None] = lambda team: None,
     ) -> None:
+        """``installed``: told each workspace (or organisation) just installed, so one
+        uninstalled earlier is served again."""
+        self._installed = installed
         self._client_id = client_id
         self._client_secret = client_secret
         self._redirect_uri = redirect_uri
@@ -189,6 +193,7 @@ class OAuthRoutes:
         try:
             installation = await self._exchange(request.query["code"])
             await self._installations.async_save(installation)
+            self._installed(installation.team_id or installation.enterprise_id or "")
         except SlackApiError as exc:
             error = str(exc.response.get("error") or "unknown")
             log.warning("install.refused", error=error)

@@ -141,14 +141,14 @@ class Metrics:
         )
         self.slack_calls = Counter(
             "threadpilot_slack_api_calls",
-            "Slack Web API requests sent, by method (each attempt counts).",
-            ["method"],
+            "Slack Web API requests sent, by workspace and method (each attempt counts).",
+            ["team", "method"],
             registry=registry,
         )
         self.slack_rate_limited = Counter(
             "threadpilot_slack_api_rate_limited",
-            "Slack Web API requests answered 429 (rate limited), by method.",
-            ["method"],
+            "Slack Web API requests answered 429 (rate limited), by workspace and method.",
+            ["team", "method"],
             registry=registry,
         )
         self.model_retries = Counter(
@@ -240,11 +240,11 @@ class Metrics:
         if control is not None:
             self.ack_seconds.labels(control=control).observe(time.perf_counter() - received)
 
-    def slack_call(self, method: str) -> None:
-        self.slack_calls.labels(method=method).inc()
+    def slack_call(self, team: str, method: str) -> None:
+        self.slack_calls.labels(team=team, method=method).inc()
 
-    def slack_429(self, method: str) -> None:
-        self.slack_rate_limited.labels(method=method).inc()
+    def slack_429(self, team: str, method: str) -> None:
+        self.slack_rate_limited.labels(team=team, method=method).inc()
 
     def mcp_cancelled(self, server: str) -> None:
         self.mcp_cancellations.labels(server=server).inc()

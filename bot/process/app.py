@@ -62,6 +62,8 @@ from agent_core.stores.factory import open_store
 from agent_core.tools.mcp import McpManager
 from agent_core.values.redact import public_url, redact
 from bot import messages
+from bot.access.admins import NO_INSTALLERS, Admins
+from bot.access.organisation import Organisations, Scope
 from bot.access.trust import TrustGate
 from bot.approvals.clicks import ApprovalClicks
 from bot.approvals.desk import ApprovalDesk
@@ -78,6 +80,8 @@ from bot.handlers import (
     home,
     mentions,
     sub_agent_steer,
+    team_access,
+    uninstall,
 )
 from bot.handlers.context import BotContext
 from bot.inbound.dedupe import Deliveries, EventDeduper
@@ -87,7 +91,9 @@ from bot.installs.rotation import ROTATION, Rotation, RotationTiming
 from bot.observe.metrics import CONTENT_TYPE, Metrics
 from bot.process.http_guard import Refusal, SlackRequestGuard, on_bolt_error
 from bot.process.slack_silence import SILENCE_S, SlackSilence
+from bot.runs.team_end import TeamEnd
 from bot.runs.tools import SLACK_READ_THREAD, slack_read_thread
+from bot.runs.uninstall import NO_INSTALLATIONS, Uninstaller
 from bot.slack_api.identity import AppIdentity
 from bot.slack_api.surface import Workspaces
 from bot.stopping.stops import ACK_BUDGET_S, StopService
@@ -179,6 +185,11 @@ class ThreadpilotApp:
         self.metrics_port: int | None = None
         """Where ``METRICS_PORT``'s listener is bound (None without it)."""
         self.ctx: BotContext | None = None
+        self._organisations: Organisations | None = None
+        """Which workspaces are one enterprise (:mod:`bot.access.organisation`)."""
+        self._team_end: TeamEnd | None = None
+        self._uninstaller: Uninstaller | None = None
+        """A workspace's uninstall (:mod:`bot.runs.uninstall`)."""
         self.bolt: AsyncApp | None = None
         self._installs: InstallationLookup | None = None
         """OAuth mode: the installations, cached (None with a bot token)."""
@@ -264,8 +275,19 @@ class ThreadpilotApp:
         """Build the parts that take work, each wired when it is built: the worker (and its
         supervisor), the stop service, the App Home."""
         settings = self.settings
-        workspaces = Workspaces(client, me, metrics=self.metrics, credentials=self._installs)
-        trust = TrustGate(settings, workspaces, me.team_id)
+        workspaces = Workspaces(
+            client,
+            me,
+            metrics=self.metrics,
+            credentials=self._installs,
+            history_limit=settings.history_limit,
+        )
+        own = Scope(me.team_id, me.enterprise_id) if me.team_id else None
+        self._organisations = organisations = Organisations(own)
+        trust = TrustGate(settings, workspaces, me.team_id, organisations=organisations)
+        # In OAuth mode, a workspace's installation says who installed the app there.
+        installs = self._installs
+        admins = Admins(settings, trust, NO_INSTALLERS if installs is None else installs)
         desk = ApprovalDesk(store, workspaces, metrics=self.metrics)
         worker = Worker(
             store,
@@ -289,10 +311,24 @@ class ThreadpilotApp:
             deliveries,
             trust,
             metrics=self.metrics,
+            admins=admins,
         )
-        self._dashboard = Dashboard(store, settings, workspaces, stops, trust, worker.supervisor)
+        self._team_end = team_end = TeamEnd(store, worker.supervisor, workspaces)
+        # In OAuth mode, uninstalling deletes the workspace's installation too.
+        self._uninstaller = Uninstaller(
+            store,
+            team_end,
+            worker.supervisor,
+            deliveries,
+            installations=NO_INSTALLATIONS if installs is None else installs,
+        )
+        self._dashboard = Dashboard(
+            store, settings, workspaces, stops, trust, worker.supervisor, admins
+        )
         self._home = HomeRefresher(self._dashboard, store, workspaces)
-        clicks = ApprovalClicks(store, desk, settings, trust, workspaces, budget_s=ACK_BUDGET_S)
+        clicks = ApprovalClicks(
+            store, desk, settings, trust, workspaces, budget_s=ACK_BUDGET_S, admins=admins
+        )
         return BotContext(
             settings,
             worker.supervisor,
@@ -400,6 +436,11 @@ class ThreadpilotApp:
             return await on_bolt_error(error, request, response)
 
         bolt.error(on_error)
+        # First: every payload teaches which enterprise its workspace is of (trust asks).
+        assert self._organisations is not None and self._team_end is not None
+        team_access.register(bolt, self._organisations, ctx.store, self._team_end)
+        assert self._uninstaller is not None
+        uninstall.register(bolt, self._uninstaller)
         if installs is not None:
             bolt.middleware(installs.middleware)
         bolt.middleware(deduper.middleware)
@@ -467,6 +508,11 @@ class ThreadpilotApp:
             return await routes.install(request)
         return await routes.redirect(request)
 
+    def _reinstalled(self, team: str) -> None:
+        """A workspace installed the app (again): its payloads are served again here."""
+        if self._uninstaller is not None:
+            self._uninstaller.reinstalled(team)
+
     def _oauth(self, store: Store, session: aiohttp.ClientSession) -> InstallationLookup:
         """OAuth mode's installations (cached) and its two routes."""
         settings = self.settings
@@ -485,6 +531,7 @@ class ThreadpilotApp:
             states=OAuthStates(settings.SLACK_CLIENT_SECRET, store),
             installations=installs.store,
             session=session,
+            installed=self._reinstalled,
         )
         return installs
 

@@ -98,7 +98,10 @@ class RunSession:
         store: SessionStore,
         status_ts: str | None = None,
         resumed: bool = False,
+        history_note: str = "",
     ) -> None:
+        """``history_note``: said under the status while the run is live (that the
+        thread's older messages were not read)."""
         thread = run.thread
         self.run = run
         self.surface = surface
@@ -115,6 +118,7 @@ class RunSession:
             requester=run.requester,
             phase="starting",
             activity=messages.STATUS_RESUMING if resuming else messages.STATUS_STARTING,
+            history_note=history_note,
         )
         self._answer: list[str] = []
         self._step_start = 0

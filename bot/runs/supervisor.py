@@ -120,8 +120,12 @@ class Supervisor:
         max_live: int | None = None,
         max_per_user: int | None = None,
         load: LoopLoad | None = None,
+        enterprise_of: Callable[[str], str | None] | None = None,
     ) -> None:
+        """``enterprise_of``: the Enterprise Grid org of a workspace, as far as Slack has
+        said (:meth:`bot.access.trust.TrustGate.enterprise_of`), written on each run."""
         self.agent = agent
+        self._enterprise_of = enterprise_of or _no_enterprise
         self._max_live = max_live
         """``MAX_LIVE_RUNS``: runs beyond it wait in the queue (:mod:`bot.runs.run_queue`)."""
         self._max_per_user = max_per_user
@@ -287,7 +291,13 @@ class Supervisor:
         """
         if thread in self._by_thread:
             return Admission.THREAD_BUSY
-        record = RunRecord(id=run_id, thread=thread, requester=requester, task=task)
+        record = RunRecord(
+            id=run_id,
+            thread=thread,
+            requester=requester,
+            task=task,
+            enterprise_id=self._enterprise_of(thread.team),
+        )
         if not self._accepting:
             admission = await self._store.admit_run(record, limit=self._max_per_user)
             if admission is Admission.ACCEPTED:
@@ -325,9 +335,12 @@ class Supervisor:
         self._queuing.add(run_id)
         return True
 
-    async def start(self, run_id: str, *, history: Sequence[ChatMessage]) -> LiveRun | None:
+    async def start(
+        self, run_id: str, *, history: Sequence[ChatMessage], history_note: str = ""
+    ) -> LiveRun | None:
         """Start the accepted run ``run_id``; None if it is not held here any more (this
-        worker began shutting down and put it back in the queue)."""
+        worker began shutting down and put it back in the queue). ``history_note``: said
+        in its status (its thread was not read in full)."""
         held = self._accepted.get(run_id)
         if held is None:
             return None
@@ -342,7 +355,8 @@ class Supervisor:
             thread=accepted.thread,
             history=history,
         )
-        return self._launch(run, RunSession(run, surface, store=self._store), accepted=True)
+        session = RunSession(run, surface, store=self._store, history_note=history_note)
+        return self._launch(run, session, accepted=True)
 
     async def start_queued(
         self, record: RunRecord, history: Sequence[ChatMessage]
@@ -511,6 +525,7 @@ class Supervisor:
             task=run.task,
             continued_from=run.continued_from,
             auto_resumes=auto_resumes,
+            enterprise_id=self._enterprise_of(run.thread.team),
         )
         return leased(record, owner=self._worker_id, lease_ttl_s=self._lease_ttl_s)
 
@@ -576,3 +591,7 @@ class Supervisor:
 def _traced_before(record: RunRecord) -> tuple[str, ...]:
     """The trace ``record``'s run last had, which a run continuing it links to."""
     return () if record.trace_context is None else (record.trace_context,)
+
+
+def _no_enterprise(team: str) -> str | None:
+    return None

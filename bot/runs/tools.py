@@ -20,6 +20,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from agent_core import Tool, ToolError, current_run, tool
+from bot import messages
+from bot.config.settings import HistoryLimit
 from bot.errors import BudgetNotRunning, SlackError
 from bot.inbound.thread_history import (
     HISTORY_MESSAGES,
@@ -58,16 +60,25 @@ def slack_read_thread(workspaces: Workspaces, me: AppIdentity, trust: TrustGate)
         try:
             surface = await workspaces.get(run.thread.team)
             replies = await read_replies(
-                surface.budget, run.thread, keep=HISTORY_MESSAGES, wanted=wanted, with_metadata=True
+                surface.budget,
+                run.thread,
+                keep=HISTORY_MESSAGES,
+                wanted=wanted,
+                with_metadata=True,
+                allowance=surface.history,
             )
         except SlackError as exc:
             raise ToolError(f"Slack would not give the thread ({exc.error})") from exc
         except BudgetNotRunning as exc:
             raise ToolError("threadpilot is shutting down") from exc
-        untrusted = await trust.untrusted(replies.newest)
+        if replies.withheld:
+            return messages.HISTORY_NOT_READ_TOOL
+        untrusted = await trust.untrusted(replies.newest, workspace=run.thread.team)
         history = history_from(replies.newest, surface.me or me, exclude_ts="", untrusted=untrusted)
         lines = [_line(m["role"], str(m["content"])) for m in history]
-        return _heading(len(lines), replies.read, replies.complete) + "\n".join(lines)
+        limited = surface.history.limit is HistoryLimit.DISTRIBUTED
+        heading = _heading(len(lines), replies.read, replies.complete, limited=limited)
+        return heading + "\n".join(lines)
 
     return read_thread
 
@@ -95,13 +106,16 @@ def _line(role: str, content: str) -> str:
     return said.replace("\n", "\n    ")
 
 
-def _heading(shown: int, written: int, complete: bool) -> str:
+def _heading(shown: int, written: int, complete: bool, *, limited: bool = False) -> str:
+    """``limited``: Slack let the app read one short page (``SLACK_HISTORY_LIMIT``)."""
     if not written:
         return "The thread has no messages with text yet."
     parts = [f"The thread, oldest first: {shown} message(s)"]
     if shown < written:
         parts.append(f" (the newest; {written - shown} earlier one(s) left out to fit)")
-    if not complete:
+    if not complete and limited:
+        parts.append(f". {messages.THREAD_READ_IN_PART_LIMITED}")
+    elif not complete:
         parts.append(
             f". It has more than {MAX_PAGES * PAGE_SIZE:,} replies and only the first "
             f"{MAX_PAGES * PAGE_SIZE:,} were read; these are the newest of those"

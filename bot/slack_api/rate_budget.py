@@ -531,7 +531,7 @@ class SlackRateBudget:
     async def _send(self, bucket: TokenBucket, method: str, args: dict[str, Any]) -> dict[str, Any]:
         """One HTTP request, never retried; slack_sdk's and aiohttp's errors translated."""
         if self._metrics is not None:
-            self._metrics.slack_call(method)
+            self._metrics.slack_call(self.team_id, method)
         try:
             async with asyncio.timeout(REQUEST_TIMEOUT_S):
                 if self._credentials is not None:
@@ -568,7 +568,7 @@ class SlackRateBudget:
             retry_after = retry_after_s(response.headers)
             bucket.pause(retry_after)
             if self._metrics is not None:
-                self._metrics.slack_429(method)
+                self._metrics.slack_429(self.team_id, method)
             self._log.warning("slack_budget.rate_limited", method=method, retry_after_s=retry_after)
             return SlackRateLimited(method, retry_after=retry_after)
         if status >= 500:

@@ -19,7 +19,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import structlog
 
+from bot.config.settings import HistoryLimit
 from bot.errors import SlackError
+from bot.slack_api.history_allowance import HistoryAllowance
 from bot.slack_api.rate_budget import SlackRateBudget
 
 if TYPE_CHECKING:
@@ -136,6 +138,8 @@ class SlackSurface:
     """The app in this workspace (its bot user and bot); None: the process's identity."""
     streaming: Feature = field(default_factory=lambda: Feature("chat streaming"))
     agent_sessions: Feature = field(default_factory=lambda: Feature("agent sessions"))
+    history: HistoryAllowance = field(default_factory=lambda: HistoryAllowance(HistoryLimit.TIER3))
+    """How much of a thread Slack lets this workspace's app read now."""
 
     async def optional_call(
         self, feature: Feature, method: str, **kwargs: Any
@@ -165,8 +169,11 @@ class Workspaces:
         *,
         metrics: Metrics | None = None,
         credentials: TeamCredentials | None = None,
+        history_limit: HistoryLimit = HistoryLimit.TIER3,
     ) -> None:
-        """``credentials``: OAuth mode's token per workspace (None: the client's own)."""
+        """``credentials``: OAuth mode's token per workspace (None: the client's own);
+        ``history_limit``: ``SLACK_HISTORY_LIMIT``, each workspace's allowance."""
+        self._history_limit = history_limit
         self._client = client
         self._me = me
         self._metrics = metrics
@@ -192,9 +199,21 @@ class Workspaces:
                     credentials=self._credentials,
                 )
                 await budget.start()
-                surface = SlackSurface(team_id, budget, me)
+                surface = SlackSurface(
+                    team_id, budget, me, history=HistoryAllowance(self._history_limit)
+                )
                 self._surfaces[team_id] = surface
         return surface
+
+    async def drop(self, team_id: str) -> None:
+        """``team_id`` can no longer be reached (uninstalled, revoked): its budget stops
+        now, its pending writes dropped, so every call its runs still make fails with
+        :class:`bot.errors.BudgetNotRunning` instead of reaching Slack. A later
+        :meth:`get` (a re-install) starts a fresh surface."""
+        async with self._lock:
+            surface = self._surfaces.pop(team_id, None)
+        if surface is not None:
+            await surface.budget.close(flush_timeout_s=0)
 
     async def close(self) -> None:
         """Flush every workspace's pending final writes, then stop the budgets."""

@@ -98,6 +98,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
     from agent_core import RunRecord, ThreadKey
+    from bot.access.admins import Admins
     from bot.access.stop_policy import Origin
     from bot.access.trust import TrustGate
     from bot.config.settings import Settings
@@ -132,7 +133,10 @@ class StopService:
         *,
         budget_s: float = ACK_BUDGET_S,
         metrics: Metrics | None = None,
+        admins: Admins | None = None,
     ) -> None:
+        """``admins``: who besides ``ADMIN_USER_IDS`` administers a workspace's runs."""
+        self._admins = admins
         self._store = store
         self._metrics = metrics
         self._supervisor = supervisor
@@ -176,7 +180,8 @@ class StopService:
         Whoever may not act at all (:mod:`bot.access.trust`) is refused first, and nothing about
         the run is read.
         """
-        refusal = await self._trust.refusal(Person(ask.user, ask.user_team))
+        person = Person(ask.user, ask.user_team, ask.workspace)
+        refusal = await self._trust.refusal(person)
         if refusal is not None:
             return StopDecision(ask, Verdict.UNTRUSTED, failure=refusal)
         live = self._live(ask)
@@ -195,7 +200,12 @@ class StopService:
         return decided
 
     async def request_many(
-        self, asks: Sequence[StopAsk], runs: Mapping[str, RunRecord], *, delivery: str | None
+        self,
+        asks: Sequence[StopAsk],
+        runs: Mapping[str, RunRecord],
+        *,
+        delivery: str | None,
+        admin: bool = False,
     ) -> list[StopDecision]:
         """``Stop all``: decide each ask (a run id, its run read already in ``runs``, with
         no stop pending), then commit every request that changes a run, with its audit
@@ -207,7 +217,7 @@ class StopService:
         ``failure``. A request the store did not add (its run ended, or someone asked it
         meanwhile) leaves its decision without a request.
         """
-        decisions = [self._decide_read(ask, runs) for ask in asks]
+        decisions = [self._decide_read(ask, runs, admin=admin) for ask in asks]
         asking = [(i, d) for i, d in enumerate(decisions) if d.verdict and d.verdict.changes_state]
         requests = {i: _new_request(d) for i, d in asking}
         local = {i: live for i, d in asking if (live := self._live(d.ask)) is not None}
@@ -263,7 +273,9 @@ class StopService:
             )
         return None if added is None else {r.id for r in added}
 
-    def _decide_read(self, ask: StopAsk, runs: Mapping[str, RunRecord]) -> StopDecision:
+    def _decide_read(
+        self, ask: StopAsk, runs: Mapping[str, RunRecord], *, admin: bool
+    ) -> StopDecision:
         """A decision from what was read already (no database read): this worker's run
         from its memory, another's from ``runs``."""
         assert ask.run_id is not None
@@ -274,7 +286,8 @@ class StopService:
             view, base = _stored_view(ask, record, [])
         else:
             return StopDecision(ask, Verdict.NOT_FOUND)
-        verdict = verdict_for(ask, view, self._settings, double_press_s=self.double_press_s)
+        settings, double = self._settings, self.double_press_s
+        verdict = verdict_for(ask, view, settings, double_press_s=double, admin=admin)
         return replace(base, verdict=verdict)
 
     async def _request(self, ask: StopAsk, live: LiveRun | None) -> StopDecision:
@@ -328,7 +341,15 @@ class StopService:
                 requests = await self._store.pending_stop_requests([base.run_id])
             view = replace(view, since_users_stop_s=_since_own_stop(requests, ask.user))
         verdict = verdict_for(ask, view, self._settings, double_press_s=self.double_press_s)
+        if verdict is Verdict.NOT_ALLOWED and await self._workspace_admin(ask, base.thread.team):
+            verdict = verdict_for(
+                ask, view, self._settings, double_press_s=self.double_press_s, admin=True
+            )
         return replace(base, verdict=verdict)
+
+    async def _workspace_admin(self, ask: StopAsk, team: str) -> bool:
+        """True if the asker administers ``team``'s runs (asked only when it matters)."""
+        return self._admins is not None and await self._admins.is_admin(ask.user, team)
 
     async def _stored_run(
         self, ask: StopAsk
@@ -487,7 +508,8 @@ class StopService:
         """Before the ack: decide and commit, every store call in the budget; never raises
         for a database fault (the answer then says nothing was recorded). Whoever may not
         act at all (:mod:`bot.access.trust`) is refused first."""
-        refusal = await self._trust.refusal(Person(ask.user))
+        workspace = ask.message.team if ask.message is not None else None
+        refusal = await self._trust.refusal(Person(ask.user, workspace=workspace))
         if refusal is not None:
             return ResumeDecided(ask, None, failure=refusal)
         try:
@@ -638,6 +660,8 @@ def stop_answer(decision: StopDecision, settings: Settings) -> str | None:
             return messages.not_allowed(settings.STOP_POLICY.value, decision.requester)
         case Verdict.NOT_THIS_RUN:
             return messages.CLICK_NOT_FROM_RUN
+        case Verdict.OTHER_WORKSPACE:
+            return messages.NOT_THIS_WORKSPACE
         case Verdict.UNTRUSTED:
             return decision.failure
         case Verdict.FINISHED if decision.parent_id is not None:

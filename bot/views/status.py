@@ -217,6 +217,9 @@ class StatusSnapshot:
     """The run's sub-agents, oldest first."""
     queued_ahead: int = 0
     """While ``queued``: how many runs wait before it."""
+    history_note: str = ""
+    """Said under the status while the run is live (e.g. that older thread messages
+    were not read, :data:`bot.messages.HISTORY_NOT_READ`)."""
 
     def __post_init__(self) -> None:
         if self.phase == "done" and self.result is None:
@@ -260,6 +263,8 @@ def _render_live(snapshot: StatusSnapshot) -> RenderedMessage:
         *_children_blocks(snapshot.children, controls=reachable),
         context(m.live_details(snapshot.elapsed_s, snapshot.spent, snapshot.requester)),
     ]
+    if snapshot.history_note:
+        blocks.append(context(snapshot.history_note))
     if buttons:
         blocks.append({"type": "actions", "block_id": CONTROLS_BLOCK_ID, "elements": buttons})
     if not snapshot.answer_streamed:

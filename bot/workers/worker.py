@@ -91,6 +91,7 @@ class Worker:
             max_live=settings.MAX_LIVE_RUNS,
             max_per_user=settings.MAX_RUNS_PER_USER or None,
             load=self.load,
+            enterprise_of=trust.enterprise_of,
         )
         self.watcher = StopWatcher(
             store,

@@ -72,7 +72,8 @@ def event_callback(
         "token": workspace.verification_token,
         "team_id": workspace.team_id,
         "context_team_id": workspace.team_id,
-        "context_enterprise_id": None,
+        "context_enterprise_id": workspace.enterprise_id,
+        "enterprise_id": workspace.enterprise_id,
         "api_app_id": workspace.app_id,
         "event": event,
         "type": "event_callback",
@@ -80,11 +81,12 @@ def event_callback(
         "event_time": event_time,
         "authorizations": [
             {
-                "enterprise_id": None,
-                "team_id": workspace.team_id,
+                "enterprise_id": workspace.enterprise_id,
+                # An org-wide install is authorised for the enterprise, not a workspace.
+                "team_id": None if workspace.enterprise_install else workspace.team_id,
                 "user_id": workspace.bot_user_id,
                 "is_bot": True,
-                "is_enterprise_install": False,
+                "is_enterprise_install": workspace.enterprise_install,
             }
         ],
         "is_ext_shared_channel": False,
@@ -316,8 +318,8 @@ def button_click(
         "container": container,
         "trigger_id": f"{int(time.time())}.{uuid.uuid4().int % 10**12}.{uuid.uuid4().hex}",
         "team": {"id": workspace.team_id, "domain": workspace.team_domain},
-        "enterprise": None,
-        "is_enterprise_install": False,
+        "enterprise": _enterprise(workspace),
+        "is_enterprise_install": workspace.enterprise_install,
         "channel": {"id": channel, "name": f"channel-{channel.lower()}"},
         "state": {"values": {}},
         "response_url": response_url or f"{NO_RESPONSE_URL}/{uuid.uuid4().hex}",
@@ -490,8 +492,8 @@ def home_click(
         "container": {"type": "view", "view_id": view.get("id", "V0TPVIEW001")},
         "trigger_id": f"{int(time.time())}.{uuid.uuid4().int % 10**12}.{uuid.uuid4().hex}",
         "team": {"id": workspace.team_id, "domain": workspace.team_domain},
-        "enterprise": None,
-        "is_enterprise_install": False,
+        "enterprise": _enterprise(workspace),
+        "is_enterprise_install": workspace.enterprise_install,
         "view": view,
         "actions": [_pressed(block_id, element)],
     }
@@ -560,6 +562,13 @@ def feedback_click(
             action["text"] = button["text"]
             return payload
     raise LookupError(f"no feedback buttons on message {message.ts}: {message.blocks}")
+
+
+def _enterprise(workspace: Workspace) -> Json | None:
+    """A click's ``enterprise``: the Grid org of its workspace, if any."""
+    if workspace.enterprise_id is None:
+        return None
+    return {"id": workspace.enterprise_id, "name": f"org {workspace.enterprise_id}"}
 
 
 def _find_button(blocks: list[Json], action_id: str, value: str | None) -> tuple[str, Json]:

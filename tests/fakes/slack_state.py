@@ -105,16 +105,29 @@ class SlackState:
         team_id: str | None = None,
         restricted: bool = False,
         ultra_restricted: bool = False,
+        enterprise_id: str | None = None,
+        stranger: bool | None = None,
+        admin: bool = False,
+        owner: bool = False,
     ) -> None:
         """Someone `users.info` describes: of another team (`team_id`: Slack Connect, with
-        `is_stranger`), or a guest (`restricted`: multi-channel, `ultra_restricted`:
-        single-channel). Everyone else is a full member of this workspace."""
-        self._people[user_id] = {
+        `is_stranger` unless `stranger` says otherwise), or a guest (`restricted`:
+        multi-channel, `ultra_restricted`: single-channel); on Enterprise Grid, of the org
+        `enterprise_id`; a workspace `admin` or `owner`. Everyone else is a full member
+        of this workspace."""
+        if stranger is None:
+            stranger = team_id not in (None, self.workspace.team_id) and enterprise_id is None
+        person: Json = {
             "team_id": team_id or self.workspace.team_id,
             "is_restricted": restricted,
             "is_ultra_restricted": ultra_restricted,
-            "is_stranger": team_id not in (None, self.workspace.team_id),
+            "is_stranger": stranger,
+            "is_admin": admin,
+            "is_owner": owner,
         }
+        if enterprise_id is not None:
+            person["enterprise_user"] = {"id": user_id, "enterprise_id": enterprise_id}
+        self._people[user_id] = person
 
     def make_private(self, channel: str) -> None:
         """`channel` (a `C...` id) is a private channel; others are public, except DMs
@@ -278,7 +291,8 @@ class SlackState:
             "user_id": ws.bot_user_id,
             "bot_id": ws.bot_id,
             "app_id": ws.app_id,
-            "is_enterprise_install": False,
+            "enterprise_id": ws.enterprise_id,
+            "is_enterprise_install": ws.enterprise_install,
         }
 
     def _users_info(self, args: Json) -> Json:
@@ -300,6 +314,8 @@ class SlackState:
             "tz": "Etc/UTC",
             "profile": profile,
         }
+        if self.workspace.enterprise_id is not None:
+            user["enterprise_user"] = {"id": user_id, "enterprise_id": self.workspace.enterprise_id}
         return {"user": user | self._people.get(user_id, {})}
 
     def _conversation_info(self, args: Json) -> Json:

@@ -35,6 +35,10 @@ class Workspace:
     bot_name: str = "threadpilot"
     # Slack still puts the (deprecated) verification token in payloads.
     verification_token: str = "fake-verification-token"
+    enterprise_id: str | None = None
+    """The Enterprise Grid org this workspace is part of (None: a standalone workspace)."""
+    enterprise_install: bool = False
+    """An org-wide install: the app serves every workspace of ``enterprise_id``."""
 
 
 DEFAULT_WORKSPACE = Workspace()

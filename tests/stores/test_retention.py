@@ -164,6 +164,69 @@ async def test_forgetting_a_person_deletes_their_ended_runs_and_keeps_live_ones(
     assert (again.runs, again.kept) == (0, 1)
 
 
+async def test_forgetting_a_person_in_one_workspace_keeps_what_they_did_in_another(
+    backend: Backend,
+) -> None:
+    store = await backend.open()
+
+    def in_team(run: RunRecord, team: str) -> RunRecord:
+        return dataclasses.replace(run, thread=dataclasses.replace(run.thread, team=team))
+
+    here = in_team(a_run("here", RunState.FINISHED, requester="U9"), "TA")
+    there = in_team(a_run("there", RunState.FINISHED, requester="U9"), "TB")
+    for run in (here, there):
+        await with_everything(store, run)
+        await store.add_participant(run.thread, "U9")
+
+    forgotten = await store.forget_requester("U9", team="TA", batch_size=1)
+
+    assert (forgotten.runs, forgotten.kept) == (1, 0)
+    other = await backend.open()
+    assert await traces(other, "here") == GONE
+    assert await traces(other, "there") == KEPT
+    assert await other.participants(here.thread) == set()
+    assert await other.participants(there.thread) == {"U9"}
+    everywhere = await other.forget_requester("U9")
+    assert (everywhere.runs, everywhere.kept) == (1, 0)
+
+
+async def test_forgetting_a_workspace_deletes_its_rows_and_no_other_workspaces(
+    backend: Backend,
+) -> None:
+    store = await backend.open()
+
+    def in_team(run: RunRecord, team: str) -> RunRecord:
+        thread = dataclasses.replace(run.thread, team=team)
+        return dataclasses.replace(run, thread=thread)
+
+    gone = [
+        in_team(a_run("a-old", RunState.FINISHED), "TA"),
+        in_team(a_run("a-recent", RunState.FAILED, updated_at=NOW), "TA"),
+    ]
+    for run in [*gone, a_run("b-run", RunState.FINISHED)]:
+        await with_everything(store, run)
+    live = in_team(a_run("a-live", RunState.RUNNING), "TA")
+    await store.create_run(live)
+    pending = await store.add_stop_request(live.id, live.thread, StopReason.ABORT, "slack")
+    await store.add_participant(live.thread, "U5")
+    await store.add_participant(thread_of("b-run"), "U5")
+
+    forgotten = await store.forget_team("TA", batch_size=1)
+
+    assert (forgotten.runs, forgotten.kept) == (2, 1)
+    assert forgotten.rows == 2 * 5 + 1  # each run and its 4 rows, and a participant
+    other = await backend.open()
+    for run in gone:
+        assert await traces(other, run.id) == GONE, run.id
+    assert await traces(other, "b-run") == KEPT  # another workspace's
+    assert await other.participants(thread_of("b-run")) == {"U5"}
+    assert await other.participants(live.thread) == set()
+    # What its live run still needs stays: it is ending (its Abort pending).
+    assert [r.id for r in await other.pending_stop_requests([live.id])] == [pending.id]
+    again = await other.forget_team("TA")
+    assert (again.runs, again.kept) == (0, 1)
+
+
 async def test_a_click_is_answered_while_sqlite_purges_a_long_history(tmp_path: Path) -> None:
     """The purge never holds SQLite's one writer for long: a stop request made while it
     works commits between its batches, long before the purge is done."""

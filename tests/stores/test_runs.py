@@ -61,6 +61,7 @@ async def test_create_and_get_round_trips_every_field(store: Store) -> None:
         created_at=T0,
         updated_at=T0 + timedelta(seconds=1),
         final_posted_at=datetime(2026, 3, 1, 7, 0, 2, 7, tzinfo=timezone(timedelta(hours=-5))),
+        enterprise_id="E0ORG",
     )
     await store.create_run(run)
 

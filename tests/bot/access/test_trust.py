@@ -383,14 +383,16 @@ async def test_feedback_is_not_recorded(bot: Bot, llm: LLMock, person: str) -> N
 
 
 def test_every_payload_names_its_person() -> None:
+    here = DEFAULT_WORKSPACE.team_id
     mention = by(slack_requests.app_mention("hi", user=EXTERNAL), EXTERNAL)
-    assert person_of(mention) == Person(EXTERNAL, OTHER_ORG)
+    assert person_of(mention) == Person(EXTERNAL, OTHER_ORG, here)
     click = slack_requests.button_click(action_id="a", value="v", message_ts="1.0", user=GUEST)
-    assert person_of(click) == Person(GUEST, DEFAULT_WORKSPACE.team_id)
+    assert person_of(click) == Person(GUEST, here, here)
     # Neither a slash command nor Slack's native stop says the person's team.
-    assert person_of(slack_requests.slash_command("list", user=GUEST)) == Person(GUEST)
+    command = slack_requests.slash_command("list", user=GUEST)
+    assert person_of(command) == Person(GUEST, workspace=here)
     native = slack_requests.agent_session_stopped(channel="C1", thread_ts="1.0", user=GUEST)
-    assert person_of(native) == Person(GUEST)
+    assert person_of(native) == Person(GUEST, workspace=here)
 
 
 async def test_who_someone_is_is_asked_again_after_a_while(

@@ -49,6 +49,7 @@ CASES = {
     "user token": Case("SLACK_BOT_TOKEN", {"SLACK_BOT_TOKEN": USER_TOKEN}),
     "port not a number": Case("PORT", {"PORT": "eighty"}),
     "bad stop policy": Case("STOP_POLICY", {"STOP_POLICY": "everyone"}),
+    "bad history limit": Case("SLACK_HISTORY_LIMIT", {"SLACK_HISTORY_LIMIT": "tier9"}),
 }
 """Run as the real command (each costs an interpreter start-up)."""
 

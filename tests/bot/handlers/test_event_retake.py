@@ -40,7 +40,9 @@ async def test_a_retry_of_a_mention_whose_taker_died_starts_the_run(bot: Bot, ll
     llm.reply("Answered after all.")
     envelope = a_minute_old_mention("are you there?")
     # Another worker took the first delivery, then was killed before starting the run.
-    assert await store_of(bot).first_delivery(event_key(str(envelope["event_id"])))
+    assert await store_of(bot).first_delivery(
+        event_key(DEFAULT_WORKSPACE.team_id, str(envelope["event_id"]))
+    )
 
     assert await bot.event(envelope, retry_num=2) == 200
 
@@ -57,7 +59,9 @@ async def test_a_retry_of_a_mention_that_did_start_its_run_is_dropped(
     event = envelope["event"]
     assert isinstance(event, dict)
     store = store_of(bot)
-    assert await store.first_delivery(event_key(str(envelope["event_id"])))
+    assert await store.first_delivery(
+        event_key(DEFAULT_WORKSPACE.team_id, str(envelope["event_id"]))
+    )
     # The worker that took it did start its run (and lives on elsewhere, holding it).
     thread = ThreadKey(DEFAULT_WORKSPACE.team_id, DEFAULT_CHANNEL, str(event["ts"]))
     await store.create_run(

@@ -32,7 +32,7 @@ from tests.bot.process.test_app_transports import SOCKET_MODE
 from tests.bot.runs.test_mcp_app import write_config
 from tests.fakes import slack_requests
 from tests.fakes.mcp_server import FakeMcpServer, serve_http
-from tests.fakes.slack_workspace import DEFAULT_CHANNEL
+from tests.fakes.slack_workspace import DEFAULT_CHANNEL, DEFAULT_WORKSPACE
 from tests.system.workers import free_port, until_async
 
 if TYPE_CHECKING:
@@ -64,6 +64,9 @@ SERIES = {
     "threadpilot_approvals": "counter",
     "threadpilot_approval_wait_seconds": "histogram",
 }
+
+TEAM = DEFAULT_WORKSPACE.team_id
+"""The workspace the Slack calls are counted under."""
 
 
 class Scrape:
@@ -124,7 +127,8 @@ async def test_a_run_stopped_by_a_click_moves_the_series(bot: Bot, llm: LLMock) 
     for method in ("chat.postMessage", "chat.update", "chat.startStream"):
         sent = len(bot.slack.calls(method))
         assert sent >= 1
-        assert after.value("threadpilot_slack_api_calls_total", method=method) == sent
+        calls = after.value("threadpilot_slack_api_calls_total", team=TEAM, method=method)
+        assert calls == sent
     assert after.value("threadpilot_model_retries_total") == 0
 
 
@@ -141,8 +145,8 @@ async def test_a_model_retry_and_a_slack_429_are_counted(bot: Bot, llm: LLMock) 
     assert after.value("threadpilot_model_retries_total") == 1
     assert after.value("threadpilot_model_requests_total", api="openai-chat") == 2
     limited = "threadpilot_slack_api_rate_limited_total"
-    assert after.value(limited, method="agents.sessions.setStatus") == 1
-    assert after.value(limited, method="chat.update") == 0
+    assert after.value(limited, team=TEAM, method="agents.sessions.setStatus") == 1
+    assert after.value(limited, team=TEAM, method="chat.update") == 0
     ended = {"outcome": "finished", "ended_because": "completed"}
     assert after.value("threadpilot_runs_ended_total", **ended) == 1
 

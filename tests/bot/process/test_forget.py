@@ -3,6 +3,7 @@ SQLite file (docs/operations.md, Retention and backups)."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 import pytest
@@ -76,3 +77,36 @@ async def test_forget_user_refuses_what_is_not_a_user_id(tmp_path: Path) -> None
         "threadpilot: --forget-user wants a Slack user id such as U012AB3CD, not 'everyone'"
     )
     assert ran.stdout == ""
+
+
+async def test_forget_user_in_one_workspace_keeps_their_runs_in_another(tmp_path: Path) -> None:
+    path = tmp_path / "threadpilot.db"
+    store = await SqliteStore.open(str(path))
+    try:
+        here = run("here", "U0FORGET1", RunState.FINISHED)
+        there = run("there", "U0FORGET1", RunState.FINISHED)
+        for record, team in ((here, "T0HERE001"), (there, "T0THERE01")):
+            record = dataclasses.replace(
+                record, thread=dataclasses.replace(record.thread, team=team)
+            )
+            await store.create_run(record)
+            await store.set_resume(record.id, ResumeState.DECLINED, expected=[None])
+    finally:
+        await store.close()
+
+    ran = await run_bot(
+        tmp_path, "--forget-user", "U0FORGET1", "--team", "T0HERE001", **settings(path)
+    )
+
+    assert (ran.status, ran.stderr) == (0, "")
+    assert ran.lines == ["U0FORGET1 in T0HERE001: 1 ended run deleted"]
+    store = await SqliteStore.open(str(path))
+    try:
+        assert {r.id for r in await store.find_runs()} == {"there"}
+    finally:
+        await store.close()
+    refused = await run_bot(
+        tmp_path, "--forget-user", "U0FORGET1", "--team", "all", **settings(path)
+    )
+    assert refused.status == 2
+    assert "--team wants a Slack team id" in refused.stderr

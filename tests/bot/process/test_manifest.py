@@ -60,6 +60,8 @@ def test_the_events_are_those_the_app_listens_to() -> None:
         "message.mpim",  # group DMs, like DMs
         "app_home_opened",  # the dashboard (bot/handlers/home.py)
         "agent_session_stopped",  # Slack's native stop (bot/handlers/events.py)
+        "app_uninstalled",  # a workspace let the app go (bot/handlers/uninstall.py)
+        "tokens_revoked",
     ]
 
 
