@@ -11,8 +11,8 @@ if TYPE_CHECKING:
 
     from agent_core.values.records import (
         Forgotten,
-        TeamForgotten,
         RunRecord,
+        TeamForgotten,
         Wakeup,
     )
 

@@ -156,8 +156,8 @@ class TrustGate:
         self._team = team
         self._orgs = organisations if organisations is not None else Organisations()
         self._clock = clock
-        self._profiles: OrderedDict[str, tuple[float, Profile]] = OrderedDict()
-        self._locks: dict[str, asyncio.Lock] = {}
+        self._profiles: OrderedDict[tuple[str, str], tuple[float, Profile]] = OrderedDict()
+        self._locks: dict[tuple[str, str], asyncio.Lock] = {}
 
     def enterprise_of(self, team: str) -> str | None:
         """The Enterprise Grid org of workspace ``team``, as far as Slack has said."""
@@ -235,16 +235,21 @@ class TrustGate:
 
     async def profile(self, user: str, workspace: str | None = None) -> Profile | None:
         """``users.info`` about ``user`` (asked with ``workspace``'s token), from the cache
-        or within the budget; None if Slack did not answer in time (or refused)."""
-        if (cached := self._cached(user)) is not None:
+        or within the budget; None if Slack did not answer in time (or refused).
+
+        Asked and remembered per workspace: what Slack says of a person (``is_stranger``
+        above all) is relative to the workspace that asks."""
+        workspace = workspace or self._team
+        key = (workspace, user)
+        if (cached := self._cached(key)) is not None:
             return cached
         # One lookup per person at a time: the others wait for its answer in the cache.
-        lock = self._locks.setdefault(user, asyncio.Lock())
+        lock = self._locks.setdefault(key, asyncio.Lock())
         try:
             async with asyncio.timeout(LOOKUP_BUDGET_S), lock:
-                if (cached := self._cached(user)) is not None:
+                if (cached := self._cached(key)) is not None:
                     return cached
-                surface = await self._workspaces.get(workspace or self._team)
+                surface = await self._workspaces.get(workspace)
                 answer = await surface.budget.call("users.info", user=user)
         except (SlackError, BudgetNotRunning, TimeoutError) as exc:
             log.warning("trust.lookup_failed", user=user, error=str(exc) or type(exc).__name__)
@@ -253,27 +258,27 @@ class TrustGate:
             if not lock.locked():
                 # Nobody holds it: forget it (a caller racing in makes a new one, which
                 # costs one extra lookup at worst).
-                self._locks.pop(user, None)
+                self._locks.pop(key, None)
         profile = _profile(answer.get("user"))
         if profile is None:
             log.warning("trust.lookup_unreadable", user=user)
             return None
-        self._remember(user, profile)
+        self._remember(key, profile)
         return profile
 
-    def _cached(self, user: str) -> Profile | None:
-        found = self._profiles.get(user)
+    def _cached(self, key: tuple[str, str]) -> Profile | None:
+        found = self._profiles.get(key)
         if found is None:
             return None
         at, profile = found
         if self._clock() - at > CACHE_TTL_S:
-            del self._profiles[user]
+            del self._profiles[key]
             return None
         return profile
 
-    def _remember(self, user: str, profile: Profile) -> None:
-        self._profiles[user] = (self._clock(), profile)
-        self._profiles.move_to_end(user)
+    def _remember(self, key: tuple[str, str], profile: Profile) -> None:
+        self._profiles[key] = (self._clock(), profile)
+        self._profiles.move_to_end(key)
         while len(self._profiles) > CACHE_SIZE:
             self._profiles.popitem(last=False)
 

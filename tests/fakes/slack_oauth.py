@@ -142,6 +142,9 @@ class FakeOAuth:
             team_id=target.team_id or team_id,
             bot_user_id=target.bot_user_id,
             bot_id=target.bot_id,
+            # An org-wide install sees the org's people as the org's (users.info's
+            # enterprise_user), whichever of its workspaces they belong to.
+            enterprise_id=target.enterprise_id,
         )
 
     # -- HTTP --------------------------------------------------------------------------

@@ -3,8 +3,8 @@ Grid organisation through the real install link (a real HTTP client following th
 redirects to the fake Slack's authorize page and back), and each workspace's mention runs
 with its own installation's token, as the fake Slack records.
 
-The trust gate's rules for several workspaces are not this file's: these tests let
-people of any team act (``ALLOW_EXTERNAL_USERS``, ``ALLOW_GUESTS``).
+Most tests here let people of any team act (``ALLOW_EXTERNAL_USERS``, ``ALLOW_GUESTS``);
+the last keeps the trust rules on, as an admin would, across the installed workspaces.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from urllib.parse import parse_qs, urlsplit
 import aiohttp
 import asyncpg  # type: ignore[import-untyped]
 
+from bot import messages
 from bot.installs.oauth import INSTALL_PATH, REDIRECT_PATH, STATE_COOKIE
 from tests.bot.harness import ACTION_STOP, SECRET, block_text, stalled_answer
 from tests.bot.oauth_harness import (
@@ -286,3 +287,35 @@ async def test_a_click_is_authorised_from_its_workspaces_installation(
 
     assert "stopped" in block_text(final).lower()
     assert tokens_used_in(slack, "C0TEAMB0001") == {slack.oauth.current_token(TEAM_B)}
+
+
+async def test_oauth_mode_keeps_the_trust_rules_per_workspace(
+    make_oauth_bot: OAuthBot, llm: LLMock
+) -> None:
+    """With the trust rules on (the defaults), each installed workspace's own people, and
+    the people of every workspace of an org-wide install, may start runs; someone of
+    another installed workspace writing in from Slack Connect is another organisation."""
+    bot = await make_oauth_bot(ALLOW_EXTERNAL_USERS=False, ALLOW_GUESTS=False)
+    for target in (TEAM_A, TEAM_B, ORG):
+        status, page = await install(bot, target)
+        assert status == 200, page
+    assert TEAM_A.team_id is not None and TEAM_B.team_id is not None
+    llm.reply("A's answer.")
+    llm.reply("B's answer.")
+    llm.reply("The org's answer.")
+
+    for target, channel, team in (
+        (TEAM_A, "C0TRUSTA001", TEAM_A.team_id),
+        (TEAM_B, "C0TRUSTB001", TEAM_B.team_id),
+        (ORG, "C0TRUSTO001", ORG_WORKSPACES[1]),
+    ):
+        final = await run_to_the_end(bot, mention_in(target, channel, team_id=team))
+        assert "answer" in block_text(final)
+
+    stranger = mention_in(TEAM_A, "C0TRUSTA002")
+    stranger["event"] |= {"user": "U0FROMB0001", "user_team": TEAM_B.team_id}
+    stranger["event"]["source_team"] = TEAM_B.team_id
+    assert await bot.event(stranger) == 200
+    refused = await bot.ephemerals("U0FROMB0001", channel="C0TRUSTA002")
+    assert refused == [messages.EXTERNAL_NOT_ALLOWED]
+    assert len(llm.requests) == 3
