@@ -27,23 +27,15 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import errno
 import time
 from functools import partial
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING
 
 import aiohttp
 import structlog
 from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response
-from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
-from slack_bolt.adapter.socket_mode.async_internals import (
-    run_async_bolt_app,
-    send_async_response,
-)
 from slack_bolt.async_app import AsyncApp
-from slack_bolt.authorization import AuthorizeResult
-from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agent_core import (
@@ -60,17 +52,15 @@ from agent_core import (
 from agent_core.run.delegation import DELEGATE
 from agent_core.stores.factory import open_store
 from agent_core.tools.mcp import McpManager
-from agent_core.values.redact import public_url, redact
+from agent_core.values.redact import public_url
 from bot import messages
 from bot.access.admins import NO_INSTALLERS, Admins
 from bot.access.organisation import Organisations, Scope
 from bot.access.trust import TrustGate
 from bot.approvals.clicks import ApprovalClicks
 from bot.approvals.desk import ApprovalDesk
-from bot.config.token_key import Sealer
 from bot.dashboard.listing import Dashboard
 from bot.dashboard.refresh import HomeRefresher
-from bot.errors import SlackUnreachable
 from bot.handlers import (
     actions,
     approvals,
@@ -85,16 +75,25 @@ from bot.handlers import (
 )
 from bot.handlers.context import BotContext
 from bot.inbound.dedupe import Deliveries, EventDeduper
-from bot.installs.lookup import InstallationLookup
-from bot.installs.oauth import INSTALL_PATH, REDIRECT_PATH, OAuthRoutes, OAuthStates
+from bot.installs.oauth import INSTALL_PATH, REDIRECT_PATH, OAuthRoutes
 from bot.installs.rotation import ROTATION, Rotation, RotationTiming
+from bot.installs.setup import oauth_mode, token_rotation
 from bot.observe.metrics import CONTENT_TYPE, Metrics
 from bot.process.http_guard import Refusal, SlackRequestGuard, on_bolt_error
 from bot.process.slack_silence import SILENCE_S, SlackSilence
+from bot.process.start_up import (
+    OAUTH_IDENTITY,
+    TimedSocketMode,
+    authorization,
+    bind,
+    slack_fault,
+    socket_url,
+    step,
+    who_am_i,
+)
 from bot.runs.team_end import TeamEnd
 from bot.runs.tools import SLACK_READ_THREAD, slack_read_thread
 from bot.runs.uninstall import NO_INSTALLATIONS, Uninstaller
-from bot.slack_api.identity import AppIdentity
 from bot.slack_api.surface import Workspaces
 from bot.stopping.stops import ACK_BUDGET_S, StopService
 from bot.workers.worker import Worker, default_worker_id
@@ -102,17 +101,19 @@ from bot.workers.worker import Worker, default_worker_id
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
+    from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
+    from slack_bolt.authorization import AuthorizeResult
     from slack_bolt.context.async_context import AsyncBoltContext
     from slack_bolt.request.async_request import AsyncBoltRequest
     from slack_bolt.response import BoltResponse
-    from slack_sdk.socket_mode.async_client import AsyncBaseSocketModeClient
-    from slack_sdk.socket_mode.request import SocketModeRequest
 
     from agent_core import ChatModel
     from agent_core.ports import Store
     from bot.config.settings import Settings
     from bot.handlers.late_admissions import LateAdmissions
+    from bot.installs.lookup import InstallationLookup
     from bot.observe.loop_load import LoopLoad
+    from bot.slack_api.identity import AppIdentity
 
 __all__ = ["SHUTDOWN_BUDGET_S", "ThreadpilotApp"]
 
@@ -120,8 +121,6 @@ log = structlog.get_logger("bot.process.app")
 
 SHUTDOWN_BUDGET_S = 15.0
 """Everything after SIGTERM fits in this, well inside the 20 s target (docs/operations.md)."""
-
-_T = TypeVar("_T")
 
 MCP_CLOSE_S = 5.0
 """Closing the MCP servers at shutdown: a stdio server that ignores its closed stdin is
@@ -131,10 +130,6 @@ closes)."""
 TRACE_FLUSH_S = 2.0
 """Sending the spans still buffered at shutdown, when traces are on; a receiver that is
 down costs at most this."""
-
-STEP_TIMEOUT_S = 8.0
-"""Each start-up step that waits on something outside (Slack, the database, the Socket
-Mode connection) gets this long: a fault ends start-up well within 15 s."""
 
 
 class ThreadpilotApp:
@@ -210,7 +205,7 @@ class ThreadpilotApp:
             token=settings.SLACK_BOT_TOKEN, base_url=settings.SLACK_API_URL, session=session
         )
         me, socket_url = await self._ask_slack(client)
-        self._store = store = await _step(
+        self._store = store = await step(
             partial(ConfigError, "DATABASE_URL"),
             "the database",
             _open_store(
@@ -218,7 +213,9 @@ class ThreadpilotApp:
             ),
         )
         if settings.oauth_mode:
-            self._installs = self._oauth(store, session)
+            self._installs, self._oauth_routes = oauth_mode(
+                self.settings, store, session, installed=self._reinstalled
+            )
         # A server that does not start is logged once and left out; the others serve.
         await self.mcp.start()
         self.metrics.mcp_tools({t: s.name for s in self.mcp.status() for t in s.tools})
@@ -227,7 +224,9 @@ class ThreadpilotApp:
         # started here must be heartbeated, and a click landing elsewhere must reach it.
         await ctx.worker.start()
         if self._installs is not None:
-            self._rotation = self._rotator(self._installs, store, session, ctx.worker.id)
+            self._rotation = token_rotation(
+                self.settings, self._installs, store, session, ctx.worker.id, self._rotation_timing
+            )
             self._rotation.start()
         assert self._home is not None
         await self._home.start()
@@ -254,22 +253,22 @@ class ThreadpilotApp:
         proves its token works. In OAuth mode there is no token to ask with: each
         request is authorised from its installation (:mod:`bot.installs.lookup`)."""
         settings = self.settings
-        unreachable = _slack_fault(settings)
+        unreachable = slack_fault(settings)
         at = public_url(settings.SLACK_API_URL)
         if settings.oauth_mode:
             me = OAUTH_IDENTITY
         else:
-            me = await _step(
-                unreachable, f"Slack at {at} (auth.test)", _who_am_i(client, unreachable)
+            me = await step(
+                unreachable, f"Slack at {at} (auth.test)", who_am_i(client, unreachable)
             )
         if settings.SLACK_APP_TOKEN is None:
             return me, None
-        socket_url = await _step(
+        url = await step(
             unreachable,
             f"Slack at {at} (apps.connections.open)",
-            _socket_url(client, settings.SLACK_APP_TOKEN, unreachable),
+            socket_url(client, settings.SLACK_APP_TOKEN, unreachable),
         )
-        return me, socket_url
+        return me, url
 
     def _assemble(self, client: AsyncWebClient, me: AppIdentity, store: Store) -> BotContext:
         """Build the parts that take work, each wired when it is built: the worker (and its
@@ -377,9 +376,9 @@ class ThreadpilotApp:
         known to work)."""
         token = self.settings.SLACK_APP_TOKEN
         assert token is not None
-        self._socket = _TimedSocketMode(bolt, token, web_client=client, metrics=self.metrics)
+        self._socket = TimedSocketMode(bolt, token, web_client=client, metrics=self.metrics)
         self._socket.client.wss_uri = url
-        await _step(
+        await step(
             partial(ConfigError, "SLACK_APP_TOKEN"),
             "the Socket Mode connection",
             self._socket.connect_async(),  # type: ignore[no-untyped-call]
@@ -413,7 +412,7 @@ class ThreadpilotApp:
                 return await installs.authorize(context)
         else:
             assert self.settings.SLACK_BOT_TOKEN is not None  # settings: one mode or the other
-            authorize = _authorization(ctx.me, self.settings.SLACK_BOT_TOKEN)
+            authorize = authorization(ctx.me, self.settings.SLACK_BOT_TOKEN)
         bolt = AsyncApp(
             client=tokenless,
             authorize=authorize,
@@ -469,9 +468,9 @@ class ThreadpilotApp:
         if settings.oauth_mode:  # in both transports: the browser comes here, not Slack
             public.router.add_get(INSTALL_PATH, self._oauth_route)
             public.router.add_get(REDIRECT_PATH, self._oauth_route)
-        self._runner, self.port = await _bind(public, *self._listen, setting="PORT")
+        self._runner, self.port = await bind(public, *self._listen, setting="PORT")
         if settings.METRICS_PORT is not None:
-            self._metrics_runner, self.metrics_port = await _bind(
+            self._metrics_runner, self.metrics_port = await bind(
                 self._health_app(metrics=True),
                 settings.METRICS_HOST,
                 settings.METRICS_PORT,
@@ -512,44 +511,6 @@ class ThreadpilotApp:
         """A workspace installed the app (again): its payloads are served again here."""
         if self._uninstaller is not None:
             self._uninstaller.reinstalled(team)
-
-    def _oauth(self, store: Store, session: aiohttp.ClientSession) -> InstallationLookup:
-        """OAuth mode's installations (cached) and its two routes."""
-        settings = self.settings
-        assert settings.SLACK_CLIENT_ID is not None and settings.SLACK_CLIENT_SECRET is not None
-        installs = InstallationLookup(store, Sealer(settings.SLACK_TOKEN_KEY))
-        if not installs.store.sealing:
-            log.warning(
-                "installations.stored_in_clear",
-                fix="set SLACK_TOKEN_KEY to encrypt the tokens in the database",
-            )
-        self._oauth_routes = OAuthRoutes(
-            client_id=settings.SLACK_CLIENT_ID,
-            client_secret=settings.SLACK_CLIENT_SECRET,
-            redirect_uri=settings.SLACK_REDIRECT_URI,
-            api_url=settings.SLACK_API_URL,
-            states=OAuthStates(settings.SLACK_CLIENT_SECRET, store),
-            installations=installs.store,
-            session=session,
-            installed=self._reinstalled,
-        )
-        return installs
-
-    def _rotator(
-        self, installs: InstallationLookup, store: Store, session: aiohttp.ClientSession, owner: str
-    ) -> Rotation:
-        """OAuth mode's token refresher, at ``SLACK_API_URL`` (a client without a token)."""
-        settings = self.settings
-        assert settings.SLACK_CLIENT_ID is not None and settings.SLACK_CLIENT_SECRET is not None
-        return Rotation(
-            store,
-            installs,
-            AsyncWebClient(base_url=settings.SLACK_API_URL, session=session),
-            client_id=settings.SLACK_CLIENT_ID,
-            client_secret=settings.SLACK_CLIENT_SECRET,
-            owner=owner,
-            timing=self._rotation_timing,
-        )
 
     async def _healthz(self, request: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
@@ -617,131 +578,6 @@ class ThreadpilotApp:
             # (A second close is quick: it finds every server ended.)
             await _bounded(self.mcp.close(), MCP_CLOSE_S, "mcp.close")
         say("app.stopped")
-
-
-class _TimedSocketMode(AsyncSocketModeHandler):
-    """Bolt's Socket Mode handler, timing each control from receipt to its ack."""
-
-    def __init__(self, app: AsyncApp, app_token: str, *, metrics: Metrics, **kwargs: Any) -> None:
-        super().__init__(app, app_token, **kwargs)
-        self._metrics = metrics
-
-    async def handle(self, client: AsyncBaseSocketModeClient, req: SocketModeRequest) -> None:
-        received, start = time.perf_counter(), time.time()
-        response = await run_async_bolt_app(self.app, req)
-        await send_async_response(client, req, response, start)
-        self._metrics.acked(req.payload, received)
-
-
-def _slack_fault(settings: Settings) -> Callable[[str], Exception]:
-    """The error for "Slack cannot be reached": it names ``SLACK_API_URL`` only when the
-    operator set it; at the default address the network is what to check."""
-
-    def fault(problem: str) -> Exception:
-        if "SLACK_API_URL" in settings.model_fields_set:
-            return ConfigError("SLACK_API_URL", problem)
-        return SlackUnreachable(problem)
-
-    return fault
-
-
-async def _who_am_i(client: AsyncWebClient, unreachable: Callable[[str], Exception]) -> AppIdentity:
-    """The app's ids, which also proves the token works: a clear start-up error if not."""
-    try:
-        auth = await client.auth_test()
-    except SlackApiError as exc:
-        raise ConfigError(
-            "SLACK_BOT_TOKEN", f"Slack refused it ({exc.response.get('error')})"
-        ) from exc
-    except (SlackClientError, aiohttp.ClientError, OSError) as exc:
-        raise unreachable(
-            f"cannot reach Slack at {public_url(client.base_url)} ({redact(str(exc))})"
-        ) from exc
-    return AppIdentity.from_auth_test(auth.data if isinstance(auth.data, dict) else {})
-
-
-OAUTH_IDENTITY = AppIdentity(user_id="", bot_id="")
-"""OAuth mode's process-wide identity: none (each workspace's bot user is in its
-installation, and Bolt's authorization carries it per request)."""
-
-
-def _authorization(me: AppIdentity, token: str) -> Callable[[], Awaitable[AuthorizeResult]]:
-    """Bolt's ``authorize``: every request is this app's, as start-up's ``auth.test`` said."""
-    result = AuthorizeResult(
-        enterprise_id=me.enterprise_id,
-        team_id=me.team_id or None,
-        team=me.team or None,
-        url=me.url or None,
-        bot_user_id=me.user_id,
-        bot_id=me.bot_id or None,
-        bot_token=token,
-    )
-
-    async def authorize() -> AuthorizeResult:
-        return result
-
-    return authorize
-
-
-async def _socket_url(
-    client: AsyncWebClient, app_token: str, unreachable: Callable[[str], Exception]
-) -> str:
-    """A Socket Mode connection URL, which also proves the app-level token works."""
-    try:
-        response = await client.apps_connections_open(app_token=app_token)
-    except SlackApiError as exc:
-        raise ConfigError(
-            "SLACK_APP_TOKEN",
-            f"Slack refused it ({exc.response.get('error')}); it must be an app-level "
-            "token of this app with the connections:write scope",
-        ) from None
-    except (SlackClientError, aiohttp.ClientError, OSError) as exc:
-        raise unreachable(
-            f"cannot reach Slack at {public_url(client.base_url)} ({redact(str(exc))})"
-        ) from None
-    url = response.get("url")
-    if not isinstance(url, str):
-        raise ConfigError("SLACK_APP_TOKEN", "Slack gave no Socket Mode URL for it")
-    return url
-
-
-async def _step(fault: Callable[[str], Exception], what: str, work: Awaitable[_T]) -> _T:
-    """``work``, or ``fault``'s error (one naming the setting) if it takes too long."""
-    try:
-        async with asyncio.timeout(STEP_TIMEOUT_S) as deadline:
-            return await work
-    except TimeoutError:
-        if not deadline.expired():
-            raise
-        # No advice here: the setting it names (or, for Slack at its default address, the
-        # network) is where to look.
-        raise fault(f"no answer from {what} within {STEP_TIMEOUT_S:g} s") from None
-
-
-async def _bind(
-    web_app: web.Application, host: str, port: int, *, setting: str
-) -> tuple[web.AppRunner, int]:
-    """Serve ``web_app`` on ``host:port``: its runner and the port bound (``port`` 0 picks
-    one); a :class:`ConfigError` naming ``setting`` if it cannot listen there."""
-    runner = web.AppRunner(web_app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, host, port)
-    try:
-        await site.start()
-    except OSError as exc:
-        await runner.cleanup()
-        raise ConfigError(setting, _cannot_listen(host, port, exc, setting)) from None
-    sockets = getattr(site._server, "sockets", None) or []
-    return runner, sockets[0].getsockname()[1] if sockets else port
-
-
-def _cannot_listen(host: str, port: int, exc: OSError, setting: str) -> str:
-    if exc.errno == errno.EADDRINUSE:
-        return (
-            f"port {port} is already in use on {host}; stop what listens there or set "
-            f"{setting} to a free port"
-        )
-    return f"cannot listen on {host}:{port} ({exc.strerror or exc}); set {setting} to another port"
 
 
 async def _open_store(database_url: str, pool_size: int, migration_timeout_s: float) -> Store:
