@@ -28,7 +28,7 @@ from bot.access.stop_policy import StopAsk, Verdict
 from bot.access.trust import person_of
 from bot.handlers.acking import control
 from bot.inbound.dedupe import click_key
-from bot.stopping.stops import stop_answer
+from bot.stopping.decisions import stop_answer
 from bot.views.home import (
     ACTION_HOME_ABORT,
     ACTION_HOME_STOP,

@@ -66,22 +66,15 @@ import structlog
 from agent_core import (
     LIVE_STATES,
     AuditEvent,
-    RunResult,
-    RunState,
-    StopReason,
     StopRequestRecord,
     StorageError,
     record_elsewhere,
-    strongest,
 )
 from agent_core.values.answering import answering
-from agent_core.values.clock import utcnow
 from agent_core.values.records import is_waiting
 from bot import messages
 from bot.access.stop_policy import (
     DOUBLE_PRESS_S,
-    RunHome,
-    RunView,
     StopAsk,
     Verdict,
     needs_own_stops,
@@ -91,8 +84,9 @@ from bot.access.stop_policy import (
 )
 from bot.access.trust import Person
 from bot.errors import BudgetNotRunning, SlackError
-from bot.stopping.decisions import StopDecision
+from bot.stopping.decisions import StopDecision, stop_answer
 from bot.stopping.resume_controls import ResumeControls, ResumeDecided
+from bot.stopping.run_views import live_view, owner_gone, since_own_stop, stored_view
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -112,7 +106,7 @@ if TYPE_CHECKING:
     from bot.store_needs import StopIntakeStore
     from bot.workers.worker import Worker
 
-__all__ = ["ACK_BUDGET_S", "StopService", "stop_answer"]
+__all__ = ["ACK_BUDGET_S", "StopService"]
 
 log = structlog.get_logger("bot.stopping.stops")
 
@@ -281,9 +275,9 @@ class StopService:
         assert ask.run_id is not None
         live = self._live(ask)
         if live is not None:
-            view, base = _live_view(ask, live)
+            view, base = live_view(ask, live)
         elif (record := runs.get(ask.run_id)) is not None:
-            view, base = _stored_view(ask, record, [])
+            view, base = stored_view(ask, record, [])
         else:
             return StopDecision(ask, Verdict.NOT_FOUND)
         settings, double = self._settings, self.double_press_s
@@ -318,7 +312,7 @@ class StopService:
         """Read the run, then what the policy needs beyond it, then decide once."""
         requests: list[StopRequestRecord] | None = None
         if live is not None:
-            view, base = _live_view(ask, live)
+            view, base = live_view(ask, live)
         else:
             record, requests = await self._stored_run(ask)
             if record is None:
@@ -327,7 +321,7 @@ class StopService:
                 requests = None  # an ended run's are not its view's
             elif requests is None:
                 requests = await self._store.pending_stop_requests([record.id])
-            view, base = _stored_view(ask, record, requests or [])
+            view, base = stored_view(ask, record, requests or [])
         assert base.run_id is not None and base.thread is not None
         if not view.finished:
             view = replace(
@@ -339,7 +333,7 @@ class StopService:
         if needs_own_stops(ask, view):
             if requests is None:
                 requests = await self._store.pending_stop_requests([base.run_id])
-            view = replace(view, since_users_stop_s=_since_own_stop(requests, ask.user))
+            view = replace(view, since_users_stop_s=since_own_stop(requests, ask.user))
         verdict = verdict_for(ask, view, self._settings, double_press_s=self.double_press_s)
         if verdict is Verdict.NOT_ALLOWED and await self._workspace_admin(ask, base.thread.team):
             verdict = verdict_for(
@@ -442,7 +436,7 @@ class StopService:
             decision.request is not None
             and record is not None
             and record.parent_id is None  # a sub-agent holds no lease: its parent's tells
-            and _owner_gone(record)
+            and owner_gone(record)
         ):
             # Its worker is gone: end it here, from the database, and say so in the thread.
             try:
@@ -577,98 +571,5 @@ def _delivery_key(delivery: str) -> str:
     return f"stop:{delivery}"
 
 
-def _live_view(ask: StopAsk, live: LiveRun) -> tuple[RunView, StopDecision]:
-    """A run this worker owns, as its memory has it (no database read)."""
-    run, session = live.run, live.session
-    view = RunView(
-        requester=live.requester,
-        home=RunHome(run.thread.team, session.channel, run.thread.thread_ts, session.status_ts),
-        finished=run.result is not None,
-        pending=run.control.reason,
-    )
-    base = StopDecision(
-        ask,
-        None,
-        run_id=run.id,
-        thread=run.thread,
-        requester=live.requester,
-        result=run.result,
-        local=True,
-        parent_id=run.parent.id if run.parent is not None else None,
-    )
-    return view, base
-
-
-def _stored_view(
-    ask: StopAsk, record: RunRecord, pending: Sequence[StopRequestRecord]
-) -> tuple[RunView, StopDecision]:
-    """A run another worker owns (or nobody does), as the database has it."""
-    in_force = strongest(pending)
-    reason = in_force.kind if in_force is not None else None
-    if reason is None and record.state is RunState.STOPPING:
-        reason = StopReason.STOP  # honoured already: its request is handled
-    thread = record.thread
-    view = RunView(
-        requester=record.requester,
-        home=RunHome(thread.team, thread.channel, thread.thread_ts, record.status_ts),
-        finished=record.state.is_terminal,
-        pending=reason,
-    )
-    base = StopDecision(
-        ask,
-        None,
-        run_id=record.id,
-        thread=thread,
-        requester=record.requester,
-        result=RunResult.from_dict(record.result) if record.result else None,
-        record=record,
-        parent_id=record.parent_id,
-    )
-    return view, base
-
-
-def _since_own_stop(requests: Sequence[StopRequestRecord], user: str) -> float | None:
-    """Seconds since ``user``'s latest Stop among ``requests``; None if they made none."""
-    own = [r.requested_at for r in requests if r.kind is StopReason.STOP and r.requested_by == user]
-    return (utcnow() - max(own)).total_seconds() if own else None
-
-
-def _owner_gone(record: RunRecord) -> bool:
-    return record.lease_expires_at is None or record.lease_expires_at <= utcnow()
-
-
 def _not_recorded(ask: StopAsk, *, busy: bool) -> str:
     return messages.stop_not_recorded(busy=busy, typed=ask.source.typed)
-
-
-def stop_answer(decision: StopDecision, settings: Settings) -> str | None:
-    """What to tell the person who asked (here, as an ephemeral reply; App Home and
-    ``/threadpilot`` answer in their own way); None when the run's own messages say it
-    all."""
-    if decision.verdict is None:
-        return decision.failure
-    match decision.verdict:
-        case Verdict.STOP | Verdict.ABORT | Verdict.REDELIVERED:
-            return None  # the status message shows the change / the first was answered
-        case Verdict.ESCALATE:
-            return messages.ESCALATED_TO_ABORT
-        case Verdict.DUPLICATE:
-            return messages.ALREADY_STOPPING
-        case Verdict.ALREADY_ABORTING:
-            return messages.ALREADY_ABORTING
-        case Verdict.NOT_ALLOWED:
-            return messages.not_allowed(settings.STOP_POLICY.value, decision.requester)
-        case Verdict.NOT_THIS_RUN:
-            return messages.CLICK_NOT_FROM_RUN
-        case Verdict.OTHER_WORKSPACE:
-            return messages.NOT_THIS_WORKSPACE
-        case Verdict.UNTRUSTED:
-            return decision.failure
-        case Verdict.FINISHED if decision.parent_id is not None:
-            return messages.SUB_AGENT_NOT_LIVE
-        case Verdict.FINISHED:
-            return messages.run_already_finished(decision.result)
-        case Verdict.NOT_FOUND:
-            # A thread with no live run (a stale native stop, a stop word too late)
-            # has nothing to say; a button naming a run we do not know has.
-            return messages.RUN_NOT_FOUND if decision.ask.run_id is not None else None
