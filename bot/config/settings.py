@@ -50,13 +50,20 @@ from agent_core.process.settings_file import (
     ENV_FILE,
     REQUIRED_WITH_API,
     SettingsInvalid,
-    missing,
     raise_all,
     settings_text,
 )
 from agent_core.stores.defaults import ANSWERING_POOL_SIZE, MIGRATION_TIMEOUT_S, POOL_SIZE
 from agent_core.stores.factory import parse_database_url
 from agent_core.values.errors import ConfigError
+from bot.config.problems import (
+    MISSING_FOR_API,
+    MISSING_FOR_OAUTH,
+    NO_TRANSPORT,
+    ONE_MODE_ONLY,
+    placeholder,
+    problems_of,
+)
 from bot.observe.loop_load import BUSY_LAG_S
 
 if TYPE_CHECKING:
@@ -307,7 +314,7 @@ class Settings(BaseSettings):
     @classmethod
     def _bot_token(cls, value: str | None, info: ValidationInfo) -> str | None:
         oauth = info.data.get("SLACK_CLIENT_ID") is not None
-        if oauth and (value is None or _placeholder(value, "xoxb-")):
+        if oauth and (value is None or placeholder(value, "xoxb-")):
             return None  # .env.example's empty "xoxb-" is no second mode
         if value is None:
             raise PydanticCustomError("missing", "Field required")
@@ -315,14 +322,14 @@ class Settings(BaseSettings):
             raise ValueError(ONE_MODE_ONLY)
         if not value.startswith("xoxb-"):
             raise ValueError("must be a bot token starting with xoxb-")
-        if _placeholder(value, "xoxb-"):
+        if placeholder(value, "xoxb-"):
             raise ValueError("is a placeholder: paste the Bot User OAuth Token (xoxb-...)")
         return value
 
     @field_validator("OPENAI_API_KEY", "ANTHROPIC_API_KEY")
     @classmethod
     def _api_key(cls, value: str | None) -> str | None:
-        if value is not None and _placeholder(value, "sk-"):
+        if value is not None and placeholder(value, "sk-"):
             raise ValueError("is a placeholder: set the model endpoint's API key")
         return value
 
@@ -333,7 +340,7 @@ class Settings(BaseSettings):
         # is declared first, so it is read here; when it is invalid, it says so itself.)
         api = info.data.get("MODEL_API")
         if value is None and api is not None and info.field_name in _model_settings(api):
-            raise PydanticCustomError(_MISSING_FOR_API, REQUIRED_WITH_API, {"api": api.value})
+            raise PydanticCustomError(MISSING_FOR_API, REQUIRED_WITH_API, {"api": api.value})
         return value
 
     @field_validator("SLACK_APP_TOKEN")
@@ -341,13 +348,13 @@ class Settings(BaseSettings):
     def _app_token(cls, value: str | None, info: ValidationInfo) -> str | None:
         if value in (None, ""):
             # Declared after SLACK_SIGNING_SECRET, so it is read here: without either,
-            # Slack can send the app nothing, and both are named at once (_problems).
+            # Slack can send the app nothing, and both are named at once (problems_of).
             if info.data.get("SLACK_SIGNING_SECRET") is None:
-                raise PydanticCustomError(_NO_TRANSPORT, "no transport")
+                raise PydanticCustomError(NO_TRANSPORT, "no transport")
             return None
         if not value.startswith("xapp-"):
             raise ValueError("must be an app-level token starting with xapp-")
-        if _placeholder(value, "xapp-"):
+        if placeholder(value, "xapp-"):
             raise ValueError("is a placeholder: paste the App-Level Token (xapp-...)")
         return value
 
@@ -355,7 +362,7 @@ class Settings(BaseSettings):
     @classmethod
     def _client_secret(cls, value: str | None, info: ValidationInfo) -> str | None:
         if value is None and info.data.get("SLACK_CLIENT_ID") is not None:
-            raise PydanticCustomError(_MISSING_FOR_OAUTH, "missing for OAuth")
+            raise PydanticCustomError(MISSING_FOR_OAUTH, "missing for OAuth")
         return value
 
     @field_validator("SLACK_TOKEN_KEY")
@@ -587,50 +594,6 @@ def load_settings(**overrides: Any) -> Settings:
         return Settings(**overrides)
     except ValidationError as exc:
         env_file = overrides.get("_env_file", ENV_FILE)
-        problems = [p for error in exc.errors() for p in _problems(error, env_file)]
+        problems = [p for error in exc.errors() for p in problems_of(error, env_file)]
     raise_all(problems)
     raise AssertionError("unreachable: a ValidationError names at least one problem")
-
-
-def _problems(error: Any, env_file: object) -> list[ConfigError]:
-    location = [str(p) for p in error["loc"]]
-    message = str(error["msg"]).removeprefix("Value error, ")
-    if not location:  # a model validator's "SETTING: problem"
-        name, _, problem = message.partition(": ")
-        return [ConfigError(name, problem)]
-    if error["type"] == "missing":
-        return [ConfigError(location[0], missing(env_file))]
-    if error["type"] == _MISSING_FOR_API:  # "missing (required with ...): set it in ..."
-        return [ConfigError(location[0], missing(env_file, message))]
-    if error["type"] == _MISSING_FOR_OAUTH:
-        return [ConfigError(location[0], missing(env_file, _OAUTH_NEEDS))]
-    if error["type"] == _NO_TRANSPORT:
-        return [
-            ConfigError("SLACK_APP_TOKEN", missing(env_file, _SOCKET_MODE_NEEDS)),
-            ConfigError("SLACK_SIGNING_SECRET", missing(env_file, _HTTP_NEEDS)),
-        ]
-    return [ConfigError(location[0], message)]
-
-
-ONE_MODE_ONLY = (
-    "is set together with SLACK_CLIENT_ID: choose one mode, a bot token for one workspace "
-    "or OAuth (SLACK_CLIENT_ID, SLACK_CLIENT_SECRET) for many, and unset the other"
-)
-_MISSING_FOR_OAUTH = "missing_for_oauth"
-"""The error type of an OAuth setting missing while ``SLACK_CLIENT_ID`` is set."""
-_OAUTH_NEEDS = "OAuth mode (SLACK_CLIENT_ID is set) needs it"
-_MISSING_FOR_API = "missing_for_api"
-"""The error type of a setting only the chosen ``MODEL_API`` requires."""
-_NO_TRANSPORT = "no_transport"
-"""The error type of neither ``SLACK_APP_TOKEN`` nor ``SLACK_SIGNING_SECRET`` set."""
-_SOCKET_MODE_NEEDS = "Socket Mode needs it, and the shipped manifest.yml turns Socket Mode on"
-_HTTP_NEEDS = "HTTP mode needs it instead of SLACK_APP_TOKEN"
-
-
-_PLACEHOLDER_MARKS = ("...", "<", ">", "your-", "your_", "changeme")
-
-
-def _placeholder(value: str, prefix: str = "") -> bool:
-    """A value copied from an example instead of a real one (``xoxb-``, ``sk-...``)."""
-    bare = value.strip()
-    return bare == prefix or any(mark in bare.lower() for mark in _PLACEHOLDER_MARKS)
