@@ -25,7 +25,7 @@ from agent_core.values.approvals import ApprovalStatus
 from agent_core.values.chat import ToolCall
 from agent_core.values.ended import EndedBecause
 from agent_core.values.records import RunRecord, ThreadKey
-from bot.workers.reconciler import orphan_result
+from bot.workers.orphan_results import orphan_result
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

@@ -14,7 +14,7 @@ from agent_core import (
     StopRequestRecord,
     ThreadKey,
 )
-from bot.workers.reconciler import orphan_result
+from bot.workers.orphan_results import orphan_result
 
 T0 = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)
 THREAD = ThreadKey("T1", "C1", "1.0")
