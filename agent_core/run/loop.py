@@ -187,23 +187,12 @@ class Run:
         tools = agent.tools if self._delegation is None else (*agent.tools, self._delegation.tool)
         self.control = RunControl(run_id)
         self.events = EventHub()
-        gate = (
-            None
-            if agent.approvals is None
-            else ApprovalGate(
-                agent.approvals,
-                run_id=run_id,
-                requester=requester,
-                thread=thread,
-                control=self.control,
-                events=self.events,
-                timeout_s=agent.config.approval_timeout_s,
-                time_left=self.budget.time_left,
-            )
-        )
         self._steps = StepLog(self._write_step)
         self._toolbox = Toolbox(
-            tools, timeout_s=agent.config.tool_timeout_s, gate=gate, calls=self._steps
+            tools,
+            timeout_s=agent.config.tool_timeout_s,
+            gate=self._approval_gate(),
+            calls=self._steps,
         )
         self._messages: list[ChatMessage] = [
             {"role": "system", "content": agent.config.system_prompt},
@@ -216,18 +205,7 @@ class Run:
         """The step the checkpoint was written in, cut short: finished before any turn."""
         self._resumed_note: ChatMessage | None = None
         if restore is not None:
-            # Resumed after an interruption: the conversation continues from the
-            # checkpoint (a step cut short is finished first, without asking the model
-            # again), and the model is told what happened in between.
-            self._resumed_note = {"role": "system", "content": resumed_note(resumed_because)}
-            self._interrupted = interrupted_step(restore)
-            self._messages = list(restore.messages)
-            self._tally.turns = restore.turn
-            self._tally.steps_completed = restore.turn
-            if self._interrupted is None:
-                self._note_resumed()
-            else:
-                self._tally.steps_completed = max(0, restore.turn - 1)
+            self._restore(restore, resumed_because)
         self._children: list[Run] = []
         self._guidance = GuidanceInbox()
         self._stop_cut_rate_limit = False
@@ -259,6 +237,36 @@ class Run:
         self.control.add_listener(self._on_stop_requested)
         if parent is not None:
             parent.control.adopt(self.control)
+
+    def _approval_gate(self) -> ApprovalGate | None:
+        """Where this run's calls that need a person's yes wait (None: no approvals)."""
+        approvals = self.agent.approvals
+        if approvals is None:
+            return None
+        return ApprovalGate(
+            approvals,
+            run_id=self.id,
+            requester=self.requester,
+            thread=self.thread,
+            control=self.control,
+            events=self.events,
+            timeout_s=self.agent.config.approval_timeout_s,
+            time_left=self.budget.time_left,
+        )
+
+    def _restore(self, restore: Checkpoint, resumed_because: EndedBecause) -> None:
+        """Resumed after an interruption: the conversation continues from the checkpoint
+        (a step cut short is finished first, without asking the model again), and the
+        model is told what happened in between."""
+        self._resumed_note = {"role": "system", "content": resumed_note(resumed_because)}
+        self._interrupted = interrupted_step(restore)
+        self._messages = list(restore.messages)
+        self._tally.turns = restore.turn
+        self._tally.steps_completed = restore.turn
+        if self._interrupted is None:
+            self._note_resumed()
+        else:
+            self._tally.steps_completed = max(0, restore.turn - 1)
 
     # -- public API --------------------------------------------------------------------
 

@@ -100,6 +100,14 @@ class Metrics:
         """``MODEL_PRICE_INPUT``/``_OUTPUT``: without them no cost is counted."""
         self.registry = CollectorRegistry()
         registry = self.registry
+        self._run_series(registry)
+        self._slack_series(registry)
+        self._model_series(registry)
+        self._tool_series(registry)
+        self._mcp_servers: dict[str, str] = {}
+
+    def _run_series(self, registry: CollectorRegistry) -> None:
+        """Runs, the queue, the event loop, stop requests and click acks."""
         self.live_runs = Gauge(
             "threadpilot_live_runs",
             "Runs this process holds: running, or writing their ending.",
@@ -139,6 +147,9 @@ class Metrics:
             buckets=ACK_BUCKETS_S,
             registry=registry,
         )
+
+    def _slack_series(self, registry: CollectorRegistry) -> None:
+        """Slack Web API calls and rate limits."""
         self.slack_calls = Counter(
             "threadpilot_slack_api_calls",
             "Slack Web API requests sent, by workspace and method (each attempt counts).",
@@ -151,6 +162,9 @@ class Metrics:
             ["team", "method"],
             registry=registry,
         )
+
+    def _model_series(self, registry: CollectorRegistry) -> None:
+        """Model requests, retries, tokens and cost."""
         self.model_retries = Counter(
             "threadpilot_model_retries",
             "Model requests retried after a failure or a rate limit.",
@@ -177,6 +191,9 @@ class Metrics:
             ["api"],
             registry=registry,
         )
+
+    def _tool_series(self, registry: CollectorRegistry) -> None:
+        """MCP calls, their cancellations, and approvals."""
         self.mcp_calls = Counter(
             "threadpilot_mcp_calls",
             "MCP tool calls started, by server.",
@@ -204,7 +221,6 @@ class Metrics:
             buckets=(1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200),
             registry=registry,
         )
-        self._mcp_servers: dict[str, str] = {}
 
     def render(self) -> bytes:
         """The exposition text ``GET /metrics`` answers with."""
