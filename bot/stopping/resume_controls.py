@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from agent_core import RunRecord
+    from bot.access.admins import Admins
     from bot.access.stop_policy import Origin, StopAsk
     from bot.config.settings import Settings
     from bot.inbound.dedupe import Deliveries
@@ -125,8 +126,12 @@ class ResumeControls:
         settings: Settings,
         deliveries: Deliveries,
         tell: Callable[[str, Origin | None, Any, str], Awaitable[None]],
+        *,
+        admins: Admins | None = None,
     ) -> None:
+        """``admins``: who besides ``ADMIN_USER_IDS`` administers a workspace's runs."""
         self._store = store
+        self._admins = admins
         self._worker_id = worker.id
         self._resumes = worker.resumes
         self._reconciler = worker.reconciler
@@ -169,7 +174,8 @@ class ResumeControls:
         if not spent:
             return ResumeDecided(ask, ResumeVerdict.NOT_CONTINUABLE, record)
         admins = self._settings.ADMIN_USER_IDS
-        if not may_continue(ask.user, requester=record.requester, admins=admins):
+        allowed = may_continue(ask.user, requester=record.requester, admins=admins)
+        if not allowed and not await self._workspace_admin(ask.user, record):
             return ResumeDecided(ask, ResumeVerdict.NOT_ALLOWED, record)
         if ask.delivery is not None and not await self._deliveries.first(f"resume:{ask.delivery}"):
             return ResumeDecided(ask, ResumeVerdict.REDELIVERED, record)
@@ -262,13 +268,19 @@ class ResumeControls:
         people = await read_participants(
             self._store, user, record.requester, record.thread, settings
         )
-        return may_stop(
+        allowed = may_stop(
             user,
             policy=settings.STOP_POLICY,
             requester=record.requester,
             admins=settings.ADMIN_USER_IDS,
             participants=people,
         )
+        return allowed or await self._workspace_admin(user, record)
+
+    async def _workspace_admin(self, user: str, record: RunRecord) -> bool:
+        """True if ``user`` administers the run's workspace (its admins and owners, its
+        installer); asked only when the answer would change the decision."""
+        return self._admins is not None and await self._admins.is_admin(user, record.thread.team)
 
     async def _written_after(
         self,

@@ -145,7 +145,9 @@ class StopService:
         self._budget_s = budget_s
         self.double_press_s = DOUBLE_PRESS_S
         """The double-press window (:data:`bot.access.stop_policy.DOUBLE_PRESS_S`)."""
-        self.resume_controls = ResumeControls(store, worker, settings, self._deliveries, self._tell)
+        self.resume_controls = ResumeControls(
+            store, worker, settings, self._deliveries, self._tell, admins=admins
+        )
 
     # -- who may stop ------------------------------------------------------------------
 

@@ -406,3 +406,26 @@ async def test_one_press_delivered_to_two_workers_at_once_continues_once(
     assert len(runs) == 2
     assert len(llm.requests) == 3
     assert owner.ephemerals_for(DEFAULT_USER, final.channel) == []
+
+
+async def test_a_workspace_owner_may_continue_as_an_admin_may(
+    make_bot: BotFactory, llm: LLMock
+) -> None:
+    """A workspace's admins and owners administer its runs (besides ``ADMIN_USER_IDS``):
+    its owner's Continue counts; someone else's still does not."""
+    owner = "U0TPOWNER01"
+    bot = await make_bot(**ONE_TOOL_CALL)
+    bot.slack.state.add_person(owner, owner=True)
+    thread_ts, final = await spend_the_budget(bot, llm)
+    run_id = run_id_of_done(final, bot)
+
+    assert await bot.click(final, ACTION_CONTINUE, user=OTHER_USER) == 200
+    (answer,) = await bot.ephemerals(OTHER_USER)
+    assert answer == messages.continue_not_allowed(DEFAULT_USER)
+
+    llm.reply(DONE)
+    assert await bot.click(final, ACTION_CONTINUE, user=owner) == 200
+    second = await new_status_message(bot, thread_ts, after=final.ts)
+    await bot.final(second)
+    assert (await stored(bot, run_id)).resume_by == owner
+    assert bot.ephemerals_for(owner, final.channel) == []
