@@ -281,12 +281,7 @@ class ThreadpilotApp:
             credentials=self._installs,
             history_limit=settings.history_limit,
         )
-        own = Scope(me.team_id, me.enterprise_id) if me.team_id else None
-        self._organisations = organisations = Organisations(own)
-        trust = TrustGate(settings, workspaces, me.team_id, organisations=organisations)
-        # In OAuth mode, a workspace's installation says who installed the app there.
-        installs = self._installs
-        admins = Admins(settings, trust, NO_INSTALLERS if installs is None else installs)
+        trust, admins = self._access(workspaces, me)
         desk = ApprovalDesk(store, workspaces, metrics=self.metrics)
         worker = Worker(
             store,
@@ -314,6 +309,7 @@ class ThreadpilotApp:
         )
         self._team_end = team_end = TeamEnd(store, worker.supervisor, workspaces)
         # In OAuth mode, uninstalling deletes the workspace's installation too.
+        installs = self._installs
         self._uninstaller = Uninstaller(
             store,
             team_end,
@@ -341,6 +337,16 @@ class ThreadpilotApp:
             clicks,
             installs=self._installs,
         )
+
+    def _access(self, workspaces: Workspaces, me: AppIdentity) -> tuple[TrustGate, Admins]:
+        """Who may use the app (the trust gate, learning each workspace's organisation) and
+        who administers a workspace's runs (in OAuth mode its installer too)."""
+        settings = self.settings
+        own = Scope(me.team_id, me.enterprise_id) if me.team_id else None
+        self._organisations = organisations = Organisations(own)
+        trust = TrustGate(settings, workspaces, me.team_id, organisations=organisations)
+        installers = NO_INSTALLERS if self._installs is None else self._installs
+        return trust, Admins(settings, trust, installers)
 
     def _agent(
         self,
