@@ -9,6 +9,9 @@ from typing import Any
 from bot import messages as m
 
 __all__ = [
+    "CLOSE_FENCE",
+    "FENCE",
+    "REOPEN_FENCE",
     "Block",
     "abort_button",
     "clip",
@@ -94,8 +97,12 @@ def text_units(value: Any) -> int:
 
 # -- fitting text ----------------------------------------------------------------------
 
-_FENCE = "```"
-_CLOSE_FENCE = "\n```"
+FENCE = "```"
+"""A code fence in mrkdwn."""
+CLOSE_FENCE = "\n```"
+"""What closes a code block a cut left open."""
+REOPEN_FENCE = "```\n"
+"""What opens it again in the next piece."""
 
 
 def fit(raw: str, budget: int, *, sep: str = "\n") -> str:
@@ -108,12 +115,12 @@ def fit(raw: str, budget: int, *, sep: str = "\n") -> str:
     if units(escaped) <= budget:
         return escaped
     marker_room = units(sep + m.truncated(len(raw)))  # the longest the marker can be
-    room = max(0, budget - marker_room - len(_CLOSE_FENCE))
+    room = max(0, budget - marker_room - len(CLOSE_FENCE))
     cut = soft_cut(raw, prefix_chars(raw, room, escaped=False))
     head = raw[:cut].rstrip()
     body = m.escape(head)
-    if body.count(_FENCE) % 2 == 1:
-        body += _CLOSE_FENCE
+    if body.count(FENCE) % 2 == 1:
+        body += CLOSE_FENCE
     return f"{body}{sep}{m.truncated(len(raw) - len(head))}"
 
 

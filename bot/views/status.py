@@ -66,6 +66,9 @@ from bot.views.action_ids import (
     SUB_AGENT_STOP,
 )
 from bot.views.blocks import (
+    CLOSE_FENCE,
+    FENCE,
+    REOPEN_FENCE,
     Block,
     abort_button,
     clip,
@@ -153,9 +156,6 @@ _CHILD_LINE_BUDGET = 300
 _LIVE_CHILD_BUDGET = 400
 _MIN_ANSWER_BUDGET = 200
 """Below this, an answer excerpt is too short to help and is left out."""
-_FENCE = "```"
-_CLOSE_FENCE = "\n```"
-_REOPEN_FENCE = "```\n"
 
 Phase = Literal["queued", "starting", "running", "stopping", "done"]
 
@@ -521,7 +521,7 @@ def _answer_blocks(answer: str, budget: int, *, heading: str | None) -> list[Blo
     # Each section may need a fence closed and reopened (8 units): reserve for as many
     # sections as soft cuts (at worst three quarters full) can produce.
     sections = budget // (SECTION_TEXT_LIMIT * 3 // 4) + 1
-    room = budget - units(prefix) - sections * (len(_CLOSE_FENCE) + len(_REOPEN_FENCE))
+    room = budget - units(prefix) - sections * (len(CLOSE_FENCE) + len(REOPEN_FENCE))
     if room < _MIN_ANSWER_BUDGET:
         return []
     pieces = _split(fit(answer.strip(), room), SECTION_TEXT_LIMIT - len(prefix))
@@ -536,17 +536,17 @@ def _split(text: str, size: int) -> list[str]:
     pieces: list[str] = []
     reopen = False
     while text:
-        head = _REOPEN_FENCE if reopen else ""
-        room = size - len(head) - len(_CLOSE_FENCE)
+        head = REOPEN_FENCE if reopen else ""
+        room = size - len(head) - len(CLOSE_FENCE)
         if units(text) <= room:
             piece, text = text, ""
         else:
             cut = soft_cut(text, prefix_chars(text, room, escaped=True))
             piece, text = text[:cut].rstrip(), text[cut:].lstrip("\n")
         piece = head + piece
-        reopen = piece.count(_FENCE) % 2 == 1
+        reopen = piece.count(FENCE) % 2 == 1
         if reopen:
-            piece += _CLOSE_FENCE
+            piece += CLOSE_FENCE
         if piece.strip():
             pieces.append(piece)
     return pieces
