@@ -36,12 +36,6 @@ class BotContext:
     """Which Slack deliveries were taken: events, clicks, feedback. One per process, so
     what one handler took, another knows without asking the database."""
 
-    @property
-    def bot_user_id(self) -> str:
-        """The app's bot user, with a bot token (in OAuth mode each workspace has its
-        own: a request's is :func:`bot.slack_api.identity.bot_user_of`)."""
-        return self.me.user_id
-
     trust: TrustGate
     """Who may act at all (external people and guests): every entry asks it first."""
     approvals: ApprovalClicks

@@ -1,5 +1,7 @@
 """Messages that start runs: an @mention in a channel, a DM, a reply in a finished run's
-thread (docs/architecture.md, The path of a mention). A thread never gets a second live
+thread (docs/architecture.md, The path of a mention). Which events those are is
+:func:`bot.inbound.person_messages.what_it_asks`, the rule steering and the once-only
+check read too. A thread never gets a second live
 run, and is never blocked by a row nobody runs: a live run whose lease has run out is
 ended (as the reconciler would) instead of refusing the mention. Other apps' messages
 start nothing: two agents mentioning each other would talk forever; nor do people the
@@ -47,6 +49,7 @@ from bot.errors import BudgetNotRunning, SlackError
 from bot.handlers.asked import Asked
 from bot.handlers.late_admissions import LateAdmissions
 from bot.handlers.steering import STEERED, Steering
+from bot.inbound.person_messages import Asks, what_it_asks
 from bot.inbound.thread_history import read_thread, stored_history, task_of
 from bot.slack_api.identity import bot_user_of
 from bot.stopping.stops import ACK_BUDGET_S
@@ -107,14 +110,17 @@ def register(app: AsyncApp, ctx: BotContext) -> LateAdmissions:
     return mentions.late
 
 
-def _from_a_person(event: dict[str, Any], bot_user_id: str) -> bool:
-    """A person's new message: not an edit, a join, another app's post or our own."""
-    return not (event.get("subtype") or event.get("bot_id") or event.get("user") == bot_user_id)
-
-
 class Mentions:
     def __init__(self, ctx: BotContext) -> None:
-        self._ctx = ctx
+        self._me = ctx.me
+        self._settings = ctx.settings
+        self._store = ctx.store
+        self._supervisor = ctx.supervisor
+        self._trust = ctx.trust
+        self._stops = ctx.stops
+        self._workspaces = ctx.workspaces
+        self._queue = ctx.worker.queue
+        self._reconciler = ctx.worker.reconciler
         self.late = LateAdmissions(self)
         """Runs not recorded before the ack, recorded after it."""
 
@@ -131,7 +137,7 @@ class Mentions:
         live run)."""
         asked = None
         if context.get(STEERED) is None:
-            asked = await self._asked(body, bot_user_of(context, self._ctx.me))
+            asked = await self._asked(body, bot_user_of(context, self._me))
         if asked is not None:
             with structlog.contextvars.bound_contextvars(
                 thread=str(asked.thread), user=asked.user, message_ts=asked.ts
@@ -141,7 +147,7 @@ class Mentions:
 
     async def _admit(self, asked: Asked, person: Person | None) -> Asked:
         """Accept the run, unless its person may not use the app at all."""
-        refusal = await self._ctx.trust.refusal(
+        refusal = await self._trust.refusal(
             person or Person(asked.user, workspace=asked.thread.team)
         )
         if refusal is not None:
@@ -155,19 +161,11 @@ class Mentions:
         team = body.get("team_id")
         if not isinstance(event, dict) or not isinstance(team, str) or not team:
             return None
-        if not _from_a_person(event, bot_user_id) or not _strings(event, "user", "ts", "channel"):
+        asks = what_it_asks(event, bot_user_id)
+        if asks is Asks.NOTHING or not _strings(event, "user", "ts", "channel"):
             return None
-        mentioned = f"<@{bot_user_id}>" in str(event.get("text") or "")
-        if event.get("type") == "message":
-            if event.get("channel_type") in ("im", "mpim"):  # a DM, or a group DM with us
-                if event["channel_type"] == "mpim" and mentioned:
-                    return None  # its app_mention event starts the run
-            elif mentioned or not isinstance(event.get("thread_ts"), str):
-                return None  # its app_mention starts it; or not in a thread at all
-            elif not await self._ctx.supervisor.had_run(_thread(team, event)):
-                return None  # a thread the app was never part of
-        elif event.get("type") != "app_mention":
-            return None
+        if asks is Asks.THREAD_REPLY and not await self._supervisor.had_run(_thread(team, event)):
+            return None  # a thread the app was never part of
         task = task_of(str(event.get("text") or ""), bot_user_id)
         return Asked(_thread(team, event), event["user"], event["ts"], task)
 
@@ -189,45 +187,68 @@ class Mentions:
         (the rows of the tries before are ended first, had any landed unseen: a row
         left live would hold the thread, and be queued and run)."""
         for run_id in earlier:
-            await abandon_run(self._ctx.store, run_id)  # StorageError: the try failed
+            await abandon_run(self._store, run_id)  # StorageError: the try failed
         return await self._accept_once(asked)
 
     async def admitted(self, asked: Asked) -> None:
         await self.after_ack(asked)
 
     async def not_recorded(self, asked: Asked, *, earlier: Sequence[str]) -> None:
-        surface = await self._ctx.workspaces.get(asked.thread.team)
+        surface = await self._workspaces.get(asked.thread.team)
         await _post(surface, asked.thread, messages.RUN_NOT_RECORDED)
         for run_id in earlier:
-            await self._ctx.supervisor.abandon_row(run_id)
+            await self._supervisor.abandon_row(run_id)
 
     async def _accept_once(self, asked: Asked) -> Asked:
         """One try at storing ``asked``'s run (its ``run_id``); raises StorageError when
         the database does not answer."""
-        supervisor = self._ctx.supervisor
+        supervisor = self._supervisor
         run_id = asked.run_id
         assert run_id is not None
         if supervisor.thread_held(asked.thread):
             return replace(asked, busy=True)
-        busy, orphans = await _live_elsewhere(self._ctx, asked.thread)
+        busy, orphans = await self._live_elsewhere(asked.thread)
         if busy:
             return replace(asked, busy=True)
         taken = await supervisor.accept(run_id, asked.thread, asked.user, asked.task)
         if taken is Admission.THREAD_BUSY:
             return replace(asked, busy=True)
         if taken is Admission.PERSON_FULL:
-            limit = self._ctx.settings.MAX_RUNS_PER_USER
+            limit = self._settings.MAX_RUNS_PER_USER
             log.info("run.refused", reason="MAX_RUNS_PER_USER", limit=limit)
             return replace(asked, refusal=messages.too_many_runs(limit))
         log.info("run.accepted", run_id=run_id)
         return replace(asked, run_id=run_id, stored=True, orphans=orphans)
 
+    async def _live_elsewhere(self, thread: ThreadKey) -> tuple[bool, tuple[RunRecord, ...]]:
+        """Whether another worker runs a live run in ``thread`` (one live run per thread), or
+        one is queued for it; and, if not, the thread's live rows whose worker is gone.
+
+        Otherwise only a live lease counts. A live row whose lease ran out lost its worker:
+        it is ended after the ack, as the reconciler would, so the thread is not refused
+        until a pass comes round. A row never leased (a sub-agent's) has a parent that
+        answers for it; one this process holds has ended here (it left the thread) and is
+        only writing its ending. A database that cannot say is taken as "none".
+        """
+        try:
+            rows = await self._store.find_runs(states=LIVE_STATES, thread=thread)
+        except StorageError:
+            log.exception("thread.lookup_failed")
+            return False, ()
+        # Queued, or accepted by a worker (if it went away, it is queued again: it still runs).
+        if any(is_waiting(r) or is_accepted(r) for r in rows):
+            return True, ()
+        now = utcnow()
+        rows = [r for r in rows if not self._supervisor.holds(r.id) and r.lease_expires_at]
+        if any(_leased(r, now) for r in rows):
+            return True, ()
+        return False, tuple(rows)
+
     # -- after the ack -------------------------------------------------------------------
 
     async def after_ack(self, asked: Asked) -> None:
-        ctx = self._ctx
         thread = asked.thread
-        surface = await ctx.workspaces.get(thread.team)
+        surface = await self._workspaces.get(thread.team)
         with structlog.contextvars.bound_contextvars(
             team=thread.team, channel=thread.channel, thread=thread.thread_ts, user=asked.user
         ):
@@ -245,12 +266,11 @@ class Mentions:
         for record in orphans:
             log.warning("thread.orphan_found", run_id=record.id, previous_owner=record.owner)
             try:
-                await self._ctx.worker.reconciler.end_orphan(record)
+                await self._reconciler.end_orphan(record)
             except StorageError:
                 log.exception("thread.orphan_not_ended", run_id=record.id)
 
     async def _start(self, asked: Asked, run_id: str, surface: SlackSurface) -> None:
-        ctx = self._ctx
         thread = asked.thread
         history: list[ChatMessage] = []
         note = ""
@@ -258,31 +278,31 @@ class Mentions:
             read = await read_thread(
                 surface,
                 thread,
-                surface.me or ctx.me,
-                ctx.trust,
+                surface.me or self._me,
+                self._trust,
                 requester=asked.user,
                 task=asked.task,
                 asked_ts=asked.ts,
             )
             history = read.history
             if read.withheld:  # Slack's allowance is spent: what we kept, and say so
-                history = await stored_history(ctx.store, thread, besides=run_id)
+                history = await stored_history(self._store, thread, besides=run_id)
                 note = messages.HISTORY_NOT_READ
             # Who wrote in the thread before the app was part of it takes part in its
             # runs too (STOP_POLICY=participants); only threads with a run are recorded.
             for person in sorted(read.people - {asked.user}):
-                await ctx.stops.note_participant(thread, person)
+                await self._stops.note_participant(thread, person)
 
         # The place is held until the run is launched: a resume or a queued run starting
         # here meanwhile cannot take it too.
-        with ctx.supervisor.room() as held:
+        with self._supervisor.room() as held:
             live = (
-                await ctx.supervisor.start(run_id, history=history, history_note=note)
+                await self._supervisor.start(run_id, history=history, history_note=note)
                 if held
                 else None
             )
         if not held:
-            await ctx.worker.queue.enqueue(
+            await self._queue.enqueue(
                 run_id,
                 thread=thread,
                 requester=asked.user,
@@ -305,31 +325,6 @@ def _thread(team: str, event: dict[str, Any]) -> ThreadKey:
 
 def _strings(event: dict[str, Any], *keys: str) -> bool:
     return all(isinstance(event.get(k), str) and event[k] for k in keys)
-
-
-async def _live_elsewhere(ctx: BotContext, thread: ThreadKey) -> tuple[bool, tuple[RunRecord, ...]]:
-    """Whether another worker runs a live run in ``thread`` (one live run per thread), or
-    one is queued for it; and, if not, the thread's live rows whose worker is gone.
-
-    Otherwise only a live lease counts. A live row whose lease ran out lost its worker:
-    it is ended after the ack, as the reconciler would, so the thread is not refused
-    until a pass comes round. A row never leased (a sub-agent's) has a parent that
-    answers for it; one this process holds has ended here (it left the thread) and is
-    only writing its ending. A database that cannot say is taken as "none".
-    """
-    try:
-        rows = await ctx.store.find_runs(states=LIVE_STATES, thread=thread)
-    except StorageError:
-        log.exception("thread.lookup_failed")
-        return False, ()
-    # Queued, or accepted by a worker (if it went away, it is queued again: it still runs).
-    if any(is_waiting(r) or is_accepted(r) for r in rows):
-        return True, ()
-    now = utcnow()
-    rows = [r for r in rows if not ctx.supervisor.holds(r.id) and r.lease_expires_at]
-    if any(_leased(r, now) for r in rows):
-        return True, ()
-    return False, tuple(rows)
 
 
 def _leased(record: RunRecord, now: datetime) -> bool:

@@ -1,6 +1,8 @@
 """Replies in a live run's thread: guidance for the run, or a stop word (docs/stopping.md).
 
-A thread has at most one live run, and a reply there is never a second run: it is
+A reply is a person's message in a thread, as :mod:`bot.inbound.person_messages` tells
+them (a reply also sent to the channel is one). A thread has at most one live run, and a
+reply there is never a second run: it is
 either a stop word (``stop``, ``abort``...; a Stop or Abort through the stop service) or
 guidance for the run. Guidance is committed to the database before Slack's event is
 acknowledged. Bolt acknowledges an Events API delivery *before* it runs the listener
@@ -54,6 +56,7 @@ from bot import messages
 from bot.access.stop_policy import StopAsk, may_stop, read_participants
 from bot.access.trust import Person, person_of
 from bot.errors import BudgetNotRunning, SlackError
+from bot.inbound.person_messages import Asks, what_it_asks
 from bot.slack_api.identity import bot_user_of
 from bot.steering.guidance import guidance_id, reply_text, stop_word
 from bot.stopping.stops import ACK_BUDGET_S
@@ -73,10 +76,6 @@ log = structlog.get_logger("bot.handlers.steering")
 
 STEERED = "threadpilot_steered"
 """The key under which the middleware leaves its :class:`Steered` in Bolt's context."""
-
-
-_REPLY_SUBTYPES = (None, "thread_broadcast")
-"""A person's new message: plain, or a reply also sent to the channel."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,7 +123,14 @@ class _Target:
 
 class Steering:
     def __init__(self, ctx: BotContext) -> None:
-        self._ctx = ctx
+        self._me = ctx.me
+        self._settings = ctx.settings
+        self._store = ctx.store
+        self._supervisor = ctx.supervisor
+        self._trust = ctx.trust
+        self._stops = ctx.stops
+        self._workspaces = ctx.workspaces
+        self._worker_id = ctx.worker.id
 
     # -- before the ack ------------------------------------------------------------------
 
@@ -135,7 +141,7 @@ class Steering:
         next: Callable[[], Awaitable[None]],
     ) -> None:
         """Bolt listener middleware: steer the run if the event is a reply in its thread."""
-        reply = self._reply(body, bot_user_of(context, self._ctx.me))
+        reply = self._reply(body, bot_user_of(context, self._me))
         if reply is not None:
             with structlog.contextvars.bound_contextvars(
                 thread=str(reply.thread), user=reply.user, message_ts=reply.ts
@@ -148,20 +154,16 @@ class Steering:
     def _reply(self, body: dict[str, Any], bot_user_id: str) -> Reply | None:
         """The reply an event carries, if it is a person's message inside a thread."""
         event = body.get("event")
-        if not isinstance(event, dict) or event.get("type") not in ("message", "app_mention"):
+        if not isinstance(event, dict):
             return None
-        if event.get("subtype") not in _REPLY_SUBTYPES or event.get("bot_id"):
-            return None  # edits, deletions, joins, other apps
-        if not body.get("team_id"):
-            return None
+        if what_it_asks(event, bot_user_id) is Asks.NOTHING or not body.get("team_id"):
+            return None  # edits, joins, other apps, our own, a mention's twin
         user, ts, thread_ts = _text(event, "user"), _text(event, "ts"), _text(event, "thread_ts")
         channel, text = _text(event, "channel"), event.get("text")
         if not (user and ts and thread_ts and channel) or not isinstance(text, str):
             return None
-        if thread_ts == ts or user == bot_user_id:
-            return None  # a new thread, or our own message
-        if event["type"] == "message" and f"<@{bot_user_id}" in text:
-            return None  # its app_mention event is the one that counts
+        if thread_ts == ts:
+            return None  # a new thread
         thread = ThreadKey(str(body["team_id"]), channel, thread_ts)
         person = person_of(body)
         return Reply(
@@ -171,7 +173,7 @@ class Steering:
     async def steer(self, reply: Reply) -> Steered | None:
         """Decide and commit ``reply``; None if its thread has no live run (or the
         database cannot say which), for the listener to carry on as before."""
-        kind = stop_word(reply.text, reply.bot_user_id or self._ctx.bot_user_id)
+        kind = stop_word(reply.text, reply.bot_user_id or self._me.user_id)
         if kind is not None:
             # The stop service finds the thread's live run itself, wherever it runs; in a
             # thread with none, a bare stop word starts nothing and is answered nothing.
@@ -201,12 +203,12 @@ class Steering:
 
     async def _queue(self, reply: Reply, target: _Target) -> Steered:
         """Guidance for ``target``: checked, committed, and handed over if it runs here."""
-        text = reply_text(reply.text, reply.bot_user_id or self._ctx.bot_user_id)
-        limit = self._ctx.settings.GUIDANCE_MAX_CHARS
+        text = reply_text(reply.text, reply.bot_user_id or self._me.user_id)
+        limit = self._settings.GUIDANCE_MAX_CHARS
         if not text:
             return Steered(reply, target.run_id)  # only our mention: nothing to pass on
         person = Person(reply.user, reply.user_team, reply.thread.team)
-        refusal = await self._ctx.trust.refusal(person)
+        refusal = await self._trust.refusal(person)
         if refusal is not None:
             return Steered(reply, target.run_id, refusal=refusal)
         if len(text) > limit:
@@ -215,7 +217,7 @@ class Steering:
             return Steered(reply, target.run_id, refusal=refusal)
         if not await self._allowed(reply, target):
             log.info("guidance.refused", reason="not_allowed", run_id=target.run_id)
-            policy = self._ctx.settings.STOP_POLICY.value
+            policy = self._settings.STOP_POLICY.value
             refusal = messages.guidance_not_allowed(policy, target.requester)
             return Steered(reply, target.run_id, refusal=refusal)
         record = GuidanceRecord(
@@ -226,12 +228,12 @@ class Steering:
             text=text,
             message_ts=reply.ts,
         )
-        if not await self._ctx.store.add_guidance(record):
+        if not await self._store.add_guidance(record):
             log.info("guidance.redelivered", guidance_id=record.id)
             return Steered(reply, target.run_id)
         # Our own run takes it now; another worker's learns of it through the table (its
         # watcher: NOTIFY on PostgreSQL, the poll on SQLite).
-        local = target.local and self._ctx.supervisor.guide(record)
+        local = target.local and self._supervisor.guide(record)
         log.info("guidance.committed", run_id=target.run_id, guidance_id=record.id, local=local)
         return Steered(reply, target.run_id, queued=record, local=local)
 
@@ -239,17 +241,17 @@ class Steering:
         """The live run of ``thread``: this worker's, else one another worker holds a live
         lease on, or one waiting in the queue (a row whose lease ran out has no worker: a
         reply there is a new run, which ends the orphan first)."""
-        live = self._ctx.supervisor.live_in_thread(thread)
+        live = self._supervisor.live_in_thread(thread)
         if live is not None and not live.lost:
             return _Target(live.run.id, live.requester, local=True)
         now = utcnow()
-        for row in await self._ctx.store.find_runs(states=LIVE_STATES, thread=thread):
+        for row in await self._store.find_runs(states=LIVE_STATES, thread=thread):
             if is_waiting(row) or is_accepted(row):
                 # Not started yet, by any worker: its first scan delivers the guidance.
                 return _Target(row.id, row.requester, local=False)
             leased = row.lease_expires_at is not None and row.lease_expires_at > now
             # A sub-agent's row shares its parent's thread and has no lease of its own.
-            if leased and row.parent_id is None and row.owner != self._ctx.worker.id:
+            if leased and row.parent_id is None and row.owner != self._worker_id:
                 return _Target(row.id, row.requester, local=False)
         return None
 
@@ -257,11 +259,11 @@ class Steering:
         """``STOP_POLICY`` decides who may steer, as it decides who may stop. Under a
         ``participants`` policy (stop or approval) the reply makes its author one (they
         wrote in the thread)."""
-        settings = self._ctx.settings
+        settings = self._settings
         if reply.user != target.requester and reply.user not in settings.ADMIN_USER_IDS:
-            await self._ctx.stops.note_participant(reply.thread, reply.user)
+            await self._stops.note_participant(reply.thread, reply.user)
         participants = await read_participants(
-            self._ctx.store, reply.user, target.requester, reply.thread, settings
+            self._store, reply.user, target.requester, reply.thread, settings
         )
         return may_stop(
             reply.user,
@@ -283,13 +285,13 @@ class Steering:
             delivery=reply.delivery,
             user_team=reply.user_team,
         )
-        return await self._ctx.stops.request(ask)
+        return await self._stops.request(ask)
 
     # -- after the ack -------------------------------------------------------------------
 
     async def after_ack(self, steered: Steered) -> None:
         if steered.stop is not None:
-            await self._ctx.stops.after(steered.stop)
+            await self._stops.after(steered.stop)
         if steered.queued is not None:
             await self._audit(steered.queued, local=steered.local)
         if steered.refusal is not None:
@@ -302,11 +304,11 @@ class Steering:
             "guidance_id": record.id,
             "message_ts": record.message_ts,
             "chars": len(record.text),
-            "worker": self._ctx.worker.id,
+            "worker": self._worker_id,
             "local": local,
         }
         try:
-            await self._ctx.store.record_event(
+            await self._store.record_event(
                 AuditEvent(
                     record.run_id, "guidance.queued", record.author, record.queued_at, detail
                 )
@@ -317,7 +319,7 @@ class Steering:
     async def _ephemeral(self, reply: Reply, text: str) -> None:
         thread = reply.thread
         try:
-            surface = await self._ctx.workspaces.get(thread.team)
+            surface = await self._workspaces.get(thread.team)
             await surface.budget.call(
                 "chat.postEphemeral",
                 channel=thread.channel,

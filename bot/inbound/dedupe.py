@@ -46,6 +46,7 @@ import structlog
 from slack_bolt.response import BoltResponse
 
 from agent_core import StorageError, ThreadKey
+from bot.inbound.person_messages import Asks, what_it_asks
 from bot.slack_api.identity import bot_user_of
 
 if TYPE_CHECKING:
@@ -68,9 +69,6 @@ RETAKE_AFTER = timedelta(seconds=10)
 """A live taker has started its run long before this; a repeat later than it with no run
 to show means the taker died."""
 _STARTS_RUNS = frozenset({"app_mention", "message"})
-_PERSONS_MESSAGE = (None, "thread_broadcast")
-"""A person's new message: plain, or a reply also sent to the channel (edits, joins and
-other apps' posts have other subtypes)."""
 JOINED_MEMORY = 10_000
 """Threads known to have had a run (that never stops being true), remembered here."""
 
@@ -179,23 +177,14 @@ class EventDeduper:
         event = body.get("event")
         if not isinstance(event, dict):
             return False
-        kind = event.get("type")
-        if kind == "agent_session_stopped":
+        if event.get("type") == "agent_session_stopped":
             return True
-        if kind not in _STARTS_RUNS or event.get("bot_id"):
-            return False
-        bot_user_id = bot_user_id or self._me.user_id
-        if event.get("subtype") not in _PERSONS_MESSAGE or event.get("user") == bot_user_id:
-            return False
-        if kind == "app_mention" or event.get("channel_type") == "im":
-            return True
-        if f"<@{bot_user_id}" in str(event.get("text") or ""):
-            return False  # its app_mention event is the one that acts
-        if event.get("channel_type") == "mpim":
-            return True
+        asks = what_it_asks(event, bot_user_id or self._me.user_id)
+        if asks is not Asks.THREAD_REPLY:
+            return asks is Asks.RUN
         thread_ts, channel, team = event.get("thread_ts"), event.get("channel"), body.get("team_id")
         if not all(isinstance(v, str) and v for v in (thread_ts, channel, team)):
-            return False  # not in a thread: a channel's chatter
+            return False  # malformed: nothing acts on it
         return await self._had_run(ThreadKey(str(team), str(channel), str(thread_ts)))
 
     async def _had_run(self, thread: ThreadKey) -> bool:

@@ -31,6 +31,7 @@ import structlog
 from agent_core import StorageError
 from bot.access.trust import Distrust
 from bot.errors import SlackError
+from bot.inbound.person_messages import from_a_person
 from bot.slack_api.history_allowance import Grant
 
 if TYPE_CHECKING:
@@ -184,13 +185,7 @@ async def read_thread(
     written = replies.newest
     if asked_ts is None:
         asked_ts = _asking_ts(written, me.user_id, requester, task)
-    people = {
-        str(m["user"])
-        for m in written
-        if m.get("user")
-        and not (me.wrote(m) or m.get("bot_id"))
-        and m.get("subtype") in (None, "thread_broadcast")
-    }
+    people = {str(m["user"]) for m in written if from_a_person(m, me.user_id)}
     untrusted = await trust.untrusted(written, workspace=thread.team)
     history = history_from(written, me, exclude_ts=asked_ts or "", untrusted=untrusted)
     return ThreadRead(history, frozenset(people))

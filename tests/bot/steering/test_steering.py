@@ -293,13 +293,20 @@ async def test_a_pending_stop_wins_and_queued_guidance_is_marked_and_listed(
     assert stored.status is GuidanceStatus.UNDELIVERED
 
 
-async def test_a_reply_after_the_run_ended_continues_the_thread(bot: Bot, llm: LLMock) -> None:
+@pytest.mark.parametrize("subtype", [None, "thread_broadcast"], ids=["plain", "also_to_channel"])
+async def test_a_reply_after_the_run_ended_continues_the_thread(
+    bot: Bot, llm: LLMock, subtype: str | None
+) -> None:
+    """A reply also sent to the channel is a person's reply like any other: it steers a
+    live run (above) and continues a finished one."""
     llm.reply("It is noon.")
     llm.reply("In UTC it is 11:00.")
     thread_ts, status = await bot.mention("what time is it?")
     await bot.settled(status)
 
     follow_up = reply("And in UTC?", thread_ts)
+    if subtype is not None:
+        follow_up["event"]["subtype"] = subtype
     assert await bot.event(follow_up) == 200
 
     await bot.slack.wait_until(lambda _: len(llm.requests) == 2, timeout=WAIT_S)
