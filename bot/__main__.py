@@ -60,30 +60,7 @@ exit status: 0 after a signal, 2 when start-up (or --check, --forget-user) fails
 def main(argv: list[str] | None = None) -> int:
     # First thing: the tool servers it will start must not read its secrets from /proc.
     make_undumpable()
-    parser = argparse.ArgumentParser(
-        prog="python -m bot",
-        description=USAGE,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument(
-        "--check",
-        action="store_true",
-        help="check the settings, the database, the Slack tokens, the model endpoint and "
-        "each MCP server, one line each on stdout; start nothing, write nothing",
-    )
-    parser.add_argument(
-        "--forget-user",
-        metavar="USER_ID",
-        help="delete the ended runs this Slack user started, and what they wrote in other "
-        "runs, from the database; start nothing",
-    )
-    parser.add_argument(
-        "--team",
-        metavar="TEAM_ID",
-        help="with --forget-user: only in this workspace (Slack team id); without it, "
-        "in every workspace",
-    )
-    args = parser.parse_args(argv)
+    args = _parser().parse_args(argv)
     if args.check:
         # Each check reports what it found in its own line: log lines would only repeat it.
         configure_logging("console", "CRITICAL")
@@ -110,6 +87,34 @@ def main(argv: list[str] | None = None) -> int:
     for name, use in settings.deprecated.items():
         log.warning("settings.deprecated", name=name, use_instead=use)
     return asyncio.run(serve(settings))
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The command line: ``--check``, ``--forget-user`` (with ``--team``), ``--help``."""
+    parser = argparse.ArgumentParser(
+        prog="python -m bot",
+        description=USAGE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="check the settings, the database, the Slack tokens, the model endpoint and "
+        "each MCP server, one line each on stdout; start nothing, write nothing",
+    )
+    parser.add_argument(
+        "--forget-user",
+        metavar="USER_ID",
+        help="delete the ended runs this Slack user started, and what they wrote in other "
+        "runs, from the database; start nothing",
+    )
+    parser.add_argument(
+        "--team",
+        metavar="TEAM_ID",
+        help="with --forget-user: only in this workspace (Slack team id); without it, "
+        "in every workspace",
+    )
+    return parser
 
 
 def _warn_unknown(unknown: list[UnknownSetting]) -> None:

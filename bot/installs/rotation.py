@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from agent_core.ports import InstallationRows
     from agent_core.values.records import InstallationRecord
     from bot.installs.lookup import InstallationLookup
+    from bot.installs.store import InstallationStore
 
 __all__ = [
     "CHECK_EVERY_S",
@@ -92,6 +93,7 @@ class Rotation:
     def __init__(
         self,
         rows: InstallationRows,
+        installations: InstallationStore,
         lookup: InstallationLookup,
         client: AsyncWebClient,
         *,
@@ -101,8 +103,11 @@ class Rotation:
         timing: RotationTiming = ROTATION,
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
-        """``client``: a tokenless Web API client at ``SLACK_API_URL``."""
+        """``installations``: what seals and opens the installations in ``rows``;
+        ``lookup``: the cache that forgets a refreshed one; ``client``: a tokenless Web
+        API client at ``SLACK_API_URL``."""
         self._rows = rows
+        self._installations = installations
         self._lookup = lookup
         self._client = client
         self._client_id = client_id
@@ -160,7 +165,7 @@ class Rotation:
         """Once, at start: installations sealed in clear or with an older key are sealed
         with the newest ``SLACK_TOKEN_KEY`` (a key rotation, docs/admin.md)."""
         try:
-            resealed = await self._lookup.store.reseal_all()
+            resealed = await self._installations.reseal_all()
         except (StorageError, SecretUnreadable) as exc:
             log.warning("installations.not_resealed", error=str(exc))
             return
@@ -194,7 +199,7 @@ class Rotation:
             await self._finish(held, secret=held.secret, expires_at=held.expires_at)
             return False
         try:
-            installation = self._lookup.store.open(held)
+            installation = self._installations.open(held)
             refreshed = await self._exchange(installation)
         except (
             SlackApiError,
@@ -209,7 +214,7 @@ class Rotation:
         # Slack has taken the old refresh token: the new one must be stored even if this
         # task is cancelled now, or the installation dies when its access token expires.
         stored = await asyncio.shield(
-            self._store(held, self._lookup.store.seal(refreshed), refreshed)
+            self._store(held, self._installations.seal(refreshed), refreshed)
         )
         self._lookup.forget((enterprise_id, team_id))
         if stored:

@@ -68,6 +68,7 @@ def token_rotation(
     assert settings.SLACK_CLIENT_ID is not None and settings.SLACK_CLIENT_SECRET is not None
     return Rotation(
         store,
+        installs.store,
         installs,
         AsyncWebClient(base_url=settings.SLACK_API_URL, session=session),
         client_id=settings.SLACK_CLIENT_ID,

@@ -1,4 +1,6 @@
-"""Assembles the Slack app: Bolt, the transports, health endpoints, and orderly shutdown.
+"""Runs the Slack app: start-up, the transports, health endpoints, and orderly shutdown.
+The parts that take work are built by :mod:`bot.process.assembly`, the Bolt app by
+:mod:`bot.process.bolt_app`.
 
 Transports (docs/slack-setup.md): Socket Mode when ``SLACK_APP_TOKEN`` is set, otherwise
 HTTP on ``PORT`` at ``POST /slack/events`` (signature and shape checked by
@@ -26,7 +28,6 @@ that arrives before its first answer.
 from __future__ import annotations
 
 import asyncio
-import copy
 import time
 from functools import partial
 from typing import TYPE_CHECKING
@@ -35,16 +36,12 @@ import aiohttp
 import structlog
 from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response
-from slack_bolt.async_app import AsyncApp
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agent_core import (
     BUILTIN_TOOLS,
-    Agent,
-    AgentConfig,
     ConfigError,
     HTTPChatModel,
-    RetryPolicy,
     StorageError,
     build_model,
     flush_traces,
@@ -53,67 +50,43 @@ from agent_core.run.delegation import DELEGATE
 from agent_core.stores.factory import open_store
 from agent_core.tools.mcp import McpManager
 from agent_core.values.redact import public_url
-from bot import messages
-from bot.access.admins import NO_INSTALLERS, Admins
-from bot.access.organisation import Organisations, Scope
-from bot.access.trust import TrustGate
-from bot.approvals.clicks import ApprovalClicks
-from bot.approvals.desk import ApprovalDesk
-from bot.dashboard.listing import Dashboard
-from bot.dashboard.refresh import HomeRefresher
-from bot.handlers import (
-    actions,
-    approvals,
-    command,
-    events,
-    feedback,
-    home,
-    mentions,
-    sub_agent_steer,
-    team_access,
-    uninstall,
-)
-from bot.handlers.context import BotContext
-from bot.inbound.dedupe import Deliveries, EventDeduper
 from bot.installs.oauth import INSTALL_PATH, REDIRECT_PATH, OAuthRoutes
 from bot.installs.rotation import ROTATION, Rotation, RotationTiming
 from bot.installs.setup import oauth_mode, token_rotation
 from bot.observe.metrics import CONTENT_TYPE, Metrics
-from bot.process.http_guard import Refusal, SlackRequestGuard, on_bolt_error
+from bot.process.assembly import assemble
+from bot.process.bolt_app import bolt_app
+from bot.process.http_guard import Refusal, SlackRequestGuard
 from bot.process.slack_silence import SILENCE_S, SlackSilence
 from bot.process.start_up import (
     OAUTH_IDENTITY,
     TimedSocketMode,
-    authorization,
     bind,
     slack_fault,
     socket_url,
     step,
     who_am_i,
 )
-from bot.runs.team_end import TeamEnd
-from bot.runs.tools import SLACK_READ_THREAD, slack_read_thread
-from bot.runs.uninstall import NO_INSTALLATIONS, Uninstaller
-from bot.slack_api.surface import Workspaces
-from bot.stopping.stops import ACK_BUDGET_S, StopService
-from bot.workers.worker import Worker, default_worker_id
+from bot.runs.tools import SLACK_READ_THREAD
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
-
-    from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
-    from slack_bolt.authorization import AuthorizeResult
-    from slack_bolt.context.async_context import AsyncBoltContext
-    from slack_bolt.request.async_request import AsyncBoltRequest
-    from slack_bolt.response import BoltResponse
+    from slack_bolt.async_app import AsyncApp
 
     from agent_core import ChatModel
     from agent_core.ports import Store
+    from bot.approvals.clicks import ApprovalClicks
     from bot.config.settings import Settings
+    from bot.dashboard.refresh import HomeRefresher
+    from bot.handlers.context import BotContext
     from bot.handlers.late_admissions import LateAdmissions
     from bot.installs.lookup import InstallationLookup
     from bot.observe.loop_load import LoopLoad
+    from bot.process.bolt_app import ListenerParts
+    from bot.runs.supervisor import Supervisor
+    from bot.runs.uninstall import Uninstaller
     from bot.slack_api.identity import AppIdentity
+    from bot.slack_api.surface import Workspaces
+    from bot.workers.worker import Worker
 
 __all__ = ["SHUTDOWN_BUDGET_S", "ThreadpilotApp"]
 
@@ -133,6 +106,15 @@ down costs at most this."""
 
 
 class ThreadpilotApp:
+    """The Slack app of one process: :meth:`start` it, then :meth:`shutdown` it.
+
+    ``metrics`` is this app's series, served at ``GET /metrics``; ``mcp`` the MCP servers
+    of ``MCP_CONFIG``, started by :meth:`start` and closed by :meth:`shutdown` whatever
+    happened in between; ``silence``, in HTTP mode, warns once if Slack sends nothing at
+    all (:mod:`bot.process.slack_silence`). ``port`` is where ``PORT``'s listener is bound,
+    ``metrics_port`` where ``METRICS_PORT``'s is (None without it).
+    """
+
     def __init__(
         self,
         settings: Settings,
@@ -148,18 +130,15 @@ class ThreadpilotApp:
         self._rotation_timing = rotation
         self._rotation: Rotation | None = None
         self.silence = SlackSilence(silence_after_s)
-        """HTTP mode: one warning if Slack sends nothing at all
-        (:mod:`bot.process.slack_silence`)."""
         self._model = model
         self._listen = (listen_host, settings.PORT if listen_port is None else listen_port)
         self._ready = False
         self._session: aiohttp.ClientSession | None = None
         self._runner: web.AppRunner | None = None
         self._metrics_runner: web.AppRunner | None = None
-        self._socket: AsyncSocketModeHandler | None = None
+        self._socket: TimedSocketMode | None = None
         self._owned_model: HTTPChatModel | None = None
         self._store: Store | None = None
-        self._dashboard: Dashboard | None = None
         self._home: HomeRefresher | None = None
         self._late: LateAdmissions | None = None
         self._load: LoopLoad | None = None
@@ -168,21 +147,15 @@ class ThreadpilotApp:
         self.metrics = Metrics(
             model_api=settings.MODEL_API.value, prices=settings.run_limits.budget.prices
         )
-        """This app's series, served at ``GET /metrics``."""
-        self.mcp = McpManager(
-            settings.mcp_servers,
-            reserved=[*(t.name for t in BUILTIN_TOOLS), SLACK_READ_THREAD, DELEGATE],
-            on_cancel=self.metrics.mcp_cancelled,
-        )
-        """The MCP servers of ``MCP_CONFIG``: started by :meth:`start`, closed by
-        :meth:`shutdown` whatever happened in between."""
+        self.mcp = _mcp_servers(settings, self.metrics)
         self.port: int | None = None
         self.metrics_port: int | None = None
-        """Where ``METRICS_PORT``'s listener is bound (None without it)."""
         self.ctx: BotContext | None = None
-        self._organisations: Organisations | None = None
-        """Which workspaces are one enterprise (:mod:`bot.access.organisation`)."""
-        self._team_end: TeamEnd | None = None
+        # What shutdown closes of the context's parts, held once the context is built.
+        self._supervisor: Supervisor | None = None
+        self._clicks: ApprovalClicks | None = None
+        self._worker: Worker | None = None
+        self._workspaces: Workspaces | None = None
         self._uninstaller: Uninstaller | None = None
         """A workspace's uninstall (:mod:`bot.runs.uninstall`)."""
         self.bolt: AsyncApp | None = None
@@ -205,48 +178,23 @@ class ThreadpilotApp:
             token=settings.SLACK_BOT_TOKEN, base_url=settings.SLACK_API_URL, session=session
         )
         me, socket_url = await self._ask_slack(client)
-        self._store = store = await step(
-            partial(ConfigError, "DATABASE_URL"),
-            "the database",
-            _open_store(
-                settings.DATABASE_URL, settings.DATABASE_POOL_SIZE, settings.MIGRATION_TIMEOUT
-            ),
-        )
+        self._store = store = await self._open_database()
         if settings.oauth_mode:
             self._installs, self._oauth_routes = oauth_mode(
                 self.settings, store, session, installed=self._reinstalled
             )
-        # A server that does not start is logged once and left out; the others serve.
-        await self.mcp.start()
-        self.metrics.mcp_tools({t: s.name for s in self.mcp.status() for t in s.tools})
-        ctx = self.ctx = self._assemble(client, me, store)
-        # Leases, the stop watcher and the reconciler run before we take any work: a run
-        # started here must be heartbeated, and a click landing elsewhere must reach it.
-        await ctx.worker.start()
-        if self._installs is not None:
-            self._rotation = token_rotation(
-                self.settings, self._installs, store, session, ctx.worker.id, self._rotation_timing
-            )
-            self._rotation.start()
-        assert self._home is not None
-        await self._home.start()
-        if self._load is not None:
-            self._load.start()
-        bolt = self.bolt = self._bolt(client, ctx)
+        await self._start_mcp()
+        ctx, listeners = self._assemble(client, me, store)
+        self.ctx = ctx
+        await self._start_background(store, session)
+        bolt, self._late = bolt_app(settings, client, ctx, listeners)
+        self.bolt = bolt
         if socket_url is not None:
             await self._connect_socket(bolt, client, socket_url)
         self._ready = self._started = True
         if not settings.socket_mode:
             self.silence.start()
-        log.info(
-            "app.ready",
-            transport="socket_mode" if settings.socket_mode else "http",
-            port=self.port,
-            metrics_port=self.metrics_port,
-            bot_user_id=me.user_id,
-            api_url=public_url(settings.SLACK_API_URL),
-            mcp_tools=len(self.mcp.tools),
-        )
+        self._say_ready(me)
 
     async def _ask_slack(self, client: AsyncWebClient) -> tuple[AppIdentity, str | None]:
         """Who this app is (``auth.test``) and, in Socket Mode, a connection URL: each
@@ -270,120 +218,90 @@ class ThreadpilotApp:
         )
         return me, url
 
-    def _assemble(self, client: AsyncWebClient, me: AppIdentity, store: Store) -> BotContext:
-        """Build the parts that take work, each wired when it is built: the worker (and its
-        supervisor), the stop service, the App Home."""
+    async def _open_database(self) -> Store:
+        """``DATABASE_URL``, connected and migrated, within start-up's step time."""
         settings = self.settings
-        workspaces = Workspaces(
+        return await step(
+            partial(ConfigError, "DATABASE_URL"),
+            "the database",
+            _open_store(
+                settings.DATABASE_URL, settings.DATABASE_POOL_SIZE, settings.MIGRATION_TIMEOUT
+            ),
+        )
+
+    async def _start_mcp(self) -> None:
+        """Start the MCP servers and count their tools in the metrics. A server that does
+        not start is logged once and left out; the others serve."""
+        await self.mcp.start()
+        self.metrics.mcp_tools({t: s.name for s in self.mcp.status() for t in s.tools})
+
+    async def _start_background(self, store: Store, session: aiohttp.ClientSession) -> None:
+        """Start what runs beside the listeners: the worker, OAuth mode's token rotation,
+        the Home refresher and the event loop's load sampler.
+
+        Leases, the stop watcher and the reconciler run before we take any work: a run
+        started here must be heartbeated, and a click landing elsewhere must reach it.
+        """
+        worker = self._worker
+        assert worker is not None and self._home is not None
+        await worker.start()
+        if self._installs is not None:
+            self._rotation = token_rotation(
+                self.settings, self._installs, store, session, worker.id, self._rotation_timing
+            )
+            self._rotation.start()
+        await self._home.start()
+        if self._load is not None:
+            self._load.start()
+
+    def _say_ready(self, me: AppIdentity) -> None:
+        """The one line saying the app takes work, and how it is reached."""
+        settings = self.settings
+        log.info(
+            "app.ready",
+            transport="socket_mode" if settings.socket_mode else "http",
+            port=self.port,
+            metrics_port=self.metrics_port,
+            bot_user_id=me.user_id,
+            api_url=public_url(settings.SLACK_API_URL),
+            mcp_tools=len(self.mcp.tools),
+        )
+
+    def _assemble(
+        self, client: AsyncWebClient, me: AppIdentity, store: Store
+    ) -> tuple[BotContext, ListenerParts]:
+        """Build the parts that take work (:mod:`bot.process.assembly`); hold those this
+        app starts and closes itself."""
+        model = self._model or self._own_model()
+        parts = assemble(
+            self.settings,
             client,
             me,
+            store,
+            model=model,
+            tools=self.mcp.tools,
             metrics=self.metrics,
-            credentials=self._installs,
-            history_limit=settings.history_limit,
-        )
-        trust, admins = self._access(workspaces, me)
-        desk = ApprovalDesk(store, workspaces, metrics=self.metrics)
-        worker = Worker(
-            store,
-            self._agent(workspaces, me, trust, store, desk),
-            workspaces,
-            settings,
-            worker_id=settings.WORKER_ID or default_worker_id(),
-            me=me,
-            trust=trust,
-            metrics=self.metrics,
-            approvals=desk,
-        )
-        self._load = worker.load
-        deliveries = Deliveries(store)
-        stops = StopService(
-            store,
-            worker.supervisor,
-            worker,
-            workspaces,
-            settings,
-            deliveries,
-            trust,
-            metrics=self.metrics,
-            admins=admins,
-        )
-        self._team_end = team_end = TeamEnd(store, worker.supervisor, workspaces)
-        # In OAuth mode, uninstalling deletes the workspace's installation too.
-        installs = self._installs
-        self._uninstaller = Uninstaller(
-            store,
-            team_end,
-            worker.supervisor,
-            deliveries,
-            installations=NO_INSTALLATIONS if installs is None else installs,
-        )
-        self._dashboard = Dashboard(
-            store, settings, workspaces, stops, trust, worker.supervisor, admins
-        )
-        self._home = HomeRefresher(self._dashboard, store, workspaces)
-        clicks = ApprovalClicks(
-            store, desk, settings, trust, workspaces, budget_s=ACK_BUDGET_S, admins=admins
-        )
-        return BotContext(
-            settings,
-            worker.supervisor,
-            workspaces,
-            me,
-            store,
-            worker,
-            stops,
-            deliveries,
-            trust,
-            clicks,
             installs=self._installs,
         )
-
-    def _access(self, workspaces: Workspaces, me: AppIdentity) -> tuple[TrustGate, Admins]:
-        """Who may use the app (the trust gate, learning each workspace's organisation) and
-        who administers a workspace's runs (in OAuth mode its installer too)."""
-        settings = self.settings
-        own = Scope(me.team_id, me.enterprise_id) if me.team_id else None
-        self._organisations = organisations = Organisations(own)
-        trust = TrustGate(settings, workspaces, me.team_id, organisations=organisations)
-        installers = NO_INSTALLERS if self._installs is None else self._installs
-        return trust, Admins(settings, trust, installers)
-
-    def _agent(
-        self,
-        workspaces: Workspaces,
-        me: AppIdentity,
-        trust: TrustGate,
-        store: Store,
-        desk: ApprovalDesk,
-    ) -> Agent:
-        settings = self.settings
-        return Agent(
-            self._model or self._own_model(),
-            [*BUILTIN_TOOLS, slack_read_thread(workspaces, me, trust), *self.mcp.tools],
-            config=AgentConfig(
-                max_turns=settings.MAX_TURNS,
-                final_turn_timeout_s=settings.FINAL_TURN_TIMEOUT,
-                tool_timeout_s=settings.TOOL_TIMEOUT,
-                approval_timeout_s=settings.APPROVAL_TIMEOUT,
-                how_to_continue=messages.HOW_TO_CONTINUE,
-                name_person=messages.mention,
-                retry=RetryPolicy(max_retry_after_s=settings.MAX_RETRY_AFTER),
-                budget=settings.run_limits.budget,
-                max_tool_calls_per_step=settings.run_limits.max_tool_calls_per_step,
-                max_children_per_run=settings.run_limits.max_children_per_run,
-                context_window=settings.run_limits.context_window,
-            ),
-            store=store,
-            approvals=desk,
-        )
+        ctx, listeners = parts.ctx, parts.listeners
+        self._load = parts.load
+        self._home = listeners.home
+        self._uninstaller = listeners.uninstaller
+        # What shutdown closes of the context's parts, each in its turn.
+        self._supervisor = ctx.supervisor
+        self._clicks = ctx.approvals
+        self._worker = ctx.worker
+        self._workspaces = ctx.workspaces
+        return ctx, listeners
 
     async def _connect_socket(self, bolt: AsyncApp, client: AsyncWebClient, url: str) -> None:
         """Open the Socket Mode connection, at the URL start-up already got (its token is
         known to work)."""
         token = self.settings.SLACK_APP_TOKEN
         assert token is not None
-        self._socket = TimedSocketMode(bolt, token, web_client=client, metrics=self.metrics)
-        self._socket.client.wss_uri = url
+        self._socket = TimedSocketMode(
+            bolt, token, url=url, web_client=client, metrics=self.metrics
+        )
         await step(
             partial(ConfigError, "SLACK_APP_TOKEN"),
             "the Socket Mode connection",
@@ -402,64 +320,6 @@ class ThreadpilotApp:
             max_output_tokens=self.settings.run_limits.max_output_tokens,
         )
         return self._owned_model
-
-    def _bolt(self, client: AsyncWebClient, ctx: BotContext) -> AsyncApp:
-        socket_mode = self.settings.socket_mode
-        # Bolt takes its token from the authorization: a client of its own without one
-        # (the token would be set aside, with a warning).
-        tokenless = copy.copy(client)
-        tokenless.token = None
-        installs = self._installs
-        authorize: Callable[..., Awaitable[AuthorizeResult]]
-        if installs is not None:
-            # A function, not the bound method: Bolt passes arguments by their names.
-            async def authorize(context: AsyncBoltContext) -> AuthorizeResult:
-                assert installs is not None
-                return await installs.authorize(context)
-        else:
-            assert self.settings.SLACK_BOT_TOKEN is not None  # settings: one mode or the other
-            authorize = authorization(ctx.me, self.settings.SLACK_BOT_TOKEN)
-        bolt = AsyncApp(
-            client=tokenless,
-            authorize=authorize,
-            # Socket Mode payloads are not signed (the xapp- token authenticates the socket).
-            signing_secret=self.settings.SLACK_SIGNING_SECRET or "unused-in-socket-mode",
-            request_verification_enabled=not socket_mode,
-            ignoring_self_events_enabled=True,
-            # Requests no listener takes go to on_bolt_error too: one line, not Bolt's
-            # multi-line suggestion of a listener to write.
-            raise_error_for_unhandled_request=True,
-        )
-        # Durable and shared by every worker: a retry delivered elsewhere is dropped too.
-        deduper = EventDeduper(ctx.deliveries, ctx.store, ctx.me, budget_s=ACK_BUDGET_S)
-
-        async def on_error(
-            error: Exception, request: AsyncBoltRequest, response: BoltResponse | None
-        ) -> BoltResponse | None:
-            if response is not None:  # before the ack: Slack delivers it again
-                await deduper.forget(request.body)
-            return await on_bolt_error(error, request, response)
-
-        bolt.error(on_error)
-        # First: every payload teaches which enterprise its workspace is of (trust asks).
-        assert self._organisations is not None and self._team_end is not None
-        team_access.register(bolt, self._organisations, ctx.store, self._team_end)
-        assert self._uninstaller is not None
-        uninstall.register(bolt, self._uninstaller)
-        if installs is not None:
-            bolt.middleware(installs.middleware)
-        bolt.middleware(deduper.middleware)
-        self._late = mentions.register(bolt, ctx)
-        # Before actions.register, whose last listener takes every button nobody took.
-        assert self._dashboard is not None and self._home is not None
-        home.register(bolt, ctx, self._dashboard, self._home)
-        command.register(bolt, self._dashboard)
-        feedback.register(bolt, ctx)
-        approvals.register(bolt, ctx, self._home)
-        sub_agent_steer.register(bolt, ctx)  # before actions': it takes every other id
-        actions.register(bolt, ctx)
-        events.register(bolt, ctx)
-        return bolt
 
     async def _listen_http(self) -> None:
         """Bind ``PORT``: ``/healthz``, ``/readyz``, ``/metrics`` unless ``METRICS_PORT``
@@ -527,7 +387,7 @@ class ThreadpilotApp:
     async def _readyz(self, request: web.Request) -> web.Response:
         ready = self._ready
         if ready and self._socket is not None:
-            ready = await self._socket.client.is_connected()
+            ready = await self._socket.connected()
         status = 200 if ready else 503
         return web.json_response({"ready": ready}, status=status)
 
@@ -547,43 +407,70 @@ class ThreadpilotApp:
             self._load.close()
         try:
             async with asyncio.timeout(timeout_s + 2):
-                if self._late is not None:  # first: nothing new is recorded from here on
-                    await self._late.shutdown()
-                if self._rotation is not None:
-                    await self._rotation.close()
-                if self._socket is not None:
-                    await _bounded(
-                        self._socket.close_async(),  # type: ignore[no-untyped-call]
-                        2.0,
-                        "socket_mode.close",
-                    )
-                if self.ctx is not None:
-                    await self.ctx.supervisor.shutdown(timeout_s * 0.6)
-                # The runs are checkpointed and their spans ended: send what is buffered.
-                await flush_traces(TRACE_FLUSH_S)
-                # The runs have ended (their MCP calls were cancelled with them).
-                await _bounded(self.mcp.close(), MCP_CLOSE_S, "mcp.close")
-                if self._home is not None:
-                    await self._home.close()
-                if self.ctx is not None:
-                    await self.ctx.approvals.close()  # clicks whose decision is still late
-                    await self.ctx.worker.close()
-                    await _bounded(self.ctx.workspaces.close(), timeout_s * 0.25, "slack.flush")
-                if self._store is not None:
-                    await self._store.close()
-                if self._owned_model is not None:
-                    await self._owned_model.aclose()
-                if self._runner is not None:
-                    await self._runner.cleanup()
-                if self._metrics_runner is not None:
-                    await self._metrics_runner.cleanup()
-                if self._session is not None:
-                    await self._session.close()
+                await self._stop_taking_work()
+                await self._end_runs(timeout_s)
+                await self._release(timeout_s)
         finally:
             # Whatever failed or ran out of time above: no stdio server outlives us.
             # (A second close is quick: it finds every server ended.)
             await _bounded(self.mcp.close(), MCP_CLOSE_S, "mcp.close")
         say("app.stopped")
+
+    async def _stop_taking_work(self) -> None:
+        """Nothing new is recorded, no token refreshed, no payload read from the socket."""
+        if self._late is not None:  # first: nothing new is recorded from here on
+            await self._late.shutdown()
+        if self._rotation is not None:
+            await self._rotation.close()
+        if self._socket is not None:
+            await _bounded(
+                self._socket.close_async(),  # type: ignore[no-untyped-call]
+                2.0,
+                "socket_mode.close",
+            )
+
+    async def _end_runs(self, timeout_s: float) -> None:
+        """End the live runs (reason ``shutdown``), then send their spans and close the MCP
+        servers their calls used."""
+        if self._supervisor is not None:
+            await self._supervisor.shutdown(timeout_s * 0.6)
+        # The runs are checkpointed and their spans ended: send what is buffered.
+        await flush_traces(TRACE_FLUSH_S)
+        # The runs have ended (their MCP calls were cancelled with them).
+        await _bounded(self.mcp.close(), MCP_CLOSE_S, "mcp.close")
+
+    async def _release(self, timeout_s: float) -> None:
+        """Close what outlived the runs: the Home refresher, late approval clicks, the
+        worker, Slack's queued writes (flushed), the database, the model, the listeners,
+        the HTTP session."""
+        if self._home is not None:
+            await self._home.close()
+        if self._clicks is not None:
+            await self._clicks.close()  # clicks whose decision is still late
+        if self._worker is not None:
+            await self._worker.close()
+        if self._workspaces is not None:
+            await _bounded(self._workspaces.close(), timeout_s * 0.25, "slack.flush")
+        if self._store is not None:
+            await self._store.close()
+        if self._owned_model is not None:
+            await self._owned_model.aclose()
+        if self._runner is not None:
+            await self._runner.cleanup()
+        if self._metrics_runner is not None:
+            await self._metrics_runner.cleanup()
+        if self._session is not None:
+            await self._session.close()
+
+
+def _mcp_servers(settings: Settings, metrics: Metrics) -> McpManager:
+    """The MCP servers of ``MCP_CONFIG``; their tools may not take the names of the app's
+    own (the built-in tools, ``slack_read_thread``, ``delegate``)."""
+    return McpManager(
+        settings.mcp_servers,
+        reserved=[*(t.name for t in BUILTIN_TOOLS), SLACK_READ_THREAD, DELEGATE],
+        on_cancel=metrics.mcp_cancelled,
+    )
 
 
 async def _open_store(database_url: str, pool_size: int, migration_timeout_s: float) -> Store:

@@ -53,11 +53,19 @@ Mode connection) gets this long: a fault ends start-up well within 15 s."""
 
 
 class TimedSocketMode(AsyncSocketModeHandler):
-    """Bolt's Socket Mode handler, timing each control from receipt to its ack."""
+    """Bolt's Socket Mode handler, timing each control from receipt to its ack; it
+    connects at ``url``, the one start-up already got (its token is known to work)."""
 
-    def __init__(self, app: AsyncApp, app_token: str, *, metrics: Metrics, **kwargs: Any) -> None:
+    def __init__(
+        self, app: AsyncApp, app_token: str, *, url: str, metrics: Metrics, **kwargs: Any
+    ) -> None:
         super().__init__(app, app_token, **kwargs)
+        self.client.wss_uri = url
         self._metrics = metrics
+
+    async def connected(self) -> bool:
+        """Whether the socket is open now (``/readyz`` asks)."""
+        return await self.client.is_connected()
 
     async def handle(self, client: AsyncBaseSocketModeClient, req: SocketModeRequest) -> None:
         received, start = time.perf_counter(), time.time()
