@@ -106,8 +106,8 @@ class RunSession:
         thread's older messages were not read)."""
         self.run = run
         self.surface = surface
-        self._slack = surface.budget
-        """The workspace's rate budget: every write of the status message goes through it."""
+        self._rate_budget = surface.budget
+        """The workspace's rate budget: the session writes to Slack through it."""
         self._request_budget = run.budget
         """The request's budget (a sub-agent spends from it too): the status shows it."""
         self.channel = run.thread.channel
@@ -146,14 +146,14 @@ class RunSession:
         if self.status_ts is not None:
             # Live again in a message whose final report was written (a resume): the
             # budget would drop its progress as late, and the old buttons would stay.
-            self._slack.reopen(self.channel, self.status_ts)
+            self._rate_budget.reopen(self.channel, self.status_ts)
             self._push_progress()
             await self._session_status(SessionStatus.PROCESSING)
             self._stream.start()
             return True
         rendered = render_status(self._snapshot)
         try:
-            self.status_ts = await self._slack.post_message(
+            self.status_ts = await self._rate_budget.post_message(
                 self.channel,
                 text=rendered.text,
                 blocks=rendered.blocks,
@@ -197,7 +197,7 @@ class RunSession:
         )
         rendered = render_status(snapshot)
         assert self.status_ts is not None
-        delivered = await self._slack.update_final(
+        delivered = await self._rate_budget.update_final(
             self.channel, self.status_ts, text=rendered.text, blocks=rendered.blocks
         )
         if not delivered:
@@ -216,7 +216,7 @@ class RunSession:
         """Tell the thread the run was not started: the database did not answer when it
         was to be recorded (logged, if Slack will not take it either)."""
         try:
-            await self._slack.post_message(
+            await self._rate_budget.post_message(
                 self.channel, text=messages.RUN_NOT_RECORDED, thread_ts=self.thread_ts
             )
         except SlackError as exc:
@@ -458,7 +458,7 @@ class RunSession:
         if self.status_ts is None:
             return
         self._last_render = time.monotonic()
-        self._slack.update_progress_lazily(self.channel, self.status_ts, self._progress)
+        self._rate_budget.update_progress_lazily(self.channel, self.status_ts, self._progress)
 
     def _progress(self) -> tuple[str, list[dict[str, Any]]]:
         snapshot = replace(
