@@ -12,6 +12,7 @@ and handed to what records into it, and most of it listens to what exists anyway
   model retry, ``ToolStarted`` of an MCP tool is an MCP call, ``RunFinished`` counts
   the ending by ``outcome`` and ``ended_because``; sub-agents' events are followed too;
 - the stop service, once per ask it decided (:meth:`Metrics.stop_asked`);
+- the run queue, its length on each tick (:meth:`Metrics.queue_counted`);
 - the Slack budget, once per HTTP request it makes, and once per 429;
 - the MCP servers' connections, once per call cancelled (Abort, shutdown, ``TOOL_TIMEOUT``);
 - the transports, from a control's receipt to its ack (:meth:`Metrics.acked`).
@@ -241,6 +242,10 @@ class Metrics:
         run.events.add_listener(lambda event: self._on_event(run, event))
 
     # -- hooks -------------------------------------------------------------------------
+
+    def queue_counted(self, queued: int) -> None:
+        """The durable queue holds ``queued`` runs (counted on the worker's tick)."""
+        self.queued_runs.set(queued)
 
     def stop_asked(self, kind: StopReason, source: StopSource, verdict: str | None) -> None:
         """A request to end a run was decided: ``verdict`` is the policy's (None: it could

@@ -85,6 +85,8 @@ class AnswerStream:
         metadata. ``answer``: the answer that counts so far (an expired stream's message
         is rewritten with it); by default, all the text pushed here."""
         self._surface = surface
+        self._budget = surface.budget
+        """The workspace's rate budget: every call of the stream goes through it."""
         self._channel = channel
         self._thread_ts = thread_ts
         self._recipient = {"recipient_user_id": user, "recipient_team_id": team}
@@ -213,7 +215,7 @@ class AnswerStream:
         ]
         try:
             async with asyncio.timeout(_STREAM_CLOSE_S):
-                await self._surface.budget.call(
+                await self._budget.call(
                     "chat.stopStream",
                     channel=self._channel,
                     ts=self.ts,
@@ -248,15 +250,14 @@ class AnswerStream:
         """
         if not self.complete or self.ts is None:
             return
-        budget = self._surface.budget
         try:
             async with asyncio.timeout(_STREAM_CLOSE_S):
                 rendered = self._render(answer)
                 if rendered is None:
-                    await budget.call("chat.delete", channel=self._channel, ts=self.ts)
+                    await self._budget.call("chat.delete", channel=self._channel, ts=self.ts)
                     return
                 first, rest = rendered.first, rendered.rest
-                if not await budget.update_final(
+                if not await self._budget.update_final(
                     self._channel, self.ts, text=first.text, blocks=first.blocks
                 ):
                     # The message stays as it stood: what it does not show goes after it.
@@ -280,7 +281,7 @@ class AnswerStream:
             metadata = answer_metadata(self._run_id, number) if self._run_id else None
             try:
                 async with asyncio.timeout(_STREAM_CLOSE_S):
-                    await self._surface.budget.post_message(
+                    await self._budget.post_message(
                         self._channel,
                         text=piece.text,
                         blocks=piece.blocks,
@@ -362,7 +363,7 @@ class AnswerStream:
         surface = self._surface
         try:
             reply = await surface.streaming.attempt(
-                surface.team_id, lambda: surface.budget.call(method, **kwargs)
+                surface.team_id, lambda: self._budget.call(method, **kwargs)
             )
         except SlackError as exc:
             if exc.error == STREAM_EXPIRED and self.ts is not None:
@@ -385,7 +386,7 @@ class AnswerStream:
         rendered = self._render(self._answer())
         if rendered is not None and self.ts is not None:
             first = rendered.first
-            self._surface.budget.update_progress(
+            self._budget.update_progress(
                 self._channel, self.ts, text=first.text, blocks=first.blocks
             )
 

@@ -361,7 +361,7 @@ class RunQueue:
         self._ticked = True
         self.wake()
         if self._metrics is not None:
-            self._metrics.queued_runs.set(await self._store.count_queued())
+            self._metrics.queue_counted(await self._store.count_queued())
         self.places.changed()
 
 

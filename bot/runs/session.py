@@ -68,6 +68,8 @@ from bot.steering.guidance import GuidanceMarks
 from bot.views.status import ChildTask, StatusSnapshot, render_status
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from agent_core import GuidanceRecord, Run, RunResult
     from bot.slack_api.click_answer import ClickAnswer
     from bot.slack_api.surface import SlackSurface
@@ -102,37 +104,25 @@ class RunSession:
     ) -> None:
         """``history_note``: said under the status while the run is live (that the
         thread's older messages were not read)."""
-        thread = run.thread
         self.run = run
         self.surface = surface
-        self.channel = thread.channel
-        self.thread_ts = thread.thread_ts
+        self._rate_budget = surface.budget
+        """The workspace's rate budget: the session writes to Slack through it."""
+        self._request_budget = run.budget
+        """The request's budget (a sub-agent spends from it too): the status shows it."""
+        self.channel = run.thread.channel
+        self.thread_ts = run.thread.thread_ts
         self.status_ts = status_ts
         """Set when it continues in a message it already has (queued, or resuming)."""
         self._started = time.monotonic()
         self._last_render = -RENDER_EVERY_S
         self._render_timer: asyncio.TimerHandle | None = None
         resuming = resumed and status_ts is not None
-        self._snapshot = StatusSnapshot(
-            run_id=run.id,
-            requester=run.requester,
-            phase="starting",
-            activity=messages.STATUS_RESUMING if resuming else messages.STATUS_STARTING,
-            history_note=history_note,
-        )
+        self._snapshot = _opening(run, resuming=resuming, history_note=history_note)
         self._answer: list[str] = []
         self._step_start = 0
         """Where the current step's text begins in ``_answer`` (void if the step fails)."""
-        self._stream = AnswerStream(
-            surface,
-            thread.channel,
-            thread.thread_ts,
-            run.requester,
-            thread.team,
-            run_id=run.id,
-            plan_title=run.task,
-            answer=lambda: "".join(self._answer),
-        )
+        self._stream = _answer_stream(run, surface, answer=lambda: "".join(self._answer))
         self._session: SessionStatus | None = None
         """The agent-session status this run last set (None: never set, or handed over)."""
         self._guidance = GuidanceMarks(run.id, store, surface)
@@ -156,14 +146,14 @@ class RunSession:
         if self.status_ts is not None:
             # Live again in a message whose final report was written (a resume): the
             # budget would drop its progress as late, and the old buttons would stay.
-            self.surface.budget.reopen(self.channel, self.status_ts)
+            self._rate_budget.reopen(self.channel, self.status_ts)
             self._push_progress()
             await self._session_status(SessionStatus.PROCESSING)
             self._stream.start()
             return True
         rendered = render_status(self._snapshot)
         try:
-            self.status_ts = await self.surface.budget.post_message(
+            self.status_ts = await self._rate_budget.post_message(
                 self.channel,
                 text=rendered.text,
                 blocks=rendered.blocks,
@@ -200,14 +190,14 @@ class RunSession:
             phase="done",
             result=result,
             elapsed_s=self._elapsed(),
-            spent=self.run.budget.spent(),
+            spent=self._request_budget.spent(),
             answer="".join(self._answer),
             answer_streamed=self._stream.complete,
             ending=ending,
         )
         rendered = render_status(snapshot)
         assert self.status_ts is not None
-        delivered = await self.surface.budget.update_final(
+        delivered = await self._rate_budget.update_final(
             self.channel, self.status_ts, text=rendered.text, blocks=rendered.blocks
         )
         if not delivered:
@@ -226,7 +216,7 @@ class RunSession:
         """Tell the thread the run was not started: the database did not answer when it
         was to be recorded (logged, if Slack will not take it either)."""
         try:
-            await self.surface.budget.post_message(
+            await self._rate_budget.post_message(
                 self.channel, text=messages.RUN_NOT_RECORDED, thread_ts=self.thread_ts
             )
         except SlackError as exc:
@@ -468,13 +458,13 @@ class RunSession:
         if self.status_ts is None:
             return
         self._last_render = time.monotonic()
-        self.surface.budget.update_progress_lazily(self.channel, self.status_ts, self._progress)
+        self._rate_budget.update_progress_lazily(self.channel, self.status_ts, self._progress)
 
     def _progress(self) -> tuple[str, list[dict[str, Any]]]:
         snapshot = replace(
             self._snapshot,
             elapsed_s=self._elapsed(),
-            spent=self.run.budget.spent(),
+            spent=self._request_budget.spent(),
             answer="".join(self._answer),
             answer_streamed=self._stream.active,
         )
@@ -489,6 +479,33 @@ class RunSession:
         await set_session_status(
             self.surface, self.channel, self.thread_ts, status, title=self.run.task
         )
+
+
+def _opening(run: Run, *, resuming: bool, history_note: str) -> StatusSnapshot:
+    """The status of ``run`` as it opens: starting (or ``resuming``, in its own message)."""
+    return StatusSnapshot(
+        run_id=run.id,
+        requester=run.requester,
+        phase="starting",
+        activity=messages.STATUS_RESUMING if resuming else messages.STATUS_STARTING,
+        history_note=history_note,
+    )
+
+
+def _answer_stream(run: Run, surface: SlackSurface, *, answer: Callable[[], str]) -> AnswerStream:
+    """The stream of ``run``'s answer in its thread, addressed to its requester, with
+    its task as the title of its tool and sub-agent cards (``answer``: what counts)."""
+    thread = run.thread
+    return AnswerStream(
+        surface,
+        thread.channel,
+        thread.thread_ts,
+        run.requester,
+        thread.team,
+        run_id=run.id,
+        plan_title=run.task,
+        answer=answer,
+    )
 
 
 def _updated(

@@ -1,8 +1,10 @@
-"""The supervisor owns every live run of this process and shuts them down.
+"""The supervisor starts the runs of this process, holds their tasks and shuts them down.
 
-A thread has at most one live run: :meth:`Supervisor.accept` checks and
-holds the thread without an ``await`` in between, so two deliveries of the same mention
-racing each other cannot both start a run.
+What is held here (the live runs, the runs accepted and not started yet, the run holding
+each thread, the room for more) is kept in a :class:`~bot.runs.run_registry.RunRegistry`;
+the supervisor's lookups are its. A thread has at most one live run:
+:meth:`Supervisor.accept` checks and holds the thread without an ``await`` in between, so
+two deliveries of the same mention racing each other cannot both start a run.
 
 A person's new run is *accepted* before Slack's event is acknowledged: its row is
 written, ``queued`` and leased to this worker, so the acknowledgement never promises a
@@ -16,17 +18,16 @@ the row back itself (:meth:`Supervisor.shutdown`). Every run task is created and
 fire-and-forget); :meth:`Supervisor.shutdown` ends them with reason ``shutdown`` and
 waits, bounded, for their Slack messages to say so.
 
-A run is held here until its ending is in the database, not just in Slack: while its
-terminal write is being retried through an outage it stays in memory, so the heartbeat
-keeps its lease (:meth:`Supervisor.held_runs`) and no reconciler takes it for an orphan.
-Every run is stored, leased here, before it is launched (a person's when their message
-is accepted, a continuation in the same transaction as its resume's start), so a run here
-is never without its row.
+A run is held here until its ending is in the database, not just in Slack, so the
+heartbeat keeps its lease (:meth:`Supervisor.held_runs`) meanwhile. Every run is stored,
+leased here, before it is launched (a person's when their message is accepted, a
+continuation in the same transaction as its resume's start), so a run here is never
+without its row.
 
 What the supervisor tells this process's durable side as a run starts and ends is one
 small protocol, :class:`RunLifecycle`, handed to it when it is built (the worker
 implements it, :mod:`bot.workers.worker`). The supervisor makes each run's Slack session itself,
-from the run.
+from the run; the run is made for the way it starts (:mod:`bot.runs.run_starts`).
 
 When a run has ended here, its resume is decided (:mod:`bot.workers.resume`) before its final
 message is written, so the message says why it ended and when it resumes. A run resumed
@@ -37,33 +38,28 @@ a new run in the same thread, started from a summary and linked to the run it co
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
-from dataclasses import dataclass, replace
-from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import structlog
 
-from agent_core import (
-    Admission,
-    EndedBecause,
-    RunRecord,
-    RunState,
-    StopReason,
-    StopSource,
-    StorageError,
-    continue_from,
-)
+from agent_core import Admission, RunRecord, RunState, StopReason, StopSource, StorageError
 from agent_core.run.recording import leased
-from agent_core.values.clock import utcnow
-from bot.runs.resume_decision import spent_of, stored_ended_because
-from bot.runs.run_life import LiveRun, RunLife, RunLifecycle, abandon_row, descendants
+from bot.runs.run_life import LiveRun, RunLife, RunLifecycle, abandon_row
+from bot.runs.run_registry import Accepted, RunRegistry
+from bot.runs.run_starts import (
+    accepted_run,
+    budget_continuation,
+    queued_run,
+    resumed_run,
+    summary_continuation,
+)
 from bot.runs.session import RunSession
 from bot.steering.guidance import to_guidance
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Collection, Iterator, Sequence
+    from collections.abc import Awaitable, Callable, Collection, Sequence
+    from contextlib import AbstractContextManager
 
     from agent_core import (
         Agent,
@@ -88,24 +84,6 @@ __all__ = ["Supervisor"]
 log = structlog.get_logger("bot.runs.supervisor")
 
 
-@dataclass(frozen=True, slots=True)
-class _Accepted:
-    """A run accepted here (its row written before the ack) and not started yet."""
-
-    thread: ThreadKey
-    requester: str
-    task: str
-
-
-def _as_live_sub_agent(live: LiveRun, run: Run) -> LiveRun:
-    """``live``'s sub-agent ``run`` as a live run: its parent's session and standing."""
-    return LiveRun(run, live.session, live.requester, registered=live.registered, lost=live.lost)
-
-
-def _descendant(run: Run, run_id: str) -> Run | None:
-    return next((c for c in descendants(run) if c.id == run_id), None)
-
-
 class Supervisor:
     def __init__(
         self,
@@ -126,92 +104,96 @@ class Supervisor:
         said (:meth:`bot.access.trust.TrustGate.enterprise_of`), written on each run."""
         self.agent = agent
         self._enterprise_of = enterprise_of or _no_enterprise
-        self._max_live = max_live
-        """``MAX_LIVE_RUNS``: runs beyond it wait in the queue (:mod:`bot.runs.run_queue`)."""
         self._max_per_user = max_per_user
         """``MAX_RUNS_PER_USER``: a person's runs live or queued per workspace (None: any)."""
-        self._load = load
-        """While this process's event loop is busy, no new run starts here."""
         self._metrics = metrics
         self._store = store
         self._workspaces = workspaces
         self._lifecycle = lifecycle
         self._worker_id = worker_id
         self._lease_ttl_s = lease_ttl_s
-        self._live: dict[str, LiveRun] = {}
-        self._by_thread: dict[ThreadKey, str] = {}
-        """The run holding each thread here: live, or accepted and not started yet."""
-        self._accepted: dict[str, _Accepted] = {}
-        self._queuing: set[str] = set()
-        """Accepted runs the queue is queueing: it lets them go itself, shutdown or not."""
-        self._holding = 0
-        """Places held for runs about to start here (:meth:`hold_room`)."""
-        self._accepting = True
+        self._runs = RunRegistry(max_live=max_live, load=load)
+        """The runs held here, by run and by thread, and the room for more."""
         self._life = RunLife(
             store,
             lifecycle,
             worker_id=worker_id,
             lease_ttl_s=lease_ttl_s,
-            free_thread=self._release_thread,
-            forget=self._forget,
+            free_thread=self._runs.release_thread,
+            forget=self._runs.forget,
         )
         if metrics is not None:
-            metrics.count_live_runs(lambda: len(self._live))
+            metrics.count_live_runs(self._runs.count)
 
-    # -- lookups -----------------------------------------------------------------------
+    # -- what is held here (bot.runs.run_registry) -------------------------------------
 
     def get(self, run_id: str) -> LiveRun | None:
-        return self._live.get(run_id)
+        return self._runs.get(run_id)
 
     def reachable(self, run_id: str) -> LiveRun | None:
-        """The run a person's control names, if this worker runs it: a top-level run, or
-        a sub-agent of one (at any depth). A sub-agent comes as a :class:`LiveRun` of its
-        own (its run) on its top-level run's session, requester and ownership: its
-        controls live on that run's status message, and it stands or falls with it."""
-        live = self._live.get(run_id)
-        if live is not None:
-            return live
-        for top in self._live.values():
-            child = _descendant(top.run, run_id)
-            if child is not None:
-                return _as_live_sub_agent(top, child)
-        return None
+        """:meth:`RunRegistry.reachable`: the run, or sub-agent, a control names."""
+        return self._runs.reachable(run_id)
 
     def live_children(self, run_id: str) -> list[Run]:
-        """The sub-agents of this worker's run ``run_id`` (at any depth) still working."""
-        live = self._live.get(run_id)
-        if live is None:
-            return []
-        return [c for c in descendants(live.run) if c.result is None]
+        """:meth:`RunRegistry.live_children`: the run's sub-agents still working."""
+        return self._runs.live_children(run_id)
 
     def live_in_thread(self, thread: ThreadKey) -> LiveRun | None:
-        run_id = self._by_thread.get(thread)
-        return self._live.get(run_id) if run_id else None
+        return self._runs.live_in_thread(thread)
 
     def thread_held(self, thread: ThreadKey) -> bool:
-        """True if ``thread`` has a run here: live, or accepted and about to start."""
-        return thread in self._by_thread
+        """:meth:`RunRegistry.thread_held`: live, or accepted and about to start."""
+        return self._runs.thread_held(thread)
 
     def holds(self, run_id: str) -> bool:
-        """True if the run is this process's: live here, or accepted and not started."""
-        return run_id in self._live or run_id in self._accepted
+        """:meth:`RunRegistry.holds`: live here, or accepted and not started."""
+        return self._runs.holds(run_id)
+
+    def held_runs(self) -> set[str]:
+        """:meth:`RunRegistry.held_runs`: the runs whose leases this process keeps."""
+        return self._runs.held_runs()
+
+    @property
+    def live_runs(self) -> list[LiveRun]:
+        return self._runs.live_runs
+
+    @property
+    def accepting(self) -> bool:
+        return self._runs.accepting
+
+    def has_room(self) -> bool:
+        """:meth:`RunRegistry.has_room`: a new run may start here now."""
+        return self._runs.has_room()
+
+    def hold_room(self) -> bool:
+        """:meth:`RunRegistry.hold_room`: keep a place for a run about to start."""
+        return self._runs.hold_room()
+
+    def free_room(self) -> None:
+        """Give back a place :meth:`hold_room` held."""
+        self._runs.free_room()
+
+    def room(self) -> AbstractContextManager[bool]:
+        """:meth:`RunRegistry.room`: a place held for the block, if there is room."""
+        return self._runs.room()
+
+    def hand_over(self, run_id: str) -> None:
+        """:meth:`RunRegistry.hand_over`: an accepted run is no longer ours to start."""
+        self._runs.hand_over(run_id)
+
+    def queuing(self, run_id: str) -> bool:
+        """:meth:`RunRegistry.queuing`: the queue takes over an accepted run."""
+        return self._runs.queuing(run_id)
 
     def guide(self, record: GuidanceRecord) -> bool:
         """Hand a committed reply to its run, if this worker runs it (and still owns it):
         the run gives it to the model at its next turn boundary, and the reply is marked
         as taken. False if the run is not here, has it already, or has ended."""
-        live = self.reachable(record.run_id)  # a sub-agent's own guidance, too
+        live = self._runs.reachable(record.run_id)  # a sub-agent's own guidance, too
         if live is None or live.lost or not live.run.add_guidance(to_guidance(record)):
             return False
         live.session.guidance_received(record)
         return True
-
-    def held_runs(self) -> set[str]:
-        """The runs whose leases this process must keep: accepted and not started yet, or
-        registered here, not lost, and still in memory (running, or writing their
-        ending)."""
-        live = {live.run.id for live in self._live.values() if live.registered and not live.lost}
-        return live | self._accepted.keys()
 
     async def had_run(self, thread: ThreadKey) -> bool:
         """True if any worker ever ran in ``thread`` (a reply there continues it).
@@ -224,56 +206,6 @@ class Supervisor:
         except StorageError:
             log.exception("store.read_failed", step="had_run")
             return False
-
-    @property
-    def live_runs(self) -> list[LiveRun]:
-        return list(self._live.values())
-
-    @property
-    def accepting(self) -> bool:
-        return self._accepting
-
-    def has_room(self) -> bool:
-        """True if a new run may start here now: accepting, the event loop not busy
-        (:mod:`bot.observe.loop_load`), and fewer than ``max_live`` runs still working (a run
-        whose loop has ended, only waiting for Slack to take its final message, no longer
-        counts) or about to start (:meth:`hold_room`).
-
-        Resumes and continuations are held to it as new runs are: they wait in the
-        schedule until a worker has room (:mod:`bot.workers.resume`).
-        """
-        if not self._accepting:
-            return False
-        if self._load is not None and self._load.busy:
-            return False
-        if self._max_live is None:
-            return True
-        working = sum(1 for live in self._live.values() if live.run.result is None)
-        return working + self._holding < self._max_live
-
-    def hold_room(self) -> bool:
-        """Keep one place for a run about to start here (a resume or a continuation: it
-        is claimed in the database first), if there is room; True if one is held. Free it
-        with :meth:`free_room` once the run is launched (it counts itself then) or will
-        not be: without it, two starts looking at once could both take the last place."""
-        if not self.has_room():
-            return False
-        self._holding += 1
-        return True
-
-    def free_room(self) -> None:
-        """Give back a place :meth:`hold_room` held."""
-        self._holding = max(0, self._holding - 1)
-
-    @contextlib.contextmanager
-    def room(self) -> Iterator[bool]:
-        """:meth:`hold_room` for the block: True inside it if a place is held."""
-        held = self.hold_room()
-        try:
-            yield held
-        finally:
-            if held:
-                self.free_room()
 
     # -- starting and ending -----------------------------------------------------------
 
@@ -289,7 +221,7 @@ class Supervisor:
         nothing held) if it could not be stored; the caller then ends any row that was
         written unseen (:meth:`abandon_row`).
         """
-        if thread in self._by_thread:
+        if self._runs.thread_held(thread):
             return Admission.THREAD_BUSY
         record = RunRecord(
             id=run_id,
@@ -298,42 +230,21 @@ class Supervisor:
             task=task,
             enterprise_id=self._enterprise_of(thread.team),
         )
-        if not self._accepting:
+        if not self._runs.accepting:
             admission = await self._store.admit_run(record, limit=self._max_per_user)
             if admission is Admission.ACCEPTED:
                 log.info("run.accepted_into_queue", run_id=run_id, reason="shutting down")
             return admission
-        self._by_thread[thread] = run_id
-        self._accepted[run_id] = _Accepted(thread, requester, task)
+        self._runs.hold_accepted(run_id, Accepted(thread, requester, task))
         try:
-            leased = replace(
-                record,
-                owner=self._worker_id,
-                lease_expires_at=utcnow() + timedelta(seconds=self._lease_ttl_s),
-            )
-            admission = await self._store.admit_run(leased, limit=self._max_per_user)
+            mine = leased(record, owner=self._worker_id, lease_ttl_s=self._lease_ttl_s)
+            admission = await self._store.admit_run(mine, limit=self._max_per_user)
         except BaseException:
-            self.hand_over(run_id)
+            self._runs.hand_over(run_id)
             raise
         if admission is not Admission.ACCEPTED:
-            self.hand_over(run_id)
+            self._runs.hand_over(run_id)
         return admission
-
-    def hand_over(self, run_id: str) -> None:
-        """An accepted run is no longer this process's to start (it was queued, or not
-        stored): the thread is free here and its lease no longer renewed."""
-        accepted = self._accepted.pop(run_id, None)
-        self._queuing.discard(run_id)
-        if accepted is not None and self._by_thread.get(accepted.thread) == run_id:
-            del self._by_thread[accepted.thread]
-
-    def queuing(self, run_id: str) -> bool:
-        """The queue takes over the accepted run ``run_id`` (:meth:`hand_over` when it is
-        done); False if it is not held here (shutdown put it back in the queue)."""
-        if run_id not in self._accepted:
-            return False
-        self._queuing.add(run_id)
-        return True
 
     async def start(
         self, run_id: str, *, history: Sequence[ChatMessage], history_note: str = ""
@@ -341,20 +252,14 @@ class Supervisor:
         """Start the accepted run ``run_id``; None if it is not held here any more (this
         worker began shutting down and put it back in the queue). ``history_note``: said
         in its status (its thread was not read in full)."""
-        held = self._accepted.get(run_id)
+        held = self._runs.accepted(run_id)
         if held is None:
             return None
         surface = await self._workspaces.get(held.thread.team)
-        accepted = self._accepted.pop(run_id, None)
-        if accepted is None or not self._accepting:
+        accepted = self._runs.take_accepted(run_id)
+        if accepted is None or not self._runs.accepting:
             return None
-        run = self.agent.new_run(
-            accepted.task,
-            run_id=run_id,
-            requester=accepted.requester,
-            thread=accepted.thread,
-            history=history,
-        )
+        run = accepted_run(self.agent, run_id, accepted, history)
         session = RunSession(run, surface, store=self._store, history_note=history_note)
         return self._launch(run, session, accepted=True)
 
@@ -365,9 +270,9 @@ class Supervisor:
         here) in its queued status message, starting (not resuming); None if we are
         closing or the thread is busy here, when the caller puts it back."""
         surface = await self._workspaces.get(record.thread.team)
-        if not self._room_in(record.thread):
+        if not self._runs.room_in(record.thread):
             return None
-        run = self._stored_run(record, history=history)
+        run = queued_run(self.agent, record, history)
         session = RunSession(run, surface, store=self._store, status_ts=record.status_ts)
         return self._launch(run, session)
 
@@ -375,15 +280,9 @@ class Supervisor:
         """Continue a stored run from its checkpoint, in its existing status message, with
         what its request had spent (``record``: the row as it ended, its result kept)."""
         surface = await self._workspaces.get(record.thread.team)
-        if not self._room_in(record.thread):
+        if not self._runs.room_in(record.thread):
             return None
-        run = self._stored_run(
-            record,
-            restore=checkpoint,
-            resumed_because=stored_ended_because(record),
-            spent=spent_of(record),  # the same request: its budget goes on
-            trace_links=_traced_before(record),  # a new trace, linked to the run's last
-        )
+        run = resumed_run(self.agent, record, checkpoint)
         session = RunSession(
             run, surface, store=self._store, status_ts=record.status_ts, resumed=True
         )
@@ -396,19 +295,9 @@ class Supervisor:
         (its context filled up), in a status message of its own; None if it does not
         start (:meth:`_start_continuation`)."""
         surface = await self._workspaces.get(previous.thread.team)
-        if not self._room_in(previous.thread):
+        if not self._runs.room_in(previous.thread):
             return None
-        run = continue_from(
-            self.agent,
-            compacted,
-            task=previous.task,
-            previous_run_id=previous.id,
-            run_id=run_id,
-            requester=previous.requester,
-            thread=previous.thread,
-            spent=spent_of(previous),  # the same request: its budget goes on
-            trace_links=_traced_before(previous),
-        )
+        run = summary_continuation(self.agent, previous, compacted, run_id)
         session = RunSession(run, surface, store=self._store)
         auto_resumes = previous.auto_resumes + 1
         return await self._start_continuation(run, session, start, auto_resumes=auto_resumes)
@@ -424,19 +313,9 @@ class Supervisor:
         budget (a person pressed Continue on a run that spent its own), in a status
         message of its own; None if it does not start (:meth:`_start_continuation`)."""
         surface = await self._workspaces.get(previous.thread.team)
-        if not self._room_in(previous.thread):
+        if not self._runs.room_in(previous.thread):
             return None
-        run = self.agent.new_run(
-            previous.task,
-            run_id=run_id,
-            requester=previous.requester,
-            thread=previous.thread,
-            # A run of its own: its turns count from one, its budget from zero.
-            restore=replace(checkpoint, turn=0) if checkpoint else None,
-            resumed_because=EndedBecause.BUDGET_EXHAUSTED,
-            continued_from=previous.id,
-            trace_links=_traced_before(previous),
-        )
+        run = budget_continuation(self.agent, previous, checkpoint, run_id)
         session = RunSession(run, surface, store=self._store)
         # A person asked for it: not one of the thread's automatic resumes.
         return await self._start_continuation(
@@ -450,31 +329,16 @@ class Supervisor:
         the same transaction as its resume's start (the thread is held here meanwhile).
         None, and nothing stored, if ``start`` is not called (the thread has a run here,
         or we are closing) or its compare-and-set lost."""
-        if not self._room_in(run.thread):
+        if not self._runs.room_in(run.thread):
             return None
-        self._by_thread[run.thread] = run.id
+        self._runs.hold_thread(run)
         try:
             started = await start(self._row(run, auto_resumes))
         finally:
-            self._release_thread(run)
+            self._runs.release_thread(run)
         if not started:
             return None
         return self._launch(run, session, auto_resumes=auto_resumes)
-
-    def _room_in(self, thread: ThreadKey) -> bool:
-        """True if a stored run may start in ``thread`` here: we are not closing, and no
-        run holds the thread here."""
-        return self._accepting and thread not in self._by_thread
-
-    def _stored_run(self, record: RunRecord, **more: Any) -> Run:
-        """A run in memory for the stored ``record`` (``more``: how it starts)."""
-        return self.agent.new_run(
-            record.task,
-            run_id=record.id,
-            requester=record.requester,
-            thread=record.thread,
-            **more,
-        )
 
     def _launch(
         self,
@@ -488,8 +352,7 @@ class Supervisor:
         ``accepted``: stored before a person's message was acknowledged, and started only
         if the lease is still ours (:meth:`_still_ours`)."""
         live = LiveRun(run, session, run.requester, auto_resumes=auto_resumes)
-        self._live[run.id] = live
-        self._by_thread[run.thread] = run.id
+        self._runs.add(live)
         if self._metrics is not None:
             self._metrics.watch_run(run)
         drive = self._life.drive(live, accepted)
@@ -502,7 +365,7 @@ class Supervisor:
         ``among``: only these runs were asked about (the ones :meth:`held_runs` gave the
         heartbeat); a run registered since then is not judged on an answer about others.
         """
-        for live in list(self._live.values()):
+        for live in self._runs.live_runs:
             if (
                 live.registered
                 and not live.lost
@@ -533,20 +396,12 @@ class Supervisor:
         """End the row of a run that never starts (:func:`bot.runs.run_life.abandon_row`)."""
         await abandon_row(self._store, run_id)
 
-    def _forget(self, run: Run) -> None:
-        self._live.pop(run.id, None)
-        self._release_thread(run)
-
-    def _release_thread(self, run: Run) -> None:
-        if self._by_thread.get(run.thread) == run.id:
-            del self._by_thread[run.thread]
-
     async def shutdown(self, timeout_s: float) -> None:
         """Put the runs accepted and not started back in the queue, end every live run
         with reason ``shutdown`` and wait for them, bounded."""
-        self._accepting = False
+        self._runs.close()
         await self._release_accepted()
-        live = list(self._live.values())
+        live = self._runs.live_runs
         log.info("supervisor.shutting_down", live_runs=len(live))
         for entry in live:
             if entry.run.result is None:  # else it only has its Slack message left to write
@@ -572,8 +427,8 @@ class Supervisor:
         theirs ran or was shown here. One that cannot be written back is left to its
         lease, which runs out; a reconciler queues it then. (One the queue is queueing is
         let go by the queue, with its status message if Slack still takes it.)"""
-        for run_id in [r for r in self._accepted if r not in self._queuing]:
-            self.hand_over(run_id)
+        for run_id in self._runs.not_queuing():
+            self._runs.hand_over(run_id)
             try:
                 await self._store.set_state(
                     run_id,
@@ -586,11 +441,6 @@ class Supervisor:
                 log.exception("run.not_released", run_id=run_id)
                 continue
             log.info("run.released", run_id=run_id, reason="shutting down")
-
-
-def _traced_before(record: RunRecord) -> tuple[str, ...]:
-    """The trace ``record``'s run last had, which a run continuing it links to."""
-    return () if record.trace_context is None else (record.trace_context,)
 
 
 def _no_enterprise(team: str) -> str | None:
