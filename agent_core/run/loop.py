@@ -12,9 +12,11 @@ or cancelled — into exactly one :class:`RunResult` and one terminal state::
       │                         ``delegate`` call runs a child Run inside its task)
       └─ Ending → RunResult → store (compare-and-set) → RunFinished event
 
-What a reply does to the conversation (its tool batch included) is
-:mod:`agent_core.run.conversation`'s; making the ending the run's result and telling
-everyone is :mod:`agent_core.run.finaliser`'s. The loop decides which ending it is.
+The loop decides when the run ends and how; the parts it drives have modules of their
+own: what a reply does to the conversation, its tool batch included
+(:mod:`agent_core.run.conversation`), the final turn (:mod:`agent_core.run.final_turn`),
+and the ending made the run's one result and told to everyone
+(:mod:`agent_core.run.finaliser`).
 
 A stop never cancels anything: it is read at the step boundary. Abort and shutdown cancel
 the inner task; the model adapter closes its HTTP stream during that unwinding, so the
@@ -36,6 +38,7 @@ from agent_core.process.tracing import RunTrace, run_trace
 from agent_core.run.approval_gate import ApprovalGate
 from agent_core.run.conversation import Conversation
 from agent_core.run.delegation import MAX_DEPTH, SUB_AGENT_NOTE, Delegation
+from agent_core.run.final_turn import FinalTurn
 from agent_core.run.finaliser import Finaliser
 from agent_core.run.model_turns import ModelTurns, RetriesExhausted, StopDuringWait
 from agent_core.run.recording import RunRecorder
@@ -47,14 +50,10 @@ from agent_core.run.steps import (
     FinalAnswer,
     Reported,
     Step,
-    assistant_message,
     budget_spent_before_work,
     context_exhausted_ending,
     crashed_ending,
-    default_outcome,
-    ending_after_final_turn,
     ending_for_step,
-    final_report_of,
     model_failed_ending,
     rate_limited_ending,
     stopped_before_work,
@@ -65,11 +64,11 @@ from agent_core.tools.toolbox import Tool, Toolbox
 from agent_core.values.budget import Budget
 from agent_core.values.clock import utcnow
 from agent_core.values.ended import EndedBecause
-from agent_core.values.errors import ContextOverflow, FatalModelError, ModelError, RateLimited
+from agent_core.values.errors import ContextOverflow, FatalModelError, RateLimited
 from agent_core.values.events import EventHub, GuidanceDelivered, StopRequested
 from agent_core.values.guidance import Guidance, GuidanceInbox
 from agent_core.values.outcomes import ExitCode, Outcome, RunResult
-from agent_core.values.prompts import FinalTurnReason, final_turn_instruction, resumed_note
+from agent_core.values.prompts import FinalTurnReason, resumed_note
 from agent_core.values.records import ThreadKey
 from agent_core.values.stop import RunControl, StopReason, StopSource
 
@@ -173,6 +172,7 @@ class Run:
         self._turns = self._new_model_turns()
         self._conversation = self._new_conversation(history, may_delegate=may_delegate)
         self._interrupted = None if restore is None else self._restore(restore, resumed_because)
+        self._final_turn = self._new_final_turn()
         self._finaliser = self._new_finaliser()
         self.control.add_listener(self._on_stop_requested)
         if parent is not None:
@@ -276,6 +276,16 @@ class Run:
         if interrupted is not None:
             self._tally.steps_completed = max(0, restore.turn - 1)
         return interrupted
+
+    def _new_final_turn(self) -> FinalTurn:
+        return FinalTurn(
+            config=self.agent.config,
+            conversation=self._conversation,
+            turns=self._turns,
+            tally=self._tally,
+            control=self.control,
+            recorder=self._recorder,
+        )
 
     def _new_finaliser(self) -> Finaliser:
         parent = self.parent
@@ -413,7 +423,7 @@ class Run:
             if isinstance(forced, Ending):
                 return forced
             if forced is not None:
-                return await self._final_turn(forced)
+                return await self._take_final_turn(forced)
             self._deliver_guidance()
             try:
                 response = await self._turns.call(self._conversation.request(), final=False)
@@ -438,7 +448,7 @@ class Run:
                         how=self._how,
                         stored=self._stored,
                     )
-                return await self._final_turn(FinalTurnReason.MAX_RETRIES)
+                return await self._take_final_turn(FinalTurnReason.MAX_RETRIES)
             except ContextOverflow as exc:
                 self._trace.context_full(self.agent.config.context_window, None)
                 await self._checkpoint_unfinished_turn()
@@ -496,6 +506,12 @@ class Run:
             return FinalTurnReason.TOKEN_LIMIT
         return None
 
+    async def _take_final_turn(self, reason: FinalTurnReason) -> Ending:
+        """One last model turn that may only report (:mod:`agent_core.run.final_turn`)."""
+        return await self._final_turn.take(
+            reason, exhaustion=self._exhaustion, stop_cut_rate_limit=self._stop_cut_rate_limit
+        )
+
     def _deliver_guidance(self) -> None:
         """Put every queued reply into the conversation for the request about to go out."""
         taken = self._guidance.take()
@@ -505,48 +521,6 @@ class Run:
         self._log.info("guidance.delivered", guidance_ids=[g.id for g in taken])
         self.events.emit(GuidanceDelivered(self.id, self._tally.turns + 1, taken))
         self._trace.guidance_delivered(self._tally.turns + 1, len(taken))
-
-    async def _final_turn(self, reason: FinalTurnReason) -> Ending:
-        """One last model turn that may only report. Its failure still ends the run."""
-        if reason is FinalTurnReason.USER_STOP:
-            await self._recorder.stopping()
-        timer = self._arm_final_turn_timeout(reason)
-        budget = self._exhaustion if reason is FinalTurnReason.BUDGET else None
-        spent = budget.sentence() if budget is not None else ""
-        instruction = {"role": "system", "content": final_turn_instruction(reason, spent)}
-        request = self._conversation.final_request(instruction)
-        one_attempt = reason is FinalTurnReason.MAX_RETRIES or self._stop_cut_rate_limit
-        attempts = 1 if one_attempt else None
-        cause = self._tally.last_error if reason is FinalTurnReason.MAX_RETRIES else None
-        try:
-            response = await self._turns.call(request, final=True, attempts=attempts, reason=reason)
-        except (RetriesExhausted, ModelError) as exc:
-            error = exc.error if isinstance(exc, RetriesExhausted) else exc
-            return ending_after_final_turn(
-                reason,
-                None,
-                "",
-                how=self._how,
-                default_outcome=default_outcome(reason, error),
-                error=str(error),
-                fallback_evidence=self._tally.progress_summary(error),
-                cause=cause,
-                spent=spent,
-            )
-        finally:
-            if timer is not None:
-                timer.cancel()
-        self._conversation.add([instruction, assistant_message(response)])
-        return ending_after_final_turn(
-            reason,
-            final_report_of(response),
-            response.text,
-            how=self._how,
-            default_outcome=default_outcome(reason, self._tally.last_error),
-            fallback_evidence=self._tally.progress_summary(None),
-            cause=cause,
-            spent=spent,
-        )
 
     # -- helpers -----------------------------------------------------------------------
 
@@ -576,17 +550,6 @@ class Run:
     ) -> None:
         """The step log's write: the step so far, with what the request has spent."""
         await self._recorder.checkpoint(turn, messages, started=started, spent=self.budget.spent())
-
-    def _arm_final_turn_timeout(self, reason: FinalTurnReason) -> asyncio.TimerHandle | None:
-        timeout = self.agent.config.final_turn_timeout_s
-        if reason is not FinalTurnReason.USER_STOP or timeout is None:
-            return None
-        return asyncio.get_running_loop().call_later(
-            timeout,
-            lambda: self.control.request_stop(
-                StopReason.ABORT, "system:final-turn-timeout", source=StopSource.TIMER
-            ),
-        )
 
     def _on_stop_requested(self, request: StopRequest) -> None:
         self.events.emit(
