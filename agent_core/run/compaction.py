@@ -126,7 +126,6 @@ class Compaction:
         self._messages = tuple(messages)
         budget = int(context_window * _REQUEST_SHARE) * _CHARS_PER_TOKEN
         self._budget_chars = max(1_000, budget - len(SUMMARY_INSTRUCTION))
-        self._task: asyncio.Task[CompactionOutcome] | None = None
         self._started = False
         self.control.add_listener(self._on_request)
 
@@ -142,9 +141,9 @@ class Compaction:
         self._started = True
         if self._requested():  # stopped before it began: the model is not called
             return self._stopped()
-        self._task = self.control.start(self._summarise(), name=f"compaction:{self.id}")
+        summarising = self.control.start(self._summarise(), name=f"compaction:{self.id}")
         try:
-            return await self._task
+            return await summarising
         except asyncio.CancelledError:
             task = asyncio.current_task()
             if (task is not None and task.cancelling() > 0) or not self._requested():
@@ -184,11 +183,10 @@ class Compaction:
 
     def _on_request(self, request: StopRequest) -> None:
         # Stop does not cancel a run's task (it waits for the step boundary); here the
-        # one request is the whole job, so every request cancels it.
-        if self._task is not None and not self._task.done() and not request.reason.cancels:
-            self.control.hang_ups.hang_up()  # first, as a cancelling request does
-            self.control.cancel_issued = True
-            self._task.cancel(msg=f"threadpilot:{request.reason.value}")
+        # one request is the whole job, so every request cancels it (a cancelling one,
+        # the control cancels itself).
+        if not request.reason.cancels:
+            self.control.cancel_for(request)
 
 
 def _ignore(_text: str) -> None:

@@ -12,6 +12,12 @@ or cancelled — into exactly one :class:`RunResult` and one terminal state::
       │                         ``delegate`` call runs a child Run inside its task)
       └─ Ending → RunResult → store (compare-and-set) → RunFinished event
 
+The loop decides when the run ends and how; the parts it drives have modules of their
+own: what a reply does to the conversation, its tool batch included
+(:mod:`agent_core.run.conversation`), the final turn (:mod:`agent_core.run.final_turn`),
+and the ending made the run's one result and told to everyone
+(:mod:`agent_core.run.finaliser`).
+
 A stop never cancels anything: it is read at the step boundary. Abort and shutdown cancel
 the inner task; the model adapter closes its HTTP stream during that unwinding, so the
 run reports its end only after the connection is closed. Child runs (sub-agents,
@@ -30,17 +36,13 @@ import structlog
 
 from agent_core.process.tracing import RunTrace, run_trace
 from agent_core.run.approval_gate import ApprovalGate
+from agent_core.run.conversation import Conversation
 from agent_core.run.delegation import MAX_DEPTH, SUB_AGENT_NOTE, Delegation
+from agent_core.run.final_turn import FinalTurn
+from agent_core.run.finaliser import Finaliser
 from agent_core.run.model_turns import ModelTurns, RetriesExhausted, StopDuringWait
 from agent_core.run.recording import RunRecorder
-from agent_core.run.result import run_result
-from agent_core.run.step_log import (
-    InterruptedStep,
-    StepLog,
-    in_call_order,
-    interrupted_step,
-    unknown_effect,
-)
+from agent_core.run.step_log import InterruptedStep, StepLog
 from agent_core.run.steps import (
     AskedUser,
     Continue,
@@ -48,62 +50,35 @@ from agent_core.run.steps import (
     FinalAnswer,
     Reported,
     Step,
-    assistant_message,
     budget_spent_before_work,
-    cancelled_ending,
     context_exhausted_ending,
     crashed_ending,
-    default_outcome,
-    ending_after_final_turn,
     ending_for_step,
-    final_report_of,
     model_failed_ending,
-    parse_ask,
-    parse_report,
     rate_limited_ending,
     stopped_before_work,
-    tool_result,
 )
 from agent_core.run.tally import RunTally
 from agent_core.run.tool_reports import ToolReports
-from agent_core.tools.toolbox import (
-    ASK_USER,
-    FINAL_REPORT,
-    Tool,
-    Toolbox,
-    gather_tools,
-)
-from agent_core.values.budget import Budget, admit_calls
-from agent_core.values.chat import ModelRequest
+from agent_core.tools.toolbox import Tool, Toolbox
+from agent_core.values.budget import Budget
 from agent_core.values.clock import utcnow
 from agent_core.values.ended import EndedBecause
-from agent_core.values.errors import (
-    ContextOverflow,
-    FatalModelError,
-    ModelError,
-    RateLimited,
-)
-from agent_core.values.events import (
-    EventHub,
-    GuidanceDelivered,
-    RunFinished,
-    StopHonoured,
-    StopRequested,
-)
+from agent_core.values.errors import ContextOverflow, FatalModelError, RateLimited
+from agent_core.values.events import EventHub, GuidanceDelivered, StopRequested
 from agent_core.values.guidance import Guidance, GuidanceInbox
 from agent_core.values.outcomes import ExitCode, Outcome, RunResult
-from agent_core.values.prompts import FinalTurnReason, final_turn_instruction, resumed_note
+from agent_core.values.prompts import FinalTurnReason, resumed_note
 from agent_core.values.records import ThreadKey
 from agent_core.values.stop import RunControl, StopReason, StopSource
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
-    from datetime import datetime
 
     from agent_core.ports import Approvals, ChatModel, RunStore
     from agent_core.run.config import AgentConfig
     from agent_core.values.budget import Exhaustion, Spent
-    from agent_core.values.chat import ChatMessage, ModelResponse, ToolCall
+    from agent_core.values.chat import ChatMessage
     from agent_core.values.records import Checkpoint, ThreadKey
     from agent_core.values.stop import StopRequest
 
@@ -143,6 +118,20 @@ class RunSetup(Protocol):
 class Run:
     """One agent session answering one request. Call :meth:`run` exactly once."""
 
+    depth: int
+    """0 for a top-level run, 1 for its children, 2 (:data:`MAX_DEPTH`) at most."""
+    budget: Budget
+    """The request's budget: a sub-agent spends from its parent's (``spent``: what a
+    continued request had spent before this run)."""
+    continued_from: str | None
+    """The run whose context filled up and whose summary this run starts from."""
+    _exhaustion: Exhaustion | None
+    """The budget that ran out and forced this run's final turn, if one did."""
+    _interrupted: InterruptedStep | None
+    """The step the checkpoint was written in, cut short: finished before any turn."""
+    _stop_cut_rate_limit: bool
+    """A Stop ended a rate-limit wait: the final turn gets one attempt, no more waits."""
+
     def __init__(
         self,
         agent: RunSetup,
@@ -165,65 +154,49 @@ class Run:
         self.requester = requester
         self.thread = thread
         self.parent = parent
-        self.depth: int = 0 if parent is None else parent.depth + 1
-        """0 for a top-level run, 1 for its children, 2 (:data:`MAX_DEPTH`) at most."""
-        if self.depth > MAX_DEPTH:
-            raise ValueError(f"a run may be at most {MAX_DEPTH} levels deep, not {self.depth}")
+        self.depth = _depth_under(parent)
         self.agent = agent
-        self.budget: Budget = (
-            Budget(agent.config.budget, spent=spent) if parent is None else parent.budget
-        )
-        """The request's budget: a sub-agent spends from its parent's (``spent``: what a
-        continued request had spent before this run)."""
-        self._exhaustion: Exhaustion | None = None
-        """The budget that ran out and forced this run's final turn, if one did."""
-        self.result: RunResult | None = None
+        self.budget = Budget(agent.config.budget, spent=spent) if parent is None else parent.budget
         self.continued_from = continued_from
-        """The run whose context filled up and whose summary this run starts from."""
-        # ``delegate`` is this run's own tool (it starts children of this run).
-        allowed = agent.config.max_children_per_run > 0
-        delegates = may_delegate and allowed and self.depth < MAX_DEPTH
-        self._delegation = Delegation(self) if delegates else None
-        tools = agent.tools if self._delegation is None else (*agent.tools, self._delegation.tool)
         self.control = RunControl(run_id)
         self.events = EventHub()
-        self._steps = StepLog(self._write_step)
-        self._toolbox = Toolbox(
-            tools,
-            timeout_s=agent.config.tool_timeout_s,
-            gate=self._approval_gate(),
-            calls=self._steps,
-        )
-        self._messages: list[ChatMessage] = [
-            {"role": "system", "content": agent.config.system_prompt},
-            *([{"role": "system", "content": SUB_AGENT_NOTE}] if parent is not None else []),
-            *history,
-            {"role": "user", "content": task},
-        ]
         self._tally = RunTally()
-        self._interrupted: InterruptedStep | None = None
-        """The step the checkpoint was written in, cut short: finished before any turn."""
-        self._resumed_note: ChatMessage | None = None
-        if restore is not None:
-            self._restore(restore, resumed_because)
         self._children: list[Run] = []
         self._guidance = GuidanceInbox()
+        self._exhaustion = None
         self._stop_cut_rate_limit = False
-        """A Stop ended a rate-limit wait: the final turn gets one attempt, no more waits."""
         self._started = False
         self._log = log.bind(run_id=run_id, thread=str(thread), requester=requester)
         self._recorder = RunRecorder(agent.store, self)
-        self._trace: RunTrace = run_trace(
-            run_id=run_id,
-            thread=thread,
-            model=agent.model,
+        self._trace = self._new_trace(trace_links)
+        self._turns = self._new_model_turns()
+        self._conversation = self._new_conversation(history, may_delegate=may_delegate)
+        self._interrupted = None if restore is None else self._restore(restore, resumed_because)
+        self._final_turn = self._new_final_turn()
+        self._finaliser = self._new_finaliser()
+        self.control.add_listener(self._on_stop_requested)
+        if parent is not None:
+            parent.control.adopt(self.control)
+
+    # -- the objects a run is made of, wired as they are built --------------------------
+
+    def _new_trace(self, links: Sequence[str]) -> RunTrace:
+        """This run's trace, under its parent's for a sub-agent (``links``: see
+        :func:`run_trace`)."""
+        parent = self.parent
+        return run_trace(
+            run_id=self.id,
+            thread=self.thread,
+            model=self.agent.model,
             parent=parent._trace if parent is not None else None,
-            links=trace_links,
+            links=links,
         )
-        self._turns = ModelTurns(
-            run_id,
-            agent.model,
-            agent.config.retry,
+
+    def _new_model_turns(self) -> ModelTurns:
+        return ModelTurns(
+            self.id,
+            self.agent.model,
+            self.agent.config.retry,
             tally=self._tally,
             events=self.events,
             trace=self._trace,
@@ -231,12 +204,48 @@ class Run:
             control=self.control,
             log=self._log,
         )
-        self._tool_reports = ToolReports(
-            run_id, tally=self._tally, events=self.events, trace=self._trace, log=self._log
+
+    def _new_conversation(
+        self, history: Sequence[ChatMessage], *, may_delegate: bool
+    ) -> Conversation:
+        """The conversation as the run starts it (the system prompt, a sub-agent's note,
+        the thread's history, the task), with the tools its replies call."""
+        config = self.agent.config
+        step_log = StepLog(self._write_step)
+        toolbox = Toolbox(
+            self._tools(may_delegate),
+            timeout_s=config.tool_timeout_s,
+            gate=self._approval_gate(),
+            calls=step_log,
         )
-        self.control.add_listener(self._on_stop_requested)
-        if parent is not None:
-            parent.control.adopt(self.control)
+        messages: list[ChatMessage] = [
+            {"role": "system", "content": config.system_prompt},
+            *([{"role": "system", "content": SUB_AGENT_NOTE}] if self.parent is not None else []),
+            *history,
+            {"role": "user", "content": self.task},
+        ]
+        reports = ToolReports(
+            self.id, tally=self._tally, events=self.events, trace=self._trace, log=self._log
+        )
+        return Conversation(
+            messages,
+            toolbox=toolbox,
+            step_log=step_log,
+            reports=reports,
+            control=self.control,
+            budget=self.budget,
+            tally=self._tally,
+            per_step=config.max_tool_calls_per_step,
+            log=self._log,
+        )
+
+    def _tools(self, may_delegate: bool) -> Sequence[Tool]:
+        """The agent's tools, with ``delegate`` when this run may start sub-agents (it is
+        this run's own tool: it starts children of this run)."""
+        allowed = self.agent.config.max_children_per_run > 0
+        if not (may_delegate and allowed and self.depth < MAX_DEPTH):
+            return self.agent.tools
+        return (*self.agent.tools, Delegation(self).tool)
 
     def _approval_gate(self) -> ApprovalGate | None:
         """Where this run's calls that need a person's yes wait (None: no approvals)."""
@@ -254,25 +263,59 @@ class Run:
             time_left=self.budget.time_left,
         )
 
-    def _restore(self, restore: Checkpoint, resumed_because: EndedBecause) -> None:
+    def _restore(
+        self, restore: Checkpoint, resumed_because: EndedBecause
+    ) -> InterruptedStep | None:
         """Resumed after an interruption: the conversation continues from the checkpoint
-        (a step cut short is finished first, without asking the model again), and the
-        model is told what happened in between."""
-        self._resumed_note = {"role": "system", "content": resumed_note(resumed_because)}
-        self._interrupted = interrupted_step(restore)
-        self._messages = list(restore.messages)
+        (a step cut short is finished first, without asking the model again, and that
+        step is returned), and the model is told what happened in between."""
+        note: ChatMessage = {"role": "system", "content": resumed_note(resumed_because)}
+        interrupted = self._conversation.resume_from(restore, note)
         self._tally.turns = restore.turn
         self._tally.steps_completed = restore.turn
-        if self._interrupted is None:
-            self._note_resumed()
-        else:
+        if interrupted is not None:
             self._tally.steps_completed = max(0, restore.turn - 1)
+        return interrupted
+
+    def _new_final_turn(self) -> FinalTurn:
+        return FinalTurn(
+            config=self.agent.config,
+            conversation=self._conversation,
+            turns=self._turns,
+            tally=self._tally,
+            control=self.control,
+            recorder=self._recorder,
+        )
+
+    def _new_finaliser(self) -> Finaliser:
+        parent = self.parent
+        return Finaliser(
+            self.id,
+            config=self.agent.config,
+            control=self.control,
+            parent_control=None if parent is None else parent.control,
+            own_budget=self.budget if parent is None else None,
+            tally=self._tally,
+            guidance=self._guidance,
+            children=self._children,
+            continued_from=self.continued_from,
+            stored=self._stored,
+            recorder=self._recorder,
+            events=self.events,
+            trace=self._trace,
+            log=self._log,
+        )
 
     # -- public API --------------------------------------------------------------------
 
     @property
+    def result(self) -> RunResult | None:
+        """The run's one result, once it has ended."""
+        return self._finaliser.result
+
+    @property
     def messages(self) -> list[ChatMessage]:
-        return list(self._messages)
+        return list(self._conversation.messages)
 
     @property
     def trace_context(self) -> str | None:
@@ -340,16 +383,16 @@ class Run:
                     self.control.request_stop(
                         StopReason.SHUTDOWN, "system:cancelled", source=StopSource.TASK
                     )
-                    await self._drain_ending(started_at)
+                    await self._finaliser.drain(started_at)
                     raise
                 if not self.control.cancel_issued:
                     raise  # cancelled by something inside the run, not by us: a bug
-                ending = self._cancelled_ending()
+                ending = self._finaliser.cancelled()
             except Exception as exc:
                 # A bug or a store failure must still leave the run with a terminal state.
                 self._log.exception("run.crashed")
                 ending = crashed_ending(exc, self._how)
-            return await self._finish(ending, started_at)
+            return await self._finaliser.finish(ending, started_at)
         finally:
             # Here, not in the model's stream: a cancellation is not an exception to the
             # tracing API, and spans left open by one are ended with the run's.
@@ -371,7 +414,8 @@ class Run:
 
     async def _drive(self) -> Ending:
         if self._interrupted is not None:
-            ending = await self._after_step(await self._finish_interrupted(self._interrupted))
+            step = await self._conversation.finish_interrupted(self._interrupted)
+            ending = await self._after_step(step)
             if ending is not None:
                 return ending
         while True:
@@ -379,10 +423,10 @@ class Run:
             if isinstance(forced, Ending):
                 return forced
             if forced is not None:
-                return await self._final_turn(forced)
+                return await self._take_final_turn(forced)
             self._deliver_guidance()
             try:
-                response = await self._turns.call(self._request(), final=False)
+                response = await self._turns.call(self._conversation.request(), final=False)
             except StopDuringWait as wait:
                 # After a rate limit the final turn gets one attempt: the provider has
                 # just said it will refuse for a while, and the person asked to end now.
@@ -404,7 +448,7 @@ class Run:
                         how=self._how,
                         stored=self._stored,
                     )
-                return await self._final_turn(FinalTurnReason.MAX_RETRIES)
+                return await self._take_final_turn(FinalTurnReason.MAX_RETRIES)
             except ContextOverflow as exc:
                 self._trace.context_full(self.agent.config.context_window, None)
                 await self._checkpoint_unfinished_turn()
@@ -415,13 +459,13 @@ class Run:
                 return model_failed_ending(
                     exc, Outcome.FAILED, ExitCode.ERROR, self._tally, how=self._how
                 )
-            ending = await self._after_step(await self._take_step(response))
+            ending = await self._after_step(await self._conversation.take_step(response))
             if ending is not None:
                 return ending
 
     async def _after_step(self, step: Step) -> Ending | None:
         """Checkpoint the step that ended; the run's ending if it ends with it."""
-        self._steps.close()
+        self._conversation.close_step()
         self._tally.steps_completed += 1
         await self._checkpoint(self._tally.turns)
         match step:
@@ -437,7 +481,7 @@ class Run:
     def _at_boundary(self) -> Ending | FinalTurnReason | None:
         """Between steps: is there a stop to honour or a limit that forces the end?"""
         if self.control.reason is StopReason.STOP:
-            self._honour_stop()
+            self._finaliser.honour_stop()
             if self._tally.steps_completed == 0:
                 return stopped_before_work(self._how)
             return FinalTurnReason.USER_STOP
@@ -462,139 +506,21 @@ class Run:
             return FinalTurnReason.TOKEN_LIMIT
         return None
 
+    async def _take_final_turn(self, reason: FinalTurnReason) -> Ending:
+        """One last model turn that may only report (:mod:`agent_core.run.final_turn`)."""
+        return await self._final_turn.take(
+            reason, exhaustion=self._exhaustion, stop_cut_rate_limit=self._stop_cut_rate_limit
+        )
+
     def _deliver_guidance(self) -> None:
         """Put every queued reply into the conversation for the request about to go out."""
         taken = self._guidance.take()
         if not taken:
             return
-        self._messages.extend(g.message() for g in taken)
+        self._conversation.add(g.message() for g in taken)
         self._log.info("guidance.delivered", guidance_ids=[g.id for g in taken])
         self.events.emit(GuidanceDelivered(self.id, self._tally.turns + 1, taken))
         self._trace.guidance_delivered(self._tally.turns + 1, len(taken))
-
-    def _request(self) -> ModelRequest:
-        return ModelRequest(self._messages, tools=[*self._toolbox.specs, FINAL_REPORT, ASK_USER])
-
-    async def _take_step(self, response: ModelResponse) -> Step:
-        calls = response.tool_calls
-        self._messages.append(assistant_message(response))
-        if not calls:
-            return FinalAnswer(response.text)
-        for call in calls:
-            if call.name == FINAL_REPORT.name and (report := parse_report(call.arguments)):
-                self._close_calls(calls, answered=call, note="not run: the run ended")
-                return Reported(report, response.text)
-            if call.name == ASK_USER.name and (question := parse_ask(call.arguments)):
-                self._close_calls(calls, answered=call, note="not run: the run ended")
-                return AskedUser(question, response.text)
-        if self.control.reason is StopReason.STOP:
-            # The stop landed while this answer streamed: its tool calls are new work.
-            self._close_calls(calls, answered=None, note="not run: the user asked to stop")
-            return Continue()
-        admitted, refused = admit_calls(
-            [c for c in calls if c.name not in _LOOP_TOOLS],
-            per_step=self.agent.config.max_tool_calls_per_step,
-            budget=self.budget,
-        )
-        if refused:
-            self._log.info("tools.refused", calls=len(refused), first=refused[0][1])
-        self._messages.extend(tool_result(call, error) for call, error in refused)
-        for call in calls:
-            if call.name in _LOOP_TOOLS:  # a malformed final_report / ask_user
-                self._messages.append(
-                    tool_result(
-                        call, f"error: {call.name} needs valid JSON arguments matching its schema"
-                    )
-                )
-        await self._run_calls(admitted)
-        in_call_order(self._messages)
-        return Continue()
-
-    async def _run_calls(self, calls: Sequence[ToolCall]) -> None:
-        """Run the step's ``calls`` once the step so far is checkpointed (the reply,
-        before any of them runs); their results join the conversation in ``calls``'
-        order."""
-        if not calls:
-            return  # nothing runs: the step's own checkpoint follows at once
-        await self._steps.replied(self._tally.turns, self._messages)
-        outcomes = await gather_tools(
-            self._toolbox,
-            calls,
-            self._tool_reports.started,
-            self._tool_reports.done,
-            self._tool_reports.progress,
-        )
-        self._messages.extend(o.message() for o in outcomes)
-
-    async def _finish_interrupted(self, step: InterruptedStep) -> Step:
-        """Finish the step a checkpoint was written in, without asking the model again:
-        a call that had started is never run twice (its effect is unknown), the others
-        run now (a pending approval is the same one, asked for the same call)."""
-        self._log.info(
-            "step.resumed",
-            turn=self._tally.turns,
-            to_run=[c.id for c in step.to_run],
-            unknown=[c.id for c in step.unknown],
-        )
-        self._messages.extend(tool_result(call, unknown_effect(call)) for call in step.unknown)
-        if self.control.reason is StopReason.STOP:
-            self._close_calls(step.to_run, answered=None, note="not run: the user asked to stop")
-        else:
-            await self._run_calls(step.to_run)
-        in_call_order(self._messages)
-        self._note_resumed()
-        return Continue()
-
-    def _note_resumed(self) -> None:
-        """Tell the model its run was resumed (once every call of its reply is answered:
-        nothing may come between a reply and its calls' results)."""
-        if self._resumed_note is not None:
-            self._messages.append(self._resumed_note)
-            self._resumed_note = None
-
-    async def _final_turn(self, reason: FinalTurnReason) -> Ending:
-        """One last model turn that may only report. Its failure still ends the run."""
-        if reason is FinalTurnReason.USER_STOP:
-            await self._recorder.stopping()
-        timer = self._arm_final_turn_timeout(reason)
-        budget = self._exhaustion if reason is FinalTurnReason.BUDGET else None
-        spent = budget.sentence() if budget is not None else ""
-        instruction = {"role": "system", "content": final_turn_instruction(reason, spent)}
-        request = ModelRequest(
-            [*self._messages, instruction], tools=[FINAL_REPORT], tool_choice=FINAL_REPORT.name
-        )
-        one_attempt = reason is FinalTurnReason.MAX_RETRIES or self._stop_cut_rate_limit
-        attempts = 1 if one_attempt else None
-        cause = self._tally.last_error if reason is FinalTurnReason.MAX_RETRIES else None
-        try:
-            response = await self._turns.call(request, final=True, attempts=attempts, reason=reason)
-        except (RetriesExhausted, ModelError) as exc:
-            error = exc.error if isinstance(exc, RetriesExhausted) else exc
-            return ending_after_final_turn(
-                reason,
-                None,
-                "",
-                how=self._how,
-                default_outcome=default_outcome(reason, error),
-                error=str(error),
-                fallback_evidence=self._tally.progress_summary(error),
-                cause=cause,
-                spent=spent,
-            )
-        finally:
-            if timer is not None:
-                timer.cancel()
-        self._messages.extend([instruction, assistant_message(response)])
-        return ending_after_final_turn(
-            reason,
-            final_report_of(response),
-            response.text,
-            how=self._how,
-            default_outcome=default_outcome(reason, self._tally.last_error),
-            fallback_evidence=self._tally.progress_summary(None),
-            cause=cause,
-            spent=spent,
-        )
 
     # -- helpers -----------------------------------------------------------------------
 
@@ -615,95 +541,15 @@ class Run:
 
     async def _checkpoint(self, turn: int) -> None:
         """Store the conversation at a step boundary, with what the request has spent."""
-        await self._recorder.checkpoint(turn, self._messages, spent=self.budget.spent())
+        await self._recorder.checkpoint(
+            turn, self._conversation.messages, spent=self.budget.spent()
+        )
 
     async def _write_step(
         self, turn: int, messages: Sequence[ChatMessage], started: tuple[str, ...]
     ) -> None:
         """The step log's write: the step so far, with what the request has spent."""
         await self._recorder.checkpoint(turn, messages, started=started, spent=self.budget.spent())
-
-    def _arm_final_turn_timeout(self, reason: FinalTurnReason) -> asyncio.TimerHandle | None:
-        timeout = self.agent.config.final_turn_timeout_s
-        if reason is not FinalTurnReason.USER_STOP or timeout is None:
-            return None
-        return asyncio.get_running_loop().call_later(
-            timeout,
-            lambda: self.control.request_stop(
-                StopReason.ABORT, "system:final-turn-timeout", source=StopSource.TIMER
-            ),
-        )
-
-    def _cancelled_ending(self) -> Ending:
-        request = self.control.request
-        assert request is not None, "cancelled without a stop request"
-        self._honour_stop()
-        return cancelled_ending(request.reason, self._tally, how=self._how, stored=self._stored)
-
-    def _honour_stop(self) -> None:
-        if self.control.honoured_at is None and self.control.reason is not None:
-            self.control.mark_honoured()
-            self.events.emit(StopHonoured(self.id, self.control.reason))
-            self._trace.stop_honoured(self.control.reason)
-
-    async def _drain_ending(self, started_at: datetime) -> None:
-        """Record the ending of a run cancelled from outside, for at most
-        ``cancel_drain_s`` (:class:`AgentConfig`); the caller re-raises the cancellation
-        either way, so a slow store cannot turn it into a timeout or a failure.
-
-        A write still hanging then is cancelled and logged: the row stays live, and the
-        reconciler ends it as it ends a crashed worker's runs.
-        """
-        finish = asyncio.create_task(
-            self._finish(self._cancelled_ending(), started_at), name=f"finish:{self.id}"
-        )
-        limit = self.agent.config.cancel_drain_s
-        try:
-            async with asyncio.timeout(limit):
-                await asyncio.shield(finish)
-        except TimeoutError:
-            reason = self.control.reason
-            self._log.warning(
-                "run.ending_unrecorded",
-                reason=None if reason is None else reason.value,
-                waited_s=limit,
-            )
-        finally:
-            # Also when cancelled again while draining: the write is not left behind.
-            if not finish.done():
-                finish.cancel()
-                await asyncio.wait([finish], timeout=_CANCELLED_WRITE_S)
-
-    async def _finish(self, ending: Ending, started_at: datetime) -> RunResult:
-        undelivered = self._guidance.close()
-        if undelivered:
-            self._log.info("guidance.undelivered", guidance_ids=[g.id for g in undelivered])
-        result = run_result(
-            ending,
-            run_id=self.id,
-            control=self.control,
-            tally=self._tally,
-            started_at=started_at,
-            undelivered=undelivered,
-            children=self._children,
-            continued_from=self.continued_from,
-            spent=self.budget.spent() if self.parent is None else None,
-        )
-        self.result = result
-        if self.parent is not None:
-            self.parent.control.release(self.control)
-        await self._recorder.finished(result)
-        self._log.info(
-            "run.finished",
-            outcome=result.outcome.value,
-            exit_code=result.exit_code.value,
-            stop_reason=result.stop_reason and result.stop_reason.value,
-            ended_because=result.ended_because.value,
-            stopped_by=result.handoff.stopped_by,
-            turns=result.turns,
-        )
-        self.events.emit(RunFinished(self.id, result))
-        return result
 
     def _on_stop_requested(self, request: StopRequest) -> None:
         self.events.emit(
@@ -712,17 +558,13 @@ class Run:
         self._recorder.stop_requested(request)
         self._trace.stop_requested(request)
 
-    def _close_calls(
-        self, calls: Sequence[ToolCall], *, answered: ToolCall | None, note: str
-    ) -> None:
-        """Answer every call of a step so the stored conversation stays valid."""
-        for call in calls:
-            self._messages.append(tool_result(call, "recorded" if call is answered else note))
 
-
-_LOOP_TOOLS = frozenset({FINAL_REPORT.name, ASK_USER.name})
-_CANCELLED_WRITE_S = 1.0
-"""How long a terminal write cut off by the drain bound may take to unwind."""
+def _depth_under(parent: Run | None) -> int:
+    """The depth of a run started under ``parent`` (a top-level run's: 0)."""
+    depth = 0 if parent is None else parent.depth + 1
+    if depth > MAX_DEPTH:
+        raise ValueError(f"a run may be at most {MAX_DEPTH} levels deep, not {depth}")
+    return depth
 
 
 def _cancelled_from_outside() -> bool:

@@ -22,13 +22,14 @@ if TYPE_CHECKING:
     from agent_core.values.guidance import Guidance
     from agent_core.values.stop import RunControl
 
-__all__ = ["run_result"]
+__all__ = ["ChildRun", "run_result"]
 
 
-class _Ended(Protocol):
+class ChildRun(Protocol):
     """What a child run offers its parent's result: its own result, once it has one."""
 
-    result: RunResult | None
+    @property
+    def result(self) -> RunResult | None: ...
 
 
 def run_result(
@@ -39,7 +40,7 @@ def run_result(
     tally: RunTally,
     started_at: datetime,
     undelivered: tuple[Guidance, ...],
-    children: Iterable[_Ended],
+    children: Iterable[ChildRun],
     continued_from: str | None,
     spent: Spent | None,
 ) -> RunResult:

@@ -54,6 +54,10 @@ class RunTally:
         if self._reached_turn != self.turns:
             self.unreached += 1
 
+    def tool_finished(self, name: str, *, ok: bool) -> None:
+        """A call of the tool ``name`` has finished (``ok``: without an error)."""
+        self.tool_log.append(f"{name}: {'ok' if ok else 'error'}")
+
     def answered(self, usage: Usage) -> None:
         self.usage += usage
         self.last_usage = usage

@@ -46,7 +46,7 @@ class ToolReports:
     def done(self, outcome: ToolOutcome) -> None:
         call = outcome.call
         self._trace.tool_ended(call, outcome.ok)
-        self._tally.tool_log.append(f"{call.name}: {'ok' if outcome.ok else 'error'}")
+        self._tally.tool_finished(call.name, ok=outcome.ok)
         self._log.info("tool.finished", tool=call.name, call_id=call.id, ok=outcome.ok)
         self._events.emit(
             ToolFinished(self._run_id, call.id, call.name, outcome.ok, outcome.output)

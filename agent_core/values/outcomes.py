@@ -251,6 +251,25 @@ class Timings:
     def duration_s(self) -> float:
         return (self.ended_at - self.started_at).total_seconds()
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Timings:
+        """Rebuild timings stored with :meth:`to_dict`."""
+        return cls(
+            started_at=_parse_time(data["started_at"]),
+            ended_at=_parse_time(data["ended_at"]),
+            stop_requested_at=_parse_optional_time(data.get("stop_requested_at")),
+            stop_honoured_at=_parse_optional_time(data.get("stop_honoured_at")),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "started_at": self.started_at.isoformat(),
+            "ended_at": self.ended_at.isoformat(),
+            "duration_s": round(self.duration_s, 6),
+            "stop_requested_at": _iso(self.stop_requested_at),
+            "stop_honoured_at": _iso(self.stop_honoured_at),
+        }
+
 
 # Process exit statuses for the terminal runner (docs/stopping.md, In a terminal).
 _PROCESS_STATUS = {
@@ -326,7 +345,6 @@ class RunResult:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RunResult:
         """Rebuild a result stored with :meth:`to_dict` (legacy outcome words allowed)."""
-        timings = data.get("timings") or {}
         usage = data.get("usage") or {}
         reason = data.get("stop_reason")
         handoff = Handoff.from_dict(data["handoff"])
@@ -338,12 +356,7 @@ class RunResult:
             stop_reason=StopReason(reason) if reason else None,
             turns=int(data.get("turns", 0)),
             usage=Usage(int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0))),
-            timings=Timings(
-                started_at=_parse_time(timings["started_at"]),
-                ended_at=_parse_time(timings["ended_at"]),
-                stop_requested_at=_parse_optional_time(timings.get("stop_requested_at")),
-                stop_honoured_at=_parse_optional_time(timings.get("stop_honoured_at")),
-            ),
+            timings=Timings.from_dict(data.get("timings") or {}),
             final_text=str(data.get("final_text", "")),
             error=data.get("error"),
             children=tuple(cls.from_dict(c) for c in data.get("children", ())),
@@ -369,13 +382,7 @@ class RunResult:
                 "completion_tokens": self.usage.completion_tokens,
                 "total_tokens": self.usage.total_tokens,
             },
-            "timings": {
-                "started_at": self.timings.started_at.isoformat(),
-                "ended_at": self.timings.ended_at.isoformat(),
-                "duration_s": round(self.timings.duration_s, 6),
-                "stop_requested_at": _iso(self.timings.stop_requested_at),
-                "stop_honoured_at": _iso(self.timings.stop_honoured_at),
-            },
+            "timings": self.timings.to_dict(),
             "error": self.error,
             "children": [c.to_dict() for c in self.children],
             "undelivered_guidance": [g.to_dict() for g in self.undelivered_guidance],

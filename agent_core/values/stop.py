@@ -326,6 +326,19 @@ class RunControl:
                 requested_by=self._request.requested_by,
             )
 
+    def cancel_for(self, request: StopRequest) -> bool:
+        """Cancel the run's task for ``request`` as a cancelling request would (its model
+        connections hung up first), whatever its reason: for work whose one request is
+        the whole job, where a Stop has no step boundary to wait for (a compaction).
+        False if there is no task to cancel (not started, or done)."""
+        task = self._task
+        if task is None or task.done():
+            return False
+        self.hang_ups.hang_up()
+        self.cancel_issued = True
+        task.cancel(msg=f"threadpilot:{request.reason.value}")
+        return True
+
     def _cancel_task(self) -> bool:
         """Cancel the run's task; False if there is none to cancel (not started, or done)."""
         task = self._task
