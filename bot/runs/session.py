@@ -377,7 +377,7 @@ class RunSession:
             stop_reason=reason,
             stop_requested_by=who,
             escalated_from=s.stop_requested_by if s.stop_reason is StopReason.STOP else None,
-            # The run's only timer: FINAL_TURN_TIMEOUT (agent_core/run/loop.py).
+            # The run's only timer: FINAL_TURN_TIMEOUT (agent_core/run/final_turn.py).
             final_turn_timeout_s=(
                 self.run.agent.config.final_turn_timeout_s if timed_out else None
             ),
