@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from collections.abc import Collection
 
     from agent_core import ThreadKey
+    from bot.access.admins import Admins
     from bot.config.settings import Settings
 
 __all__ = [
@@ -59,6 +60,7 @@ __all__ = [
     "Verdict",
     "comes_from",
     "may_continue",
+    "may_steer",
     "may_stop",
     "needs_own_stops",
     "needs_participants",
@@ -275,6 +277,29 @@ async def read_participants(
     if not needs_participants(user, requester, settings, policy=policy):
         return frozenset()
     return frozenset(await store.participants(thread))
+
+
+async def may_steer(
+    user: str,
+    requester: str,
+    thread: ThreadKey,
+    *,
+    store: Participants,
+    settings: Settings,
+    admins: Admins,
+) -> bool:
+    """True if ``user`` may guide ``requester``'s run in ``thread`` (or one of its
+    sub-agents): who may stop a run may steer it. ``STOP_POLICY`` (its participants read
+    only when they matter), then the workspace's admins (asked only when it matters)."""
+    participants = await read_participants(store, user, requester, thread, settings)
+    allowed = may_stop(
+        user,
+        policy=settings.STOP_POLICY,
+        requester=requester,
+        admins=settings.ADMIN_USER_IDS,
+        participants=participants,
+    )
+    return allowed or await admins.is_admin(user, thread.team)
 
 
 def needs_own_stops(ask: StopAsk, view: RunView) -> bool:

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from agent_core.ports import Store
+    from bot.access.admins import Admins
     from bot.access.trust import TrustGate
     from bot.approvals.clicks import ApprovalClicks
     from bot.config.settings import Settings
@@ -38,6 +39,9 @@ class BotContext:
 
     trust: TrustGate
     """Who may act at all (external people and guests): every entry asks it first."""
+    admins: Admins
+    """Who administers a workspace's runs, beside the requester: they may stop, steer and
+    decide for any of its runs."""
     approvals: ApprovalClicks
     """Approve and Deny clicks on held tool calls (:mod:`bot.approvals`)."""
     installs: InstallationLookup | None = None

@@ -23,9 +23,9 @@ Before the ack, every database call within :data:`bot.stopping.stops.ACK_BUDGET_
    say), nothing happens here and the listener carries on (a reply in a finished run's
    thread continues it, as before).
 3. By someone who may not use the app at all (:mod:`bot.access.trust`), longer than
-   ``GUIDANCE_MAX_CHARS``, or by someone ``STOP_POLICY`` does not allow (the policy that
-   decides who may stop the run; under ``participants`` whoever writes in the thread is
-   one): refused, nothing is queued.
+   ``GUIDANCE_MAX_CHARS``, or by someone who may not stop the run (``STOP_POLICY``,
+   under ``participants`` whoever writes in the thread is one; and the workspace's
+   admins): refused, nothing is queued.
 4. Committed to ``guidance`` (on PostgreSQL the commit wakes the run's owner at once);
    on this worker's own run, handed to it at once. Guidance that cannot be committed in
    the budget is refused: "please send it again".
@@ -53,7 +53,7 @@ from agent_core import (
 from agent_core.values.clock import utcnow
 from agent_core.values.records import is_accepted, is_waiting
 from bot import messages
-from bot.access.stop_policy import StopAsk, may_stop, read_participants
+from bot.access.stop_policy import StopAsk, may_steer
 from bot.access.trust import Person, person_of
 from bot.errors import BudgetNotRunning, SlackError
 from bot.inbound.person_messages import Asks, what_it_asks
@@ -128,6 +128,7 @@ class Steering:
         self._store = ctx.store
         self._supervisor = ctx.supervisor
         self._trust = ctx.trust
+        self._admins = ctx.admins
         self._stops = ctx.stops
         self._workspaces = ctx.workspaces
         self._worker_id = ctx.worker.id
@@ -256,21 +257,19 @@ class Steering:
         return None
 
     async def _allowed(self, reply: Reply, target: _Target) -> bool:
-        """``STOP_POLICY`` decides who may steer, as it decides who may stop. Under a
-        ``participants`` policy (stop or approval) the reply makes its author one (they
-        wrote in the thread)."""
+        """Who may stop the run may steer it (:func:`bot.access.stop_policy.may_steer`).
+        Under a ``participants`` policy (stop or approval) the reply makes its author one
+        (they wrote in the thread)."""
         settings = self._settings
         if reply.user != target.requester and reply.user not in settings.ADMIN_USER_IDS:
             await self._stops.note_participant(reply.thread, reply.user)
-        participants = await read_participants(
-            self._store, reply.user, target.requester, reply.thread, settings
-        )
-        return may_stop(
+        return await may_steer(
             reply.user,
-            policy=settings.STOP_POLICY,
-            requester=target.requester,
-            admins=settings.ADMIN_USER_IDS,
-            participants=participants,
+            target.requester,
+            reply.thread,
+            store=self._store,
+            settings=settings,
+            admins=self._admins,
         )
 
     async def _stop(self, reply: Reply, kind: StopReason) -> StopDecision:

@@ -30,7 +30,7 @@ import structlog
 
 from agent_core import AuditEvent, GuidanceRecord, StorageError, ThreadKey
 from bot import messages
-from bot.access.stop_policy import may_stop, read_participants
+from bot.access.stop_policy import may_steer
 from bot.access.trust import Person, person_of
 from bot.errors import BudgetNotRunning, SlackError
 from bot.steering.guidance import guidance_id
@@ -257,7 +257,7 @@ async def _checked(
 ) -> tuple[_SubAgent | None, str | None]:
     """The sub-agent, and why ``person`` may not steer it (None: they may). Refused
     first when they may not act at all, then when it is not a live sub-agent, then by
-    ``STOP_POLICY`` (who may steer its run)."""
+    who may steer its run (:func:`bot.access.stop_policy.may_steer`)."""
     refusal = await ctx.trust.refusal(person)
     if refusal is not None:
         return None, refusal
@@ -265,15 +265,13 @@ async def _checked(
     if target is None or not target.live:
         return target, messages.SUB_AGENT_NOT_LIVE
     settings = ctx.settings
-    participants = await read_participants(
-        ctx.store, person.user, target.requester, target.thread, settings
-    )
-    allowed = may_stop(
+    allowed = await may_steer(
         person.user,
-        policy=settings.STOP_POLICY,
-        requester=target.requester,
-        admins=settings.ADMIN_USER_IDS,
-        participants=participants,
+        target.requester,
+        target.thread,
+        store=ctx.store,
+        settings=settings,
+        admins=ctx.admins,
     )
     if not allowed:
         log.info("guidance.refused", reason="not_allowed")

@@ -100,10 +100,11 @@ def assemble(
         stops,
         deliveries,
         trust,
+        admins,
         clicks,
         installs=installs,
     )
-    return Parts(ctx, _listener_parts(ctx, organisations, admins), worker.load)
+    return Parts(ctx, _listener_parts(ctx, organisations), worker.load)
 
 
 def _access(
@@ -184,7 +185,7 @@ def _agent(
     )
 
 
-def _listener_parts(ctx: BotContext, organisations: Organisations, admins: Admins) -> ListenerParts:
+def _listener_parts(ctx: BotContext, organisations: Organisations) -> ListenerParts:
     """What the listeners are given beside the context: what ends a workspace's runs (its
     access revoked; the app uninstalled, which in OAuth mode deletes the workspace's
     installation too) and the App Home."""
@@ -198,7 +199,7 @@ def _listener_parts(ctx: BotContext, organisations: Organisations, admins: Admin
         installations=NO_INSTALLATIONS if installs is None else installs,
     )
     dashboard = Dashboard(
-        ctx.store, ctx.settings, ctx.workspaces, ctx.stops, ctx.trust, ctx.supervisor, admins
+        ctx.store, ctx.settings, ctx.workspaces, ctx.stops, ctx.trust, ctx.supervisor, ctx.admins
     )
     home = HomeRefresher(dashboard, ctx.store, ctx.workspaces)
     return ListenerParts(organisations, team_end, uninstaller, dashboard, home)

@@ -226,6 +226,25 @@ async def test_several_replies_reach_the_model_together_in_the_order_written(
         await until_only(bot.slack, envelope, DELIVERED)
 
 
+async def test_a_workspace_owner_may_steer_anyones_run_as_they_may_stop_it(
+    bot: Bot, llm: LLMock
+) -> None:
+    """Who may steer is who may stop: a workspace's admins and owners administer its runs
+    (besides ``ADMIN_USER_IDS``), so the owner's reply is guidance, not a refusal."""
+    owner = "U0TPOWNER01"
+    bot.slack.state.add_person(owner, owner=True)
+    thread_ts, status = await running(bot, llm, "It is 11:00 UTC.")
+    steer = reply("Answer in UTC.", thread_ts, user=owner)
+
+    assert await bot.event(steer) == 200
+    await bot.final(status)
+
+    assert bot.ephemerals_for(owner, DEFAULT_CHANNEL) == []
+    assert [m["content"] for m in guidance_in(llm.requests[1])] == [
+        f"Guidance from <@{owner}> while you were working: Answer in UTC."
+    ]
+
+
 async def test_a_reply_from_someone_the_policy_does_not_allow_changes_nothing(
     bot: Bot, llm: LLMock
 ) -> None:
