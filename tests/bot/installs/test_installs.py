@@ -19,7 +19,7 @@ import asyncpg  # type: ignore[import-untyped]
 
 from bot import messages
 from bot.installs.oauth import INSTALL_PATH, REDIRECT_PATH, STATE_COOKIE
-from tests.bot.harness import ACTION_STOP, SECRET, block_text, stalled_answer
+from tests.bot.harness import ACTION_STOP, SECRET, WAIT_S, block_text, stalled_answer
 from tests.bot.oauth_harness import (
     install,
     mention_in,
@@ -35,6 +35,10 @@ if TYPE_CHECKING:
 
     from tests.bot.harness import Bot
     from tests.bot.oauth_harness import OAuthBot
+
+
+STALL_S = 3.0
+"""The first step's stall in a click test: long enough for the clicks to land in it."""
 
 
 async def test_each_workspace_and_the_org_run_with_their_own_installation(
@@ -255,10 +259,14 @@ async def test_a_click_is_authorised_from_its_workspaces_installation(
 ) -> None:
     slack = oauth_bot.slack
     await install(oauth_bot, TEAM_B)
-    llm.add(*stalled_answer())
+    # The clicks land while the first step streams (its stall); the Stop's final turn
+    # answers after it.
+    llm.add(*stalled_answer(STALL_S))
+    llm.reply("Stopped: it was noon.")
     envelope = mention_in(TEAM_B, "C0TEAMB0001")
     assert await oauth_bot.event(envelope) == 200
     status = await oauth_bot.status_message("C0TEAMB0001", envelope["event"]["ts"])
+    await slack.wait_for_call("chat.startStream", timeout=WAIT_S)
     assert TEAM_B.team_id is not None
     from_b = replace(
         workspace(TEAM_B.team_id), bot_user_id=TEAM_B.bot_user_id, bot_id=TEAM_B.bot_id

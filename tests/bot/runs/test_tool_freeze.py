@@ -90,7 +90,7 @@ async def bot_with(
     make_bot: BotFactory, monkeypatch: pytest.MonkeyPatch, tools: tuple[Tool, ...], **settings: Any
 ) -> Bot:
     """The real app, with ``tools`` in place of the built-in ones."""
-    monkeypatch.setattr("bot.process.app.BUILTIN_TOOLS", tools)
+    monkeypatch.setattr("bot.process.assembly.BUILTIN_TOOLS", tools)
     return await make_bot(**settings)
 
 
