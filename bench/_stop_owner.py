@@ -33,7 +33,7 @@ class _Live:
 
 @dataclass
 class _Supervisor:
-    """Just what StopWatcher reads: the live runs, by id."""
+    """Just what StopWatcher reads: the live runs, by id (none has sub-agents)."""
 
     runs: dict[str, _Live] = field(default_factory=dict)
 
@@ -41,8 +41,11 @@ class _Supervisor:
     def live_runs(self) -> list[_Live]:
         return list(self.runs.values())
 
-    def get(self, run_id: str) -> _Live | None:
+    def reachable(self, run_id: str) -> _Live | None:
         return self.runs.get(run_id)
+
+    def live_children(self, run_id: str) -> list[_Run]:
+        return []
 
 
 async def main() -> None:
